@@ -1,0 +1,3 @@
+module github.com/plexus-mesh/plexus
+
+go 1.26.0

@@ -1,0 +1,15 @@
+//go:build tools
+
+// Package kube pins the Kubernetes commands the local cluster builds.
+package kube
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+
+	_ "go.etcd.io/etcd/server/v3/etcdmain"
+)
