@@ -1,0 +1,71 @@
+# Plexus: build, images, the local cluster, tests and the demo.
+# `make demo` runs the mesh end to end on a local cluster; `make test` runs
+# every test. Both install what they need (they must run as root).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+GO ?= go
+
+include integration/cluster/versions.mk
+
+CLUSTER := integration/cluster
+COREDNS_BIN := .cache/coredns/$(COREDNS_VERSION)/coredns
+
+# Our binaries: every <component>/cmd/<name> outside integration/.
+COMMANDS := $(filter-out integration/%,$(wildcard */cmd/*))
+BINARIES := $(notdir $(COMMANDS))
+IMAGES := images/pause.tar images/testapp.tar images/coredns.tar $(BINARIES:%=images/%.tar)
+
+.PHONY: all build images deps cluster-up cluster-down test test-unit demo bench clean
+
+all: build
+
+## build: static binaries of our commands and test tools in bin/
+build:
+	@mkdir -p bin
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/ ./integration/cmd/... $(COMMANDS:%=./%)
+
+## images: docker-archive tarballs in images/ for the local cluster
+images: build deps-coredns
+	@$(MAKE) --no-print-directory $(IMAGES)
+
+images/pause.tar: bin/pause
+	@mkdir -p images
+	bin/imagebuild -tag registry.k8s.io/pause:3.10 -o $@ -file /pause=$< -entrypoint /pause -user 65535
+images/testapp.tar: bin/testapp
+	@mkdir -p images
+	bin/imagebuild -tag plexus.dev/testapp:dev -o $@ -file /testapp=$< -entrypoint /testapp -user 65532
+images/coredns.tar: $(COREDNS_BIN)
+	@mkdir -p images
+	bin/imagebuild -tag plexus.dev/coredns:dev -o $@ -file /coredns=$< -entrypoint /coredns -user 65532
+images/%.tar: bin/%
+	@mkdir -p images
+	bin/imagebuild -tag plexus.dev/$*:dev -o $@ -file /$*=$< -entrypoint /$*
+
+## deps: Debian packages, Kubernetes, CNI reference plugins, CoreDNS (cached by version)
+deps:
+	$(CLUSTER)/deps.sh
+deps-%:
+	$(CLUSTER)/deps.sh $*
+
+## cluster-up / cluster-down: the local single-node Kubernetes
+cluster-up: deps images
+	$(CLUSTER)/up.sh
+cluster-down:
+	$(CLUSTER)/down.sh
+
+## test: unit tests, root/netns tests and the cluster integration tests
+test: deps images
+	integration/test.sh
+
+## test-unit: only the tests that need neither root nor a cluster
+test-unit:
+	$(GO) vet ./...
+	$(GO) test ./...
+
+## demo: the mesh end to end on the local cluster
+demo: cluster-up
+	integration/demo.sh
+
+clean: cluster-down
+	rm -rf bin images

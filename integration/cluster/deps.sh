@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Installs and builds what the local cluster and the tests need, each step
+# skipped when its result is already there:
+#   apt:     Debian packages (containerd, runc, iptables, ...)
+#   kube:    etcd and the Kubernetes components, built from the Go module proxy
+#   cni:     the CNI reference plugins
+#   coredns: CoreDNS, the cluster's DNS server
+# Usage: deps.sh [apt] [kube] [cni] [coredns]   (no argument: all of them)
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+
+APT_PACKAGES="containerd runc iptables iproute2 openssl conntrack procps util-linux curl ca-certificates"
+
+need_root() { [ "$(id -u)" = 0 ] || die "$1 needs root"; }
+
+deps_apt() {
+	local missing=""
+	for p in $APT_PACKAGES; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
+	done
+	[ -z "$missing" ] && return 0
+	need_root "installing Debian packages"
+	log "installing Debian packages:$missing"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq || die "apt-get update failed"
+	# shellcheck disable=SC2086
+	apt-get install -y -qq --no-install-recommends $missing >/dev/null || die "apt-get install$missing failed"
+}
+
+deps_kube() {
+	[ -f "$KUBE_BIN/.complete" ] && return 0
+	log "building etcd and Kubernetes $KUBE_VERSION into $KUBE_BIN (cold: ~5 min on 2 cores)"
+	local tmp="$KUBE_BIN.tmp"
+	rm -rf "$tmp" && mkdir -p "$tmp"
+	local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION"
+	ldflags="$ldflags -X k8s.io/component-base/version.gitMajor=$(echo "$KUBE_VERSION" | cut -d. -f1 | tr -d v)"
+	ldflags="$ldflags -X k8s.io/component-base/version.gitMinor=$(echo "$KUBE_VERSION" | cut -d. -f2)"
+	ldflags="$ldflags -X k8s.io/component-base/version.gitTreeState=clean"
+	ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION"
+	grep -q "k8s.io/kubernetes $KUBE_VERSION" "$PLEXUS_ROOT/integration/kube/go.mod" ||
+		die "integration/kube/go.mod does not require k8s.io/kubernetes $KUBE_VERSION"
+	(cd "$PLEXUS_ROOT/integration/kube" &&
+		CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/" \
+			k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+			k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet \
+			k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl ./cmd/etcd) ||
+		die "building Kubernetes $KUBE_VERSION failed"
+	rm -rf "$KUBE_BIN" && mv "$tmp" "$KUBE_BIN" && touch "$KUBE_BIN/.complete"
+}
+
+deps_cni() {
+	[ -f "$CNI_REF_BIN/.complete" ] && return 0
+	log "building CNI reference plugins $CNI_PLUGINS_VERSION into $CNI_REF_BIN"
+	local tmp="$CNI_REF_BIN.tmp" p
+	rm -rf "$tmp" && mkdir -p "$tmp"
+	for p in main/bridge main/loopback main/ptp ipam/host-local meta/portmap; do
+		GOBIN="$tmp" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" \
+			"github.com/containernetworking/plugins/plugins/$p@$CNI_PLUGINS_VERSION" ||
+			die "building CNI plugin $p $CNI_PLUGINS_VERSION failed"
+	done
+	rm -rf "$CNI_REF_BIN" && mv "$tmp" "$CNI_REF_BIN" && touch "$CNI_REF_BIN/.complete"
+}
+
+deps_coredns() {
+	[ -x "$COREDNS_BIN" ] && return 0
+	log "building CoreDNS $COREDNS_VERSION (cold: ~2 min)"
+	local dir
+	dir=$(dirname "$COREDNS_BIN")
+	mkdir -p "$dir/tmp"
+	GOBIN="$dir/tmp" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" \
+		"github.com/coredns/coredns@$COREDNS_VERSION" || die "building CoreDNS $COREDNS_VERSION failed"
+	mv "$dir/tmp/coredns" "$COREDNS_BIN" && rmdir "$dir/tmp"
+}
+
+steps=${*:-apt kube cni coredns}
+for step in $steps; do
+	case $step in
+	apt | kube | cni | coredns) "deps_$step" ;;
+	*) die "unknown step $step (want apt, kube, cni or coredns)" ;;
+	esac
+done

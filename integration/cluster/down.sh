@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Tears the local cluster down: stops every process it started (by PID),
+# its pods' processes and containerd shims, unmounts and removes its network
+# namespaces, bridge, iptables chains, cgroups, the node address on lo and
+# its files, and restores the sysctls it changed. Safe to run at any point,
+# also after a failed or interrupted cluster-up, and when nothing is running.
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/env.sh"
+source "$HERE/lib.sh"
+
+[ "$(id -u)" = 0 ] || die "cluster-down needs root"
+[ "${1:-}" = --locked ] || take_lock
+
+# stop NAME...: SIGTERM to every named component at once, SIGKILL to those
+# still running 5 s later. Nothing they store outlives the cluster, so a
+# short grace is enough.
+stop() {
+	local name pid pids="" i
+	for name in "$@"; do
+		pid=$(pid_of "$name")
+		rm -f "$PID_DIR/$name.pid"
+		[ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null && pids="$pids $pid"
+	done
+	for i in $(seq 1 50); do
+		for pid in $pids; do kill -0 "$pid" 2>/dev/null && break; pid=""; done
+		[ -z "$pid" ] && return 0
+		sleep 0.1
+	done
+	for pid in $pids; do kill -KILL "$pid" 2>/dev/null && log "pid $pid did not stop on SIGTERM; killed"; done
+	return 0
+}
+
+# pod_netns prints the network namespace of every pod sandbox containerd
+# knows, read from the sandboxes' OCI specs.
+pod_netns() {
+	local id
+	[ -S "$CONTAINERD_SOCK" ] || return 0
+	for id in $(ctr --address "$CONTAINERD_SOCK" -n k8s.io containers ls -q 2>/dev/null); do
+		ctr --address "$CONTAINERD_SOCK" -n k8s.io containers info "$id" 2>/dev/null |
+			grep -o '"/var/run/netns/[^"]*"\|"/run/netns/[^"]*"' | tr -d '"'
+	done | sort -u
+}
+
+# kill_pods kills every process in the kubelet's pod cgroups.
+kill_pods() {
+	local procs
+	procs=$(find /sys/fs/cgroup/*/kubepods -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u)
+	[ -n "$procs" ] || return 0
+	# shellcheck disable=SC2086
+	kill -KILL $procs 2>/dev/null || true
+}
+
+# kill_shims kills the containerd shims serving this cluster's containerd.
+kill_shims() {
+	local pid
+	for pid in $(pgrep -f "containerd-shim.*-address $CONTAINERD_SOCK" 2>/dev/null); do
+		kill -KILL "$pid" 2>/dev/null || true
+	done
+}
+
+remove_chains() {
+	local cmd table chain
+	for cmd in iptables ip6tables; do
+		command -v "$cmd" >/dev/null || continue
+		for table in nat filter mangle; do
+			# Jumps from built-in chains into cluster chains first, then the chains.
+			"$cmd-save" -t "$table" 2>/dev/null | grep -E '^-A [A-Z]+ .*-j (KUBE|CNI)-' |
+				sed 's/^-A/-D/' | while read -r rule; do
+				# shellcheck disable=SC2086
+				"$cmd" -w -t "$table" $rule 2>/dev/null
+			done
+			for chain in $("$cmd-save" -t "$table" 2>/dev/null | sed -n 's/^:\(\(KUBE\|CNI\)-[^ ]*\) .*/\1/p'); do
+				"$cmd" -w -t "$table" -F "$chain" 2>/dev/null
+			done
+			for chain in $("$cmd-save" -t "$table" 2>/dev/null | sed -n 's/^:\(\(KUBE\|CNI\)-[^ ]*\) .*/\1/p'); do
+				"$cmd" -w -t "$table" -X "$chain" 2>/dev/null
+			done
+		done
+	done
+}
+
+remove_cgroups() {
+	local dir
+	for dir in /sys/fs/cgroup/*/kubepods; do
+		[ -d "$dir" ] || continue
+		find "$dir" -depth -type d -exec rmdir {} \; 2>/dev/null
+		[ -d "$dir" ] && log "could not remove cgroup $dir (processes still in it?)"
+	done
+}
+
+unmount_under() {
+	local dir=$1 m
+	for m in $(awk -v d="$dir" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r); do
+		umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || log "could not unmount $m"
+	done
+}
+
+[ -d "$STATE_DIR" ] || [ -d "$RUN_DIR" ] || { log "no local cluster to tear down"; exit 0; }
+log "tearing down the local cluster"
+
+netns=$(pod_netns)
+stop kube-proxy kubelet
+kill_pods
+sleep 0.2
+kill_shims
+stop containerd kube-scheduler kube-controller-manager kube-apiserver etcd
+kill_shims
+
+# Pod network namespaces: those containerd named, and any cni-* netns that
+# appeared after cluster-up started (covers a containerd that already died).
+if [ -f "$STATE_DIR/netns.before" ]; then
+	netns="$netns $(ip netns list 2>/dev/null | awk '{print $1}' | grep '^cni-' | grep -vxF -f "$STATE_DIR/netns.before" | sed 's#^#/run/netns/#')"
+fi
+for ns in $netns; do
+	name=$(basename "$ns")
+	umount "/run/netns/$name" 2>/dev/null
+	ip netns delete "$name" 2>/dev/null || rm -f "/run/netns/$name"
+done
+
+[ -x "$KUBE_BIN/kube-proxy" ] && "$KUBE_BIN/kube-proxy" --cleanup >/dev/null 2>&1
+remove_chains
+ip link delete "$BRIDGE" 2>/dev/null
+if [ -f "$STATE_DIR/lo.addr" ]; then
+	ip addr delete "$(cat "$STATE_DIR/lo.addr")" dev lo 2>/dev/null
+elif ip -o addr show dev lo | grep -q " $NODE_IP/32 "; then
+	ip addr delete "$NODE_IP/32" dev lo
+fi
+if [ -f "$STATE_DIR/sysctls.saved" ]; then
+	while IFS= read -r kv; do sysctl -qw "$kv" >/dev/null; done <"$STATE_DIR/sysctls.saved"
+fi
+remove_cgroups
+unmount_under "$RUN_DIR"
+unmount_under "$STATE_DIR"
+
+# Keep the logs of the last cluster for a post-mortem, outside the state.
+if [ -d "$LOG_DIR" ]; then
+	rm -rf "$CACHE_DIR/last-cluster-logs" && mkdir -p "$CACHE_DIR" && mv "$LOG_DIR" "$CACHE_DIR/last-cluster-logs"
+fi
+rm -rf "$STATE_DIR" "$RUN_DIR"
+log "local cluster is down (last logs: $CACHE_DIR/last-cluster-logs)"

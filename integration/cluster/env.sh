@@ -1,0 +1,55 @@
+# Settings shared by the local cluster scripts. Sourced, not run.
+# Every value can be overridden from the environment.
+
+PLEXUS_ROOT=${PLEXUS_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+
+# Versions come from versions.mk, the one place they are written.
+eval "$(sed -n 's/^\([A-Z_]*\) ?= \(.*\)$/: "${\1:=\2}"/p' "$PLEXUS_ROOT/integration/cluster/versions.mk")"
+
+CACHE_DIR=${CACHE_DIR:-$PLEXUS_ROOT/.cache}
+KUBE_BIN=$CACHE_DIR/kube/$KUBE_VERSION/bin
+CNI_REF_BIN=$CACHE_DIR/cni-plugins/$CNI_PLUGINS_VERSION/bin
+COREDNS_BIN=$CACHE_DIR/coredns/$COREDNS_VERSION/coredns
+IMAGES_DIR=$PLEXUS_ROOT/images
+
+# Everything a running cluster owns lives under STATE_DIR, except what the
+# kernel or containerd insists on keeping elsewhere (RUN_DIR, cgroups,
+# network namespaces), and cluster-down removes all of it.
+STATE_DIR=${STATE_DIR:-$PLEXUS_ROOT/.cluster}
+RUN_DIR=/run/plexus-cluster
+CONTAINERD_SOCK=$RUN_DIR/containerd/containerd.sock
+PKI_DIR=$STATE_DIR/pki
+LOG_DIR=$STATE_DIR/logs
+PID_DIR=$STATE_DIR/pids
+KUBECONFIG_ADMIN=$STATE_DIR/kubeconfig
+CNI_BIN_DIR=$STATE_DIR/cni/bin
+CNI_CONF_DIR=$STATE_DIR/cni/net.d
+
+NODE_NAME=${NODE_NAME:-plexus-local}
+# The node's address: an extra /32 on lo, reachable from pods through the
+# bridge gateway, never routed off the machine.
+NODE_IP=10.213.0.1
+POD_CIDR=10.244.0.0/24
+POD_GATEWAY=10.244.0.1
+SERVICE_CIDR=10.96.0.0/16
+KUBERNETES_SERVICE_IP=10.96.0.1
+DNS_SERVICE_IP=10.96.0.10
+CLUSTER_DOMAIN=cluster.local
+BRIDGE=plexusbr0
+
+ETCD_CLIENT_PORT=12379
+ETCD_PEER_PORT=12380
+APISERVER_PORT=6443
+# Ports the components listen on; cluster-up refuses to start if any is taken.
+CLUSTER_PORTS="$ETCD_CLIENT_PORT $ETCD_PEER_PORT $APISERVER_PORT 10248 10249 10250 10256 10257 10259"
+
+SANDBOX_IMAGE=registry.k8s.io/pause:3.10
+
+# Sysctls cluster-up changes; cluster-down puts back what it found.
+CLUSTER_SYSCTLS="net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables net.bridge.bridge-nf-call-ip6tables"
+
+# The cluster's daemons in start order; cluster-down stops them in reverse.
+COMPONENTS="etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy"
+
+log() { printf '[cluster] %s\n' "$*" >&2; }
+die() { printf '[cluster] error: %s\n' "$*" >&2; exit 1; }

@@ -1,0 +1,234 @@
+# Functions the local cluster scripts share. Sourced after env.sh.
+
+kubectl() { "$KUBE_BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
+
+# take_lock makes sure only one cluster-up or cluster-down runs at a time.
+take_lock() {
+	mkdir -p "$(dirname "$RUN_DIR")"
+	exec 9>"$RUN_DIR.lock"
+	flock -n 9 || die "another cluster-up or cluster-down is running (lock $RUN_DIR.lock)"
+}
+
+pid_of() { cat "$PID_DIR/$1.pid" 2>/dev/null || true; }
+alive() { local pid; pid=$(pid_of "$1"); [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; }
+
+cluster_healthy() {
+	[ -f "$STATE_DIR/up.complete" ] || return 1
+	local c
+	for c in $COMPONENTS; do alive "$c" || return 1; done
+	kubectl get --raw /readyz >/dev/null 2>&1 && node_ready
+}
+
+node_ready() {
+	[ "$(kubectl get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+}
+
+check_ports() {
+	local port owner
+	for port in $CLUSTER_PORTS; do
+		owner=$(ss -Hltnp "sport = :$port" 2>/dev/null | head -1)
+		[ -z "$owner" ] || die "port $port is already in use, cannot start the cluster: $owner"
+	done
+}
+
+# start NAME CMD...: runs a component in its own session, logging to
+# $LOG_DIR/NAME.log, and records its PID for cluster-down.
+start() {
+	local name=$1
+	shift
+	log "starting $name (log: $LOG_DIR/$name.log)"
+	# fd 9 is the cluster lock: components must not hold it.
+	setsid "$@" >"$LOG_DIR/$name.log" 2>&1 </dev/null 9>&- &
+	echo $! >"$PID_DIR/$name.pid"
+}
+
+# wait_for NAME SECONDS CMD...: waits until CMD succeeds, failing early if
+# component NAME exits, and naming the component and its log on failure.
+wait_for() {
+	local name=$1 timeout=$2
+	shift 2
+	local deadline=$((SECONDS + timeout))
+	until "$@" >/dev/null 2>&1; do
+		if ! alive "$name"; then
+			tail -n 20 "$LOG_DIR/$name.log" >&2 || true
+			die "$name exited during startup; log: $LOG_DIR/$name.log"
+		fi
+		if [ "$SECONDS" -ge "$deadline" ]; then
+			tail -n 20 "$LOG_DIR/$name.log" >&2 || true
+			die "$name not ready after ${timeout}s (waiting for: $*); log: $LOG_DIR/$name.log"
+		fi
+		sleep 0.5
+	done
+}
+
+save_sysctls() {
+	local k
+	for k in $CLUSTER_SYSCTLS; do
+		echo "$k=$(sysctl -n "$k")"
+	done >"$STATE_DIR/sysctls.saved"
+}
+
+# kubeconfig FILE USER CERT SERVER: a kubeconfig using a client certificate.
+kubeconfig() {
+	local file=$1 user=$2 cert=$3 server=$4
+	cat >"$file" <<YAML
+apiVersion: v1
+kind: Config
+clusters:
+- name: plexus-local
+  cluster:
+    certificate-authority: $PKI_DIR/ca.crt
+    server: $server
+users:
+- name: $user
+  user:
+    client-certificate: $PKI_DIR/$cert.crt
+    client-key: $PKI_DIR/$cert.key
+contexts:
+- name: $user@plexus-local
+  context: {cluster: plexus-local, user: $user}
+current-context: $user@plexus-local
+YAML
+	chmod 600 "$file"
+}
+
+write_kubeconfigs() {
+	local local_server="https://127.0.0.1:$APISERVER_PORT" node_server="https://$NODE_IP:$APISERVER_PORT"
+	kubeconfig "$KUBECONFIG_ADMIN" admin admin "$local_server"
+	kubeconfig "$STATE_DIR/controller-manager.kubeconfig" kube-controller-manager controller-manager "$local_server"
+	kubeconfig "$STATE_DIR/scheduler.kubeconfig" kube-scheduler scheduler "$local_server"
+	kubeconfig "$STATE_DIR/kubelet.kubeconfig" "system:node:$NODE_NAME" kubelet-client "$node_server"
+	kubeconfig "$STATE_DIR/kube-proxy.kubeconfig" kube-proxy kube-proxy "$node_server"
+}
+
+# The primary network: a bridge with host-local addresses and only the
+# cluster's own routes (pod subnet, services, the node) -- no default route.
+write_cni_config() {
+	local p
+	for p in bridge host-local loopback portmap; do
+		cp "$CNI_REF_BIN/$p" "$CNI_BIN_DIR/$p"
+	done
+	cat >"$CNI_CONF_DIR/10-plexus-local.conflist" <<JSON
+{
+  "cniVersion": "1.0.0",
+  "name": "plexus-local",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$BRIDGE",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$POD_GATEWAY"}]],
+        "routes": [{"dst": "$SERVICE_CIDR"}, {"dst": "$NODE_IP/32"}],
+        "dataDir": "$STATE_DIR/cni/ipam"
+      }
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+JSON
+}
+
+write_containerd_config() {
+	mkdir -p "$STATE_DIR/containerd"
+	cat >"$STATE_DIR/containerd/config.toml" <<TOML
+version = 2
+root = "$STATE_DIR/containerd/root"
+state = "$RUN_DIR/containerd"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs", "io.containerd.internal.v1.tracing", "io.containerd.tracing.processor.v1.otlp"]
+
+[grpc]
+  address = "$CONTAINERD_SOCK"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$SANDBOX_IMAGE"
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "$CNI_BIN_DIR"
+    conf_dir = "$CNI_CONF_DIR"
+TOML
+}
+
+import_images() {
+	local tar
+	for tar in "$IMAGES_DIR"/*.tar; do
+		[ -e "$tar" ] || die "no images in $IMAGES_DIR; run 'make images' first"
+		ctr --address "$CONTAINERD_SOCK" -n k8s.io images import --no-unpack "$tar" >>"$LOG_DIR/images.log" 2>&1 ||
+			die "importing image $tar into containerd failed; log: $LOG_DIR/images.log"
+	done
+}
+
+write_kubelet_config() {
+	mkdir -p "$STATE_DIR/kubelet/root" "$STATE_DIR/kubelet/pod-logs"
+	echo "nameserver $DNS_SERVICE_IP" >"$STATE_DIR/resolv.conf"
+	cat >"$STATE_DIR/kubelet/config.yaml" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $NODE_IP
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $PKI_DIR/ca.crt}
+authorization: {mode: Webhook}
+tlsCertFile: $PKI_DIR/kubelet.crt
+tlsPrivateKeyFile: $PKI_DIR/kubelet.key
+containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+makeIPTablesUtilChains: false
+clusterDomain: $CLUSTER_DOMAIN
+clusterDNS: [$DNS_SERVICE_IP]
+resolvConf: $STATE_DIR/resolv.conf
+podLogsDir: $STATE_DIR/kubelet/pod-logs
+volumePluginDir: $STATE_DIR/kubelet/volume-plugins
+serializeImagePulls: false
+evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}
+imageGCHighThresholdPercent: 100
+staticPodPath: ""
+YAML
+}
+
+write_kube_proxy_config() {
+	cat >"$STATE_DIR/kube-proxy.yaml" <<YAML
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: $STATE_DIR/kube-proxy.kubeconfig}
+hostnameOverride: $NODE_NAME
+mode: iptables
+clusterCIDR: $POD_CIDR
+bindAddress: $NODE_IP
+metricsBindAddress: 127.0.0.1:10249
+healthzBindAddress: 127.0.0.1:10256
+nodePortAddresses: [$NODE_IP/32]
+iptables: {localhostNodePorts: false}
+conntrack: {maxPerCore: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+YAML
+}
+
+apply_coredns() {
+	sed -e "s/@DNS_SERVICE_IP@/$DNS_SERVICE_IP/g" -e "s/@CLUSTER_DOMAIN@/$CLUSTER_DOMAIN/g" \
+		"$PLEXUS_ROOT/integration/cluster/coredns.yaml" | kubectl apply -f - >"$LOG_DIR/coredns-apply.log" 2>&1 ||
+		die "applying CoreDNS manifests failed; log: $LOG_DIR/coredns-apply.log"
+}
+
+print_env() {
+	echo "export KUBECONFIG=$KUBECONFIG_ADMIN"
+	echo "export PATH=$KUBE_BIN:\$PATH   # kubectl $KUBE_VERSION"
+}

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Brings up a real single-node Kubernetes on this machine: etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler, containerd,
+# kubelet, kube-proxy and CoreDNS. Reuses a healthy running cluster; replaces
+# a broken one; tears down whatever it started if any step fails.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/env.sh"
+source "$HERE/lib.sh"
+
+[ "$(id -u)" = 0 ] || die "cluster-up needs root (it runs kubelet and containerd)"
+take_lock
+
+if cluster_healthy; then
+	log "reusing the running cluster"
+	print_env
+	exit 0
+fi
+if [ -e "$STATE_DIR" ] || [ -e "$RUN_DIR" ]; then
+	log "replacing a cluster that is stopped, partial or unhealthy"
+	"$HERE/down.sh" --locked
+fi
+check_ports
+
+up_complete=false
+on_exit() {
+	local rc=$?
+	$up_complete && return
+	log "cluster-up failed; tearing down what it started"
+	"$HERE/down.sh" --locked >&2 || true
+	exit $((rc == 0 ? 1 : rc))
+}
+trap on_exit EXIT
+trap 'log "interrupted"; exit 130' INT TERM
+
+mkdir -p "$STATE_DIR" "$LOG_DIR" "$PID_DIR" "$RUN_DIR" "$CNI_BIN_DIR" "$CNI_CONF_DIR"
+"$HERE/pki.sh"
+write_kubeconfigs
+save_sysctls
+ip netns list 2>/dev/null | awk '{print $1}' >"$STATE_DIR/netns.before"
+
+sysctl -qw net.bridge.bridge-nf-call-iptables=1 net.bridge.bridge-nf-call-ip6tables=1
+ip addr add "$NODE_IP/32" dev lo
+echo "$NODE_IP/32" >"$STATE_DIR/lo.addr"
+
+start etcd "$KUBE_BIN/etcd" --name "$NODE_NAME" --data-dir "$STATE_DIR/etcd" \
+	--listen-client-urls "http://127.0.0.1:$ETCD_CLIENT_PORT" \
+	--advertise-client-urls "http://127.0.0.1:$ETCD_CLIENT_PORT" \
+	--listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+	--initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+	--initial-cluster "$NODE_NAME=http://127.0.0.1:$ETCD_PEER_PORT" \
+	--listen-metrics-urls "" --log-level warn
+wait_for etcd 30 curl -fsS "http://127.0.0.1:$ETCD_CLIENT_PORT/health"
+
+start kube-apiserver "$KUBE_BIN/kube-apiserver" \
+	--etcd-servers "http://127.0.0.1:$ETCD_CLIENT_PORT" \
+	--bind-address 0.0.0.0 --secure-port "$APISERVER_PORT" --advertise-address "$NODE_IP" \
+	--service-cluster-ip-range "$SERVICE_CIDR" \
+	--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+	--allow-privileged=true --anonymous-auth=false \
+	--client-ca-file "$PKI_DIR/ca.crt" \
+	--tls-cert-file "$PKI_DIR/apiserver.crt" --tls-private-key-file "$PKI_DIR/apiserver.key" \
+	--kubelet-client-certificate "$PKI_DIR/apiserver-kubelet-client.crt" \
+	--kubelet-client-key "$PKI_DIR/apiserver-kubelet-client.key" \
+	--kubelet-certificate-authority "$PKI_DIR/ca.crt" \
+	--kubelet-preferred-address-types InternalIP \
+	--service-account-issuer "https://kubernetes.default.svc.$CLUSTER_DOMAIN" \
+	--service-account-key-file "$PKI_DIR/sa.pub" \
+	--service-account-signing-key-file "$PKI_DIR/sa.key" \
+	--enable-aggregator-routing=true --profiling=false
+wait_for kube-apiserver 60 kubectl get --raw /readyz
+
+start kube-controller-manager "$KUBE_BIN/kube-controller-manager" \
+	--kubeconfig "$STATE_DIR/controller-manager.kubeconfig" \
+	--authentication-kubeconfig "$STATE_DIR/controller-manager.kubeconfig" \
+	--authorization-kubeconfig "$STATE_DIR/controller-manager.kubeconfig" \
+	--bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials=true \
+	--service-account-private-key-file "$PKI_DIR/sa.key" --root-ca-file "$PKI_DIR/ca.crt" \
+	--cluster-signing-cert-file "$PKI_DIR/ca.crt" --cluster-signing-key-file "$PKI_DIR/ca.key" \
+	--service-cluster-ip-range "$SERVICE_CIDR" --profiling=false
+start kube-scheduler "$KUBE_BIN/kube-scheduler" \
+	--kubeconfig "$STATE_DIR/scheduler.kubeconfig" \
+	--authentication-kubeconfig "$STATE_DIR/scheduler.kubeconfig" \
+	--authorization-kubeconfig "$STATE_DIR/scheduler.kubeconfig" \
+	--bind-address 127.0.0.1 --leader-elect=false --profiling=false
+
+write_cni_config
+write_containerd_config
+start containerd containerd --config "$STATE_DIR/containerd/config.toml"
+wait_for containerd 30 ctr --address "$CONTAINERD_SOCK" version
+import_images
+
+write_kubelet_config
+start kubelet "$KUBE_BIN/kubelet" --config "$STATE_DIR/kubelet/config.yaml" \
+	--kubeconfig "$STATE_DIR/kubelet.kubeconfig" --root-dir "$STATE_DIR/kubelet/root" \
+	--hostname-override "$NODE_NAME" --node-ip "$NODE_IP"
+write_kube_proxy_config
+start kube-proxy "$KUBE_BIN/kube-proxy" --config "$STATE_DIR/kube-proxy.yaml"
+
+wait_for kubelet 60 node_ready
+apply_coredns
+wait_for kubelet 120 kubectl -n kube-system rollout status deployment/coredns --timeout 5s
+
+touch "$STATE_DIR/up.complete"
+up_complete=true
+log "cluster is up (logs: $LOG_DIR)"
+print_env

@@ -1,0 +1,5 @@
+# Versions of what the local cluster builds: the one place they are set
+# (env.sh reads this file too).
+KUBE_VERSION ?= v1.36.3
+CNI_PLUGINS_VERSION ?= v1.9.1
+COREDNS_VERSION ?= v1.15.0

@@ -1,0 +1,137 @@
+// Command testapp is the small HTTP workload the integration tests and the
+// demo run in pods: "serve" answers every request with who served it, "get"
+// fetches a URL and prints the answer.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: testapp serve [ADDR] | testapp get URL | testapp lookup NAME...")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "serve":
+		addr := ":8080"
+		if len(os.Args) > 2 {
+			addr = os.Args[2]
+		}
+		err = serve(addr)
+	case "get":
+		if len(os.Args) != 3 {
+			err = errors.New("usage: testapp get URL")
+			break
+		}
+		err = get(os.Args[2])
+	case "lookup":
+		err = lookup(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown command %q (want serve, get or lookup)", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testapp:", err)
+		os.Exit(1)
+	}
+}
+
+func serve(addr string) error {
+	host, _ := os.Hostname()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Printf("%s %s from %s\n", r.Method, r.URL.Path, r.RemoteAddr)
+		fmt.Fprintf(w, "hello from %s path=%s\n", host, r.URL.Path)
+	})
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(shutdown)
+	}()
+	fmt.Printf("serving on %s as %s\n", addr, host)
+	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// get retries for a short while so a client started beside its server
+// does not fail while DNS and endpoints catch up.
+func get(rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return fmt.Errorf("parsing %q: %w", rawURL, err)
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		addrs, err := net.LookupHost(u.Hostname())
+		if err == nil {
+			fmt.Printf("resolved %s to %s\n", u.Hostname(), strings.Join(addrs, ","))
+			var body string
+			body, err = fetch(client, rawURL)
+			if err == nil {
+				fmt.Print(body)
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		fmt.Fprintln(os.Stderr, "retrying:", err)
+		time.Sleep(time.Second)
+	}
+}
+
+func fetch(client *http.Client, url string) (string, error) {
+	resp, err := client.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
+	}
+	return string(body), nil
+}
+
+// lookup resolves each name and prints "NAME: ADDRS" or "NAME: not found";
+// any other resolver failure (timeout, SERVFAIL) is an error.
+func lookup(names []string) error {
+	for _, name := range names {
+		addrs, err := net.LookupHost(name)
+		var dnsErr *net.DNSError
+		switch {
+		case err == nil:
+			fmt.Printf("%s: %s\n", name, strings.Join(addrs, ","))
+		case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+			fmt.Printf("%s: not found\n", name)
+		default:
+			return fmt.Errorf("looking up %s: %w", name, err)
+		}
+	}
+	return nil
+}

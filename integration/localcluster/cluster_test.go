@@ -1,0 +1,170 @@
+package localcluster
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/plexus-mesh/plexus/integration/clustertest"
+)
+
+const testappImage = "plexus.dev/testapp:dev"
+
+func TestNodeReady(t *testing.T) {
+	c := clustertest.Connect(t)
+	ctx := clustertest.Context(t, 30*time.Second)
+	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("listing nodes: %v", err)
+	}
+	if len(nodes.Items) != 1 {
+		t.Fatalf("want 1 node, got %d", len(nodes.Items))
+	}
+	node := nodes.Items[0]
+	ready := false
+	for _, cond := range node.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			ready = cond.Status == corev1.ConditionTrue
+		}
+	}
+	if !ready {
+		t.Fatalf("node %s is not Ready: %v", node.Name, node.Status.Conditions)
+	}
+	if got := node.Status.NodeInfo.KubeletVersion; !strings.HasPrefix(got, "v1.36.") {
+		t.Errorf("kubelet version %q, want v1.36.x", got)
+	}
+}
+
+// TestServiceByName deploys two replicas of the test server behind a
+// Service and has a client pod reach it by name through cluster DNS.
+func TestServiceByName(t *testing.T) {
+	c := clustertest.Connect(t)
+	ns := c.Namespace(t, "localcluster", nil)
+	ctx := clustertest.Context(t, 3*time.Minute)
+	labels := map[string]string{"app": "echo"}
+
+	_, err := c.Client.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "echo"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name:            "server",
+					Image:           testappImage,
+					ImagePullPolicy: corev1.PullNever,
+					Args:            []string{"serve", ":8080"},
+					Ports:           []corev1.ContainerPort{{ContainerPort: 8080}},
+					ReadinessProbe: &corev1.Probe{
+						ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
+						PeriodSeconds: 1,
+					},
+				}}},
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating deployment: %v", err)
+	}
+	svc, err := c.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "echo"},
+		Spec: corev1.ServiceSpec{
+			Selector: labels,
+			Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating service: %v", err)
+	}
+	c.WaitDeploymentReady(t, ns, "echo", 2*time.Minute)
+
+	host := fmt.Sprintf("echo.%s.svc.cluster.local", ns)
+	_, err = c.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "client"},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name:            "client",
+				Image:           testappImage,
+				ImagePullPolicy: corev1.PullNever,
+				Args:            []string{"get", "http://" + host + "/by-name"},
+			}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating client pod: %v", err)
+	}
+	pod := c.WaitPodDone(t, ns, "client", 2*time.Minute)
+	if pod.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("client pod %s, want Succeeded", pod.Status.Phase)
+	}
+
+	logs, err := c.Logs(ctx, ns, "client", "client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("resolved %s to %s\n", host, svc.Spec.ClusterIP); !strings.Contains(logs, want) {
+		t.Errorf("client did not resolve the Service name to its ClusterIP; want %q in logs:\n%s", want, logs)
+	}
+	if !regexp.MustCompile(`hello from echo-[a-z0-9]+-[a-z0-9]+ path=/by-name`).MatchString(logs) {
+		t.Errorf("client got no answer from an echo replica; logs:\n%s", logs)
+	}
+
+	// kubectl logs goes through the apiserver to the kubelet.
+	if out := c.Kubectl(t, "-n", ns, "logs", "client"); out != logs {
+		t.Errorf("kubectl logs = %q, want %q", out, logs)
+	}
+	servers := c.Kubectl(t, "-n", ns, "logs", "deployment/echo")
+	if !strings.Contains(servers, "serving on :8080") {
+		t.Errorf("kubectl logs deployment/echo = %q, want the server's start line", servers)
+	}
+}
+
+func TestDNSStaysInCluster(t *testing.T) {
+	c := clustertest.Connect(t)
+	ns := c.Namespace(t, "localcluster-dns", nil)
+	ctx := clustertest.Context(t, 2*time.Minute)
+	// A name outside the cluster domain must fail fast with NXDOMAIN from
+	// the cluster's own DNS, never be forwarded off the machine.
+	_, err := c.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "lookup"},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name:            "lookup",
+				Image:           testappImage,
+				ImagePullPolicy: corev1.PullNever,
+				Args:            []string{"lookup", "kubernetes.default.svc.cluster.local", "example.com"},
+			}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating pod: %v", err)
+	}
+	pod := c.WaitPodDone(t, ns, "lookup", time.Minute)
+	logs, err := c.Logs(context.Background(), ns, "lookup", "lookup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("lookup pod %s; logs:\n%s", pod.Status.Phase, logs)
+	}
+	for _, want := range []string{
+		"kubernetes.default.svc.cluster.local: 10.96.0.1\n",
+		"example.com: not found\n",
+	} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("want %q in lookup output:\n%s", want, logs)
+		}
+	}
+}

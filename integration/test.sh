@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Runs every Plexus test (what `make test` and CI run):
+#   1. brings the local cluster up;
+#   2. go vet, then all Go tests -- unit, root/netns and cluster tests --
+#      with the cluster's kubeconfig, kubectl and the CNI reference plugins;
+#   3. tears the cluster down and proves nothing was left behind;
+#   4. cycles cluster-up/cluster-down five times and proves it again.
+# Expects `make deps images` to have run (the Makefile does that first).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/cluster/env.sh"
+cd "$PLEXUS_ROOT"
+
+[ "$(id -u)" = 0 ] || die "make test needs root: the tests create network namespaces and run a kubelet"
+
+phase_start=$SECONDS
+phase() {
+	log "$(printf '%s done in %ds' "$1" $((SECONDS - phase_start)))"
+	phase_start=$SECONDS
+}
+
+mkdir -p "$CACHE_DIR"
+for k in $CLUSTER_SYSCTLS; do echo "$k=$(sysctl -n "$k")"; done >"$CACHE_DIR/sysctls.before"
+export PLEXUS_CLUSTER_STATE_DIR=$STATE_DIR PLEXUS_CLUSTER_RUN_DIR=$RUN_DIR
+export PLEXUS_CLUSTER_NODE_IP=$NODE_IP PLEXUS_CLUSTER_BRIDGE=$BRIDGE
+export PLEXUS_CLUSTER_SYSCTLS_BEFORE=$CACHE_DIR/sysctls.before
+
+trap '"$HERE/cluster/down.sh" >/dev/null 2>&1 || true' EXIT
+
+"$HERE/cluster/up.sh" >/dev/null
+phase "cluster-up"
+
+export PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN PLEXUS_KUBECTL=$KUBE_BIN/kubectl PLEXUS_CNI_REF_PLUGINS=$CNI_REF_BIN
+go vet ./...
+rc=0
+go test -count=1 -timeout 30m ./... || rc=$?
+phase "go test ./..."
+unset PLEXUS_TEST_KUBECONFIG
+
+"$HERE/cluster/down.sh"
+PLEXUS_EXPECT_CLUSTER_DOWN=1 go test -count=1 -run TestTeardownLeavesNothing -v ./integration/localcluster | grep -E '^(---|===|ok|FAIL|PASS)|_test.go' || rc=1
+phase "cluster-down and its check"
+[ "$rc" = 0 ] || die "tests failed"
+
+for i in 1 2 3 4 5; do
+	"$HERE/cluster/up.sh" >/dev/null || die "cluster-up failed in cycle $i"
+	"$HERE/cluster/down.sh" || die "cluster-down failed in cycle $i"
+done
+PLEXUS_EXPECT_CLUSTER_DOWN=1 go test -count=1 -run TestTeardownLeavesNothing ./integration/localcluster
+phase "five cluster-up/cluster-down cycles"
+trap - EXIT
