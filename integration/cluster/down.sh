@@ -130,6 +130,14 @@ if [ -f "$STATE_DIR/sysctls.saved" ]; then
 	while IFS= read -r kv; do sysctl -qw "$kv" >/dev/null; done <"$STATE_DIR/sysctls.saved"
 fi
 remove_cgroups
+if [ -f "$STATE_DIR/foreign.before" ]; then
+	for d in $FOREIGN_DIRS; do
+		[ -d "$d" ] || continue
+		find "$d" -mindepth 1 -maxdepth 1 | grep -vxF -f "$STATE_DIR/foreign.before" | xargs -r rm -rf
+		# A directory that did not exist before the cluster goes too.
+		grep -qxF "$d" "$STATE_DIR/foreign.before" || rmdir -p "$d" 2>/dev/null
+	done
+fi
 unmount_under "$RUN_DIR"
 unmount_under "$STATE_DIR"
 

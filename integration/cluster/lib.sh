@@ -61,6 +61,21 @@ wait_for() {
 	done
 }
 
+# Directories the runtime writes to whatever its configuration says: libcni's
+# result cache and containerd's shim sockets. cluster-up lists them first so
+# cluster-down removes exactly what the cluster added.
+FOREIGN_DIRS="/var/lib/cni/results /run/containerd/s"
+
+snapshot_foreign_dirs() {
+	local d
+	for d in $FOREIGN_DIRS; do
+		if [ -d "$d" ]; then
+			echo "$d"
+			find "$d" -mindepth 1 -maxdepth 1
+		fi
+	done >"$STATE_DIR/foreign.before"
+}
+
 save_sysctls() {
 	local k
 	for k in $CLUSTER_SYSCTLS; do
@@ -155,6 +170,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        Root = "$RUN_DIR/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$CNI_BIN_DIR"
     conf_dir = "$CNI_CONF_DIR"

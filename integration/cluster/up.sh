@@ -3,7 +3,7 @@
 # kube-apiserver, kube-controller-manager, kube-scheduler, containerd,
 # kubelet, kube-proxy and CoreDNS. Reuses a healthy running cluster; replaces
 # a broken one; tears down whatever it started if any step fails.
-set -euo pipefail
+set -Eeuo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/env.sh"
 source "$HERE/lib.sh"
@@ -23,9 +23,12 @@ fi
 check_ports
 
 up_complete=false
+failed_at=""
+trap 'failed_at="${BASH_SOURCE[0]##*/}:$LINENO: $BASH_COMMAND"' ERR
 on_exit() {
 	local rc=$?
 	$up_complete && return
+	[ -n "$failed_at" ] && log "failed step: $failed_at"
 	log "cluster-up failed; tearing down what it started"
 	"$HERE/down.sh" --locked >&2 || true
 	exit $((rc == 0 ? 1 : rc))
@@ -37,6 +40,7 @@ mkdir -p "$STATE_DIR" "$LOG_DIR" "$PID_DIR" "$RUN_DIR" "$CNI_BIN_DIR" "$CNI_CONF
 "$HERE/pki.sh"
 write_kubeconfigs
 save_sysctls
+snapshot_foreign_dirs
 ip netns list 2>/dev/null | awk '{print $1}' >"$STATE_DIR/netns.before"
 
 sysctl -qw net.bridge.bridge-nf-call-iptables=1 net.bridge.bridge-nf-call-ip6tables=1

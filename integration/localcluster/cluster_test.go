@@ -116,7 +116,7 @@ func TestServiceByName(t *testing.T) {
 	if want := fmt.Sprintf("resolved %s to %s\n", host, svc.Spec.ClusterIP); !strings.Contains(logs, want) {
 		t.Errorf("client did not resolve the Service name to its ClusterIP; want %q in logs:\n%s", want, logs)
 	}
-	if !regexp.MustCompile(`hello from echo-[a-z0-9]+-[a-z0-9]+ path=/by-name`).MatchString(logs) {
+	if !regexp.MustCompile(`hello from echo-[a-z0-9]+-[a-z0-9]+ port=8080 path=/by-name`).MatchString(logs) {
 		t.Errorf("client got no answer from an echo replica; logs:\n%s", logs)
 	}
 

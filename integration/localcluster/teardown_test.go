@@ -107,6 +107,21 @@ func TestTeardownLeavesNothing(t *testing.T) {
 			}
 		}
 	})
+	t.Run("runtime leftovers", func(t *testing.T) {
+		// libcni caches one result per sandbox and network; containerd keeps
+		// shim sockets in a fixed directory. None of ours may outlive the cluster.
+		results, _ := filepath.Glob("/var/lib/cni/results/*")
+		for _, r := range results {
+			base := filepath.Base(r)
+			if strings.HasPrefix(base, "plexus-local-") || strings.HasPrefix(base, "cni-loopback-") {
+				t.Errorf("libcni result cache left: %s", r)
+			}
+		}
+		sockets, _ := filepath.Glob("/run/containerd/s/*")
+		for _, s := range sockets {
+			t.Errorf("containerd shim socket left: %s", s)
+		}
+	})
 	t.Run("sysctls", func(t *testing.T) {
 		before, err := os.ReadFile(e.sysctlsBefore)
 		if err != nil {

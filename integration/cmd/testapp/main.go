@@ -20,23 +20,27 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: testapp serve [ADDR] | testapp get URL | testapp lookup NAME...")
+		fmt.Fprintln(os.Stderr, "usage: testapp serve [ADDR...] | testapp get URL... | testapp lookup NAME...")
 		os.Exit(2)
 	}
 	var err error
 	switch os.Args[1] {
 	case "serve":
-		addr := ":8080"
-		if len(os.Args) > 2 {
-			addr = os.Args[2]
+		addrs := os.Args[2:]
+		if len(addrs) == 0 {
+			addrs = []string{":8080"}
 		}
-		err = serve(addr)
+		err = serve(addrs)
 	case "get":
-		if len(os.Args) != 3 {
-			err = errors.New("usage: testapp get URL")
+		if len(os.Args) < 3 {
+			err = errors.New("usage: testapp get URL...")
 			break
 		}
-		err = get(os.Args[2])
+		for _, u := range os.Args[2:] {
+			if err = get(u); err != nil {
+				break
+			}
+		}
 	case "lookup":
 		err = lookup(os.Args[2:])
 	default:
@@ -48,28 +52,47 @@ func main() {
 	}
 }
 
-func serve(addr string) error {
+// serve answers on every address with the host name and the local port
+// that accepted the connection, which tells a test whether a connection was
+// redirected to another port.
+func serve(addrs []string) error {
 	host, _ := os.Hostname()
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Printf("%s %s from %s\n", r.Method, r.URL.Path, r.RemoteAddr)
-		fmt.Fprintf(w, "hello from %s path=%s\n", host, r.URL.Path)
+		port := "?"
+		if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+			_, port, _ = net.SplitHostPort(local.String())
+		}
+		fmt.Printf("%s %s from %s on port %s\n", r.Method, r.URL.Path, r.RemoteAddr, port)
+		fmt.Fprintf(w, "hello from %s port=%s path=%s\n", host, port, r.URL.Path)
 	})
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(shutdown)
-	}()
-	fmt.Printf("serving on %s as %s\n", addr, host)
-	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
-		return err
+	errs := make(chan error, len(addrs))
+	for _, addr := range addrs {
+		srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			<-ctx.Done()
+			shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			srv.Shutdown(shutdown)
+		}()
+		go func() {
+			fmt.Printf("serving on %s as %s\n", addr, host)
+			if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+				errs <- fmt.Errorf("serving on %s: %w", addr, err)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for range addrs {
+		if err := <-errs; err != nil {
+			return err
+		}
 	}
 	return nil
 }
