@@ -1,0 +1,144 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/plexus-mesh/plexus/cni-plugin/rules"
+	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
+)
+
+// NetnsTables applies, removes and reads our rules inside a pod's network
+// namespace. The calling thread switches into the namespace (pkg/ns), and
+// the iptables binaries it starts inherit that namespace.
+type NetnsTables struct {
+	Mode     xtables.Mode
+	LockWait time.Duration
+	Log      *slog.Logger
+}
+
+// ErrNetnsGone is returned when the network namespace no longer exists.
+var ErrNetnsGone = errors.New("network namespace is gone")
+
+func (t NetnsTables) runner(fam rules.Family) (*xtables.Runner, error) {
+	return xtables.New(xtables.Config{Family: fam, Mode: t.Mode, LockWait: t.LockWait})
+}
+
+func (t NetnsTables) in(netns string, fn func() error) error {
+	err := ns.WithNetNSPath(netns, func(ns.NetNS) error { return fn() })
+	var notExist ns.NSPathNotExistErr
+	var notNS ns.NSPathNotNSErr
+	if errors.As(err, &notExist) || errors.As(err, &notNS) {
+		return fmt.Errorf("%s: %w", netns, ErrNetnsGone)
+	}
+	return err
+}
+
+// Apply installs every rule set, all or nothing: each family is one
+// iptables-restore transaction, and if a later family fails the earlier ones
+// are removed again.
+func (t NetnsTables) Apply(ctx context.Context, netns string, sets []rules.RuleSet) error {
+	return t.in(netns, func() error {
+		var done []*xtables.Runner
+		for _, rs := range sets {
+			r, err := t.applyOne(ctx, rs)
+			if err == nil {
+				done = append(done, r)
+				continue
+			}
+			for _, r := range done {
+				if rerr := removeWith(ctx, r); rerr != nil {
+					t.Log.Error("rolling back rules after a failed apply", "error", rerr)
+				}
+			}
+			return err
+		}
+		return nil
+	})
+}
+
+func (t NetnsTables) applyOne(ctx context.Context, rs rules.RuleSet) (*xtables.Runner, error) {
+	r, err := t.runner(rs.Family)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", rs.Family, err)
+	}
+	st, err := readState(ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", rs.Family, err)
+	}
+	script := rules.RenderApply(rs, st)
+	t.Log.Debug("applying rules", "family", rs.Family.String(), "backend", r.Backend(), "script", script)
+	if err := r.Restore(ctx, script); err != nil {
+		return nil, fmt.Errorf("%s: applying rules: %w", rs.Family, err)
+	}
+	return r, nil
+}
+
+// Remove deletes our hooks and chains for both families. IPv6 failures
+// (e.g. IPv6 disabled in the pod) are logged, not returned.
+func (t NetnsTables) Remove(ctx context.Context, netns string) error {
+	return t.in(netns, func() error {
+		for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
+			r, err := t.runner(fam)
+			if err == nil {
+				err = removeWith(ctx, r)
+			}
+			if err != nil {
+				if fam == rules.IPv6 {
+					t.Log.Warn("could not clean IPv6 rules", "error", err)
+					continue
+				}
+				return fmt.Errorf("%s: %w", fam, err)
+			}
+		}
+		return nil
+	})
+}
+
+// Current reads our chains and hooks for each family.
+func (t NetnsTables) Current(ctx context.Context, netns string, fams []rules.Family) (map[rules.Family]rules.State, error) {
+	out := map[rules.Family]rules.State{}
+	err := t.in(netns, func() error {
+		for _, fam := range fams {
+			r, err := t.runner(fam)
+			if err != nil {
+				return fmt.Errorf("%s: %w", fam, err)
+			}
+			st, err := readState(ctx, r)
+			if err != nil {
+				return fmt.Errorf("%s: %w", fam, err)
+			}
+			out[fam] = st
+		}
+		return nil
+	})
+	return out, err
+}
+
+func readState(ctx context.Context, r *xtables.Runner) (rules.State, error) {
+	saved, err := r.Save(ctx)
+	if err != nil {
+		return rules.State{}, err
+	}
+	return rules.ParseSave(saved)
+}
+
+func removeWith(ctx context.Context, r *xtables.Runner) error {
+	st, err := readState(ctx, r)
+	if err != nil {
+		return err
+	}
+	script := rules.RenderDelete(st)
+	if script == "" {
+		return nil
+	}
+	if err := r.Restore(ctx, script); err != nil {
+		return fmt.Errorf("removing rules: %w", err)
+	}
+	return nil
+}
