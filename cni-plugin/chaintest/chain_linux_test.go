@@ -105,22 +105,22 @@ func TestChain(t *testing.T) {
 	ap := func(a netip.Addr, port uint16) netip.AddrPort { return netip.AddrPortFrom(a, port) }
 	none := netip.AddrPort{}
 
-	t.Run("non-meshed pod has no rules", func(t *testing.T) { noPlexusRules(t, server, e.dualStack) })
+	// Every "is not redirected" case below is only meaningful if the rules
+	// exist, so this is checked first and stops the test.
+	out := natSave(t, web.ns, false)
+	for _, want := range []string{":PLEXUS_INBOUND", ":PLEXUS_OUTPUT", "-j PLEXUS_INBOUND", "-j PLEXUS_OUTPUT", "--to-ports 4140", "--to-ports 4143"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("the meshed pod's IPv4 nat table lacks %q:\n%s", want, out)
+		}
+	}
+	if e.dualStack {
+		out6 := natSave(t, web.ns, true)
+		if !strings.Contains(out6, "-d "+skippedDst6+"/128") || !strings.Contains(out6, "--to-ports 4140") || strings.Contains(out6, skippedDst) {
+			t.Fatalf("the meshed pod's IPv6 nat table has the wrong rules:\n%s", out6)
+		}
+	}
 
-	t.Run("meshed pod has rules for each family", func(t *testing.T) {
-		out := natSave(t, web.ns, false)
-		for _, want := range []string{":PLEXUS_INBOUND", ":PLEXUS_OUTPUT", "-j PLEXUS_INBOUND", "-j PLEXUS_OUTPUT", "--to-ports 4140", "--to-ports 4143"} {
-			if !strings.Contains(out, want) {
-				t.Errorf("IPv4 nat table lacks %q:\n%s", want, out)
-			}
-		}
-		if e.dualStack {
-			out6 := natSave(t, web.ns, true)
-			if !strings.Contains(out6, "-d "+skippedDst6+"/128") || strings.Contains(out6, skippedDst) {
-				t.Errorf("IPv6 nat table has the wrong rules:\n%s", out6)
-			}
-		}
-	})
+	t.Run("non-meshed pod has no rules", func(t *testing.T) { noPlexusRules(t, server, e.dualStack) })
 
 	t.Run("outbound is redirected to 4140 with the original destination", func(t *testing.T) {
 		dst := ap(server.v4, 8080)
@@ -184,6 +184,19 @@ func TestChain(t *testing.T) {
 		}
 		if err := e.check(server); err != nil {
 			t.Fatalf("CHECK non-meshed pod: %v", err)
+		}
+	})
+	t.Run("a repeated ADD replaces the rules without duplicates", func(t *testing.T) {
+		before := natSave(t, web.ns, false)
+		if _, err := e.plexusOnly(web, "ADD", func() {}); err != nil {
+			t.Fatalf("second ADD: %v", err)
+		}
+		after := natSave(t, web.ns, false)
+		if n := strings.Count(after, "plexus/"); n != strings.Count(before, "plexus/") {
+			t.Fatalf("rule count changed from %d to %d:\n%s", strings.Count(before, "plexus/"), n, after)
+		}
+		if err := e.check(web); err != nil {
+			t.Fatalf("CHECK after a repeated ADD: %v", err)
 		}
 	})
 	t.Run("CHECK fails after a rule is deleted by hand", func(t *testing.T) {

@@ -160,7 +160,11 @@ func newEnv(t testing.TB, extraPlexus map[string]any) *env {
 		t.Fatalf("creating test namespace: %v", err)
 	}
 	t.Cleanup(func() {
-		_ = e.kube.CoreV1().Namespaces().Delete(context.Background(), e.namespace, metav1.DeleteOptions{})
+		// No kubelet runs these pods, so delete them without a grace period.
+		ctx := context.Background()
+		zero := int64(0)
+		_ = e.kube.CoreV1().Pods(e.namespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+		_ = e.kube.CoreV1().Namespaces().Delete(ctx, e.namespace, metav1.DeleteOptions{})
 	})
 	fwdAddr := e.forwardAPI(rc.Host)
 	kc := filepath.Join(tmp, "plexus-cni.kubeconfig")

@@ -30,6 +30,7 @@ type pod struct {
 	rt   *libcni.RuntimeConf
 	v4   netip.Addr
 	v6   netip.Addr
+	res  types.Result // the chain's result
 }
 
 // addPod creates the netns, runs loopback and then the given list.
@@ -52,6 +53,7 @@ func (e *env) addPod(name string, list *libcni.NetworkConfigList) (*pod, error) 
 	if err != nil {
 		return p, err
 	}
+	p.res = res
 	r, err := current.NewResultFromResult(res)
 	if err != nil {
 		return p, err

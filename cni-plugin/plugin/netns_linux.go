@@ -25,8 +25,8 @@ type NetnsTables struct {
 // ErrNetnsGone is returned when the network namespace no longer exists.
 var ErrNetnsGone = errors.New("network namespace is gone")
 
-func (t NetnsTables) runner(fam rules.Family) (*xtables.Runner, error) {
-	return xtables.New(xtables.Config{Family: fam, Mode: t.Mode, LockWait: t.LockWait})
+func (t NetnsTables) tools() (*xtables.Tools, error) {
+	return xtables.Detect(t.Mode, t.LockWait)
 }
 
 func (t NetnsTables) in(netns string, fn func() error) error {
@@ -43,10 +43,17 @@ func (t NetnsTables) in(netns string, fn func() error) error {
 // iptables-restore transaction, and if a later family fails the earlier ones
 // are removed again.
 func (t NetnsTables) Apply(ctx context.Context, netns string, sets []rules.RuleSet) error {
+	tools, err := t.tools()
+	if err != nil {
+		return err
+	}
 	return t.in(netns, func() error {
 		var done []*xtables.Runner
 		for _, rs := range sets {
-			r, err := t.applyOne(ctx, rs)
+			r, err := tools.For(rs.Family)
+			if err == nil {
+				err = t.applyOne(ctx, r, rs)
+			}
 			if err == nil {
 				done = append(done, r)
 				continue
@@ -56,35 +63,46 @@ func (t NetnsTables) Apply(ctx context.Context, netns string, sets []rules.RuleS
 					t.Log.Error("rolling back rules after a failed apply", "error", rerr)
 				}
 			}
-			return err
+			return fmt.Errorf("%s: %w", rs.Family, err)
 		}
 		return nil
 	})
 }
 
-func (t NetnsTables) applyOne(ctx context.Context, rs rules.RuleSet) (*xtables.Runner, error) {
-	r, err := t.runner(rs.Family)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", rs.Family, err)
+// applyOne first tries the create-only script, which needs no
+// iptables-save and succeeds in a fresh pod; if our chains already exist
+// (a repeated ADD) it replaces them based on the saved state.
+func (t NetnsTables) applyOne(ctx context.Context, r *xtables.Runner, rs rules.RuleSet) error {
+	script := rules.RenderCreate(rs)
+	t.Log.Debug("applying rules", "family", rs.Family.String(), "backend", r.Backend(), "script", script)
+	createErr := r.Restore(ctx, script)
+	if createErr == nil {
+		return nil
 	}
 	st, err := readState(ctx, r)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", rs.Family, err)
+		return fmt.Errorf("applying rules: %w (and reading the table: %w)", createErr, err)
 	}
-	script := rules.RenderApply(rs, st)
-	t.Log.Debug("applying rules", "family", rs.Family.String(), "backend", r.Backend(), "script", script)
-	if err := r.Restore(ctx, script); err != nil {
-		return nil, fmt.Errorf("%s: applying rules: %w", rs.Family, err)
+	if st.Empty() {
+		return fmt.Errorf("applying rules: %w", createErr)
 	}
-	return r, nil
+	t.Log.Info("our chains exist already; replacing them", "family", rs.Family.String())
+	if err := r.Restore(ctx, rules.RenderApply(rs, st)); err != nil {
+		return fmt.Errorf("replacing rules: %w", err)
+	}
+	return nil
 }
 
 // Remove deletes our hooks and chains for both families. IPv6 failures
 // (e.g. IPv6 disabled in the pod) are logged, not returned.
 func (t NetnsTables) Remove(ctx context.Context, netns string) error {
+	tools, err := t.tools()
+	if err != nil {
+		return err
+	}
 	return t.in(netns, func() error {
 		for _, fam := range []rules.Family{rules.IPv4, rules.IPv6} {
-			r, err := t.runner(fam)
+			r, err := tools.For(fam)
 			if err == nil {
 				err = removeWith(ctx, r)
 			}
@@ -102,10 +120,14 @@ func (t NetnsTables) Remove(ctx context.Context, netns string) error {
 
 // Current reads our chains and hooks for each family.
 func (t NetnsTables) Current(ctx context.Context, netns string, fams []rules.Family) (map[rules.Family]rules.State, error) {
+	tools, err := t.tools()
+	if err != nil {
+		return nil, err
+	}
 	out := map[rules.Family]rules.State{}
-	err := t.in(netns, func() error {
+	err = t.in(netns, func() error {
 		for _, fam := range fams {
-			r, err := t.runner(fam)
+			r, err := tools.For(fam)
 			if err != nil {
 				return fmt.Errorf("%s: %w", fam, err)
 			}

@@ -27,6 +27,13 @@ import (
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 )
 
+// fakeGetter reads pods from the fake clientset.
+type fakeGetter struct{ c *fake.Clientset }
+
+func (g fakeGetter) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	return g.c.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
 // fakeTables records what the plugin asks of the network namespace.
 type fakeTables struct {
 	applied  [][]rules.RuleSet
@@ -63,7 +70,7 @@ func newHarness(t *testing.T, objs ...runtime.Object) *harness {
 	h.p = &Plugin{
 		Stdout: h.out,
 		Retry:  Retry{Attempts: 3, PerAttempt: time.Second, Backoff: time.Millisecond},
-		Pods:   func(*NetConf) (PodGetter, error) { return ClientPodGetter{Pods: h.client.CoreV1()}, nil },
+		Pods:   func(*NetConf) (PodGetter, error) { return fakeGetter{h.client}, nil },
 		Tables: func(*NetConf, *slog.Logger) Tables { return h.tables },
 	}
 	return h

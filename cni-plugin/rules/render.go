@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"fmt"
 	"strings"
 )
 
@@ -10,14 +11,27 @@ import (
 // so applying twice leaves exactly one copy. Hooks are inserted first in
 // their built-in chain so no other rule in the pod can pre-empt them.
 func RenderApply(rs RuleSet, current State) string {
+	return render(rs, current.Hooks, ":%s - [0:0]\n")
+}
+
+// RenderCreate renders restore input (for --noflush) that installs rs only
+// into a table holding none of our chains: it creates them with -N, so the
+// whole transaction fails, changing nothing, if one already exists. A fresh
+// pod thus needs no iptables-save; on failure use RenderApply with the
+// saved state.
+func RenderCreate(rs RuleSet) string {
+	return render(rs, nil, "-N %s\n")
+}
+
+func render(rs RuleSet, deleteHooks []string, declare string) string {
 	var b strings.Builder
 	b.WriteString("*nat\n")
-	for _, line := range current.Hooks {
+	for _, line := range deleteHooks {
 		b.WriteString(deleteLine(line))
 		b.WriteByte('\n')
 	}
 	for _, c := range Chains() {
-		b.WriteString(":" + c + " - [0:0]\n")
+		fmt.Fprintf(&b, declare, c)
 	}
 	for _, r := range rs.Rules {
 		b.WriteString(r.Line())

@@ -89,6 +89,10 @@ func TestRenderGolden(t *testing.T) {
 				}
 			}
 			golden(t, tc.name+".restore", RenderApply(rs, State{}))
+			create := RenderCreate(rs)
+			if want := strings.NewReplacer(":PLEXUS_INBOUND - [0:0]", "-N PLEXUS_INBOUND", ":PLEXUS_OUTPUT - [0:0]", "-N PLEXUS_OUTPUT").Replace(RenderApply(rs, State{})); create != want {
+				t.Errorf("RenderCreate differs from RenderApply other than in -N:\n%s", create)
+			}
 		})
 	}
 }
