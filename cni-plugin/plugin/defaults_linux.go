@@ -23,7 +23,7 @@ func New(stdout io.Writer) *Plugin {
 			return NewKubeconfigPodGetter(conf.Kubeconfig, DefaultRetry.PerAttempt)
 		},
 		Tables: func(conf *NetConf, log *slog.Logger) Tables {
-			return NetnsTables{Mode: conf.Mode(), LockWait: LockWait, Log: log}
+			return NewNetnsTables(conf.Mode(), LockWait, log)
 		},
 	}
 }

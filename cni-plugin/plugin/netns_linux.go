@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -17,19 +18,29 @@ import (
 // namespace. The calling thread switches into the namespace (pkg/ns), and
 // the iptables binaries it starts inherit that namespace.
 type NetnsTables struct {
-	Mode     xtables.Mode
-	LockWait time.Duration
-	Log      *slog.Logger
+	log    *slog.Logger
+	detect func() (*xtables.Tools, error)
 }
+
+// NewNetnsTables returns tables for the given backend; the binaries are
+// detected once, on first use or in the background after Prepare.
+func NewNetnsTables(mode xtables.Mode, lockWait time.Duration, log *slog.Logger) *NetnsTables {
+	return &NetnsTables{
+		log:    log,
+		detect: sync.OnceValues(func() (*xtables.Tools, error) { return xtables.Detect(mode, lockWait) }),
+	}
+}
+
+// Prepare starts detecting the iptables binaries in the background, so the
+// probe overlaps with the pod lookup.
+func (t *NetnsTables) Prepare() { go func() { _, _ = t.detect() }() }
 
 // ErrNetnsGone is returned when the network namespace no longer exists.
 var ErrNetnsGone = errors.New("network namespace is gone")
 
-func (t NetnsTables) tools() (*xtables.Tools, error) {
-	return xtables.Detect(t.Mode, t.LockWait)
-}
+func (t *NetnsTables) tools() (*xtables.Tools, error) { return t.detect() }
 
-func (t NetnsTables) in(netns string, fn func() error) error {
+func (t *NetnsTables) in(netns string, fn func() error) error {
 	err := ns.WithNetNSPath(netns, func(ns.NetNS) error { return fn() })
 	var notExist ns.NSPathNotExistErr
 	var notNS ns.NSPathNotNSErr
@@ -40,42 +51,62 @@ func (t NetnsTables) in(netns string, fn func() error) error {
 }
 
 // Apply installs every rule set, all or nothing: each family is one
-// iptables-restore transaction, and if a later family fails the earlier ones
-// are removed again.
-func (t NetnsTables) Apply(ctx context.Context, netns string, sets []rules.RuleSet) error {
+// iptables-restore transaction, the families are applied concurrently (each
+// from its own thread in the namespace), and if one fails the others are
+// removed again.
+func (t *NetnsTables) Apply(ctx context.Context, netns string, sets []rules.RuleSet) error {
+	start := time.Now()
 	tools, err := t.tools()
 	if err != nil {
 		return err
 	}
-	return t.in(netns, func() error {
-		var done []*xtables.Runner
-		for _, rs := range sets {
-			r, err := tools.For(rs.Family)
-			if err == nil {
-				err = t.applyOne(ctx, r, rs)
-			}
-			if err == nil {
-				done = append(done, r)
+	t.log.Debug("iptables tools ready", "wait_ms", ms(time.Since(start)))
+	errs := make([]error, len(sets))
+	var wg sync.WaitGroup
+	for i, rs := range sets {
+		wg.Go(func() {
+			errs[i] = t.in(netns, func() error {
+				r, err := tools.For(rs.Family)
+				if err == nil {
+					err = t.applyOne(ctx, r, rs)
+				}
+				if err != nil {
+					return fmt.Errorf("%s: %w", rs.Family, err)
+				}
+				return nil
+			})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for i, rs := range sets {
+			if errs[i] != nil {
 				continue
 			}
-			for _, r := range done {
-				if rerr := removeWith(ctx, r); rerr != nil {
-					t.Log.Error("rolling back rules after a failed apply", "error", rerr)
+			rerr := t.in(netns, func() error {
+				r, err := tools.For(rs.Family)
+				if err == nil {
+					err = removeWith(ctx, r)
 				}
+				return err
+			})
+			if rerr != nil {
+				t.log.Error("rolling back rules after a failed apply", "family", rs.Family.String(), "error", rerr)
 			}
-			return fmt.Errorf("%s: %w", rs.Family, err)
 		}
-		return nil
-	})
+		return err
+	}
+	return nil
 }
 
 // applyOne first tries the create-only script, which needs no
 // iptables-save and succeeds in a fresh pod; if our chains already exist
 // (a repeated ADD) it replaces them based on the saved state.
-func (t NetnsTables) applyOne(ctx context.Context, r *xtables.Runner, rs rules.RuleSet) error {
+func (t *NetnsTables) applyOne(ctx context.Context, r *xtables.Runner, rs rules.RuleSet) error {
 	script := rules.RenderCreate(rs)
-	t.Log.Debug("applying rules", "family", rs.Family.String(), "backend", r.Backend(), "script", script)
+	start := time.Now()
 	createErr := r.Restore(ctx, script)
+	t.log.Debug("applied rules", "family", rs.Family.String(), "backend", r.Backend(), "restore_ms", ms(time.Since(start)), "error", createErr, "script", script)
 	if createErr == nil {
 		return nil
 	}
@@ -86,7 +117,7 @@ func (t NetnsTables) applyOne(ctx context.Context, r *xtables.Runner, rs rules.R
 	if st.Empty() {
 		return fmt.Errorf("applying rules: %w", createErr)
 	}
-	t.Log.Info("our chains exist already; replacing them", "family", rs.Family.String())
+	t.log.Info("our chains exist already; replacing them", "family", rs.Family.String())
 	if err := r.Restore(ctx, rules.RenderApply(rs, st)); err != nil {
 		return fmt.Errorf("replacing rules: %w", err)
 	}
@@ -95,7 +126,7 @@ func (t NetnsTables) applyOne(ctx context.Context, r *xtables.Runner, rs rules.R
 
 // Remove deletes our hooks and chains for both families. IPv6 failures
 // (e.g. IPv6 disabled in the pod) are logged, not returned.
-func (t NetnsTables) Remove(ctx context.Context, netns string) error {
+func (t *NetnsTables) Remove(ctx context.Context, netns string) error {
 	tools, err := t.tools()
 	if err != nil {
 		return err
@@ -108,7 +139,7 @@ func (t NetnsTables) Remove(ctx context.Context, netns string) error {
 			}
 			if err != nil {
 				if fam == rules.IPv6 {
-					t.Log.Warn("could not clean IPv6 rules", "error", err)
+					t.log.Warn("could not clean IPv6 rules", "error", err)
 					continue
 				}
 				return fmt.Errorf("%s: %w", fam, err)
@@ -119,7 +150,7 @@ func (t NetnsTables) Remove(ctx context.Context, netns string) error {
 }
 
 // Current reads our chains and hooks for each family.
-func (t NetnsTables) Current(ctx context.Context, netns string, fams []rules.Family) (map[rules.Family]rules.State, error) {
+func (t *NetnsTables) Current(ctx context.Context, netns string, fams []rules.Family) (map[rules.Family]rules.State, error) {
 	tools, err := t.tools()
 	if err != nil {
 		return nil, err

@@ -191,7 +191,12 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return types.NewError(types.ErrInvalidNetworkConfig, "plexus-cni: no prevResult; it must be chained after a primary plugin", "")
 	}
 	ctx := context.Background()
+	tables := p.Tables(conf, log)
+	if pr, ok := tables.(interface{ Prepare() }); ok {
+		pr.Prepare() // overlap the iptables probe with the pod lookup
+	}
 	d, cerr := p.Decide(ctx, conf, args.Args)
+	decided := time.Since(start)
 	if cerr != nil {
 		log.Error("ADD failed", "args", args.Args, "error", cerr)
 		return cerr
@@ -205,7 +210,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		if err != nil {
 			return cniErr(types.ErrInternal, "plexus-cni: building rules", err)
 		}
-		if err := p.Tables(conf, log).Apply(ctx, args.Netns, sets); err != nil {
+		if err := tables.Apply(ctx, args.Netns, sets); err != nil {
 			code := ErrCodeRules
 			if errors.Is(err, ErrNetnsGone) {
 				code = types.ErrInvalidNetNS
@@ -214,7 +219,8 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 			return cniErr(code, "plexus-cni: installing redirect rules in "+args.Netns, err)
 		}
 	}
-	log.Info("ADD done", "mesh", d.Mesh, "reason", d.Reason, "args", args.Args, "elapsed", time.Since(start))
+	log.Info("ADD done", "mesh", d.Mesh, "reason", d.Reason, "args", args.Args,
+		"decide_ms", ms(decided), "elapsed_ms", ms(time.Since(start)))
 	if _, err := p.Stdout.Write(conf.rawPrevResult); err != nil {
 		return cniErr(types.ErrIOFailure, "plexus-cni: writing result", err)
 	}
@@ -319,6 +325,8 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 // GC has nothing to collect: all our state lives in pod network namespaces,
 // which disappear with their pods.
 func (p *Plugin) GC(*skel.CmdArgs) error { return nil }
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
 
 // PluginInfo is what VERSION reports.
 func PluginInfo() version.PluginInfo { return version.PluginSupports(SupportedVersions...) }

@@ -54,6 +54,8 @@ func NewKubeconfigPodGetter(kubeconfig string, timeout time.Duration) (PodGetter
 	cfg.Timeout = timeout
 	cfg.QPS = -1
 	cfg.UserAgent = "plexus-cni"
+	// One request per process: HTTP/1.1 avoids the HTTP/2 connection preface.
+	cfg.TLSClientConfig.NextProtos = []string{"http/1.1"}
 	cfg.APIPath = "/api"
 	cfg.GroupVersion = &corev1.SchemeGroupVersion
 	cfg.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
