@@ -1,0 +1,332 @@
+// Package plugin implements the plexus-cni chained CNI plugin: it decides
+// whether a pod is meshed and installs, checks or removes its redirect rules
+// in the pod's network namespace.
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
+	"github.com/plexus-mesh/plexus/cni-plugin/rules"
+)
+
+// Plugin-specific CNI error codes (the spec reserves 0-99).
+const (
+	ErrCodeBadAnnotation uint = 100 // a config.plexus.dev/* annotation is malformed
+	ErrCodeAPI           uint = 101 // the pod GET failed for a non-transient reason
+	ErrCodeRules         uint = 102 // iptables could not be read or written
+	ErrCodeCheck         uint = 103 // CHECK found rules that differ from the expected ones
+)
+
+// SupportedVersions are the CNI spec versions plexus-cni speaks.
+var SupportedVersions = []string{"0.4.0", "1.0.0", "1.1.0"}
+
+// Tables reads and writes our rules in a network namespace.
+type Tables interface {
+	Apply(ctx context.Context, netns string, sets []rules.RuleSet) error
+	Remove(ctx context.Context, netns string) error
+	Current(ctx context.Context, netns string, fams []rules.Family) (map[rules.Family]rules.State, error)
+}
+
+// Plugin holds the injected dependencies of one invocation.
+type Plugin struct {
+	Stdout io.Writer
+	Retry  Retry
+	// NewLog builds the logger from the config; the func closes it.
+	NewLog func(conf *NetConf) (*slog.Logger, func())
+	// Pods builds the pod getter; called only when a lookup is needed.
+	Pods func(conf *NetConf) (PodGetter, error)
+	// Tables builds the rule applier for the configured backend.
+	Tables func(conf *NetConf, log *slog.Logger) Tables
+}
+
+func (p *Plugin) logger(conf *NetConf, cmd string, args *skel.CmdArgs) (*slog.Logger, func()) {
+	if p.NewLog == nil {
+		return slog.New(slog.DiscardHandler), func() {}
+	}
+	log, done := p.NewLog(conf)
+	return log.With("cmd", cmd, "container", args.ContainerID, "netns", args.Netns), done
+}
+
+// Funcs returns the skel callbacks.
+func (p *Plugin) Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{Add: p.Add, Del: p.Del, Check: p.Check, Status: p.Status, GC: p.GC}
+}
+
+// k8sArgs are the CNI_ARGS the kubelet's runtime passes.
+type k8sArgs struct {
+	types.CommonArgs
+	K8S_POD_NAMESPACE          types.UnmarshallableString //nolint:revive // CNI_ARGS names
+	K8S_POD_NAME               types.UnmarshallableString //nolint:revive
+	K8S_POD_INFRA_CONTAINER_ID types.UnmarshallableString //nolint:revive
+	K8S_POD_UID                types.UnmarshallableString //nolint:revive
+}
+
+// Decision says what to do with a pod and why.
+type Decision struct {
+	Mesh   bool
+	Reason string
+	Config podconfig.Config // set when Mesh
+}
+
+func cniErr(code uint, msg string, err error) *types.Error {
+	if err == nil {
+		return types.NewError(code, msg, "")
+	}
+	return types.NewError(code, msg+": "+err.Error(), "")
+}
+
+func (p *Plugin) load(args *skel.CmdArgs, validate bool) (*NetConf, *types.Error) {
+	conf, err := ParseConf(args.StdinData)
+	if err != nil {
+		return nil, cniErr(types.ErrDecodingFailure, "plexus-cni: invalid plugin config", err)
+	}
+	if validate {
+		if err := conf.Validate(); err != nil {
+			return nil, cniErr(types.ErrInvalidNetworkConfig, "plexus-cni: invalid plugin config", err)
+		}
+	}
+	return conf, nil
+}
+
+// Decide determines whether the pod named in CNI_ARGS is meshed. Pods that
+// are not Kubernetes pods, pods in excluded namespaces and node agent pods
+// are decided without any API call; otherwise the pod is read with one GET.
+func (p *Plugin) Decide(ctx context.Context, conf *NetConf, cniArgs string) (Decision, *types.Error) {
+	var ka k8sArgs
+	ka.IgnoreUnknown = true
+	if err := types.LoadArgs(cniArgs, &ka); err != nil {
+		return Decision{}, cniErr(types.ErrInvalidEnvironmentVariables, "plexus-cni: parsing CNI_ARGS", err)
+	}
+	namespace, name := string(ka.K8S_POD_NAMESPACE), string(ka.K8S_POD_NAME)
+	switch {
+	case namespace == "" || name == "":
+		return Decision{Reason: "not a Kubernetes pod (no K8S_POD_NAMESPACE/K8S_POD_NAME in CNI_ARGS)"}, nil
+	case slices.Contains(conf.Excluded(), namespace):
+		return Decision{Reason: fmt.Sprintf("namespace %s is in exclude_namespaces", namespace)}, nil
+	case namespace == NodeAgentNamespace && strings.HasPrefix(name, NodeAgentPodPrefix):
+		return Decision{Reason: "pod is the plexus node agent"}, nil
+	}
+	getter, err := p.Pods(conf)
+	if err != nil {
+		return Decision{}, cniErr(types.ErrPluginNotAvailable, "plexus-cni: cannot reach the Kubernetes API", err)
+	}
+	pod, err := getPod(ctx, getter, p.Retry, namespace, name)
+	if err != nil {
+		code := ErrCodeAPI
+		if transient(err) {
+			code = types.ErrTryAgainLater
+		}
+		return Decision{}, cniErr(code, "plexus-cni: reading the pod from the Kubernetes API failed", err)
+	}
+	if !isMeshed(pod) {
+		return Decision{Reason: "pod has no " + ProxyContainerName + " container"}, nil
+	}
+	base, err := conf.PodBase()
+	if err != nil {
+		return Decision{}, cniErr(types.ErrInvalidNetworkConfig, "plexus-cni: invalid plugin config", err)
+	}
+	cfg, err := podconfig.FromAnnotations(base, pod.Annotations)
+	if err != nil {
+		return Decision{}, cniErr(ErrCodeBadAnnotation, fmt.Sprintf("plexus-cni: pod %s/%s", namespace, name), err)
+	}
+	return Decision{Mesh: true, Reason: "pod has a " + ProxyContainerName + " container", Config: cfg}, nil
+}
+
+// families are the IP families to write rules for: IPv4 always, IPv6 when
+// the primary plugin gave the pod an IPv6 address.
+func families(prev types.Result) ([]rules.Family, error) {
+	fams := []rules.Family{rules.IPv4}
+	if prev == nil {
+		return fams, nil
+	}
+	res, err := current.NewResultFromResult(prev)
+	if err != nil {
+		return nil, fmt.Errorf("converting prevResult: %w", err)
+	}
+	for _, ip := range res.IPs {
+		if ip.Address.IP.To4() == nil && len(ip.Address.IP) == net.IPv6len {
+			return append(fams, rules.IPv6), nil
+		}
+	}
+	return fams, nil
+}
+
+func buildSets(cfg podconfig.Config, fams []rules.Family) ([]rules.RuleSet, error) {
+	sets := make([]rules.RuleSet, 0, len(fams))
+	for _, f := range fams {
+		rs, err := rules.Build(cfg, f)
+		if err != nil {
+			return nil, err
+		}
+		sets = append(sets, rs)
+	}
+	return sets, nil
+}
+
+// Add installs the redirect rules for a meshed pod and passes prevResult
+// through unchanged.
+func (p *Plugin) Add(args *skel.CmdArgs) error {
+	start := time.Now()
+	conf, cerr := p.load(args, true)
+	if cerr != nil {
+		return cerr
+	}
+	log, done := p.logger(conf, "ADD", args)
+	defer done()
+	if conf.PrevResult == nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, "plexus-cni: no prevResult; it must be chained after a primary plugin", "")
+	}
+	ctx := context.Background()
+	tables := p.Tables(conf, log)
+	if pr, ok := tables.(interface{ Prepare() }); ok {
+		pr.Prepare() // overlap the iptables probe with the pod lookup
+	}
+	d, cerr := p.Decide(ctx, conf, args.Args)
+	decided := time.Since(start)
+	if cerr != nil {
+		log.Error("ADD failed", "args", args.Args, "error", cerr)
+		return cerr
+	}
+	if d.Mesh {
+		fams, err := families(conf.PrevResult)
+		if err != nil {
+			return cniErr(types.ErrDecodingFailure, "plexus-cni", err)
+		}
+		sets, err := buildSets(d.Config, fams)
+		if err != nil {
+			return cniErr(types.ErrInternal, "plexus-cni: building rules", err)
+		}
+		if err := tables.Apply(ctx, args.Netns, sets); err != nil {
+			code := ErrCodeRules
+			if errors.Is(err, ErrNetnsGone) {
+				code = types.ErrInvalidNetNS
+			}
+			log.Error("ADD failed", "error", err)
+			return cniErr(code, "plexus-cni: installing redirect rules in "+args.Netns, err)
+		}
+	}
+	log.Info("ADD done", "mesh", d.Mesh, "reason", d.Reason, "args", args.Args,
+		"decide_ms", ms(decided), "elapsed_ms", ms(time.Since(start)))
+	if _, err := p.Stdout.Write(conf.rawPrevResult); err != nil {
+		return cniErr(types.ErrIOFailure, "plexus-cni: writing result", err)
+	}
+	return nil
+}
+
+// Del removes our rules if the network namespace still exists. It reads
+// no pod and never fails because the namespace or the pod is gone.
+func (p *Plugin) Del(args *skel.CmdArgs) error {
+	conf, cerr := p.load(args, false)
+	if cerr != nil {
+		return cerr
+	}
+	log, done := p.logger(conf, "DEL", args)
+	defer done()
+	if conf.Mode().Validate() != nil {
+		conf.IptablesMode = ""
+	}
+	if args.Netns == "" {
+		log.Info("DEL: no network namespace, nothing to do")
+		return nil
+	}
+	err := p.Tables(conf, log).Remove(context.Background(), args.Netns)
+	switch {
+	case errors.Is(err, ErrNetnsGone):
+		log.Info("DEL: network namespace already gone", "netns", args.Netns)
+		return nil
+	case err != nil:
+		log.Error("DEL failed", "error", err)
+		return cniErr(ErrCodeRules, "plexus-cni: removing redirect rules in "+args.Netns, err)
+	}
+	log.Info("DEL done", "netns", args.Netns)
+	return nil
+}
+
+// Check verifies that the namespace holds exactly the rules the pod should
+// have (none for a pod that is not meshed).
+func (p *Plugin) Check(args *skel.CmdArgs) error {
+	conf, cerr := p.load(args, true)
+	if cerr != nil {
+		return cerr
+	}
+	log, done := p.logger(conf, "CHECK", args)
+	defer done()
+	ctx := context.Background()
+	d, cerr := p.Decide(ctx, conf, args.Args)
+	if cerr != nil {
+		log.Error("CHECK failed", "args", args.Args, "error", cerr)
+		return cerr
+	}
+	fams, err := families(conf.PrevResult)
+	if err != nil {
+		return cniErr(types.ErrDecodingFailure, "plexus-cni", err)
+	}
+	states, err := p.Tables(conf, log).Current(ctx, args.Netns, fams)
+	if err != nil {
+		code := ErrCodeRules
+		if errors.Is(err, ErrNetnsGone) {
+			code = types.ErrInvalidNetNS
+		}
+		return cniErr(code, "plexus-cni: reading rules in "+args.Netns, err)
+	}
+	var problems []string
+	for _, f := range fams {
+		var want *rules.RuleSet
+		if d.Mesh {
+			rs, err := rules.Build(d.Config, f)
+			if err != nil {
+				return cniErr(types.ErrInternal, "plexus-cni: building rules", err)
+			}
+			want = &rs
+		}
+		if err := rules.Compare(want, states[f]); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	if len(problems) > 0 {
+		msg := fmt.Sprintf("plexus-cni: CHECK failed (%s): %s", d.Reason, strings.Join(problems, "\n"))
+		log.Error("CHECK failed", "error", msg)
+		return types.NewError(ErrCodeCheck, msg, "")
+	}
+	log.Debug("CHECK ok", "mesh", d.Mesh, "reason", d.Reason)
+	return nil
+}
+
+// Status reports whether the plugin can work at all: the config is valid,
+// the kubeconfig loads, and the iptables binaries exist.
+func (p *Plugin) Status(args *skel.CmdArgs) error {
+	conf, cerr := p.load(args, true)
+	if cerr != nil {
+		return cerr
+	}
+	if _, err := p.Pods(conf); err != nil {
+		return cniErr(types.ErrPluginNotAvailable, "plexus-cni: not ready", err)
+	}
+	if err := probeBinaries(conf); err != nil {
+		return cniErr(types.ErrPluginNotAvailable, "plexus-cni: not ready", err)
+	}
+	return nil
+}
+
+// GC has nothing to collect: all our state lives in pod network namespaces,
+// which disappear with their pods.
+func (p *Plugin) GC(*skel.CmdArgs) error { return nil }
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
+
+// PluginInfo is what VERSION reports.
+func PluginInfo() version.PluginInfo { return version.PluginSupports(SupportedVersions...) }
