@@ -9,7 +9,8 @@ GO ?= go
 include integration/cluster/versions.mk
 
 CLUSTER := integration/cluster
-COREDNS_BIN := .cache/coredns/$(COREDNS_VERSION)/coredns
+# Where the cached CoreDNS binary is: env.sh is the one place that says.
+COREDNS_BIN := $(shell bash -c 'source $(CLUSTER)/env.sh && echo $$COREDNS_BIN')
 
 # Our binaries: every <component>/cmd/<name> outside integration/.
 COMMANDS := $(filter-out integration/%,$(wildcard */cmd/*))

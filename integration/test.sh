@@ -19,13 +19,13 @@ phase() {
 	phase_start=$SECONDS
 }
 
-mkdir -p "$CACHE_DIR"
-for k in $CLUSTER_SYSCTLS; do echo "$k=$(sysctl -n "$k")"; done >"$CACHE_DIR/sysctls.before"
+sysctls_before=$(mktemp)
+for k in $CLUSTER_SYSCTLS; do echo "$k=$(sysctl -n "$k")"; done >"$sysctls_before"
 export PLEXUS_CLUSTER_STATE_DIR=$STATE_DIR PLEXUS_CLUSTER_RUN_DIR=$RUN_DIR
 export PLEXUS_CLUSTER_NODE_IP=$NODE_IP PLEXUS_CLUSTER_BRIDGE=$BRIDGE
-export PLEXUS_CLUSTER_SYSCTLS_BEFORE=$CACHE_DIR/sysctls.before
+export PLEXUS_CLUSTER_SYSCTLS_BEFORE=$sysctls_before
 
-trap '"$HERE/cluster/down.sh" >/dev/null 2>&1 || true' EXIT
+trap '"$HERE/cluster/down.sh" >/dev/null 2>&1 || true; rm -f "$sysctls_before"' EXIT
 
 "$HERE/cluster/up.sh" >/dev/null
 phase "cluster-up"
@@ -49,4 +49,5 @@ for i in 1 2 3 4 5; do
 done
 PLEXUS_EXPECT_CLUSTER_DOWN=1 go test -count=1 -run TestTeardownLeavesNothing ./integration/localcluster
 phase "five cluster-up/cluster-down cycles"
+rm -f "$sysctls_before"
 trap - EXIT

@@ -143,7 +143,7 @@ unmount_under "$STATE_DIR"
 
 # Keep the logs of the last cluster for a post-mortem, outside the state.
 if [ -d "$LOG_DIR" ]; then
-	rm -rf "$CACHE_DIR/last-cluster-logs" && mkdir -p "$CACHE_DIR" && mv "$LOG_DIR" "$CACHE_DIR/last-cluster-logs"
+	rm -rf "$LAST_LOG_DIR" && mv "$LOG_DIR" "$LAST_LOG_DIR"
 fi
 rm -rf "$STATE_DIR" "$RUN_DIR"
-log "local cluster is down (last logs: $CACHE_DIR/last-cluster-logs)"
+log "local cluster is down (last logs: $LAST_LOG_DIR)"

@@ -6,7 +6,9 @@ PLEXUS_ROOT=${PLEXUS_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 # Versions come from versions.mk, the one place they are written.
 eval "$(sed -n 's/^\([A-Z_]*\) ?= \(.*\)$/: "${\1:=\2}"/p' "$PLEXUS_ROOT/integration/cluster/versions.mk")"
 
-CACHE_DIR=${CACHE_DIR:-$PLEXUS_ROOT/.cache}
+# Built tools are cached per machine, outside the work tree, keyed by
+# version, so a fresh clone (CI's) reuses what an earlier run built.
+CACHE_DIR=${PLEXUS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/plexus}
 KUBE_BIN=$CACHE_DIR/kube/$KUBE_VERSION/bin
 CNI_REF_BIN=$CACHE_DIR/cni-plugins/$CNI_PLUGINS_VERSION/bin
 COREDNS_BIN=$CACHE_DIR/coredns/$COREDNS_VERSION/coredns
@@ -20,6 +22,7 @@ RUN_DIR=/run/plexus-cluster
 CONTAINERD_SOCK=$RUN_DIR/containerd/containerd.sock
 PKI_DIR=$STATE_DIR/pki
 LOG_DIR=$STATE_DIR/logs
+LAST_LOG_DIR=$PLEXUS_ROOT/.cluster-logs # the last cluster's logs, kept after cluster-down
 PID_DIR=$STATE_DIR/pids
 KUBECONFIG_ADMIN=$STATE_DIR/kubeconfig
 CNI_BIN_DIR=$STATE_DIR/cni/bin
