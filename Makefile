@@ -64,6 +64,10 @@ test-unit:
 	$(GO) vet ./...
 	$(GO) test ./...
 
+## bench: every benchmark, with the local cluster for those that need it
+bench: deps images
+	integration/bench.sh
+
 ## demo: the mesh end to end on the local cluster
 demo: cluster-up
 	integration/demo.sh

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs every Go benchmark of the module (`make bench`): hot-path
+# micro-benchmarks, and those that need the local cluster's apiserver and
+# the CNI reference plugins (CNI ADD latency). Brings the cluster up if it
+# is not running, and takes it down again afterwards in that case.
+# Output is Go's benchmark format; compare runs with benchstat.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/cluster/env.sh"
+cd "$PLEXUS_ROOT"
+
+[ "$(id -u)" = 0 ] || die "make bench needs root: benchmarks create network namespaces"
+
+if [ -f "$STATE_DIR/up.complete" ]; then
+	"$HERE/cluster/up.sh" >/dev/null
+else
+	trap '"$HERE/cluster/down.sh" >/dev/null 2>&1 || true' EXIT
+	"$HERE/cluster/up.sh" >/dev/null
+fi
+
+export PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN PLEXUS_CNI_REF_PLUGINS=$CNI_REF_BIN
+echo "# machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r), $(go version | cut -d' ' -f3)"
+go test -run '^$' -bench . -benchmem -count "${BENCH_COUNT:-1}" -timeout 30m ./...
