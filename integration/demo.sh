@@ -9,6 +9,7 @@ source "$HERE/cluster/lib.sh"
 kubectl delete namespace plexus-demo --ignore-not-found --wait=true >/dev/null
 kubectl apply -f "$HERE/demo/hello.yaml" >/dev/null
 kubectl -n plexus-demo rollout status deployment/hello --timeout 120s >/dev/null
+kubectl apply -f "$HERE/demo/client.yaml" >/dev/null
 kubectl -n plexus-demo wait pod/client --for=jsonpath='{.status.phase}'=Succeeded --timeout 120s >/dev/null ||
 	{ kubectl -n plexus-demo logs client >&2; die "the demo client did not succeed"; }
 echo
