@@ -82,3 +82,31 @@ func (c *Cluster) WaitPodDone(t testing.TB, ns, name string, timeout time.Durati
 	})
 	return pod
 }
+
+// RunPod runs a one-shot pod with one container until it finishes and
+// returns its logs; the test fails if the pod does not succeed.
+func (c *Cluster) RunPod(t testing.TB, ns, name, image string, args ...string) string {
+	t.Helper()
+	ctx := Context(t, time.Minute)
+	_, err := c.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: name, Image: image, ImagePullPolicy: corev1.PullNever, Args: args,
+			}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating pod %s/%s: %v", ns, name, err)
+	}
+	pod := c.WaitPodDone(t, ns, name, 2*time.Minute)
+	logs, err := c.Logs(ctx, ns, name, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("pod %s/%s %s, want Succeeded; logs:\n%s", ns, name, pod.Status.Phase, logs)
+	}
+	return logs
+}

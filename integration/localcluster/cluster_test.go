@@ -1,7 +1,6 @@
 package localcluster
 
 import (
-	"context"
 	"fmt"
 	"regexp"
 	"strings"
@@ -89,30 +88,7 @@ func TestServiceByName(t *testing.T) {
 	c.WaitDeploymentReady(t, ns, "echo", 2*time.Minute)
 
 	host := fmt.Sprintf("echo.%s.svc.cluster.local", ns)
-	_, err = c.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "client"},
-		Spec: corev1.PodSpec{
-			RestartPolicy: corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{
-				Name:            "client",
-				Image:           testappImage,
-				ImagePullPolicy: corev1.PullNever,
-				Args:            []string{"get", "http://" + host + "/by-name"},
-			}},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating client pod: %v", err)
-	}
-	pod := c.WaitPodDone(t, ns, "client", 2*time.Minute)
-	if pod.Status.Phase != corev1.PodSucceeded {
-		t.Fatalf("client pod %s, want Succeeded", pod.Status.Phase)
-	}
-
-	logs, err := c.Logs(ctx, ns, "client", "client")
-	if err != nil {
-		t.Fatal(err)
-	}
+	logs := c.RunPod(t, ns, "client", testappImage, "get", "http://"+host+"/by-name")
 	if want := fmt.Sprintf("resolved %s to %s\n", host, svc.Spec.ClusterIP); !strings.Contains(logs, want) {
 		t.Errorf("client did not resolve the Service name to its ClusterIP; want %q in logs:\n%s", want, logs)
 	}
@@ -133,32 +109,9 @@ func TestServiceByName(t *testing.T) {
 func TestDNSStaysInCluster(t *testing.T) {
 	c := clustertest.Connect(t)
 	ns := c.Namespace(t, "localcluster-dns", nil)
-	ctx := clustertest.Context(t, 2*time.Minute)
 	// A name outside the cluster domain must fail fast with NXDOMAIN from
 	// the cluster's own DNS, never be forwarded off the machine.
-	_, err := c.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "lookup"},
-		Spec: corev1.PodSpec{
-			RestartPolicy: corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{
-				Name:            "lookup",
-				Image:           testappImage,
-				ImagePullPolicy: corev1.PullNever,
-				Args:            []string{"lookup", "kubernetes.default.svc.cluster.local", "example.com"},
-			}},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating pod: %v", err)
-	}
-	pod := c.WaitPodDone(t, ns, "lookup", time.Minute)
-	logs, err := c.Logs(context.Background(), ns, "lookup", "lookup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pod.Status.Phase != corev1.PodSucceeded {
-		t.Fatalf("lookup pod %s; logs:\n%s", pod.Status.Phase, logs)
-	}
+	logs := c.RunPod(t, ns, "lookup", testappImage, "lookup", "kubernetes.default.svc.cluster.local", "example.com")
 	for _, want := range []string{
 		"kubernetes.default.svc.cluster.local: 10.96.0.1\n",
 		"example.com: not found\n",
