@@ -43,7 +43,8 @@ images/%.tar: bin/%
 	@mkdir -p images
 	bin/imagebuild -tag plexus.dev/$*:dev -o $@ -file /$*=$< -entrypoint /$*
 
-## deps: Debian packages, Kubernetes, CNI reference plugins, CoreDNS (cached by version)
+## deps: Debian packages, Kubernetes, CNI reference plugins, CoreDNS (cached by version);
+## deps-bench: the peer proxy (nginx) the mesh benchmark compares against
 deps:
 	$(CLUSTER)/deps.sh
 deps-%:
@@ -56,7 +57,7 @@ cluster-down:
 	$(CLUSTER)/down.sh
 
 ## test: unit tests, root/netns tests and the cluster integration tests
-test: deps images
+test: deps deps-bench images
 	integration/test.sh
 
 ## test-unit: only the tests that need neither root nor a cluster
@@ -65,7 +66,7 @@ test-unit:
 	$(GO) test ./...
 
 ## bench: every benchmark, with the local cluster for those that need it
-bench: deps images
+bench: deps deps-bench images
 	integration/bench.sh
 
 ## demo: the mesh end to end on the local cluster

@@ -5,7 +5,9 @@
 #   kube:    etcd and the Kubernetes components, built from the Go module proxy
 #   cni:     the CNI reference plugins
 #   coredns: CoreDNS, the cluster's DNS server
-# Usage: deps.sh [apt] [kube] [cni] [coredns]   (no argument: all of them)
+#   bench:   the peer proxy the benchmark compares against (nginx)
+# Usage: deps.sh [apt] [kube] [cni] [coredns] [bench]
+#        (no argument: all but bench)
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 
@@ -13,9 +15,12 @@ APT_PACKAGES="containerd runc iptables iproute2 openssl conntrack procps util-li
 
 need_root() { [ "$(id -u)" = 0 ] || die "$1 needs root"; }
 
-deps_apt() {
-	local missing=""
-	for p in $APT_PACKAGES; do
+# apt_install PACKAGE...: installs what is missing. Services are never
+# started: a package's postinst must not leave a daemon (nginx on port 80,
+# say) running in the machine's own network namespace.
+apt_install() {
+	local missing="" p
+	for p in "$@"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
 	done
 	[ -z "$missing" ] && return 0
@@ -23,9 +28,21 @@ deps_apt() {
 	log "installing Debian packages:$missing"
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq || die "apt-get update failed"
+	local policy=/usr/sbin/policy-rc.d had_policy=false
+	[ -e "$policy" ] && had_policy=true
+	if ! $had_policy; then
+		printf '#!/bin/sh\nexit 101\n' >"$policy"
+		chmod +x "$policy"
+	fi
+	local rc=0
 	# shellcheck disable=SC2086
-	apt-get install -y -qq --no-install-recommends $missing >/dev/null || die "apt-get install$missing failed"
+	apt-get install -y -qq --no-install-recommends $missing >/dev/null || rc=$?
+	$had_policy || rm -f "$policy"
+	[ "$rc" = 0 ] || die "apt-get install$missing failed"
 }
+
+deps_apt() { apt_install $APT_PACKAGES; }
+deps_bench() { apt_install nginx-light; }
 
 deps_kube() {
 	[ -f "$KUBE_BIN/.complete" ] && return 0
@@ -75,7 +92,7 @@ deps_coredns() {
 steps=${*:-apt kube cni coredns}
 for step in $steps; do
 	case $step in
-	apt | kube | cni | coredns) "deps_$step" ;;
-	*) die "unknown step $step (want apt, kube, cni or coredns)" ;;
+	apt | kube | cni | coredns | bench) "deps_$step" ;;
+	*) die "unknown step $step (want apt, kube, cni, coredns or bench)" ;;
 	esac
 done
