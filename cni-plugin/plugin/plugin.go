@@ -105,7 +105,7 @@ func (p *Plugin) load(args *skel.CmdArgs, validate bool) (*NetConf, *types.Error
 // Decide determines whether the pod named in CNI_ARGS is meshed. Pods that
 // are not Kubernetes pods, pods in excluded namespaces and node agent pods
 // are decided without any API call; otherwise the pod is read with one GET.
-func (p *Plugin) Decide(ctx context.Context, conf *NetConf, cniArgs string) (Decision, *types.Error) {
+func (p *Plugin) Decide(ctx context.Context, log *slog.Logger, conf *NetConf, cniArgs string) (Decision, *types.Error) {
 	var ka k8sArgs
 	ka.IgnoreUnknown = true
 	if err := types.LoadArgs(cniArgs, &ka); err != nil {
@@ -124,7 +124,9 @@ func (p *Plugin) Decide(ctx context.Context, conf *NetConf, cniArgs string) (Dec
 	if err != nil {
 		return Decision{}, cniErr(types.ErrPluginNotAvailable, "plexus-cni: cannot reach the Kubernetes API", err)
 	}
+	getStart := time.Now()
 	pod, err := getPod(ctx, getter, p.Retry, namespace, name)
+	log.Debug("pod GET", "get_ms", ms(time.Since(getStart)), "error", err)
 	if err != nil {
 		code := ErrCodeAPI
 		if transient(err) {
@@ -195,7 +197,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if pr, ok := tables.(interface{ Prepare() }); ok {
 		pr.Prepare() // overlap the iptables probe with the pod lookup
 	}
-	d, cerr := p.Decide(ctx, conf, args.Args)
+	d, cerr := p.Decide(ctx, log, conf, args.Args)
 	decided := time.Since(start)
 	if cerr != nil {
 		log.Error("ADD failed", "args", args.Args, "error", cerr)
@@ -266,7 +268,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	log, done := p.logger(conf, "CHECK", args)
 	defer done()
 	ctx := context.Background()
-	d, cerr := p.Decide(ctx, conf, args.Args)
+	d, cerr := p.Decide(ctx, log, conf, args.Args)
 	if cerr != nil {
 		log.Error("CHECK failed", "args", args.Args, "error", cerr)
 		return cerr
