@@ -32,7 +32,7 @@ const (
 )
 
 // SupportedVersions are the CNI spec versions plexus-cni speaks.
-var SupportedVersions = []string{"0.4.0", "1.0.0", "1.1.0"}
+func SupportedVersions() []string { return []string{"0.4.0", "1.0.0", "1.1.0"} }
 
 // Tables reads and writes our rules in a network namespace.
 type Tables interface {
@@ -69,10 +69,10 @@ func (p *Plugin) Funcs() skel.CNIFuncs {
 // k8sArgs are the CNI_ARGS the kubelet's runtime passes.
 type k8sArgs struct {
 	types.CommonArgs
-	K8S_POD_NAMESPACE          types.UnmarshallableString //nolint:revive // CNI_ARGS names
-	K8S_POD_NAME               types.UnmarshallableString //nolint:revive
-	K8S_POD_INFRA_CONTAINER_ID types.UnmarshallableString //nolint:revive
-	K8S_POD_UID                types.UnmarshallableString //nolint:revive
+	K8S_POD_NAMESPACE          types.UnmarshallableString
+	K8S_POD_NAME               types.UnmarshallableString
+	K8S_POD_INFRA_CONTAINER_ID types.UnmarshallableString
+	K8S_POD_UID                types.UnmarshallableString
 }
 
 // Decision says what to do with a pod and why.
@@ -331,4 +331,4 @@ func (p *Plugin) GC(*skel.CmdArgs) error { return nil }
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
 
 // PluginInfo is what VERSION reports.
-func PluginInfo() version.PluginInfo { return version.PluginSupports(SupportedVersions...) }
+func PluginInfo() version.PluginInfo { return version.PluginSupports(SupportedVersions()...) }

@@ -83,8 +83,10 @@ func (r Retry) Validate() error {
 	return nil
 }
 
-// DefaultRetry: at most 3 tries of 2 s each, 6.6 s worst case.
-var DefaultRetry = Retry{Attempts: 3, PerAttempt: 2 * time.Second, Backoff: 200 * time.Millisecond}
+// DefaultRetry is at most 3 tries of 2 s each, 6.6 s in the worst case.
+func DefaultRetry() Retry {
+	return Retry{Attempts: 3, PerAttempt: 2 * time.Second, Backoff: 200 * time.Millisecond}
+}
 
 // getPod performs the pod GET, retrying only errors that may pass.
 func getPod(ctx context.Context, g PodGetter, r Retry, namespace, name string) (*corev1.Pod, error) {
