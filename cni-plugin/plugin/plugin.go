@@ -104,8 +104,9 @@ func (p *Plugin) load(args *skel.CmdArgs, validate bool) (*NetConf, *types.Error
 
 // Decide determines whether the pod named in CNI_ARGS is meshed. Pods that
 // are not Kubernetes pods, pods in excluded namespaces and node agent pods
-// are decided without any API call; otherwise the pod is read with one GET.
-func (p *Plugin) Decide(ctx context.Context, log *slog.Logger, conf *NetConf, cniArgs string) (Decision, *types.Error) {
+// are decided without any API call; otherwise the pod is read with one GET,
+// and beforeGet (if not nil) is called just before it.
+func (p *Plugin) Decide(ctx context.Context, log *slog.Logger, conf *NetConf, cniArgs string, beforeGet func()) (Decision, *types.Error) {
 	var ka k8sArgs
 	ka.IgnoreUnknown = true
 	if err := types.LoadArgs(cniArgs, &ka); err != nil {
@@ -123,6 +124,9 @@ func (p *Plugin) Decide(ctx context.Context, log *slog.Logger, conf *NetConf, cn
 	getter, err := p.Pods(conf)
 	if err != nil {
 		return Decision{}, cniErr(types.ErrPluginNotAvailable, "plexus-cni: cannot reach the Kubernetes API", err)
+	}
+	if beforeGet != nil {
+		beforeGet()
 	}
 	getStart := time.Now()
 	pod, err := getPod(ctx, getter, p.Retry, namespace, name)
@@ -194,10 +198,11 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 	ctx := context.Background()
 	tables := p.Tables(conf, log)
+	var prepare func()
 	if pr, ok := tables.(interface{ Prepare() }); ok {
-		pr.Prepare() // overlap the iptables probe with the pod lookup
+		prepare = pr.Prepare // overlap the iptables probe with the pod lookup
 	}
-	d, cerr := p.Decide(ctx, log, conf, args.Args)
+	d, cerr := p.Decide(ctx, log, conf, args.Args, prepare)
 	decided := time.Since(start)
 	if cerr != nil {
 		log.Error("ADD failed", "args", args.Args, "error", cerr)
@@ -268,7 +273,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	log, done := p.logger(conf, "CHECK", args)
 	defer done()
 	ctx := context.Background()
-	d, cerr := p.Decide(ctx, log, conf, args.Args)
+	d, cerr := p.Decide(ctx, log, conf, args.Args, nil)
 	if cerr != nil {
 		log.Error("CHECK failed", "args", args.Args, "error", cerr)
 		return cerr
