@@ -73,7 +73,7 @@ func BenchmarkAdd(b *testing.B) {
 	b.ReportMetric(percentile(inTotal, 50).Seconds()*1000, "plexus-inproc-p50-ms")
 	b.Logf("plexus-cni in-process (from its log, without process start): decide (pod GET) p50 %.1f ms, whole ADD p50 %.1f ms p99 %.1f ms",
 		ms(percentile(inDecide, 50)), ms(percentile(inTotal, 50)), ms(percentile(inTotal, 99)))
-	b.Logf("CPU time (user+sys of the plugin processes and their children, independent of contention): primary p50 %.1f ms, plexus-cni p50 %.1f ms",
+	b.Logf("CPU time (user+sys of the plugin processes and their children; less sensitive to contention than wall time, but not immune on a shared VM): primary p50 %.1f ms, plexus-cni p50 %.1f ms",
 		ms(percentile(primaryCPU, 50)), ms(percentile(oursCPU, 50)))
 	b.Logf("ADD over %d meshed pods: primary (bridge+host-local) p50 %.1f ms p99 %.1f ms; plexus-cni p50 %.1f ms p99 %.1f ms (target p50 <= 30 ms); ratio p50 %.2f",
 		len(ours), ms(p50p), ms(p99p), ms(p50o), ms(p99o), ms(p50o)/ms(p50p))
