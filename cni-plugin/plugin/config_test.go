@@ -116,3 +116,25 @@ func TestFileLogger(t *testing.T) {
 		t.Fatalf("log file content:\n%s", s)
 	}
 }
+
+func TestPodUIDMismatch(t *testing.T) {
+	p := pod("app", "web", nil, withSidecar)
+	p.UID = "new-uid"
+	h := newHarness(t, p)
+	prev := fmt.Sprintf(prevResult100, "1.0.0", "")
+	args := cmdArgs(stdin(t, "1.0.0", nil, prev), "app", "web")
+	args.Args += ";K8S_POD_UID=old-uid"
+	err := h.p.Add(args)
+	var e *types.Error
+	if !errors.As(err, &e) || e.Code != types.ErrTryAgainLater || !strings.Contains(e.Msg, "replaced") {
+		t.Fatalf("UID mismatch: %v", err)
+	}
+	if len(h.tables.applied) != 0 {
+		t.Fatal("rules applied for a replaced pod")
+	}
+	args = cmdArgs(stdin(t, "1.0.0", nil, prev), "app", "web")
+	args.Args += ";K8S_POD_UID=new-uid"
+	if err := h.p.Add(args); err != nil || len(h.tables.applied) != 1 {
+		t.Fatalf("matching UID: %v, applied %d", err, len(h.tables.applied))
+	}
+}

@@ -138,6 +138,10 @@ func (p *Plugin) Decide(ctx context.Context, log *slog.Logger, conf *NetConf, cn
 		}
 		return Decision{}, cniErr(code, "plexus-cni: reading the pod from the Kubernetes API failed", err)
 	}
+	if uid := string(ka.K8S_POD_UID); uid != "" && uid != string(pod.UID) {
+		return Decision{}, cniErr(types.ErrTryAgainLater, fmt.Sprintf(
+			"plexus-cni: pod %s/%s has UID %s but the runtime asked for UID %s (the pod was replaced)", namespace, name, pod.UID, uid), nil)
+	}
 	if !isMeshed(pod) {
 		return Decision{Reason: "pod has no " + ProxyContainerName + " container"}, nil
 	}
