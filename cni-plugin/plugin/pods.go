@@ -30,10 +30,11 @@ type RESTPodGetter struct {
 	Client rest.Interface
 }
 
-// GetPod performs one GET.
+// GetPod performs one GET. client-go's own Retry-After retries are off:
+// the caller's bounded retry is the only loop.
 func (g RESTPodGetter) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
 	pod := &corev1.Pod{}
-	err := g.Client.Get().Namespace(namespace).Resource("pods").Name(name).Do(ctx).Into(pod)
+	err := g.Client.Get().MaxRetries(0).Namespace(namespace).Resource("pods").Name(name).Do(ctx).Into(pod)
 	if err != nil {
 		return nil, err
 	}
