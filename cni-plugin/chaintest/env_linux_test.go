@@ -186,7 +186,9 @@ func newEnv(t testing.TB, extraPlexus map[string]any) *env {
 		plexus[k] = v
 	}
 	e.chain = confList(t, "plexus-test", bridge, plexus)
-	e.primary = confList(t, "plexus-test-primary", bridge)
+	// Same network name as the chain, so host-local and the libcni cache
+	// agree when a pod added with the primary alone is deleted with the chain.
+	e.primary = confList(t, "plexus-test", bridge)
 	e.plexus, _ = json.Marshal(plexus)
 	lo, err := libcni.NetworkPluginConfFromBytes([]byte(`{"cniVersion":"1.1.0","name":"lo","type":"loopback"}`))
 	if err != nil {
