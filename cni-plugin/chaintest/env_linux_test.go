@@ -104,6 +104,7 @@ type env struct {
 	plexus    []byte // the plexus-cni entry, for direct invocation
 	logFile   string
 	dualStack bool
+	uids      map[string]string // pod name -> UID, passed as K8S_POD_UID
 }
 
 func randHex(n int) string {
@@ -133,7 +134,7 @@ func ipv6Available() bool {
 func newEnv(t testing.TB, extraPlexus map[string]any) *env {
 	t.Helper()
 	refDir, kubeconfig := requireEnv(t)
-	e := &env{t: t, dualStack: ipv6Available()}
+	e := &env{t: t, dualStack: ipv6Available(), uids: map[string]string{}}
 	tmp := t.TempDir()
 
 	e.node = newNS(t)
@@ -185,7 +186,9 @@ func newEnv(t testing.TB, extraPlexus map[string]any) *env {
 		plexus[k] = v
 	}
 	e.chain = confList(t, "plexus-test", bridge, plexus)
-	e.primary = confList(t, "plexus-test-primary", bridge)
+	// Same network name as the chain, so host-local and the libcni cache
+	// agree when a pod added with the primary alone is deleted with the chain.
+	e.primary = confList(t, "plexus-test", bridge)
 	e.plexus, _ = json.Marshal(plexus)
 	lo, err := libcni.NetworkPluginConfFromBytes([]byte(`{"cniVersion":"1.1.0","name":"lo","type":"loopback"}`))
 	if err != nil {
@@ -298,17 +301,20 @@ func (e *env) createPod(name string, meshed bool, annotations map[string]string)
 		always := corev1.ContainerRestartPolicyAlways
 		p.Spec.InitContainers = []corev1.Container{{Name: "plexus-proxy", Image: "registry.invalid/proxy", RestartPolicy: &always}}
 	}
-	if _, err := e.kube.CoreV1().Pods(e.namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+	created, err := e.kube.CoreV1().Pods(e.namespace).Create(context.Background(), p, metav1.CreateOptions{})
+	if err != nil {
 		e.t.Fatalf("creating pod %s: %v", name, err)
 	}
+	e.uids[name] = string(created.UID)
 }
 
 func (e *env) rt(podNS ns.NetNS, name string) *libcni.RuntimeConf {
 	id := "plexus-test-" + name
-	return &libcni.RuntimeConf{
-		ContainerID: id, NetNS: podNS.Path(), IfName: "eth0",
-		Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", e.namespace}, {"K8S_POD_NAME", name}, {"K8S_POD_INFRA_CONTAINER_ID", id}},
+	args := [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", e.namespace}, {"K8S_POD_NAME", name}, {"K8S_POD_INFRA_CONTAINER_ID", id}}
+	if uid := e.uids[name]; uid != "" {
+		args = append(args, [2]string{"K8S_POD_UID", uid})
 	}
+	return &libcni.RuntimeConf{ContainerID: id, NetNS: podNS.Path(), IfName: "eth0", Args: args}
 }
 
 // inNode runs fn on a thread in the node netns, so plugins fork there.

@@ -17,10 +17,10 @@ const LockWait = 5 * time.Second
 func New(stdout io.Writer) *Plugin {
 	return &Plugin{
 		Stdout: stdout,
-		Retry:  DefaultRetry,
+		Retry:  DefaultRetry(),
 		NewLog: FileLogger,
 		Pods: func(conf *NetConf) (PodGetter, error) {
-			return NewKubeconfigPodGetter(conf.Kubeconfig, DefaultRetry.PerAttempt)
+			return NewKubeconfigPodGetter(conf.Kubeconfig, DefaultRetry().PerAttempt)
 		},
 		Tables: func(conf *NetConf, log *slog.Logger) Tables {
 			return NewNetnsTables(conf.Mode(), LockWait, log)

@@ -32,7 +32,7 @@ const (
 )
 
 // SupportedVersions are the CNI spec versions plexus-cni speaks.
-var SupportedVersions = []string{"0.4.0", "1.0.0", "1.1.0"}
+func SupportedVersions() []string { return []string{"0.4.0", "1.0.0", "1.1.0"} }
 
 // Tables reads and writes our rules in a network namespace.
 type Tables interface {
@@ -69,10 +69,10 @@ func (p *Plugin) Funcs() skel.CNIFuncs {
 // k8sArgs are the CNI_ARGS the kubelet's runtime passes.
 type k8sArgs struct {
 	types.CommonArgs
-	K8S_POD_NAMESPACE          types.UnmarshallableString //nolint:revive // CNI_ARGS names
-	K8S_POD_NAME               types.UnmarshallableString //nolint:revive
-	K8S_POD_INFRA_CONTAINER_ID types.UnmarshallableString //nolint:revive
-	K8S_POD_UID                types.UnmarshallableString //nolint:revive
+	K8S_POD_NAMESPACE          types.UnmarshallableString
+	K8S_POD_NAME               types.UnmarshallableString
+	K8S_POD_INFRA_CONTAINER_ID types.UnmarshallableString
+	K8S_POD_UID                types.UnmarshallableString
 }
 
 // Decision says what to do with a pod and why.
@@ -104,8 +104,9 @@ func (p *Plugin) load(args *skel.CmdArgs, validate bool) (*NetConf, *types.Error
 
 // Decide determines whether the pod named in CNI_ARGS is meshed. Pods that
 // are not Kubernetes pods, pods in excluded namespaces and node agent pods
-// are decided without any API call; otherwise the pod is read with one GET.
-func (p *Plugin) Decide(ctx context.Context, conf *NetConf, cniArgs string) (Decision, *types.Error) {
+// are decided without any API call; otherwise the pod is read with one GET,
+// and beforeGet (if not nil) is called just before it.
+func (p *Plugin) Decide(ctx context.Context, log *slog.Logger, conf *NetConf, cniArgs string, beforeGet func()) (Decision, *types.Error) {
 	var ka k8sArgs
 	ka.IgnoreUnknown = true
 	if err := types.LoadArgs(cniArgs, &ka); err != nil {
@@ -124,13 +125,22 @@ func (p *Plugin) Decide(ctx context.Context, conf *NetConf, cniArgs string) (Dec
 	if err != nil {
 		return Decision{}, cniErr(types.ErrPluginNotAvailable, "plexus-cni: cannot reach the Kubernetes API", err)
 	}
+	if beforeGet != nil {
+		beforeGet()
+	}
+	getStart := time.Now()
 	pod, err := getPod(ctx, getter, p.Retry, namespace, name)
+	log.Debug("pod GET", "get_ms", ms(time.Since(getStart)), "error", err)
 	if err != nil {
 		code := ErrCodeAPI
 		if transient(err) {
 			code = types.ErrTryAgainLater
 		}
 		return Decision{}, cniErr(code, "plexus-cni: reading the pod from the Kubernetes API failed", err)
+	}
+	if uid := string(ka.K8S_POD_UID); uid != "" && uid != string(pod.UID) {
+		return Decision{}, cniErr(types.ErrTryAgainLater, fmt.Sprintf(
+			"plexus-cni: pod %s/%s has UID %s but the runtime asked for UID %s (the pod was replaced)", namespace, name, pod.UID, uid), nil)
 	}
 	if !isMeshed(pod) {
 		return Decision{Reason: "pod has no " + ProxyContainerName + " container"}, nil
@@ -192,10 +202,11 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 	ctx := context.Background()
 	tables := p.Tables(conf, log)
+	var prepare func()
 	if pr, ok := tables.(interface{ Prepare() }); ok {
-		pr.Prepare() // overlap the iptables probe with the pod lookup
+		prepare = pr.Prepare // overlap the iptables probe with the pod lookup
 	}
-	d, cerr := p.Decide(ctx, conf, args.Args)
+	d, cerr := p.Decide(ctx, log, conf, args.Args, prepare)
 	decided := time.Since(start)
 	if cerr != nil {
 		log.Error("ADD failed", "args", args.Args, "error", cerr)
@@ -266,7 +277,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	log, done := p.logger(conf, "CHECK", args)
 	defer done()
 	ctx := context.Background()
-	d, cerr := p.Decide(ctx, conf, args.Args)
+	d, cerr := p.Decide(ctx, log, conf, args.Args, nil)
 	if cerr != nil {
 		log.Error("CHECK failed", "args", args.Args, "error", cerr)
 		return cerr
@@ -329,4 +340,4 @@ func (p *Plugin) GC(*skel.CmdArgs) error { return nil }
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
 
 // PluginInfo is what VERSION reports.
-func PluginInfo() version.PluginInfo { return version.PluginSupports(SupportedVersions...) }
+func PluginInfo() version.PluginInfo { return version.PluginSupports(SupportedVersions()...) }

@@ -439,7 +439,7 @@ current-context: x
 }
 
 func TestRetryValidate(t *testing.T) {
-	if err := DefaultRetry.Validate(); err != nil {
+	if err := DefaultRetry().Validate(); err != nil {
 		t.Fatal(err)
 	}
 	if (Retry{}).Validate() == nil {

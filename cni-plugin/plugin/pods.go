@@ -30,10 +30,11 @@ type RESTPodGetter struct {
 	Client rest.Interface
 }
 
-// GetPod performs one GET.
+// GetPod performs one GET. client-go's own Retry-After retries are off:
+// the caller's bounded retry is the only loop.
 func (g RESTPodGetter) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
 	pod := &corev1.Pod{}
-	err := g.Client.Get().Namespace(namespace).Resource("pods").Name(name).Do(ctx).Into(pod)
+	err := g.Client.Get().MaxRetries(0).Namespace(namespace).Resource("pods").Name(name).Do(ctx).Into(pod)
 	if err != nil {
 		return nil, err
 	}
@@ -83,8 +84,10 @@ func (r Retry) Validate() error {
 	return nil
 }
 
-// DefaultRetry: at most 3 tries of 2 s each, 6.6 s worst case.
-var DefaultRetry = Retry{Attempts: 3, PerAttempt: 2 * time.Second, Backoff: 200 * time.Millisecond}
+// DefaultRetry is at most 3 tries of 2 s each, 6.6 s in the worst case.
+func DefaultRetry() Retry {
+	return Retry{Attempts: 3, PerAttempt: 2 * time.Second, Backoff: 200 * time.Millisecond}
+}
 
 // getPod performs the pod GET, retrying only errors that may pass.
 func getPod(ctx context.Context, g PodGetter, r Retry, namespace, name string) (*corev1.Pod, error) {

@@ -1,0 +1,81 @@
+package xtables
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/plexus-mesh/plexus/cni-plugin/rules"
+)
+
+func TestValidate(t *testing.T) {
+	for _, m := range []Mode{"", Auto, Legacy, NFT} {
+		if err := m.Validate(); err != nil {
+			t.Errorf("mode %q: %v", m, err)
+		}
+	}
+	if err := Mode("ebpf").Validate(); err == nil {
+		t.Error(`mode "ebpf" accepted`)
+	}
+	good := Config{Family: rules.IPv4, Mode: Auto, LockWait: 5 * time.Second}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]Config{
+		"family":    {Family: 5, LockWait: time.Second},
+		"lock wait": {Family: rules.IPv6, LockWait: time.Millisecond},
+		"mode":      {Family: rules.IPv4, Mode: "x", LockWait: time.Second},
+	} {
+		if err := c.Validate(); err == nil {
+			t.Errorf("bad %s accepted: %+v", name, c)
+		}
+	}
+}
+
+func TestVersionAtLeast(t *testing.T) {
+	for _, tc := range []struct {
+		a, b, c int
+		want    bool
+	}{{1, 6, 2, true}, {1, 6, 1, false}, {1, 8, 0, true}, {1, 4, 21, false}, {2, 0, 0, true}, {0, 9, 9, false}} {
+		if got := versionAtLeast(tc.a, tc.b, tc.c, 1, 6, 2); got != tc.want {
+			t.Errorf("%d.%d.%d >= 1.6.2 = %v, want %v", tc.a, tc.b, tc.c, got, tc.want)
+		}
+	}
+}
+
+func TestDetectBackend(t *testing.T) {
+	dir := t.TempDir()
+	for target, want := range map[string]string{"xtables-nft-multi": "nft", "xtables-legacy-multi": "legacy", "other": "unknown"} {
+		bin := filepath.Join(dir, target)
+		if err := os.WriteFile(bin, nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		link := filepath.Join(dir, "iptables-restore-"+want)
+		if err := os.Symlink(bin, link); err != nil {
+			t.Fatal(err)
+		}
+		if got := detectBackend(link); got != want {
+			t.Errorf("detectBackend(-> %s) = %s, want %s", target, got, want)
+		}
+	}
+}
+
+// TestDetectOnThisMachine runs the real detection where iptables exists.
+func TestDetectOnThisMachine(t *testing.T) {
+	if _, err := exec.LookPath("iptables"); err != nil {
+		t.Skip("no iptables on this machine")
+	}
+	tools, err := Detect(Auto, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := tools.For(rules.IPv4)
+	if err != nil || r.RestorePath() == "" || r.Backend() == "" {
+		t.Fatalf("IPv4 runner %+v, %v", r, err)
+	}
+	if _, err := Detect(Mode("nope"), 5*time.Second); err == nil {
+		t.Fatal("invalid mode accepted")
+	}
+}
