@@ -185,10 +185,10 @@ func newEnv(t testing.TB, extraPlexus map[string]any) *env {
 	for k, v := range extraPlexus {
 		plexus[k] = v
 	}
-	e.chain = confList(t, "plexus-test", bridge, plexus)
+	e.chain = confList(t, "1.1.0", "plexus-test", bridge, plexus)
 	// Same network name as the chain, so host-local and the libcni cache
 	// agree when a pod added with the primary alone is deleted with the chain.
-	e.primary = confList(t, "plexus-test", bridge)
+	e.primary = confList(t, "1.1.0", "plexus-test", bridge)
 	e.plexus, _ = json.Marshal(plexus)
 	lo, err := libcni.NetworkPluginConfFromBytes([]byte(`{"cniVersion":"1.1.0","name":"lo","type":"loopback"}`))
 	if err != nil {
@@ -206,9 +206,9 @@ func newEnv(t testing.TB, extraPlexus map[string]any) *env {
 	return e
 }
 
-func confList(t testing.TB, name string, plugins ...map[string]any) *libcni.NetworkConfigList {
+func confList(t testing.TB, version, name string, plugins ...map[string]any) *libcni.NetworkConfigList {
 	t.Helper()
-	b, err := json.Marshal(map[string]any{"cniVersion": "1.1.0", "name": name, "plugins": plugins})
+	b, err := json.Marshal(map[string]any{"cniVersion": version, "name": name, "plugins": plugins})
 	if err != nil {
 		t.Fatal(err)
 	}

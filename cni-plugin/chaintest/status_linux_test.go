@@ -57,15 +57,7 @@ func rebuildChain(t *testing.T, e *env, v string, change map[string]any) *libcni
 		delete(m, "name")
 		plugins = append(plugins, m)
 	}
-	b, err := json.Marshal(map[string]any{"cniVersion": v, "name": e.chain.Name, "plugins": plugins})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := libcni.NetworkConfFromBytes(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return confList(t, v, e.chain.Name, plugins...)
 }
 
 // TestSpecVersions runs ADD, CHECK and DEL through the chain in each
