@@ -38,15 +38,14 @@ var latencyBucketsMs = []float64{1, 2, 3, 4, 5, 10, 20, 30, 40, 50, 100, 200, 30
 type Metrics struct {
 	maxTargets int
 
-	requests   *prometheus.CounterVec
-	responses  *prometheus.CounterVec
-	latency    *prometheus.HistogramVec
-	tcpOpen    *prometheus.CounterVec
-	tcpClose   *prometheus.CounterVec
-	tcpConns   *prometheus.GaugeVec
-	tcpRead    *prometheus.CounterVec
-	tcpWrite   *prometheus.CounterVec
-	redirectOK prometheus.Gauge
+	requests  *prometheus.CounterVec
+	responses *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+	tcpOpen   *prometheus.CounterVec
+	tcpClose  *prometheus.CounterVec
+	tcpConns  *prometheus.GaugeVec
+	tcpRead   *prometheus.CounterVec
+	tcpWrite  *prometheus.CounterVec
 
 	mu     sync.Mutex
 	seen   map[string]map[string]struct{} // label kind+direction → values
@@ -86,22 +85,10 @@ func New(reg prometheus.Registerer, maxTargets int) *Metrics {
 		tcpWrite: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tcp_write_bytes_total", Help: "Bytes the proxy wrote to the peer.",
 		}, tcp),
-		redirectOK: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "plexus_proxy_redirect_check_ok", Help: "1 when the startup check found the outbound redirect rules working, else 0.",
-		}),
 		seen: map[string]map[string]struct{}{},
 	}
-	reg.MustRegister(m.requests, m.responses, m.latency, m.tcpOpen, m.tcpClose, m.tcpConns, m.tcpRead, m.tcpWrite, m.redirectOK)
+	reg.MustRegister(m.requests, m.responses, m.latency, m.tcpOpen, m.tcpClose, m.tcpConns, m.tcpRead, m.tcpWrite)
 	return m
-}
-
-// SetRedirectOK records the outcome of the startup redirect check.
-func (m *Metrics) SetRedirectOK(ok bool) {
-	if ok {
-		m.redirectOK.Set(1)
-	} else {
-		m.redirectOK.Set(0)
-	}
 }
 
 // bound returns v if it is already known for kind+direction or there is
