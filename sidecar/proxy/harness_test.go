@@ -8,13 +8,12 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/plexus-mesh/plexus/sidecar/config"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
@@ -87,6 +86,12 @@ func (h *harness) metric(t *testing.T, name string, want map[string]string) floa
 	if err != nil {
 		t.Fatal(err)
 	}
+	return sumSamples(mfs, name, want)
+}
+
+// sumSamples adds the values (histograms: sample counts) of the series of
+// family name whose labels include all of want.
+func sumSamples(mfs []*dto.MetricFamily, name string, want map[string]string) float64 {
 	var sum float64
 	for _, mf := range mfs {
 		if mf.GetName() != name {
@@ -136,6 +141,3 @@ func readAll(t *testing.T, r io.Reader) string {
 	}
 	return string(b)
 }
-
-var _ = testutil.ToFloat64
-var _ = strings.Contains
