@@ -28,13 +28,17 @@ type harness struct {
 	dst  atomic.Value // netip.AddrPort
 }
 
-func start(t *testing.T, mut func(*config.Config, *Options)) *harness {
+func start(t *testing.T, mut func(*config.Config, *Options)) *harness { return startTB(t, mut) }
+
+func startBench(b *testing.B) *harness { return startTB(b, nil) }
+
+func startTB(t testing.TB, mut func(*config.Config, *Options)) *harness {
 	t.Helper()
 	cfg := config.Default()
 	cfg.DetectTimeout = 300 * time.Millisecond
 	h := &harness{reg: prometheus.NewRegistry()}
 	level := slog.LevelError
-	if testing.Verbose() {
+	if _, isB := t.(*testing.B); testing.Verbose() && !isB {
 		level = slog.LevelDebug
 	}
 	opts := Options{
