@@ -231,3 +231,42 @@ func TestShutdownCutsAfterGrace(t *testing.T) {
 		t.Errorf("client connection not closed by Shutdown: %v", err)
 	}
 }
+
+func TestShutdownDrainsInFlightH2(t *testing.T) {
+	started := make(chan struct{})
+	srv := &http.Server{Protocols: new(http.Protocols), Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		time.Sleep(400 * time.Millisecond)
+		io.WriteString(w, "h2 complete")
+	})}
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	go srv.Serve(ln)
+	defer srv.Close()
+	h := start(t, nil)
+	h.to(ln.Addr().String())
+	done := make(chan string, 1)
+	go func() {
+		res, err := h.client(true).Get("http://svc.example/")
+		if err != nil {
+			done <- "error: " + err.Error()
+			return
+		}
+		b, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err != nil {
+			done <- "error: " + err.Error()
+			return
+		}
+		done <- string(b)
+	}()
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.p.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if got := <-done; got != "h2 complete" {
+		t.Fatalf("in-flight h2 request: %q", got)
+	}
+}
