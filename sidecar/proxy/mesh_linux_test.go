@@ -93,6 +93,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 func startProxy(t *testing.T, ns *netnstest.NS) *pod {
 	t.Helper()
 	ns.Restore(t, false, netnstest.MeshRules(4143, 4140, 4191, proxyUID))
+	ns.Restore(t, true, netnstest.MeshRules(4143, 4140, 4191, proxyUID))
 	p := &pod{ns: ns, logs: &syncBuffer{}, exit: make(chan error, 1)}
 	p.cmd = ns.Command(os.Args[0], "-test.run=^$")
 	p.cmd.Env = append(os.Environ(),
@@ -187,17 +188,23 @@ func (p *pod) scrape(t *testing.T) []*dto.MetricFamily {
 	return out
 }
 
-// mesh is two pods on a veth: client (10.250.5.1) and server (10.250.5.2).
+// mesh is two pods on a veth: client (10.250.5.1, fd00:250:5::1) and
+// server (10.250.5.2, fd00:250:5::2).
 type mesh struct {
 	client, server *pod
 }
 
-const serverIP = "10.250.5.2"
+const (
+	serverIP  = "10.250.5.2"
+	serverIP6 = "fd00:250:5::2"
+)
 
 func newMesh(t *testing.T) *mesh {
 	t.Helper()
 	netnstest.RequireRoot(t)
 	a, b := netnstest.New(t, "client"), netnstest.New(t, "server")
 	netnstest.Veth(t, a, "10.250.5.1/24", b, serverIP+"/24")
+	a.Run(t, "ip", "addr", "add", "fd00:250:5::1/64", "dev", "va", "nodad")
+	b.Run(t, "ip", "addr", "add", serverIP6+"/64", "dev", "vb", "nodad")
 	return &mesh{client: startProxy(t, a), server: startProxy(t, b)}
 }

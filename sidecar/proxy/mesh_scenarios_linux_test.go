@@ -95,6 +95,58 @@ func TestMesh(t *testing.T) {
 		both(t, "tcp_open_total", map[string]string{"target_addr": target(8080), "peer": "dst"}, 1)
 	})
 
+	t.Run("ipv6-http1-and-opaque", func(t *testing.T) {
+		var mu sync.Mutex
+		var peer string
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			peer, _, _ = net.SplitHostPort(r.RemoteAddr)
+			mu.Unlock()
+			io.WriteString(w, "v6 ok")
+		})}
+		go srv.Serve(m.server.listen(t, "[::]:8086"))
+		defer srv.Close()
+		tgt := net.JoinHostPort(serverIP6, "8086")
+		res, err := m.client.httpClient(false).Get("http://" + tgt + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 || string(body) != "v6 ok" {
+			t.Fatalf("got %d %q", res.StatusCode, body)
+		}
+		mu.Lock()
+		if peer != serverIP6 {
+			t.Errorf("server saw peer %s, want the server proxy %s", peer, serverIP6)
+		}
+		mu.Unlock()
+		both(t, "request_total", map[string]string{"target_addr": "[" + serverIP6 + "]:8086"}, 1)
+		both(t, "response_total", map[string]string{"target_addr": "[" + serverIP6 + "]:8086", "status_code": "200"}, 1)
+
+		// Opaque over IPv6 (5432 is a default opaque port).
+		ln := m.server.listen(t, "[::]:5432")
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			io.WriteString(c, "pg-hello")
+			c.Close()
+		}()
+		c, err := m.client.dial(context.Background(), net.JoinHostPort(serverIP6, "5432"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		got, _ := io.ReadAll(c)
+		c.Close()
+		if string(got) != "pg-hello" {
+			t.Fatalf("opaque v6 got %q", got)
+		}
+		both(t, "tcp_read_bytes_total", map[string]string{"target_addr": "[" + serverIP6 + "]:5432", "peer": "dst"}, 8)
+	})
+
 	t.Run("grpc-h2c", func(t *testing.T) {
 		hs := health.NewServer()
 		hs.SetServingStatus("web", healthpb.HealthCheckResponse_SERVING)
