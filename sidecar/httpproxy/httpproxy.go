@@ -167,12 +167,22 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	stream := res.ContentLength < 0
 	if err := p.copyBody(w, res.Body, stream); err != nil {
 		var we *writeError
-		reason := "upstream-reset"
+		reason := ReasonUpstreamReset
 		if errors.As(err, &we) {
 			reason = "client-reset"
 		}
-		rec.Done(res.StatusCode, grpcStatus(res), reason)
 		p.opts.Log.Debug("response body aborted", "direction", dir, "dst", dst, "reason", reason, "err", err)
+		if reason == ReasonUpstreamReset && grpc && r.ProtoMajor == 2 && grpcStatus(res) == "" {
+			// A gRPC stream whose server vanished: end it with status
+			// UNAVAILABLE in the trailers, which gRPC clients understand
+			// (an RST_STREAM would surface as INTERNAL).
+			h[http.TrailerPrefix+"Grpc-Status"] = []string{"14"}
+			h[http.TrailerPrefix+"Grpc-Message"] = []string{"plexus-proxy: " + reason}
+			h[http.TrailerPrefix+ErrorHeader] = []string{reason}
+			rec.Done(res.StatusCode, "14", reason)
+			return
+		}
+		rec.Done(res.StatusCode, grpcStatus(res), reason)
 		// Abort the client's stream (HTTP/2 RST_STREAM, HTTP/1 close
 		// without the final chunk) so it sees a failure, not a clean end.
 		panic(http.ErrAbortHandler)

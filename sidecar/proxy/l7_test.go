@@ -134,3 +134,38 @@ func TestWebSocket(t *testing.T) {
 }
 
 var _ = http.StatusOK
+
+// TestGRPCServerDiesMidStream checks a streaming call whose server goes
+// away ends promptly with UNAVAILABLE, not a hang or INTERNAL.
+func TestGRPCServerDiesMidStream(t *testing.T) {
+	hs := health.NewServer()
+	hs.SetServingStatus("web", healthpb.HealthCheckResponse_SERVING)
+	gs := grpc.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	go gs.Serve(ln)
+	h := start(t, nil)
+	h.to(ln.Addr().String())
+	client := healthpb.NewHealthClient(grpcThrough(t, h))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w, err := client.Watch(ctx, &healthpb.HealthCheckRequest{Service: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	gs.Stop() // closes the server's connections mid-stream
+	t0 := time.Now()
+	_, err = w.Recv()
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("Recv after server death = %v, want Unavailable", err)
+	}
+	if el := time.Since(t0); el > 5*time.Second {
+		t.Errorf("took %s", el)
+	}
+	eventually(t, "response_total{grpc_status=14,upstream-reset}", func() bool {
+		return h.metric(t, "response_total", map[string]string{"grpc_status": "14", "error": "upstream-reset"}) == 1
+	})
+}
