@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,12 +44,13 @@ type Result struct {
 
 // Join copies client→server and server→client until both directions have
 // ended, then closes both connections. A direction ends on EOF, which is
-// propagated as a half-close (CloseWrite) to the other side, so a client
+// propagated as a half-close (CloseWrite, or Close for a stream that
+// cannot half-close) to the other side, so a client
 // that shuts down its write side still gets the whole response. Any other
 // read or write error, or the idle timeout, closes both connections at
 // once and is returned (the first one). Join always closes both conns and
 // leaves no goroutine behind.
-func (j *Joiner) Join(client, server net.Conn, counts Counts) (Result, error) {
+func (j *Joiner) Join(client, server io.ReadWriteCloser, counts Counts) (Result, error) {
 	p := pair{client: client, server: server}
 	p.touch()
 	// Arm only after p.watchdog is set, so the callback can always Reset it.
@@ -85,7 +85,7 @@ func (j *Joiner) Join(client, server net.Conn, counts Counts) (Result, error) {
 
 // copy moves bytes from src to dst until EOF or error. On EOF it
 // half-closes dst; on error it aborts the whole pair.
-func (j *Joiner) copy(p *pair, dst, src net.Conn, count func(int)) (int64, error) {
+func (j *Joiner) copy(p *pair, dst, src io.ReadWriteCloser, count func(int)) (int64, error) {
 	buf := j.pool.Get().(*[BufferSize]byte)
 	defer j.pool.Put(buf)
 	var total int64
@@ -118,7 +118,7 @@ func (j *Joiner) copy(p *pair, dst, src net.Conn, count func(int)) (int64, error
 	}
 }
 
-func closeWrite(c net.Conn) error {
+func closeWrite(c io.ReadWriteCloser) error {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
 	}
@@ -127,7 +127,7 @@ func closeWrite(c net.Conn) error {
 
 // pair is the shared state of one Join.
 type pair struct {
-	client, server net.Conn
+	client, server io.ReadWriteCloser
 	last           atomic.Int64 // unix nanos of the last byte read either way
 	watchdog       *time.Timer
 	once           sync.Once

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/plexus-mesh/plexus/sidecar/forward"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 )
 
@@ -47,6 +48,9 @@ type Options struct {
 	ConnectTimeout time.Duration
 	// IdleConnTimeout closes pooled upstream connections idle this long.
 	IdleConnTimeout time.Duration
+	// TunnelIdleTimeout closes an Upgrade (WebSocket) tunnel with no bytes
+	// either way for this long.
+	TunnelIdleTimeout time.Duration
 	// MaxIdleConnsPerHost bounds the pool kept for each destination.
 	MaxIdleConnsPerHost int
 }
@@ -59,6 +63,7 @@ type Proxy struct {
 	h1   *http.Transport
 	h2   *http.Transport
 	bufs sync.Pool
+	tun  *forward.Joiner
 }
 
 // New returns a Proxy.
@@ -69,7 +74,11 @@ func New(opts Options) *Proxy {
 			return d.DialContext(ctx, "tcp", dst.String())
 		}
 	}
-	p := &Proxy{opts: opts, bufs: sync.Pool{New: func() any { return new([32 << 10]byte) }}}
+	p := &Proxy{
+		opts: opts,
+		bufs: sync.Pool{New: func() any { return new([32 << 10]byte) }},
+		tun:  forward.New(opts.TunnelIdleTimeout),
+	}
 	mk := func(h2 bool) *http.Transport {
 		t := &http.Transport{
 			Proxy:                  nil, // never honour HTTP_PROXY: we are the proxy

@@ -3,13 +3,13 @@ package httpproxy
 import (
 	"io"
 	"net/http"
-	"sync"
 
+	"github.com/plexus-mesh/plexus/sidecar/forward"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 )
 
 // tunnel completes an HTTP/1 Upgrade (e.g. WebSocket): it relays the 101
-// response, then copies bytes both ways until either side ends.
+// response, then joins the client and upstream connections.
 func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, res *http.Response, rec metrics.Request, upgrade string) {
 	rec.Headers(res.StatusCode)
 	back, ok := res.Body.(io.ReadWriteCloser)
@@ -42,17 +42,11 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, res *http.Respons
 			return
 		}
 	}
-	var once sync.Once
-	stop := func() { once.Do(func() { conn.Close(); back.Close() }) }
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		io.Copy(back, conn)
-		stop()
-	}()
-	io.Copy(conn, back)
-	stop()
-	<-done
+	// Both sides end together (the upstream stream cannot half-close), on
+	// EOF, error or the tunnel idle timeout.
+	if _, err := p.tun.Join(conn, back, forward.Counts{}); err != nil {
+		p.opts.Log.Debug("upgrade tunnel ended", "direction", p.opts.Direction, "host", r.Host, "err", err)
+	}
 	rec.Done(res.StatusCode, "", "")
 }
 

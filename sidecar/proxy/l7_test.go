@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/plexus-mesh/plexus/sidecar/config"
 )
 
 // grpcThrough dials a gRPC client whose connections all go to the proxy.
@@ -168,4 +170,42 @@ func TestGRPCServerDiesMidStream(t *testing.T) {
 	eventually(t, "response_total{grpc_status=14,upstream-reset}", func() bool {
 		return h.metric(t, "response_total", map[string]string{"grpc_status": "14", "error": "upstream-reset"}) == 1
 	})
+}
+
+func TestWebSocketIdleTunnelIsClosed(t *testing.T) {
+	up := httptest.NewServer(websocket.Handler(func(ws *websocket.Conn) { io.Copy(ws, ws) }))
+	defer up.Close()
+	h := start(t, func(c *config.Config, _ *Options) { c.IdleTimeout = 300 * time.Millisecond })
+	h.to(up.Listener.Addr().String())
+	cfg, _ := websocket.NewConfig("ws://svc.example/echo", "http://svc.example/")
+	raw, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := websocket.NewClient(cfg, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	// Traffic every 100ms keeps the tunnel open past the idle timeout ...
+	for i := range 6 {
+		websocket.Message.Send(ws, "ping")
+		var got string
+		ws.SetDeadline(time.Now().Add(2 * time.Second))
+		if err := websocket.Message.Receive(ws, &got); err != nil || got != "ping" {
+			t.Fatalf("message %d: %q, %v", i, got, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// ... silence closes it.
+	t0 := time.Now()
+	ws.SetDeadline(time.Now().Add(3 * time.Second))
+	var got string
+	err = websocket.Message.Receive(ws, &got)
+	if err == nil {
+		t.Fatal("idle tunnel still open")
+	}
+	if el := time.Since(t0); el > 2*time.Second {
+		t.Errorf("closed after %s (%v), want about the 300ms idle timeout", el, err)
+	}
 }

@@ -99,6 +99,7 @@ func New(opts Options) *Proxy {
 			ConnectTimeout:      ConnectTimeout,
 			IdleConnTimeout:     min(PoolIdleTimeout, opts.Config.IdleTimeout),
 			MaxIdleConnsPerHost: MaxIdleConnsPerHost,
+			TunnelIdleTimeout:   opts.Config.IdleTimeout,
 		})
 		srv := &http.Server{
 			Handler:           hp,
