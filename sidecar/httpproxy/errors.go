@@ -77,7 +77,6 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, rec metrics.Request
 		return
 	}
 	h.Set("Content-Type", "text/plain; charset=utf-8")
-	h.Set("Connection", "close")
 	rec.Headers(status)
 	w.WriteHeader(status)
 	w.Write([]byte("plexus-proxy: " + reason + "\n"))
