@@ -126,7 +126,7 @@ func sumSamples(mfs []*dto.MetricFamily, name string, want map[string]string) fl
 }
 
 // eventually retries check until it passes or 5s pass.
-func eventually(t *testing.T, what string, check func() bool) {
+func eventually(t testing.TB, what string, check func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for !check() {

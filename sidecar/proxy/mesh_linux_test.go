@@ -90,7 +90,7 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // startProxy applies the CNI-equivalent rules in ns and starts a proxy there.
-func startProxy(t *testing.T, ns *netnstest.NS) *pod {
+func startProxy(t testing.TB, ns *netnstest.NS, env ...string) *pod {
 	t.Helper()
 	ns.Restore(t, false, netnstest.MeshRules(4143, 4140, 4191, proxyUID))
 	ns.Restore(t, true, netnstest.MeshRules(4143, 4140, 4191, proxyUID))
@@ -102,6 +102,7 @@ func startProxy(t *testing.T, ns *netnstest.NS) *pod {
 		"PLEXUS_PROXY_SHUTDOWN_GRACE=10s",
 		"PLEXUS_PROXY_LOG_LEVEL=debug",
 	)
+	p.cmd.Env = append(p.cmd.Env, env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -132,7 +133,7 @@ func (p *pod) dial(ctx context.Context, addr string) (net.Conn, error) {
 }
 
 // listen opens a listener inside the pod's namespace.
-func (p *pod) listen(t *testing.T, addr string) net.Listener {
+func (p *pod) listen(t testing.TB, addr string) net.Listener {
 	t.Helper()
 	var ln net.Listener
 	if err := p.ns.Do(func() (err error) { ln, err = net.Listen("tcp", addr); return err }); err != nil {
@@ -199,12 +200,21 @@ const (
 	serverIP6 = "fd00:250:5::2"
 )
 
-func newMesh(t *testing.T) *mesh {
+func newMesh(t testing.TB) *mesh {
+	return newTopology(t, true)
+}
+
+// newTopology builds the two namespaces; without proxies it installs no
+// rules and starts nothing (the direct path, for benchmarks).
+func newTopology(t testing.TB, proxies bool, env ...string) *mesh {
 	t.Helper()
 	netnstest.RequireRoot(t)
 	a, b := netnstest.New(t, "client"), netnstest.New(t, "server")
 	netnstest.Veth(t, a, "10.250.5.1/24", b, serverIP+"/24")
 	a.Run(t, "ip", "addr", "add", "fd00:250:5::1/64", "dev", "va", "nodad")
 	b.Run(t, "ip", "addr", "add", serverIP6+"/64", "dev", "vb", "nodad")
-	return &mesh{client: startProxy(t, a), server: startProxy(t, b)}
+	if !proxies {
+		return &mesh{client: &pod{ns: a}, server: &pod{ns: b}}
+	}
+	return &mesh{client: startProxy(t, a, env...), server: startProxy(t, b, env...)}
 }
