@@ -21,6 +21,7 @@ const (
 	ReasonUpstreamReset  = "upstream-reset"          // 502: the connection broke before response headers
 	ReasonTimeout        = "response-timeout"        // 504: a deadline passed before response headers
 	ReasonClientGone     = "client-canceled"         // no response: the client went away first
+	ReasonClientReset    = "client-reset"            // the client stopped reading the response body
 )
 
 // classify maps a RoundTrip error to HTTP status and reason.

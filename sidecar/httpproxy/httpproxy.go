@@ -178,7 +178,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var we *writeError
 		reason := ReasonUpstreamReset
 		if errors.As(err, &we) {
-			reason = "client-reset"
+			reason = ReasonClientReset
 		}
 		p.opts.Log.Debug("response body aborted", "direction", dir, "dst", dst, "reason", reason, "err", err)
 		if reason == ReasonUpstreamReset && grpc && r.ProtoMajor == 2 && grpcStatus(res) == "" {
