@@ -22,6 +22,7 @@ const (
 	EnvLogLevel        = "PLEXUS_PROXY_LOG_LEVEL"
 	EnvIdentityAddr    = "PLEXUS_PROXY_IDENTITY_ADDR"
 	EnvDestinationAddr = "PLEXUS_PROXY_DESTINATION_ADDR"
+	EnvRedirectProbe   = "PLEXUS_PROXY_REDIRECT_PROBE_PORT"
 )
 
 // Defaults, matching DESIGN.md §2 and Linkerd's defaults where DESIGN is silent.
@@ -53,6 +54,11 @@ type Config struct {
 	IdleTimeout   time.Duration
 	ShutdownGrace time.Duration
 	LogLevel      slog.Level
+	// RedirectProbePort, when not 0, is a port nothing listens on: an
+	// inbound connection to it can only reach the proxy through the
+	// inbound REDIRECT rule, so the proxy answers it with the admin
+	// handler and only reports ready once one has arrived.
+	RedirectProbePort uint16
 	// IdentityAddr and DestinationAddr name control-plane services; this
 	// build supports neither yet, so Validate rejects a non-empty value.
 	IdentityAddr    string
@@ -107,6 +113,7 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	port(EnvInboundPort, &c.InboundPort)
 	port(EnvOutboundPort, &c.OutboundPort)
 	port(EnvAdminPort, &c.AdminPort)
+	port(EnvRedirectProbe, &c.RedirectProbePort)
 	if v, ok := lookup(EnvOpaquePorts); ok {
 		// Set but empty means "no opaque ports"; unset keeps the defaults.
 		s, err := ParsePortSet(v)
@@ -144,6 +151,13 @@ func (c Config) Validate() error {
 		for _, q := range ports[:i] {
 			if q.v == p.v {
 				errs = append(errs, fmt.Errorf("%s and %s are both %d: the three proxy ports must differ", q.name, p.name, p.v))
+			}
+		}
+	}
+	if c.RedirectProbePort != 0 {
+		for _, p := range ports {
+			if p.v == c.RedirectProbePort {
+				errs = append(errs, fmt.Errorf("%s equals %s (%d): the probe port must be one nothing listens on", EnvRedirectProbe, p.name, p.v))
 			}
 		}
 	}

@@ -80,6 +80,7 @@ func TestFromEnvErrorsNameTheVariable(t *testing.T) {
 		EnvIdleTimeout:   "forever",
 		EnvShutdownGrace: "x",
 		EnvLogLevel:      "loud",
+		EnvRedirectProbe: "-1",
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := FromEnv(env(map[string]string{name: val}))

@@ -46,10 +46,10 @@ type Metrics struct {
 	tcpConns  *prometheus.GaugeVec
 	tcpRead   *prometheus.CounterVec
 	tcpWrite  *prometheus.CounterVec
+	probes    prometheus.Counter
 
-	mu     sync.Mutex
-	seen   map[string]map[string]struct{} // label kind+direction → values
-	labels map[string]string              // cache of validated label values
+	mu   sync.Mutex
+	seen map[string]map[string]struct{} // label kind+direction → values
 }
 
 // New registers the metrics on reg. maxTargets bounds the distinct
@@ -85,11 +85,18 @@ func New(reg prometheus.Registerer, maxTargets int) *Metrics {
 		tcpWrite: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tcp_write_bytes_total", Help: "Bytes the proxy wrote to the peer.",
 		}, tcp),
+		probes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "redirect_probe_total", Help: "Connections to the redirect probe port that arrived through the inbound REDIRECT rule.",
+		}),
 		seen: map[string]map[string]struct{}{},
 	}
-	reg.MustRegister(m.requests, m.responses, m.latency, m.tcpOpen, m.tcpClose, m.tcpConns, m.tcpRead, m.tcpWrite)
+	reg.MustRegister(m.requests, m.responses, m.latency, m.tcpOpen, m.tcpClose, m.tcpConns, m.tcpRead, m.tcpWrite, m.probes)
 	return m
 }
+
+// RedirectProbe counts a connection that reached the probe port through
+// the inbound redirect.
+func (m *Metrics) RedirectProbe() { m.probes.Inc() }
 
 // bound returns v if it is already known for kind+direction or there is
 // room for it, otherwise Overflow.

@@ -89,11 +89,26 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
-// startProxy applies the CNI-equivalent rules in ns and starts a proxy there.
+// startProxy applies the CNI-equivalent rules in ns, starts a proxy there
+// and waits until it is ready.
 func startProxy(t testing.TB, ns *netnstest.NS, env ...string) *pod {
 	t.Helper()
-	ns.Restore(t, false, netnstest.MeshRules(4143, 4140, 4191, proxyUID))
-	ns.Restore(t, true, netnstest.MeshRules(4143, 4140, 4191, proxyUID))
+	p := launchProxy(t, ns, true, env...)
+	eventually(t, "proxy ready in "+ns.Name, func() bool {
+		res, err := p.admin("GET", "/ready")
+		return err == nil && res == 200
+	})
+	return p
+}
+
+// launchProxy starts a proxy in ns, with or without the mesh rules, and
+// does not wait for it.
+func launchProxy(t testing.TB, ns *netnstest.NS, rules bool, env ...string) *pod {
+	t.Helper()
+	if rules {
+		ns.Restore(t, false, netnstest.MeshRules(4143, 4140, 4191, proxyUID))
+		ns.Restore(t, true, netnstest.MeshRules(4143, 4140, 4191, proxyUID))
+	}
 	p := &pod{ns: ns, logs: &syncBuffer{}, exit: make(chan error, 1)}
 	p.cmd = ns.Command(os.Args[0], "-test.run=^$")
 	p.cmd.Env = append(os.Environ(),
@@ -115,9 +130,9 @@ func startProxy(t testing.TB, ns *netnstest.NS, env ...string) *pod {
 			t.Logf("proxy logs in %s:\n%s", ns.Name, p.logs.String())
 		}
 	})
-	eventually(t, "proxy ready in "+ns.Name, func() bool {
-		res, err := p.admin("GET", "/ready")
-		return err == nil && res == 200
+	eventually(t, "admin listening in "+ns.Name, func() bool {
+		_, err := p.admin("GET", "/live")
+		return err == nil
 	})
 	return p
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/plexus-mesh/plexus/sidecar/config"
@@ -32,6 +33,10 @@ type Options struct {
 	OrigDst func(*net.TCPConn) (netip.AddrPort, error)
 	// Dial opens upstream connections; a plain net.Dialer when nil.
 	Dial func(ctx context.Context, dst netip.AddrPort) (net.Conn, error)
+	// Probe serves connections to Config.RedirectProbePort that arrive on
+	// the inbound listener (the admin handler, in Run). Unused when the
+	// port is 0.
+	Probe http.Handler
 	// ReadHeaderTimeout bounds how long an HTTP client may take to send
 	// request headers (slowloris); DefaultReadHeaderTimeout when zero.
 	ReadHeaderTimeout time.Duration
@@ -52,6 +57,9 @@ type Proxy struct {
 	detector *detect.Detector
 	joiner   *forward.Joiner
 	dirs     map[string]*l7
+	servers  []*l7 // every HTTP server, for Shutdown
+	probe    *l7
+	probed   atomic.Bool
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -118,14 +126,33 @@ func New(opts Options) *Proxy {
 		srv.Protocols.SetHTTP1(true)
 		srv.Protocols.SetUnencryptedHTTP2(true)
 		d := &l7{ln: newConnListener(), server: srv, proxy: hp, done: make(chan struct{})}
-		go func() {
-			defer close(d.done)
-			srv.Serve(d.ln)
-		}()
+		p.start(d)
 		p.dirs[dir] = d
+	}
+	if opts.Config.RedirectProbePort != 0 && opts.Probe != nil {
+		p.probe = &l7{ln: newConnListener(), done: make(chan struct{}), server: &http.Server{
+			Handler:           opts.Probe,
+			ReadHeaderTimeout: opts.ReadHeaderTimeout,
+			MaxHeaderBytes:    MaxHeaderBytes,
+			ErrorLog:          slog.NewLogLogger(opts.Log.Handler(), slog.LevelDebug),
+		}}
+		p.start(p.probe)
 	}
 	return p
 }
+
+func (p *Proxy) start(d *l7) {
+	p.servers = append(p.servers, d)
+	go func() {
+		defer close(d.done)
+		d.server.Serve(d.ln)
+	}()
+}
+
+// RedirectProbed reports whether a connection to the redirect probe port
+// has arrived through the inbound listener, which proves the pod's inbound
+// REDIRECT rule is in place.
+func (p *Proxy) RedirectProbed() bool { return p.probed.Load() }
 
 // Serve accepts connections on ln for direction (metrics.Inbound or
 // metrics.Outbound) until ln is closed or Shutdown is called.
@@ -194,6 +221,14 @@ func (p *Proxy) handle(c *net.TCPConn, dir string) {
 		// would connect back to us forever.
 		log.Debug("refusing connection addressed to the proxy itself", "direction", dir, "src", c.RemoteAddr())
 		c.Close()
+		return
+	}
+	if p.probe != nil && dir == metrics.Inbound && dst.Port() == p.opts.Config.RedirectProbePort {
+		p.probed.Store(true)
+		m.RedirectProbe()
+		if !p.probe.ln.push(c) {
+			c.Close()
+		}
 		return
 	}
 	target := m.Target(dir, dst)
@@ -276,7 +311,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.mu.Unlock()
 
 	var wg sync.WaitGroup
-	for _, d := range p.dirs {
+	for _, d := range p.servers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -284,7 +319,9 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 				d.server.Close()
 			}
 			<-d.done
-			d.proxy.CloseIdle()
+			if d.proxy != nil {
+				d.proxy.CloseIdle()
+			}
 		}()
 	}
 	drained := make(chan struct{})

@@ -31,7 +31,24 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, reg *promethe
 		return fmt.Errorf("config: %w", err)
 	}
 	m := metrics.New(reg, MaxTargets)
-	p := New(Options{Config: cfg, Metrics: m, Log: log})
+	var draining atomic.Bool
+	stop := make(chan struct{})
+	var stopOnce sync.Once
+	var p *Proxy
+	adminHandler := admin.Handler(admin.Options{
+		Gatherer: reg,
+		Ready: func() error {
+			if draining.Load() {
+				return errors.New("shutting down")
+			}
+			if cfg.RedirectProbePort != 0 && !p.RedirectProbed() {
+				return fmt.Errorf("no connection has reached probe port %d through the inbound redirect yet: the pod's iptables rules may be missing", cfg.RedirectProbePort)
+			}
+			return nil // listeners are bound before the admin server starts
+		},
+		Shutdown: func() { stopOnce.Do(func() { close(stop) }) },
+	})
+	p = New(Options{Config: cfg, Metrics: m, Log: log, Probe: adminHandler})
 
 	listen := func(name string, port uint16) (net.Listener, error) {
 		ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(int(port))))
@@ -57,20 +74,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, reg *promethe
 		lns = append(lns, ln)
 	}
 
-	var draining atomic.Bool
-	stop := make(chan struct{})
-	var stopOnce sync.Once
 	adminSrv := &http.Server{
-		Handler: admin.Handler(admin.Options{
-			Gatherer: reg,
-			Ready: func() error {
-				if draining.Load() {
-					return errors.New("shutting down")
-				}
-				return nil // listeners are bound before the admin server starts
-			},
-			Shutdown: func() { stopOnce.Do(func() { close(stop) }) },
-		}),
+		Handler:           adminHandler,
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
