@@ -47,8 +47,9 @@ type Result struct {
 // propagated as a half-close (CloseWrite, or Close for a stream that
 // cannot half-close) to the other side, so a client
 // that shuts down its write side still gets the whole response. Any other
-// read or write error, or the idle timeout, closes both connections at
-// once and is returned (the first one). Join always closes both conns and
+// read or write error (which also marks both conns failed, if they have a
+// Fail method), or the idle timeout, closes both connections at once and
+// is returned (the first one). Join always closes both conns and
 // leaves no goroutine behind.
 func (j *Joiner) Join(client, server io.ReadWriteCloser, counts Counts) (Result, error) {
 	p := pair{client: client, server: server}
@@ -99,7 +100,7 @@ func (j *Joiner) copy(p *pair, dst, src io.ReadWriteCloser, count func(int)) (in
 				count(w)
 			}
 			if werr != nil {
-				p.closeBoth(nil)
+				p.abort()
 				return total, fmt.Errorf("write: %w", werr)
 			}
 		}
@@ -108,12 +109,12 @@ func (j *Joiner) copy(p *pair, dst, src io.ReadWriteCloser, count func(int)) (in
 		}
 		if errors.Is(rerr, io.EOF) {
 			if err := closeWrite(dst); err != nil {
-				p.closeBoth(nil)
+				p.abort()
 				return total, fmt.Errorf("half-close: %w", err)
 			}
 			return total, nil
 		}
-		p.closeBoth(nil)
+		p.abort()
 		return total, fmt.Errorf("read: %w", rerr)
 	}
 }
@@ -145,6 +146,17 @@ func (p *pair) checkIdle(idle time.Duration) {
 		return
 	}
 	p.watchdog.Reset(idle - since)
+}
+
+// abort marks both sides as failed (for conns with a Fail method, such
+// as metrics.Conn) and closes them.
+func (p *pair) abort() {
+	for _, c := range []io.ReadWriteCloser{p.client, p.server} {
+		if f, ok := c.(interface{ Fail() }); ok {
+			f.Fail()
+		}
+	}
+	p.closeBoth(nil)
 }
 
 // closeBoth closes both connections once, remembering cause (if any) as

@@ -250,3 +250,34 @@ func TestJoinNoLeaks(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// failConn records whether Join marked it failed.
+type failConn struct {
+	*net.TCPConn
+	failed atomic.Bool
+}
+
+func (f *failConn) Fail() { f.failed.Store(true) }
+
+func TestJoinMarksFailureOnResetOnly(t *testing.T) {
+	for _, reset := range []bool{false, true} {
+		client, proxyIn := tcpPair(t)
+		proxyOut, server := tcpPair(t)
+		a, b := &failConn{TCPConn: proxyIn}, &failConn{TCPConn: proxyOut}
+		done := make(chan struct{})
+		go func() { New(time.Minute).Join(a, b, Counts{}); close(done) }()
+		if reset {
+			server.SetLinger(0)
+			server.Close()
+		} else {
+			client.CloseWrite()
+			server.CloseWrite()
+		}
+		<-done
+		client.Close()
+		server.Close()
+		if a.failed.Load() != reset || b.failed.Load() != reset {
+			t.Errorf("reset=%v: failed = %v/%v", reset, a.failed.Load(), b.failed.Load())
+		}
+	}
+}

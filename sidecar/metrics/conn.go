@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -17,7 +18,7 @@ type Conn struct {
 	closeFail   prometheus.Counter
 	open        prometheus.Gauge
 	once        sync.Once
-	failed      bool
+	failed      atomic.Bool
 }
 
 // TrackConn counts c as opened now, for direction, bounded target and peer.
@@ -53,14 +54,14 @@ func (c *Conn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// Fail marks the connection as ending in failure; call before Close.
-func (c *Conn) Fail() { c.failed = true }
+// Fail marks the connection as ending in failure; it counts if called before the first Close.
+func (c *Conn) Fail() { c.failed.Store(true) }
 
 // Close closes the connection and counts the close once.
 func (c *Conn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() {
-		if c.failed {
+		if c.failed.Load() {
 			c.closeFail.Inc()
 		} else {
 			c.closeOK.Inc()

@@ -270,3 +270,34 @@ func TestShutdownDrainsInFlightH2(t *testing.T) {
 		t.Fatalf("in-flight h2 request: %q", got)
 	}
 }
+
+func TestOpaqueResetCountsFailure(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		io.WriteString(c, "hi")
+		c.(*net.TCPConn).SetLinger(0)
+		c.Close() // RST
+	}()
+	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	h := start(t, func(c *config.Config, _ *Options) { c.OpaquePorts = config.PortSet{}; c.OpaquePorts.Add(port) })
+	h.to(ln.Addr().String())
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	io.ReadAll(c)
+	target := ln.Addr().String()
+	eventually(t, "both sides closed as failures", func() bool {
+		return h.metric(t, "tcp_close_total", map[string]string{"target_addr": target, "classification": "failure"}) == 2
+	})
+	if got := h.metric(t, "tcp_close_total", map[string]string{"target_addr": target, "classification": "success"}); got != 0 {
+		t.Errorf("success closes = %v", got)
+	}
+}

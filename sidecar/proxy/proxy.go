@@ -234,7 +234,7 @@ func (p *Proxy) handle(c *net.TCPConn, dir string) {
 	target := m.Target(dir, dst)
 	src := m.TrackConn(c, dir, target, metrics.PeerSrc)
 	if p.opts.Config.OpaquePorts.Has(dst.Port()) {
-		p.forwardOpaque(src, dir, dst, target)
+		p.forwardOpaque(src, src, dir, dst, target)
 		return
 	}
 	proto, dc, err := p.detector.Detect(src)
@@ -245,7 +245,7 @@ func (p *Proxy) handle(c *net.TCPConn, dir string) {
 		return
 	}
 	if proto == detect.Opaque {
-		p.forwardOpaque(dc, dir, dst, target)
+		p.forwardOpaque(dc, src, dir, dst, target)
 		return
 	}
 	if !p.dirs[dir].ln.push(&httpConn{Conn: dc, dst: dst}) {
@@ -253,16 +253,14 @@ func (p *Proxy) handle(c *net.TCPConn, dir string) {
 	}
 }
 
-// forwardOpaque dials dst and joins it with src.
-func (p *Proxy) forwardOpaque(src net.Conn, dir string, dst netip.AddrPort, target string) {
+// forwardOpaque dials dst and joins it with src, whose metrics are mc.
+func (p *Proxy) forwardOpaque(src net.Conn, mc *metrics.Conn, dir string, dst netip.AddrPort, target string) {
 	ctx, cancel := context.WithTimeout(context.Background(), ConnectTimeout)
 	up, err := p.opts.Dial(ctx, dst)
 	cancel()
 	if err != nil {
 		p.opts.Log.Debug("opaque connect failed", "direction", dir, "dst", dst, "err", err)
-		if mc, ok := src.(interface{ Fail() }); ok {
-			mc.Fail()
-		}
+		mc.Fail()
 		src.Close()
 		return
 	}
@@ -273,7 +271,7 @@ func (p *Proxy) forwardOpaque(src net.Conn, dir string, dst netip.AddrPort, targ
 		return
 	}
 	defer p.untrack(upm)
-	if _, err := p.joiner.Join(src, upm, forward.Counts{}); err != nil {
+	if _, err := p.joiner.Join(failable{src, mc}, upm, forward.Counts{}); err != nil {
 		p.opts.Log.Debug("opaque connection ended", "direction", dir, "dst", dst, "err", err)
 	}
 }
@@ -342,6 +340,22 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.mu.Unlock()
 	<-drained
 	return ctx.Err()
+}
+
+// failable lets the joiner mark the accepted connection's metrics failed
+// through the detection wrapper.
+type failable struct {
+	net.Conn
+	mc *metrics.Conn
+}
+
+func (f failable) Fail() { f.mc.Fail() }
+
+func (f failable) CloseWrite() error {
+	if cw, ok := f.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return f.Conn.Close()
 }
 
 // httpConn carries the original destination into the HTTP server.
