@@ -38,6 +38,9 @@ func startTB(t testing.TB, mut func(*config.Config, *Options)) *harness {
 	cfg.DetectTimeout = 300 * time.Millisecond
 	h := &harness{reg: prometheus.NewRegistry()}
 	level := slog.LevelError
+	if os.Getenv("PLEXUS_TEST_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
 	if _, isB := t.(*testing.B); testing.Verbose() && !isB {
 		level = slog.LevelDebug
 	}

@@ -279,6 +279,9 @@ func TestOpaqueResetCountsFailure(t *testing.T) {
 		if err != nil {
 			return
 		}
+		// Wait for the client's byte so the proxy's dial has completed
+		// (an RST during connect is a dial failure, a different path).
+		io.ReadFull(c, make([]byte, 1))
 		io.WriteString(c, "hi")
 		c.(*net.TCPConn).SetLinger(0)
 		c.Close() // RST
@@ -291,12 +294,24 @@ func TestOpaqueResetCountsFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	c.Write([]byte("x"))
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	io.ReadAll(c)
 	target := ln.Addr().String()
-	eventually(t, "both sides closed as failures", func() bool {
-		return h.metric(t, "tcp_close_total", map[string]string{"target_addr": target, "classification": "failure"}) == 2
-	})
+	deadline := time.Now().Add(5 * time.Second)
+	for h.metric(t, "tcp_close_total", map[string]string{"target_addr": target, "classification": "failure"}) != 2 {
+		if time.Now().After(deadline) {
+			for _, peer := range []string{"src", "dst"} {
+				t.Logf("%s: open_total=%v open=%v", peer,
+					h.metric(t, "tcp_open_total", map[string]string{"target_addr": target, "peer": peer}),
+					h.metric(t, "tcp_open_connections", map[string]string{"target_addr": target, "peer": peer}))
+			}
+			t.Fatalf("failure closes = %v, success closes = %v",
+				h.metric(t, "tcp_close_total", map[string]string{"target_addr": target, "classification": "failure"}),
+				h.metric(t, "tcp_close_total", map[string]string{"target_addr": target, "classification": "success"}))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if got := h.metric(t, "tcp_close_total", map[string]string{"target_addr": target, "classification": "success"}); got != 0 {
 		t.Errorf("success closes = %v", got)
 	}
