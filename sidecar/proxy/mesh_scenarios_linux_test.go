@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
 
 	"github.com/plexus-mesh/plexus/sidecar/httpproxy"
@@ -152,6 +153,7 @@ func TestMesh(t *testing.T) {
 		hs.SetServingStatus("web", healthpb.HealthCheckResponse_SERVING)
 		gs := grpc.NewServer()
 		healthpb.RegisterHealthServer(gs, hs)
+		testpb.RegisterTestServiceServer(gs, echoService{})
 		go gs.Serve(m.server.listen(t, ":9090"))
 		defer gs.Stop()
 		cc, err := grpc.NewClient("passthrough:///"+target(9090),
@@ -184,10 +186,32 @@ func TestMesh(t *testing.T) {
 				t.Fatalf("Watch message %d = %v, %v; want %v", i, msg, err, want)
 			}
 		}
+		// Bidirectional streaming, ping-pong: needs full duplex on both hops.
+		bidi, err := testpb.NewTestServiceClient(cc).FullDuplexCall(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 10 {
+			body := []byte(fmt.Sprint("ping ", i))
+			if err := bidi.Send(&testpb.StreamingOutputCallRequest{Payload: &testpb.Payload{Body: body}}); err != nil {
+				t.Fatal(err)
+			}
+			if res, err := bidi.Recv(); err != nil || string(res.GetPayload().GetBody()) != string(body) {
+				t.Fatalf("bidi reply %d = %v, %v", i, res, err)
+			}
+		}
+		bidi.CloseSend()
+		if _, err := bidi.Recv(); err != io.EOF {
+			t.Fatalf("bidi end = %v, want EOF", err)
+		}
 		cancel()
-		both(t, "response_total", map[string]string{"target_addr": target(9090), "grpc_status": "0", "classification": "success"}, 2)
+		eventually(t, "bidi call counted on both proxies", func() bool {
+			return sumSamples(m.client.scrape(t), "response_total", map[string]string{"target_addr": target(9090), "grpc_status": "0"}) == 3 &&
+				sumSamples(m.server.scrape(t), "response_total", map[string]string{"target_addr": target(9090), "grpc_status": "0"}) == 3
+		})
+		both(t, "response_total", map[string]string{"target_addr": target(9090), "grpc_status": "0", "classification": "success"}, 3)
 		both(t, "response_total", map[string]string{"target_addr": target(9090), "grpc_status": "5", "classification": "failure"}, 1)
-		both(t, "request_total", map[string]string{"target_addr": target(9090)}, 4)
+		both(t, "request_total", map[string]string{"target_addr": target(9090)}, 5)
 	})
 
 	t.Run("websocket", func(t *testing.T) {
