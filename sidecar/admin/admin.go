@@ -1,0 +1,61 @@
+// Package admin serves the proxy's admin endpoints: /live, /ready,
+// /metrics and /shutdown.
+package admin
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Options configure the admin handler.
+type Options struct {
+	Gatherer prometheus.Gatherer
+	// Ready returns nil when the proxy should receive traffic, else the reason it should not.
+	Ready func() error
+	// Shutdown starts a graceful shutdown; it must not block.
+	Shutdown func()
+}
+
+// Handler returns the admin mux:
+//
+//	GET  /live      200 while the process serves HTTP at all
+//	GET  /ready     200 when Ready returns nil, else 503 with the reason
+//	GET  /metrics   Prometheus text exposition
+//	POST /shutdown  starts a graceful shutdown; only from a loopback address
+func Handler(opts Options) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "live\n")
+	})
+	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, _ *http.Request) {
+		if err := opts.Ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("POST /shutdown", func(w http.ResponseWriter, r *http.Request) {
+		if !fromLoopback(r) {
+			http.Error(w, "shutdown is only accepted from localhost", http.StatusForbidden)
+			return
+		}
+		opts.Shutdown()
+		io.WriteString(w, "shutting down\n")
+	})
+	return mux
+}
+
+func fromLoopback(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}

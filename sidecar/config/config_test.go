@@ -1,0 +1,143 @@
+package config
+
+import (
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := FromEnv(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.InboundPort != 4143 || c.OutboundPort != 4140 || c.AdminPort != 4191 {
+		t.Errorf("ports = %d/%d/%d", c.InboundPort, c.OutboundPort, c.AdminPort)
+	}
+	want := []uint16{25, 587, 3306, 4444, 5432, 6379, 9300, 11211}
+	if got := c.OpaquePorts.Ports(); !slices.Equal(got, want) {
+		t.Errorf("opaque ports = %v, want %v", got, want)
+	}
+	if c.DetectTimeout != 10*time.Second || c.LogLevel != slog.LevelInfo {
+		t.Errorf("detect=%s level=%s", c.DetectTimeout, c.LogLevel)
+	}
+}
+
+func TestFromEnvOverrides(t *testing.T) {
+	c, err := FromEnv(env(map[string]string{
+		EnvInboundPort:   "5143",
+		EnvOutboundPort:  " 5140 ",
+		EnvAdminPort:     "5191",
+		EnvOpaquePorts:   "22, 8000-8002",
+		EnvDetectTimeout: "250ms",
+		EnvIdleTimeout:   "5m",
+		EnvShutdownGrace: "0s",
+		EnvLogLevel:      "debug",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.InboundPort != 5143 || c.OutboundPort != 5140 || c.AdminPort != 5191 {
+		t.Errorf("ports = %d/%d/%d", c.InboundPort, c.OutboundPort, c.AdminPort)
+	}
+	if got := c.OpaquePorts.Ports(); !slices.Equal(got, []uint16{22, 8000, 8001, 8002}) {
+		t.Errorf("opaque = %v", got)
+	}
+	if c.DetectTimeout != 250*time.Millisecond || c.IdleTimeout != 5*time.Minute || c.ShutdownGrace != 0 || c.LogLevel != slog.LevelDebug {
+		t.Errorf("got %+v", c)
+	}
+}
+
+func TestEmptyOpaquePortsMeansNone(t *testing.T) {
+	c, err := FromEnv(env(map[string]string{EnvOpaquePorts: ""}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.OpaquePorts.Ports(); len(got) != 0 {
+		t.Errorf("opaque = %v, want none", got)
+	}
+}
+
+func TestFromEnvErrorsNameTheVariable(t *testing.T) {
+	for name, val := range map[string]string{
+		EnvInboundPort:   "0",
+		EnvOutboundPort:  "65536",
+		EnvAdminPort:     "abc",
+		EnvOpaquePorts:   "25,90-80",
+		EnvDetectTimeout: "10",
+		EnvIdleTimeout:   "forever",
+		EnvShutdownGrace: "x",
+		EnvLogLevel:      "loud",
+		EnvRedirectProbe: "-1",
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := FromEnv(env(map[string]string{name: val}))
+			if err == nil || !strings.Contains(err.Error(), name) {
+				t.Fatalf("err = %v, want one naming %s", err, name)
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	cases := map[string]struct {
+		mut  func(*Config)
+		want string
+	}{
+		"same ports":      {func(c *Config) { c.AdminPort = c.InboundPort }, EnvAdminPort},
+		"zero port":       {func(c *Config) { c.OutboundPort = 0 }, EnvOutboundPort},
+		"zero detect":     {func(c *Config) { c.DetectTimeout = 0 }, EnvDetectTimeout},
+		"negative idle":   {func(c *Config) { c.IdleTimeout = -time.Second }, EnvIdleTimeout},
+		"negative grace":  {func(c *Config) { c.ShutdownGrace = -time.Second }, EnvShutdownGrace},
+		"identity set":    {func(c *Config) { c.IdentityAddr = "x:8080" }, EnvIdentityAddr},
+		"destination set": {func(c *Config) { c.DestinationAddr = "x:8086" }, EnvDestinationAddr},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := Default()
+			tc.mut(&c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one naming %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParsePortSet(t *testing.T) {
+	for in, want := range map[string][]uint16{
+		"":              nil,
+		"1":             {1},
+		"65535":         {65535},
+		"3,1,2":         {1, 2, 3},
+		"10-12, 11":     {10, 11, 12},
+		" 7 - 7 ":       {7},
+		"65534-65535,,": {65534, 65535},
+	} {
+		s, err := ParsePortSet(in)
+		if err != nil {
+			t.Errorf("%q: %v", in, err)
+			continue
+		}
+		if got := s.Ports(); !slices.Equal(got, want) {
+			t.Errorf("%q = %v, want %v", in, got, want)
+		}
+	}
+	for _, bad := range []string{"0", "-", "1-", "a", "5-3", "70000", "1-70000", "1 2"} {
+		if _, err := ParsePortSet(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}

@@ -1,0 +1,85 @@
+package httpproxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"syscall"
+
+	"github.com/plexus-mesh/plexus/sidecar/metrics"
+)
+
+// Reasons the proxy puts in the plexus-proxy-error header and the error
+// label of response_total. The set is closed (bounded cardinality).
+const (
+	ReasonConnectRefused = "connect-refused"         // 502: nothing listens at the destination
+	ReasonConnectTimeout = "connect-timeout"         // 504: the dial did not finish in time
+	ReasonUnreachable    = "destination-unreachable" // 503: no route to the destination
+	ReasonConnectError   = "connect-error"           // 502: any other dial failure
+	ReasonUpstreamReset  = "upstream-reset"          // 502: the connection broke before response headers
+	ReasonTimeout        = "response-timeout"        // 504: a deadline passed before response headers
+	ReasonClientGone     = "client-canceled"         // no response: the client went away first
+	ReasonClientReset    = "client-reset"            // the client stopped reading the response body
+)
+
+// classify maps a RoundTrip error to HTTP status and reason.
+func classify(err error) (int, string) {
+	var de *dialError
+	isDial := errors.As(err, &de)
+	var ne net.Error
+	timeout := errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+	switch {
+	case errors.Is(err, context.Canceled):
+		return 499, ReasonClientGone
+	case isDial && timeout:
+		return http.StatusGatewayTimeout, ReasonConnectTimeout
+	case isDial && errors.Is(err, syscall.ECONNREFUSED):
+		return http.StatusBadGateway, ReasonConnectRefused
+	case isDial && (errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)):
+		return http.StatusServiceUnavailable, ReasonUnreachable
+	case isDial:
+		return http.StatusBadGateway, ReasonConnectError
+	case timeout:
+		return http.StatusGatewayTimeout, ReasonTimeout
+	default:
+		return http.StatusBadGateway, ReasonUpstreamReset
+	}
+}
+
+// grpcCode maps the HTTP status of a proxy error to a gRPC status code.
+func grpcCode(status int) int {
+	if status == http.StatusGatewayTimeout {
+		return 4 // DEADLINE_EXCEEDED
+	}
+	return 14 // UNAVAILABLE
+}
+
+// fail answers a request the proxy could not forward. gRPC requests get a
+// trailers-only HTTP 200 response with grpc-status, as gRPC clients expect.
+func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, rec metrics.Request, grpc bool, err error) {
+	status, reason := classify(err)
+	p.opts.Log.Debug("request failed", "direction", p.opts.Direction, "host", r.Host, "reason", reason, "err", err)
+	if reason == ReasonClientGone {
+		rec.Done(status, "", reason)
+		return
+	}
+	h := w.Header()
+	h.Set(ErrorHeader, reason)
+	if grpc {
+		code := strconv.Itoa(grpcCode(status))
+		h.Set("Content-Type", "application/grpc")
+		h.Set("Grpc-Status", code)
+		h.Set("Grpc-Message", "plexus-proxy: "+reason)
+		rec.Headers(http.StatusOK)
+		w.WriteHeader(http.StatusOK)
+		rec.Done(http.StatusOK, code, reason)
+		return
+	}
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	rec.Headers(status)
+	w.WriteHeader(status)
+	w.Write([]byte("plexus-proxy: " + reason + "\n"))
+	rec.Done(status, "", reason)
+}

@@ -1,0 +1,80 @@
+package metrics
+
+import (
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Conn is a net.Conn that counts its bytes into tcp_read_bytes_total and
+// tcp_write_bytes_total and its close into tcp_close_total.
+type Conn struct {
+	net.Conn
+	read, write prometheus.Counter
+	closeOK     prometheus.Counter
+	closeFail   prometheus.Counter
+	open        prometheus.Gauge
+	once        sync.Once
+	failed      atomic.Bool
+}
+
+// TrackConn counts c as opened now, for direction, bounded target and peer.
+func (m *Metrics) TrackConn(c net.Conn, direction, target, peer string) *Conn {
+	m.tcpOpen.WithLabelValues(direction, target, peer).Inc()
+	open := m.tcpConns.WithLabelValues(direction, target, peer)
+	open.Inc()
+	return &Conn{
+		Conn:      c,
+		read:      m.tcpRead.WithLabelValues(direction, target, peer),
+		write:     m.tcpWrite.WithLabelValues(direction, target, peer),
+		closeOK:   m.tcpClose.WithLabelValues(direction, target, peer, "success"),
+		closeFail: m.tcpClose.WithLabelValues(direction, target, peer, "failure"),
+		open:      open,
+	}
+}
+
+// Read counts bytes read.
+func (c *Conn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.read.Add(float64(n))
+	}
+	return n, err
+}
+
+// Write counts bytes written.
+func (c *Conn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if n > 0 {
+		c.write.Add(float64(n))
+	}
+	return n, err
+}
+
+// Fail marks the connection as ending in failure; it counts if called before the first Close.
+func (c *Conn) Fail() { c.failed.Store(true) }
+
+// Close closes the connection and counts the close once.
+func (c *Conn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		if c.failed.Load() {
+			c.closeFail.Inc()
+		} else {
+			c.closeOK.Inc()
+		}
+		c.open.Dec()
+	})
+	return err
+}
+
+// CloseWrite half-closes the underlying connection.
+func (c *Conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return fmt.Errorf("metrics: %T cannot half-close", c.Conn)
+}

@@ -1,0 +1,201 @@
+// Package metrics defines the proxy's Prometheus metrics with Linkerd's
+// names and labels, registered on an injected registry, with bounded label
+// cardinality.
+package metrics
+
+import (
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Directions, the value of the direction label.
+const (
+	Inbound  = "inbound"
+	Outbound = "outbound"
+)
+
+// Peers, the value of the peer label on tcp_* metrics: src is the accepted
+// connection, dst the one the proxy dialled.
+const (
+	PeerSrc = "src"
+	PeerDst = "dst"
+)
+
+// Overflow replaces a target_addr or authority value once a direction has
+// seen MaxTargets distinct ones, so a scan of many addresses cannot grow
+// the metric set without bound.
+const Overflow = "overflow"
+
+// LatencyBucketsMs are Linkerd's response_latency_ms buckets.
+var latencyBucketsMs = []float64{1, 2, 3, 4, 5, 10, 20, 30, 40, 50, 100, 200, 300, 400, 500,
+	1000, 2000, 3000, 4000, 5000, 10000, 20000, 30000, 40000, 50000}
+
+// Metrics holds every proxy metric. Create it with New.
+type Metrics struct {
+	maxTargets int
+
+	requests  *prometheus.CounterVec
+	responses *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+	tcpOpen   *prometheus.CounterVec
+	tcpClose  *prometheus.CounterVec
+	tcpConns  *prometheus.GaugeVec
+	tcpRead   *prometheus.CounterVec
+	tcpWrite  *prometheus.CounterVec
+	probes    prometheus.Counter
+
+	mu   sync.Mutex
+	seen map[string]map[string]struct{} // label kind+direction → values
+}
+
+// New registers the metrics on reg. maxTargets bounds the distinct
+// target_addr and authority values per direction (each; beyond it they
+// become "overflow").
+func New(reg prometheus.Registerer, maxTargets int) *Metrics {
+	http := []string{"direction", "target_addr", "authority"}
+	tcp := []string{"direction", "target_addr", "peer"}
+	m := &Metrics{
+		maxTargets: maxTargets,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "request_total", Help: "HTTP requests the proxy received.",
+		}, http),
+		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "response_total", Help: "HTTP responses the proxy completed.",
+		}, append(http, "status_code", "classification", "grpc_status", "error")),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "response_latency_ms", Help: "Time from request headers to response headers, in milliseconds.",
+			Buckets: latencyBucketsMs,
+		}, append(http, "status_code")),
+		tcpOpen: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tcp_open_total", Help: "TCP connections opened.",
+		}, tcp),
+		tcpClose: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tcp_close_total", Help: "TCP connections closed.",
+		}, append(tcp, "classification")),
+		tcpConns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tcp_open_connections", Help: "TCP connections currently open.",
+		}, tcp),
+		tcpRead: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tcp_read_bytes_total", Help: "Bytes the proxy read from the peer.",
+		}, tcp),
+		tcpWrite: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tcp_write_bytes_total", Help: "Bytes the proxy wrote to the peer.",
+		}, tcp),
+		probes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "redirect_probe_total", Help: "Connections to the redirect probe port that arrived through the inbound REDIRECT rule.",
+		}),
+		seen: map[string]map[string]struct{}{},
+	}
+	reg.MustRegister(m.requests, m.responses, m.latency, m.tcpOpen, m.tcpClose, m.tcpConns, m.tcpRead, m.tcpWrite, m.probes)
+	return m
+}
+
+// RedirectProbe counts a connection that reached the probe port through
+// the inbound redirect.
+func (m *Metrics) RedirectProbe() { m.probes.Inc() }
+
+// bound returns v if it is already known for kind+direction or there is
+// room for it, otherwise Overflow.
+func (m *Metrics) bound(kind, direction, v string) string {
+	key := kind + "/" + direction
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	set := m.seen[key]
+	if set == nil {
+		set = map[string]struct{}{}
+		m.seen[key] = set
+	}
+	if _, ok := set[v]; ok {
+		return v
+	}
+	if len(set) >= m.maxTargets {
+		return Overflow
+	}
+	set[v] = struct{}{}
+	return v
+}
+
+// Target returns the bounded target_addr label value for addr.
+func (m *Metrics) Target(direction string, addr netip.AddrPort) string {
+	return m.bound("target", direction, addr.String())
+}
+
+// Authority returns the bounded authority label value for a request's
+// Host. Values that are not a plausible host[:port] become "invalid".
+func (m *Metrics) Authority(direction, host string) string {
+	if !validAuthority(host) {
+		return "invalid"
+	}
+	return m.bound("authority", direction, host)
+}
+
+func validAuthority(h string) bool {
+	if h == "" || len(h) > 260 {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '.', c == '-', c == ':', c == '[', c == ']', c == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Request is the metric handle for one HTTP request.
+type Request struct {
+	m      *Metrics
+	labels [3]string
+	start  time.Time
+}
+
+// StartRequest counts a request and returns its handle. target and
+// authority must come from Target and Authority.
+func (m *Metrics) StartRequest(direction, target, authority string) Request {
+	m.requests.WithLabelValues(direction, target, authority).Inc()
+	return Request{m: m, labels: [3]string{direction, target, authority}, start: time.Now()}
+}
+
+// Headers records response latency when response headers are ready.
+func (r Request) Headers(status int) {
+	ms := float64(time.Since(r.start)) / float64(time.Millisecond)
+	r.m.latency.WithLabelValues(r.labels[0], r.labels[1], r.labels[2], statusLabel(status)).Observe(ms)
+}
+
+// Done counts the finished response. grpcStatus is "" for non-gRPC
+// responses; errReason is "" unless the proxy failed the request or the
+// response stream broke. Classification follows Linkerd: failure for 5xx,
+// a non-zero grpc-status or a proxy error.
+func (r Request) Done(status int, grpcStatus, errReason string) {
+	class := "success"
+	if status >= 500 || (grpcStatus != "" && grpcStatus != "0") || errReason != "" {
+		class = "failure"
+	}
+	r.m.responses.WithLabelValues(r.labels[0], r.labels[1], r.labels[2], statusLabel(status), class, grpcLabel(grpcStatus), errReason).Inc()
+}
+
+func statusLabel(s int) string {
+	if s < 100 || s > 599 {
+		return "other"
+	}
+	return strconv.Itoa(s)
+}
+
+// grpcLabel bounds grpc_status to the 17 defined codes.
+func grpcLabel(s string) string {
+	if s == "" {
+		return ""
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || n > 16 {
+		return "other"
+	}
+	return s
+}

@@ -1,0 +1,108 @@
+package metrics
+
+import (
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestTargetAndAuthorityAreBounded(t *testing.T) {
+	m := New(prometheus.NewRegistry(), 3)
+	for i := range 3 {
+		ap := netip.AddrPortFrom(netip.MustParseAddr("10.0.0.1"), uint16(80+i))
+		if got := m.Target(Outbound, ap); got != ap.String() {
+			t.Fatalf("target %d = %q", i, got)
+		}
+	}
+	if got := m.Target(Outbound, netip.MustParseAddrPort("10.0.0.9:1")); got != Overflow {
+		t.Errorf("4th target = %q, want overflow", got)
+	}
+	if got := m.Target(Outbound, netip.MustParseAddrPort("10.0.0.1:80")); got != "10.0.0.1:80" {
+		t.Errorf("known target = %q", got)
+	}
+	if got := m.Target(Inbound, netip.MustParseAddrPort("10.0.0.9:1")); got != "10.0.0.9:1" {
+		t.Errorf("inbound has its own budget, got %q", got)
+	}
+	for _, bad := range []string{"", "a b", "x\"y", strings.Repeat("a", 300), "h\n"} {
+		if got := m.Authority(Inbound, bad); got != "invalid" {
+			t.Errorf("Authority(%q) = %q", bad, got)
+		}
+	}
+	if got := m.Authority(Inbound, "web.ns.svc.cluster.local:8080"); got != "web.ns.svc.cluster.local:8080" {
+		t.Errorf("got %q", got)
+	}
+}
+
+func TestRequestClassification(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg, 10)
+	for _, c := range []struct {
+		status       int
+		grpc, reason string
+	}{{200, "", ""}, {503, "", ""}, {200, "0", ""}, {200, "14", ""}, {200, "99", ""}, {502, "", "connect"}} {
+		r := m.StartRequest(Outbound, "t", "a")
+		r.Headers(c.status)
+		r.Done(c.status, c.grpc, c.reason)
+	}
+	want := `
+# HELP response_total HTTP responses the proxy completed.
+# TYPE response_total counter
+response_total{authority="a",classification="failure",direction="outbound",error="",grpc_status="",status_code="503",target_addr="t"} 1
+response_total{authority="a",classification="failure",direction="outbound",error="",grpc_status="14",status_code="200",target_addr="t"} 1
+response_total{authority="a",classification="failure",direction="outbound",error="",grpc_status="other",status_code="200",target_addr="t"} 1
+response_total{authority="a",classification="failure",direction="outbound",error="connect",grpc_status="",status_code="502",target_addr="t"} 1
+response_total{authority="a",classification="success",direction="outbound",error="",grpc_status="",status_code="200",target_addr="t"} 1
+response_total{authority="a",classification="success",direction="outbound",error="",grpc_status="0",status_code="200",target_addr="t"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "response_total"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.ToFloat64(m.requests.WithLabelValues(Outbound, "t", "a")); n != 6 {
+		t.Errorf("request_total = %v", n)
+	}
+	if n := testutil.CollectAndCount(m.latency); n != 3 { // status 200, 503, 502
+		t.Errorf("latency series = %d", n)
+	}
+}
+
+func TestConnCounts(t *testing.T) {
+	m := New(prometheus.NewRegistry(), 10)
+	a, b := net.Pipe()
+	c := m.TrackConn(a, Inbound, "t", PeerSrc)
+	go func() { b.Write([]byte("hello")); io.ReadFull(b, make([]byte, 3)); b.Close() }()
+	io.ReadFull(c, make([]byte, 5))
+	c.Write([]byte("abc"))
+	if v := testutil.ToFloat64(m.tcpConns.WithLabelValues(Inbound, "t", PeerSrc)); v != 1 {
+		t.Errorf("open connections = %v", v)
+	}
+	c.Fail()
+	c.Close()
+	c.Close()
+	for name, want := range map[string]float64{
+		"read": 5, "write": 3, "open": 1, "conns": 0, "closeFail": 1, "closeOK": 0,
+	} {
+		var got float64
+		switch name {
+		case "read":
+			got = testutil.ToFloat64(m.tcpRead.WithLabelValues(Inbound, "t", PeerSrc))
+		case "write":
+			got = testutil.ToFloat64(m.tcpWrite.WithLabelValues(Inbound, "t", PeerSrc))
+		case "open":
+			got = testutil.ToFloat64(m.tcpOpen.WithLabelValues(Inbound, "t", PeerSrc))
+		case "conns":
+			got = testutil.ToFloat64(m.tcpConns.WithLabelValues(Inbound, "t", PeerSrc))
+		case "closeFail":
+			got = testutil.ToFloat64(m.tcpClose.WithLabelValues(Inbound, "t", PeerSrc, "failure"))
+		case "closeOK":
+			got = testutil.ToFloat64(m.tcpClose.WithLabelValues(Inbound, "t", PeerSrc, "success"))
+		}
+		if got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+}

@@ -1,0 +1,365 @@
+// Package proxy accepts redirected connections on the inbound and outbound
+// listeners, recovers each one's original destination, detects its
+// protocol and forwards it as HTTP or opaque TCP; it drains on shutdown.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/plexus-mesh/plexus/sidecar/config"
+	"github.com/plexus-mesh/plexus/sidecar/detect"
+	"github.com/plexus-mesh/plexus/sidecar/forward"
+	"github.com/plexus-mesh/plexus/sidecar/httpproxy"
+	"github.com/plexus-mesh/plexus/sidecar/metrics"
+	"github.com/plexus-mesh/plexus/sidecar/origdst"
+)
+
+// Options configure a Proxy.
+type Options struct {
+	Config  config.Config
+	Metrics *metrics.Metrics
+	Log     *slog.Logger
+	// OrigDst recovers a connection's original destination; origdst.Get
+	// when nil. Tests without iptables inject their own.
+	OrigDst func(*net.TCPConn) (netip.AddrPort, error)
+	// Dial opens upstream connections; a plain net.Dialer when nil.
+	Dial func(ctx context.Context, dst netip.AddrPort) (net.Conn, error)
+	// Probe serves connections to Config.RedirectProbePort that arrive on
+	// the inbound listener (the admin handler, in Run). Unused when the
+	// port is 0.
+	Probe http.Handler
+	// ReadHeaderTimeout bounds how long an HTTP client may take to send
+	// request headers (slowloris); DefaultReadHeaderTimeout when zero.
+	ReadHeaderTimeout time.Duration
+}
+
+// Limits the proxy applies to HTTP clients and upstreams.
+const (
+	ConnectTimeout           = 5 * time.Second
+	MaxHeaderBytes           = 64 << 10
+	DefaultReadHeaderTimeout = 10 * time.Second
+	PoolIdleTimeout          = 90 * time.Second
+	MaxIdleConnsPerHost      = 64
+)
+
+// Proxy serves the inbound and outbound listeners. Create it with New.
+type Proxy struct {
+	opts     Options
+	detector *detect.Detector
+	joiner   *forward.Joiner
+	dirs     map[string]*l7
+	servers  []*l7 // every HTTP server, for Shutdown
+	probe    *l7
+	probed   atomic.Bool
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[net.Conn]struct{} // accepted, not yet owned by an HTTP server; opaque upstreams
+	closing   bool
+	handlers  sync.WaitGroup
+}
+
+// l7 is the HTTP side of one direction: a server fed by detection.
+type l7 struct {
+	ln     *connListener
+	server *http.Server
+	proxy  *httpproxy.Proxy
+	done   chan struct{}
+}
+
+// New returns a Proxy; call Serve for each listener.
+func New(opts Options) *Proxy {
+	if opts.OrigDst == nil {
+		opts.OrigDst = origdst.Get
+	}
+	if opts.Dial == nil {
+		d := &net.Dialer{}
+		opts.Dial = func(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
+			return d.DialContext(ctx, "tcp", dst.String())
+		}
+	}
+	if opts.ReadHeaderTimeout == 0 {
+		opts.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	p := &Proxy{
+		opts:      opts,
+		detector:  detect.New(opts.Config.DetectTimeout),
+		joiner:    forward.New(opts.Config.IdleTimeout),
+		dirs:      map[string]*l7{},
+		listeners: map[net.Listener]struct{}{},
+		conns:     map[net.Conn]struct{}{},
+	}
+	for _, dir := range []string{metrics.Inbound, metrics.Outbound} {
+		hp := httpproxy.New(httpproxy.Options{
+			Direction:           dir,
+			Metrics:             opts.Metrics,
+			Log:                 opts.Log,
+			Dial:                opts.Dial,
+			ConnectTimeout:      ConnectTimeout,
+			IdleConnTimeout:     min(PoolIdleTimeout, opts.Config.IdleTimeout),
+			MaxIdleConnsPerHost: MaxIdleConnsPerHost,
+			TunnelIdleTimeout:   opts.Config.IdleTimeout,
+		})
+		srv := &http.Server{
+			Handler:           hp,
+			ReadHeaderTimeout: opts.ReadHeaderTimeout,
+			IdleTimeout:       opts.Config.IdleTimeout,
+			MaxHeaderBytes:    MaxHeaderBytes,
+			ErrorLog:          slog.NewLogLogger(opts.Log.Handler(), slog.LevelDebug),
+			Protocols:         new(http.Protocols),
+			ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+				if hc, ok := c.(*httpConn); ok {
+					return httpproxy.WithDestination(ctx, hc.dst)
+				}
+				return ctx
+			},
+		}
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetUnencryptedHTTP2(true)
+		d := &l7{ln: newConnListener(), server: srv, proxy: hp, done: make(chan struct{})}
+		p.start(d)
+		p.dirs[dir] = d
+	}
+	if opts.Config.RedirectProbePort != 0 && opts.Probe != nil {
+		p.probe = &l7{ln: newConnListener(), done: make(chan struct{}), server: &http.Server{
+			Handler:           opts.Probe,
+			ReadHeaderTimeout: opts.ReadHeaderTimeout,
+			MaxHeaderBytes:    MaxHeaderBytes,
+			ErrorLog:          slog.NewLogLogger(opts.Log.Handler(), slog.LevelDebug),
+		}}
+		p.start(p.probe)
+	}
+	return p
+}
+
+func (p *Proxy) start(d *l7) {
+	p.servers = append(p.servers, d)
+	go func() {
+		defer close(d.done)
+		d.server.Serve(d.ln)
+	}()
+}
+
+// RedirectProbed reports whether a connection to the redirect probe port
+// has arrived through the inbound listener, which proves the pod's inbound
+// REDIRECT rule is in place.
+func (p *Proxy) RedirectProbed() bool { return p.probed.Load() }
+
+// Serve accepts connections on ln for direction (metrics.Inbound or
+// metrics.Outbound) until ln is closed or Shutdown is called.
+func (p *Proxy) Serve(ln net.Listener, direction string) error {
+	if _, ok := p.dirs[direction]; !ok {
+		return fmt.Errorf("proxy: unknown direction %q", direction)
+	}
+	p.mu.Lock()
+	if p.closing {
+		p.mu.Unlock()
+		ln.Close()
+		return http.ErrServerClosed
+	}
+	p.listeners[ln] = struct{}{}
+	p.mu.Unlock()
+	var backoff time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			// EMFILE and friends: back off instead of spinning.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			p.opts.Log.Warn("accept failed", "direction", direction, "err", err)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		tc, ok := c.(*net.TCPConn)
+		if !ok {
+			c.Close()
+			continue
+		}
+		p.handlers.Add(1)
+		go func() {
+			defer p.handlers.Done()
+			p.handle(tc, direction)
+		}()
+	}
+}
+
+// handle recovers the destination, detects the protocol and dispatches.
+func (p *Proxy) handle(c *net.TCPConn, dir string) {
+	m, log := p.opts.Metrics, p.opts.Log
+	// Tracked until handed to the HTTP server, so Shutdown can cut
+	// connections still in detection or opaque forwarding.
+	if !p.track(c) {
+		c.Close()
+		return
+	}
+	defer p.untrack(c)
+	dst, err := p.opts.OrigDst(c)
+	if err != nil {
+		log.Debug("no original destination", "direction", dir, "src", c.RemoteAddr(), "err", err)
+		c.Close()
+		return
+	}
+	if local, ok := netip.AddrFromSlice(c.LocalAddr().(*net.TCPAddr).IP); ok &&
+		netip.AddrPortFrom(local.Unmap(), uint16(c.LocalAddr().(*net.TCPAddr).Port)) == netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port()) {
+		// Not redirected: a client dialled the proxy port itself. Forwarding
+		// would connect back to us forever.
+		log.Debug("refusing connection addressed to the proxy itself", "direction", dir, "src", c.RemoteAddr())
+		c.Close()
+		return
+	}
+	if p.probe != nil && dir == metrics.Inbound && dst.Port() == p.opts.Config.RedirectProbePort {
+		p.probed.Store(true)
+		m.RedirectProbe()
+		if !p.probe.ln.push(c) {
+			c.Close()
+		}
+		return
+	}
+	target := m.Target(dir, dst)
+	src := m.TrackConn(c, dir, target, metrics.PeerSrc)
+	if p.opts.Config.OpaquePorts.Has(dst.Port()) {
+		p.forwardOpaque(src, src, dir, dst, target)
+		return
+	}
+	proto, dc, err := p.detector.Detect(src)
+	if err != nil {
+		log.Debug("detection failed", "direction", dir, "dst", dst, "err", err)
+		src.Fail()
+		src.Close()
+		return
+	}
+	if proto == detect.Opaque {
+		p.forwardOpaque(dc, src, dir, dst, target)
+		return
+	}
+	if !p.dirs[dir].ln.push(&httpConn{Conn: dc, dst: dst}) {
+		dc.Close() // shutting down
+	}
+}
+
+// forwardOpaque dials dst and joins it with src, whose metrics are mc.
+func (p *Proxy) forwardOpaque(src net.Conn, mc *metrics.Conn, dir string, dst netip.AddrPort, target string) {
+	ctx, cancel := context.WithTimeout(context.Background(), ConnectTimeout)
+	up, err := p.opts.Dial(ctx, dst)
+	cancel()
+	if err != nil {
+		p.opts.Log.Debug("opaque connect failed", "direction", dir, "dst", dst, "err", err)
+		mc.Fail()
+		src.Close()
+		return
+	}
+	upm := p.opts.Metrics.TrackConn(up, dir, target, metrics.PeerDst)
+	if !p.track(upm) {
+		src.Close()
+		upm.Close()
+		return
+	}
+	defer p.untrack(upm)
+	if _, err := p.joiner.Join(failable{src, mc}, upm, forward.Counts{}); err != nil {
+		p.opts.Log.Debug("opaque connection ended", "direction", dir, "dst", dst, "err", err)
+	}
+}
+
+func (p *Proxy) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing {
+		return false
+	}
+	for _, c := range cs {
+		p.conns[c] = struct{}{}
+	}
+	return true
+}
+
+func (p *Proxy) untrack(cs ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		delete(p.conns, c)
+	}
+}
+
+// Shutdown stops accepting, lets in-flight HTTP requests and opaque
+// connections finish until ctx ends, then closes whatever remains
+// (including connections still in protocol detection). It
+// returns ctx.Err() if it had to cut connections.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.mu.Lock()
+	p.closing = true
+	for ln := range p.listeners {
+		ln.Close()
+	}
+	p.mu.Unlock()
+
+	var wg sync.WaitGroup
+	for _, d := range p.servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := d.server.Shutdown(ctx); err != nil {
+				d.server.Close()
+			}
+			<-d.done
+			if d.proxy != nil {
+				d.proxy.CloseIdle()
+			}
+		}()
+	}
+	drained := make(chan struct{})
+	go func() {
+		p.handlers.Wait()
+		wg.Wait()
+		close(drained)
+	}()
+	select {
+	case <-drained:
+		return nil
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	<-drained
+	return ctx.Err()
+}
+
+// failable lets the joiner mark the accepted connection's metrics failed
+// through the detection wrapper.
+type failable struct {
+	net.Conn
+	mc *metrics.Conn
+}
+
+func (f failable) Fail() { f.mc.Fail() }
+
+func (f failable) CloseWrite() error {
+	if cw, ok := f.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return f.Conn.Close()
+}
+
+// httpConn carries the original destination into the HTTP server.
+type httpConn struct {
+	*detect.Conn
+	dst netip.AddrPort
+}
