@@ -34,7 +34,10 @@ const (
 	podSubnet   = "10.244.77.0/24"
 	podSubnetV6 = "fd00:10:244:77::/64"
 	bridgeName  = "plxtest0"
-	noSuchNode  = "plexus-cni-test-no-such-node"
+	// unschedulable keeps test pods Pending: no node has this label, so no
+	// kubelet runs them. (Binding them to a missing node instead would let
+	// kube-controller-manager's pod GC delete them mid-test.)
+	unschedulable = "plexus.dev/cni-test-no-such-node"
 )
 
 // pluginDir holds the plexus-cni binary built once by TestMain.
@@ -287,14 +290,15 @@ func (e *env) writeForwardedKubeconfig(cfg *clientcmdapi.Config, addr, path stri
 	}
 }
 
-// createPod creates a pod object that no kubelet will run.
+// createPod creates a pod object that no scheduler places and so no kubelet
+// runs.
 func (e *env) createPod(name string, meshed bool, annotations map[string]string) {
 	e.t.Helper()
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.namespace, Annotations: annotations},
 		Spec: corev1.PodSpec{
-			NodeName:   noSuchNode,
-			Containers: []corev1.Container{{Name: "app", Image: "registry.invalid/app"}},
+			NodeSelector: map[string]string{unschedulable: "true"},
+			Containers:   []corev1.Container{{Name: "app", Image: "registry.invalid/app"}},
 		},
 	}
 	if meshed {
