@@ -23,9 +23,13 @@ const (
 // names the token by path (tokenFile), so it is written once and only the
 // token file changes when the projected service account token rotates.
 type Credentials struct {
-	Dir    string // host dir, root-only (0700), outside the CNI conf dir
-	Server string // API server URL reachable from the host network
-	CAFile string // the API server's CA bundle (embedded in the kubeconfig)
+	Dir string // where to write: root-only (0700), outside the CNI conf dir
+	// HostDir is Dir as the plugin sees it on the host, when the agent
+	// writes through a mount (Dir /host/var/lib/plexus, HostDir
+	// /var/lib/plexus). Empty means Dir.
+	HostDir string
+	Server  string // API server URL reachable from the host network
+	CAFile  string // the API server's CA bundle (embedded in the kubeconfig)
 	// TokenSource is the projected service account token the kubelet keeps
 	// fresh inside the agent's container.
 	TokenSource string
@@ -46,11 +50,22 @@ func (c *Credentials) Validate() error {
 	return nil
 }
 
-// KubeconfigPath is where the plugin reads its kubeconfig.
+// KubeconfigPath is where the kubeconfig is written.
 func (c *Credentials) KubeconfigPath() string { return filepath.Join(c.Dir, KubeconfigFile) }
 
-// TokenPath is the token file the kubeconfig names.
+// TokenPath is where the token is written.
 func (c *Credentials) TokenPath() string { return filepath.Join(c.Dir, TokenFile) }
+
+// HostKubeconfigPath is the kubeconfig's path for the plugin on the host,
+// the value of "kubeconfig" in its conflist entry.
+func (c *Credentials) HostKubeconfigPath() string { return filepath.Join(c.hostDir(), KubeconfigFile) }
+
+func (c *Credentials) hostDir() string {
+	if c.HostDir != "" {
+		return c.HostDir
+	}
+	return c.Dir
+}
 
 // Install writes the token and then the kubeconfig, both 0600, into a
 // 0700 dir. It reports whether anything was written.
@@ -75,7 +90,7 @@ func (c *Credentials) Install() (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("reading API server CA: %w", err)
 	}
-	kc, err := Kubeconfig(c.Server, ca, c.TokenPath())
+	kc, err := Kubeconfig(c.Server, ca, filepath.Join(c.hostDir(), TokenFile))
 	if err != nil {
 		return false, err
 	}

@@ -102,6 +102,7 @@ func TestCredentials(t *testing.T) {
 	write("ca.crt", "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
 	c := &Credentials{
 		Dir:         filepath.Join(root, "var/lib/plexus"),
+		HostDir:     "/var/lib/plexus",
 		Server:      "https://10.96.0.1:443",
 		CAFile:      filepath.Join(sa, "ca.crt"),
 		TokenSource: filepath.Join(sa, "token"),
@@ -124,16 +125,14 @@ func TestCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	auth := cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo]
-	if auth.TokenFile != c.TokenPath() || auth.Token != "" {
-		t.Fatalf("kubeconfig auth = %+v, want tokenFile %s and no inline token", auth, c.TokenPath())
+	if auth.TokenFile != "/var/lib/plexus/"+TokenFile || auth.Token != "" {
+		t.Fatalf("kubeconfig auth = %+v, want the host path of the token file and no inline token", auth)
 	}
-	// The client reads the token through the file.
-	rc, err := clientcmd.NewDefaultClientConfig(*cfg, nil).ClientConfig()
-	if err != nil {
-		t.Fatal(err)
+	if c.HostKubeconfigPath() != "/var/lib/plexus/"+KubeconfigFile {
+		t.Fatalf("HostKubeconfigPath = %s", c.HostKubeconfigPath())
 	}
-	if rc.Host != c.Server || rc.BearerTokenFile != c.TokenPath() {
-		t.Fatalf("rest config host %q token file %q", rc.Host, rc.BearerTokenFile)
+	if cl := cfg.Clusters[cfg.Contexts[cfg.CurrentContext].Cluster]; cl.Server != c.Server || len(cl.CertificateAuthorityData) == 0 {
+		t.Fatalf("kubeconfig cluster = %+v", cl)
 	}
 
 	// Rotation: only the token file changes.

@@ -1,0 +1,107 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/plexus-mesh/plexus/daemonset/guard"
+	"github.com/plexus-mesh/plexus/daemonset/install"
+)
+
+// Run installs the plugin and keeps it in place until ctx ends, serving
+// /ready and /metrics on ln. Ending leaves the plugin installed (an
+// upgrade's SIGTERM must not open a window without redirection); removal
+// is Uninstall's job.
+func Run(ctx context.Context, cfg RunConfig, reg *prometheus.Registry, log *slog.Logger, ln net.Listener) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	m, err := NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	ready := newReadiness(m, log)
+
+	srv := &http.Server{Handler: handler(ready, reg), ReadHeaderTimeout: 5 * time.Second}
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- srv.Serve(ln) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		<-srvDone
+	}()
+
+	if wrote, err := install.Binary(cfg.PluginBinary, cfg.At(cfg.CNIBinDir)); err != nil {
+		m.Errors.WithLabelValues("install").Inc()
+		return err
+	} else if wrote {
+		m.Installs.WithLabelValues("binary").Inc()
+		log.Info("installed plugin binary", "dir", cfg.CNIBinDir)
+	}
+	kubeconfig := cfg.Kubeconfig
+	var creds *install.Credentials
+	if kubeconfig == "" {
+		creds = &install.Credentials{
+			Dir: cfg.At(cfg.StateDir), HostDir: cfg.StateDir,
+			Server: cfg.APIServer, CAFile: cfg.CAFile, TokenSource: cfg.TokenSource,
+		}
+		if wrote, err := creds.Install(); err != nil {
+			m.Errors.WithLabelValues("install").Inc()
+			return err
+		} else if wrote {
+			m.Installs.WithLabelValues("credentials").Inc()
+		}
+		kubeconfig = creds.HostKubeconfigPath()
+	}
+	entry, err := buildEntry(cfg.PluginConfig, kubeconfig)
+	if err != nil {
+		return err
+	}
+
+	if creds != nil {
+		go syncToken(ctx, creds, cfg.TokenSync, m, log)
+	}
+	p := patcher(cfg.Paths, entry)
+	gcfg := guard.Config{Dir: cfg.At(cfg.CNIConfDir), Patch: p.Patch}
+	if err := guard.Run(ctx, gcfg, ready); err != nil {
+		return fmt.Errorf("guarding the CNI config: %w", err)
+	}
+	select {
+	case err := <-srvDone:
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serving /ready and /metrics: %w", err)
+		}
+	default:
+	}
+	return nil
+}
+
+// syncToken copies the rotated service account token for the plugin.
+func syncToken(ctx context.Context, c *install.Credentials, every time.Duration, m *Metrics, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			wrote, err := c.SyncToken()
+			if err != nil {
+				m.Errors.WithLabelValues("token").Inc()
+				log.Error("copying the service account token for the plugin", "err", err)
+				continue
+			}
+			if wrote {
+				m.TokenSyncs.Inc()
+			}
+		}
+	}
+}
