@@ -280,3 +280,20 @@ func TestPathsValidate(t *testing.T) {
 		t.Fatalf("defaults: %+v, %v", p, err)
 	}
 }
+
+func TestRunWithNodeKubeconfigWritesNoCredentials(t *testing.T) {
+	cfg, root := node(t, map[string]string{"10-flannel.conflist": flannel})
+	cfg.Kubeconfig = "/var/lib/kubelet/kubeconfig"
+	cfg.APIServer, cfg.CAFile, cfg.TokenSource = "", "", ""
+	r := startRun(t, cfg)
+	eventually(t, 3*time.Second, "/ready 200", func() bool { c, _ := get(t, r.url+"/ready"); return c == 200 })
+	b, _ := os.ReadFile(filepath.Join(root, DefaultCNIConfDir, "10-flannel.conflist"))
+	if !strings.Contains(string(b), `"kubeconfig": "/var/lib/kubelet/kubeconfig"`) {
+		t.Fatalf("conflist:\n%s", b)
+	}
+	for _, f := range []string{install.KubeconfigFile, install.TokenFile} {
+		if _, err := os.Stat(filepath.Join(root, DefaultStateDir, f)); !os.IsNotExist(err) {
+			t.Errorf("%s written with a node kubeconfig: %v", f, err)
+		}
+	}
+}
