@@ -17,6 +17,13 @@ const TempSuffix = ".plexus-tmp"
 // Write atomically replaces path with data and gives it mode perm
 // (exactly, regardless of the umask).
 func Write(path string, data []byte, perm os.FileMode) error {
+	return WriteIf(path, data, perm, nil)
+}
+
+// WriteIf is Write that calls check, if not nil, after the new content is
+// on disk and just before the rename, and gives up if it fails. It narrows
+// (it cannot close) the window in which another writer's change is lost.
+func WriteIf(path string, data []byte, perm os.FileMode, check func() error) error {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -44,6 +51,11 @@ func Write(path string, data []byte, perm os.FileMode) error {
 	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("closing %s: %w", tmpName, err)
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return err
+		}
 	}
 	if err := os.Rename(tmpName, path); err != nil {
 		return fmt.Errorf("renaming %s to %s: %w", tmpName, path, err)

@@ -61,3 +61,22 @@ func TestWriteUnwritableDirLeavesNothing(t *testing.T) {
 		t.Fatalf("err = %v, want an error naming %s", err, dir)
 	}
 }
+
+func TestWriteIfCheckFailsLeavesOld(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	if err := os.WriteFile(p, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	boom := os.ErrExist
+	err := WriteIf(p, []byte("new"), 0o644, func() error { return boom })
+	if err != boom {
+		t.Fatalf("err = %v", err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "old" {
+		t.Fatalf("content = %q", b)
+	}
+	if es, _ := os.ReadDir(dir); len(es) != 1 {
+		t.Fatalf("temp file left: %v", es)
+	}
+}

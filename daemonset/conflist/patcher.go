@@ -32,6 +32,10 @@ type Result struct {
 	From    string // the file replaced when a .conf became a .conflist
 }
 
+// ErrConcurrentChange means the file changed between our read and our
+// write; nothing was written and the caller should patch again.
+var ErrConcurrentChange = errors.New("concurrent change")
+
 type record struct {
 	OriginalPath string      `json:"original_path"`
 	OriginalMode fs.FileMode `json:"original_mode"`
@@ -86,7 +90,21 @@ func (p *Patcher) Patch() (Result, error) {
 	if err := p.save(rec); err != nil {
 		return Result{}, err
 	}
-	if err := atomicfile.Write(res.Path, out, mode); err != nil {
+	if res.From != "" {
+		// Never clobber someone else's .conflist of the same name; ours
+		// (from an earlier conversion) is fine to replace.
+		if cur, err := os.ReadFile(res.Path); err == nil && !Contains(cur) {
+			return Result{}, &InvalidError{Path: path, Err: fmt.Errorf("converting it would overwrite %s", res.Path)}
+		}
+	}
+	unchanged := func() error {
+		cur, err := os.ReadFile(path)
+		if err != nil || !bytes.Equal(cur, data) {
+			return fmt.Errorf("%w: %s changed while being patched", ErrConcurrentChange, path)
+		}
+		return nil
+	}
+	if err := atomicfile.WriteIf(res.Path, out, mode, unchanged); err != nil {
 		return Result{}, err
 	}
 	res.Changed = true

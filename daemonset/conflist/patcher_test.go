@@ -277,3 +277,22 @@ func TestPrimaryIsLexicallyFirst(t *testing.T) {
 		t.Fatalf("err = %v, want InvalidError", err)
 	}
 }
+
+func TestConvertNeverClobbersForeignConflist(t *testing.T) {
+	p, path, in := setup(t, "bridge.conf", 0o644)
+	other := filepath.Join(p.ConfDir, "10-bridge.conflist")
+	foreign := `{"cniVersion":"1.0.0","name":"other","plugins":[{"type":"ptp"}]}`
+	if err := os.WriteFile(other, []byte(foreign), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var inv *InvalidError
+	if _, err := p.Patch(); !errors.As(err, &inv) || !strings.Contains(err.Error(), other) {
+		t.Fatalf("err = %v, want a refusal naming %s", err, other)
+	}
+	if b, _ := os.ReadFile(other); string(b) != foreign {
+		t.Fatal("foreign conflist overwritten")
+	}
+	if b, _ := os.ReadFile(path); !bytes.Equal(b, in) {
+		t.Fatal(".conf changed")
+	}
+}

@@ -158,6 +158,8 @@ func (s *state) patch(now time.Time) time.Duration {
 	case errors.Is(err, conflist.ErrNoConfig):
 		s.obs.Ready(false, fmt.Sprintf("waiting for the primary CNI config in %s", s.cfg.Dir))
 		return 0 // its creation is an event
+	case errors.Is(err, conflist.ErrConcurrentChange):
+		return s.cfg.Debounce // someone is writing; look again shortly
 	case err != nil:
 		s.obs.Failed(err)
 		s.obs.Ready(false, err.Error())
