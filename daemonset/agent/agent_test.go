@@ -14,9 +14,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/plexus-mesh/plexus/daemonset/conflist"
 	"github.com/plexus-mesh/plexus/daemonset/install"
+	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
 )
 
 const flannel = `{
@@ -74,7 +78,7 @@ type running struct {
 	stop func() error
 }
 
-func startRun(t *testing.T, cfg RunConfig) running {
+func startRun(t *testing.T, cfg RunConfig, taint *nodetaint.Remover) running {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -83,7 +87,9 @@ func startRun(t *testing.T, cfg RunConfig) running {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	go func() { done <- Run(ctx, cfg, prometheus.NewRegistry(), log, ln) }()
+	go func() {
+		done <- Run(ctx, cfg, Deps{Registry: prometheus.NewRegistry(), Log: log, Listener: ln, Taint: taint})
+	}()
 	stopped := false
 	var runErr error
 	stop := func() error {
@@ -121,7 +127,7 @@ func eventually(t *testing.T, limit time.Duration, what string, cond func() bool
 
 func TestRunInstallsGuardsAndLeavesPluginOnStop(t *testing.T) {
 	cfg, root := node(t, map[string]string{"10-flannel.conflist": flannel})
-	r := startRun(t, cfg)
+	r := startRun(t, cfg, nil)
 	eventually(t, 3*time.Second, "/ready 200", func() bool { c, _ := get(t, r.url+"/ready"); return c == 200 })
 
 	conf := filepath.Join(root, DefaultCNIConfDir, "10-flannel.conflist")
@@ -188,7 +194,7 @@ func TestRunInstallsGuardsAndLeavesPluginOnStop(t *testing.T) {
 func TestRunNotReadyOnInvalidConfig(t *testing.T) {
 	bad := `{"name": "cbr0", "plugins": [`
 	cfg, root := node(t, map[string]string{"10-flannel.conflist": bad})
-	r := startRun(t, cfg)
+	r := startRun(t, cfg, nil)
 	conf := filepath.Join(root, DefaultCNIConfDir, "10-flannel.conflist")
 	eventually(t, 3*time.Second, "an error metric", func() bool {
 		_, m := get(t, r.url+"/metrics")
@@ -213,7 +219,7 @@ func TestRunUnwritableBinDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = Run(context.Background(), cfg, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), ln)
+	err = Run(context.Background(), cfg, Deps{Registry: prometheus.NewRegistry(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Listener: ln})
 	if err == nil || !strings.Contains(err.Error(), "CNI bin dir") {
 		t.Fatalf("err = %v, want a CNI bin dir error", err)
 	}
@@ -285,7 +291,7 @@ func TestRunWithNodeKubeconfigWritesNoCredentials(t *testing.T) {
 	cfg, root := node(t, map[string]string{"10-flannel.conflist": flannel})
 	cfg.Kubeconfig = "/var/lib/kubelet/kubeconfig"
 	cfg.APIServer, cfg.CAFile, cfg.TokenSource = "", "", ""
-	r := startRun(t, cfg)
+	r := startRun(t, cfg, nil)
 	eventually(t, 3*time.Second, "/ready 200", func() bool { c, _ := get(t, r.url+"/ready"); return c == 200 })
 	b, _ := os.ReadFile(filepath.Join(root, DefaultCNIConfDir, "10-flannel.conflist"))
 	if !strings.Contains(string(b), `"kubeconfig": "/var/lib/kubelet/kubeconfig"`) {
@@ -296,4 +302,37 @@ func TestRunWithNodeKubeconfigWritesNoCredentials(t *testing.T) {
 			t.Errorf("%s written with a node kubeconfig: %v", f, err)
 		}
 	}
+}
+
+// The Remover itself is tested against a real kube-apiserver in
+// nodetaint; this checks the agent calls it when, and only when, ready.
+func TestRunRemovesTaintOnlyWhenReady(t *testing.T) {
+	taintedNode := func() *corev1.Node {
+		return &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: "n1", ResourceVersion: "1"},
+			Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: nodetaint.Key, Effect: corev1.TaintEffectNoSchedule}}},
+		}
+	}
+	hasTaint := func(c *fake.Clientset) bool {
+		n, err := c.CoreV1().Nodes().Get(context.Background(), "n1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(n.Spec.Taints) > 0
+	}
+
+	bad := `{"name": "cbr0", "plugins": [`
+	cfg, root := node(t, map[string]string{"10-flannel.conflist": bad})
+	client := fake.NewClientset(taintedNode())
+	r := startRun(t, cfg, &nodetaint.Remover{Client: client, Node: "n1"})
+	time.Sleep(500 * time.Millisecond)
+	if !hasTaint(client) {
+		t.Fatal("taint removed while not ready")
+	}
+	mkfile(t, filepath.Join(root, DefaultCNIConfDir, "10-flannel.conflist"), flannel, 0o644)
+	eventually(t, 2*time.Second, "taint removed once ready", func() bool { return !hasTaint(client) })
+	eventually(t, time.Second, "metric", func() bool {
+		_, m := get(t, r.url+"/metrics")
+		return strings.Contains(m, "plexus_node_taint_removals_total 1")
+	})
 }

@@ -16,12 +16,13 @@ import (
 // Metrics are the agent's Prometheus metrics, registered on a registry the
 // caller owns.
 type Metrics struct {
-	Installs   *prometheus.CounterVec // by what: binary, credentials, conflist
-	Repatches  prometheus.Counter
-	Fights     prometheus.Counter
-	Errors     *prometheus.CounterVec // by stage
-	TokenSyncs prometheus.Counter
-	Ready      prometheus.Gauge
+	Installs      *prometheus.CounterVec // by what: binary, credentials, conflist
+	Repatches     prometheus.Counter
+	Fights        prometheus.Counter
+	Errors        *prometheus.CounterVec // by stage
+	TokenSyncs    prometheus.Counter
+	TaintRemovals prometheus.Counter
+	Ready         prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -41,18 +42,22 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "plexus_node_errors_total",
-			Help: "Failed attempts, by stage (install, patch, token).",
+			Help: "Failed attempts, by stage (install, patch, token, taint).",
 		}, []string{"stage"}),
 		TokenSyncs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "plexus_node_token_syncs_total",
 			Help: "Times the rotated service account token was copied for the plugin.",
+		}),
+		TaintRemovals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "plexus_node_taint_removals_total",
+			Help: "Times the plexus.dev/cni-not-ready taint was removed from the node.",
 		}),
 		Ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "plexus_node_ready",
 			Help: "1 when the plugin is installed and last in the primary CNI config.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.Installs, m.Repatches, m.Fights, m.Errors, m.TokenSyncs, m.Ready} {
+	for _, c := range []prometheus.Collector{m.Installs, m.Repatches, m.Fights, m.Errors, m.TokenSyncs, m.TaintRemovals, m.Ready} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
@@ -66,13 +71,16 @@ type readiness struct {
 	m   *Metrics
 	log *slog.Logger
 
+	// becameReady gets a signal (never blocking) on each move to ready.
+	becameReady chan struct{}
+
 	mu     sync.Mutex
 	ready  bool
 	reason string
 }
 
 func newReadiness(m *Metrics, log *slog.Logger) *readiness {
-	return &readiness{m: m, log: log, reason: "starting"}
+	return &readiness{m: m, log: log, reason: "starting", becameReady: make(chan struct{}, 1)}
 }
 
 func (r *readiness) Patched(res conflist.Result, repatch bool) {
@@ -109,6 +117,12 @@ func (r *readiness) Ready(ok bool, reason string) {
 	}
 	if changed {
 		r.log.Info("readiness changed", "ready", ok, "reason", reason)
+		if ok {
+			select {
+			case r.becameReady <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 

@@ -13,21 +13,39 @@ import (
 
 	"github.com/plexus-mesh/plexus/daemonset/guard"
 	"github.com/plexus-mesh/plexus/daemonset/install"
+	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
 )
 
+// Deps are what Run is handed rather than builds.
+type Deps struct {
+	Registry *prometheus.Registry
+	Log      *slog.Logger
+	Listener net.Listener // for /ready and /metrics
+	// Taint, if not nil, removes the node's cni-not-ready taint each time
+	// the agent becomes ready.
+	Taint *nodetaint.Remover
+}
+
 // Run installs the plugin and keeps it in place until ctx ends, serving
-// /ready and /metrics on ln. Ending leaves the plugin installed (an
-// upgrade's SIGTERM must not open a window without redirection); removal
-// is Uninstall's job.
-func Run(ctx context.Context, cfg RunConfig, reg *prometheus.Registry, log *slog.Logger, ln net.Listener) error {
+// /ready and /metrics. Ending leaves the plugin installed (an upgrade's
+// SIGTERM must not open a window without redirection); removal is
+// Uninstall's job.
+func Run(ctx context.Context, cfg RunConfig, deps Deps) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	reg, log, ln := deps.Registry, deps.Log, deps.Listener
 	m, err := NewMetrics(reg)
 	if err != nil {
 		return err
 	}
 	ready := newReadiness(m, log)
+	if deps.Taint != nil {
+		if err := deps.Taint.Validate(); err != nil {
+			return err
+		}
+		go removeTaint(ctx, deps.Taint, ready.becameReady, m, log)
+	}
 
 	srv := &http.Server{Handler: handler(ready, reg), ReadHeaderTimeout: 5 * time.Second}
 	srvDone := make(chan error, 1)
@@ -101,6 +119,35 @@ func syncToken(ctx context.Context, c *install.Credentials, every time.Duration,
 			}
 			if wrote {
 				m.TokenSyncs.Inc()
+			}
+		}
+	}
+}
+
+// removeTaint removes the node's taint each time the agent becomes ready,
+// retrying with backoff while the API server refuses.
+func removeTaint(ctx context.Context, r *nodetaint.Remover, becameReady <-chan struct{}, m *Metrics, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-becameReady:
+		}
+		for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+			removed, err := r.Remove(ctx)
+			if err == nil {
+				if removed {
+					m.TaintRemovals.Inc()
+					log.Info("removed node taint", "taint", nodetaint.Key, "node", r.Node)
+				}
+				break
+			}
+			m.Errors.WithLabelValues("taint").Inc()
+			log.Error("removing node taint", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
 			}
 		}
 	}

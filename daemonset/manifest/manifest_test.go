@@ -136,6 +136,16 @@ func TestDaemonSet(t *testing.T) {
 		t.Errorf("readinessProbe %+v does not match --listen=%s", p, a["listen"])
 	}
 
+	nodeName := false
+	for _, e := range c.Env {
+		if e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName" {
+			nodeName = true
+		}
+	}
+	if !nodeName {
+		t.Error("NODE_NAME is not set from spec.nodeName; the taint would never be removed")
+	}
+
 	var sa corev1.ServiceAccount
 	decode(t, "serviceaccount.yaml", &sa)
 	if spec.ServiceAccountName != sa.Name || ds.Namespace != sa.Namespace {
@@ -147,9 +157,12 @@ func TestRBACLeastPrivilege(t *testing.T) {
 	var role rbacv1.ClusterRole
 	var binding rbacv1.ClusterRoleBinding
 	decode(t, "rbac.yaml", &role, &binding)
-	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}}
+	want := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch"}},
+	}
 	if !reflect.DeepEqual(role.Rules, want) {
-		t.Errorf("ClusterRole rules = %+v, want only get pods", role.Rules)
+		t.Errorf("ClusterRole rules = %+v, want only get pods, get+patch nodes", role.Rules)
 	}
 	var sa corev1.ServiceAccount
 	decode(t, "serviceaccount.yaml", &sa)

@@ -19,7 +19,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
 	"github.com/plexus-mesh/plexus/daemonset/agent"
+	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
 )
 
 const usage = `usage: plexus-node <command> [flags]
@@ -51,7 +55,7 @@ func run(args []string, stderr io.Writer, log *slog.Logger) error {
 	}
 	switch args[0] {
 	case "run":
-		cfg, err := parseRun(args[1:], stderr)
+		cfg, nodeName, err := parseRun(args[1:], stderr)
 		if err != nil {
 			return err
 		}
@@ -63,7 +67,11 @@ func run(args []string, stderr io.Writer, log *slog.Logger) error {
 		defer stop()
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		return agent.Run(ctx, cfg, reg, log, ln)
+		deps := agent.Deps{Registry: reg, Log: log, Listener: ln}
+		if deps.Taint, err = taintRemover(nodeName, log); err != nil {
+			return err
+		}
+		return agent.Run(ctx, cfg, deps)
 	case "install":
 		cfg, err := parseImage(args[1:], stderr)
 		if err != nil {
@@ -100,8 +108,9 @@ func pathFlags(fs *flag.FlagSet, p *agent.Paths, root string) {
 	fs.StringVar(&p.StateDir, "state-dir", agent.DefaultStateDir, "root-only dir on the host for credentials and the conflist record")
 }
 
-func parseRun(args []string, stderr io.Writer) (agent.RunConfig, error) {
+func parseRun(args []string, stderr io.Writer) (agent.RunConfig, string, error) {
 	var c agent.RunConfig
+	var nodeName string
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	pathFlags(fs, &c.Paths, "/host")
@@ -113,10 +122,11 @@ func parseRun(args []string, stderr io.Writer) (agent.RunConfig, error) {
 	fs.StringVar(&c.TokenSource, "token-file", filepath.Join(saDir, "token"), "service account token, kept fresh by the kubelet")
 	fs.DurationVar(&c.TokenSync, "token-sync", 0, "how often to copy a rotated token (default 1m)")
 	fs.StringVar(&c.Listen, "listen", ":9190", "address of /ready and /metrics")
+	fs.StringVar(&nodeName, "node-name", os.Getenv("NODE_NAME"), "this node, whose "+nodetaint.Key+" taint is removed when ready; empty: leave taints alone")
 	if err := parse(fs, args); err != nil {
-		return c, err
+		return c, "", err
 	}
-	return c, c.Validate()
+	return c, nodeName, c.Validate()
 }
 
 func parseImage(args []string, stderr io.Writer) (agent.ImageConfig, error) {
@@ -156,6 +166,24 @@ func parse(fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("%s: unexpected arguments %q", fs.Name(), fs.Args())
 	}
 	return nil
+}
+
+// taintRemover uses the agent's in-cluster service account; it is nil
+// when no node name is given.
+func taintRemover(node string, log *slog.Logger) (*nodetaint.Remover, error) {
+	if node == "" {
+		log.Info("no node name; not removing the " + nodetaint.Key + " taint")
+		return nil, nil
+	}
+	rc, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("API client for taint removal: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("API client for taint removal: %w", err)
+	}
+	return &nodetaint.Remover{Client: client, Node: node}, nil
 }
 
 func inClusterServer() string {

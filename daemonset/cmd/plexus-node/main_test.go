@@ -9,15 +9,15 @@ import (
 func TestParseRun(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
 	t.Setenv("KUBERNETES_SERVICE_PORT", "443")
-	c, err := parseRun([]string{"--cni-conf-dir", "/var/lib/rancher/k3s/agent/etc/cni/net.d"}, io.Discard)
+	c, node, err := parseRun([]string{"--cni-conf-dir", "/var/lib/rancher/k3s/agent/etc/cni/net.d", "--node-name", "n1"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.APIServer != "https://10.96.0.1:443" || c.Root != "/host" || c.CNIConfDir != "/var/lib/rancher/k3s/agent/etc/cni/net.d" || c.CNIBinDir != "/opt/cni/bin" {
+	if node != "n1" || c.APIServer != "https://10.96.0.1:443" || c.Root != "/host" || c.CNIConfDir != "/var/lib/rancher/k3s/agent/etc/cni/net.d" || c.CNIBinDir != "/opt/cni/bin" {
 		t.Fatalf("config %+v", c)
 	}
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	if _, err := parseRun(nil, io.Discard); err == nil || !strings.Contains(err.Error(), "API server") {
+	if _, _, err := parseRun(nil, io.Discard); err == nil || !strings.Contains(err.Error(), "API server") {
 		t.Fatalf("no API server: err = %v", err)
 	}
 }
