@@ -17,10 +17,12 @@ var extensions = []string{".conf", ".conflist", ".json"}
 // ErrNoConfig means the conf dir holds no network config yet.
 var ErrNoConfig = errors.New("no CNI network config")
 
-// InvalidError is a config file the runtime would skip. We refuse to pick
-// the next file instead: the broken one is usually the primary CNI's own
-// config caught mid-change or broken by hand, and patching another file
-// would mean meshed pods start without redirection once it is fixed.
+// InvalidError is a first config file that does not load. containerd
+// (go-cni) then fails the whole load and CRI-O (ocicni) skips to the next
+// file; we refuse to pick the next file: the broken one is usually the
+// primary CNI's own config caught mid-change or broken by hand, and
+// patching another file would mean meshed pods start without redirection
+// once it is fixed.
 type InvalidError struct {
 	Path string
 	Err  error
@@ -47,9 +49,9 @@ func IsCandidate(name string) bool {
 }
 
 // Primary returns the path of the config the runtime uses: the lexically
-// first file in dir with a config extension that libcni loads, the way
-// go-cni and ocicni select it. A file before it that does not load is an
-// *InvalidError; an empty or missing dir is ErrNoConfig.
+// first file in dir with a config extension, the way go-cni and ocicni
+// order them, loaded with libcni as they load it. If it does not load the
+// error is an *InvalidError; an empty or missing dir is ErrNoConfig.
 func Primary(dir string) (string, error) {
 	files, err := libcni.ConfFiles(dir, extensions)
 	if err != nil {
