@@ -11,14 +11,16 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/plexus-mesh/plexus/daemonset/apiservertest"
 )
 
 // TestRemoveWithShippedRBAC runs against a real kube-apiserver as a user
 // bound only to the ClusterRole shipped in deploy/plexus-node/rbac.yaml.
 func TestRemoveWithShippedRBAC(t *testing.T) {
-	a := startAPIServer(t)
+	a := apiservertest.Start(t)
 	ctx := context.Background()
-	admin := a.client(t, adminToken)
+	admin := a.Client(t, apiservertest.AdminToken)
 
 	b, err := os.ReadFile("../../deploy/plexus-node/rbac.yaml")
 	if err != nil {
@@ -34,7 +36,7 @@ func TestRemoveWithShippedRBAC(t *testing.T) {
 	binding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "plexus-test-agent"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: agentUser}},
+		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: apiservertest.AgentUser}},
 	}
 	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -64,12 +66,12 @@ func TestRemoveWithShippedRBAC(t *testing.T) {
 	}
 
 	// Someone without the role is refused with a hint.
-	nobody := &Remover{Client: a.client(t, nobodyTok), Node: node.Name}
+	nobody := &Remover{Client: a.Client(t, apiservertest.NobodyToken), Node: node.Name}
 	if _, err := nobody.Remove(ctx); err == nil || !strings.Contains(err.Error(), "get and patch on nodes") {
 		t.Fatalf("unbound user: err = %v", err)
 	}
 
-	r := &Remover{Client: a.client(t, agentToken), Node: node.Name}
+	r := &Remover{Client: a.Client(t, apiservertest.AgentToken), Node: node.Name}
 	removed, err := r.Remove(ctx)
 	if err != nil || !removed {
 		t.Fatalf("Remove = %v, %v", removed, err)

@@ -1,4 +1,7 @@
-package nodetaint
+// Package apiservertest starts a throwaway etcd and kube-apiserver on
+// loopback for tests that need a real API server (RBAC, admission, patch
+// semantics), from the binaries the local cluster build caches.
+package apiservertest
 
 import (
 	"context"
@@ -19,16 +22,20 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// apiserver is a real etcd + kube-apiserver on loopback, owned by one test.
-type apiserver struct {
-	url string
+// Server is a real etcd + kube-apiserver on loopback, owned by one test
+// and stopped by its cleanup. Authorization is RBAC; three static tokens
+// authenticate an admin (system:masters), AgentUser and a user with no
+// bindings.
+type Server struct {
+	URL string
 }
 
+// Static tokens and the agent's user name.
 const (
-	adminToken = "admin-token"
-	agentToken = "agent-token"
-	agentUser  = "plexus-test-agent"
-	nobodyTok  = "nobody-token"
+	AdminToken  = "admin-token"
+	AgentToken  = "agent-token"
+	AgentUser   = "plexus-test-agent"
+	NobodyToken = "nobody-token"
 )
 
 func kubeBin(t *testing.T) string {
@@ -79,7 +86,10 @@ func startProc(t *testing.T, dir, name string, bin string, args ...string) {
 	})
 }
 
-func startAPIServer(t *testing.T) *apiserver {
+// Start runs etcd and kube-apiserver and waits until /readyz is ok. It
+// skips the test in -short mode or when the binaries are not found
+// (PLEXUS_KUBE_BIN, else ~/.cache/plexus/kube/*/bin).
+func Start(t *testing.T) *Server {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts etcd and kube-apiserver")
@@ -104,7 +114,7 @@ func startAPIServer(t *testing.T) *apiserver {
 	}
 	saKey := write("sa.key", pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: der}))
 	saPub := write("sa.pub", pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}))
-	tokens := write("tokens.csv", []byte(fmt.Sprintf("%s,admin,admin,system:masters\n%s,%s,agent\n%s,nobody,nobody\n", adminToken, agentToken, agentUser, nobodyTok)))
+	tokens := write("tokens.csv", []byte(fmt.Sprintf("%s,admin,admin,system:masters\n%s,%s,agent\n%s,nobody,nobody\n", AdminToken, AgentToken, AgentUser, NobodyToken)))
 
 	etcdPort, peerPort, apiPort := freePort(t), freePort(t), freePort(t)
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
@@ -124,8 +134,8 @@ func startAPIServer(t *testing.T) *apiserver {
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-account-key-file", saPub, "--service-account-signing-key-file", saKey,
 		"--profiling=false")
-	a := &apiserver{url: fmt.Sprintf("https://127.0.0.1:%d", apiPort)}
-	admin := a.client(t, adminToken)
+	a := &Server{URL: fmt.Sprintf("https://127.0.0.1:%d", apiPort)}
+	admin := a.Client(t, AdminToken)
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -141,10 +151,11 @@ func startAPIServer(t *testing.T) *apiserver {
 	}
 }
 
-func (a *apiserver) client(t *testing.T, token string) kubernetes.Interface {
+// Client is a clientset authenticating with token.
+func (a *Server) Client(t *testing.T, token string) kubernetes.Interface {
 	t.Helper()
 	c, err := kubernetes.NewForConfig(&rest.Config{
-		Host:            a.url,
+		Host:            a.URL,
 		BearerToken:     token,
 		TLSClientConfig: rest.TLSClientConfig{Insecure: true}, // self-signed, loopback, test-only
 	})
