@@ -160,9 +160,10 @@ func TestRBACLeastPrivilege(t *testing.T) {
 	want := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}},
 	}
 	if !reflect.DeepEqual(role.Rules, want) {
-		t.Errorf("ClusterRole rules = %+v, want only get pods, get+patch nodes", role.Rules)
+		t.Errorf("ClusterRole rules = %+v, want only get pods, get+patch nodes, create events", role.Rules)
 	}
 	var sa corev1.ServiceAccount
 	decode(t, "serviceaccount.yaml", &sa)
