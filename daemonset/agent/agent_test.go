@@ -20,6 +20,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/daemonset/conflist"
 	"github.com/plexus-mesh/plexus/daemonset/install"
+	"github.com/plexus-mesh/plexus/daemonset/nodeevents"
 	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
 )
 
@@ -78,7 +79,8 @@ type running struct {
 	stop func() error
 }
 
-func startRun(t *testing.T, cfg RunConfig, taint *nodetaint.Remover) running {
+// startRun runs the agent; deps may carry Taint and Events.
+func startRun(t *testing.T, cfg RunConfig, deps Deps) running {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -87,9 +89,8 @@ func startRun(t *testing.T, cfg RunConfig, taint *nodetaint.Remover) running {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	go func() {
-		done <- Run(ctx, cfg, Deps{Registry: prometheus.NewRegistry(), Log: log, Listener: ln, Taint: taint})
-	}()
+	deps.Registry, deps.Log, deps.Listener = prometheus.NewRegistry(), log, ln
+	go func() { done <- Run(ctx, cfg, deps) }()
 	stopped := false
 	var runErr error
 	stop := func() error {
@@ -127,7 +128,7 @@ func eventually(t *testing.T, limit time.Duration, what string, cond func() bool
 
 func TestRunInstallsGuardsAndLeavesPluginOnStop(t *testing.T) {
 	cfg, root := node(t, map[string]string{"10-flannel.conflist": flannel})
-	r := startRun(t, cfg, nil)
+	r := startRun(t, cfg, Deps{})
 	eventually(t, 3*time.Second, "/ready 200", func() bool { c, _ := get(t, r.url+"/ready"); return c == 200 })
 
 	conf := filepath.Join(root, DefaultCNIConfDir, "10-flannel.conflist")
@@ -194,7 +195,7 @@ func TestRunInstallsGuardsAndLeavesPluginOnStop(t *testing.T) {
 func TestRunNotReadyOnInvalidConfig(t *testing.T) {
 	bad := `{"name": "cbr0", "plugins": [`
 	cfg, root := node(t, map[string]string{"10-flannel.conflist": bad})
-	r := startRun(t, cfg, nil)
+	r := startRun(t, cfg, Deps{})
 	conf := filepath.Join(root, DefaultCNIConfDir, "10-flannel.conflist")
 	eventually(t, 3*time.Second, "an error metric", func() bool {
 		_, m := get(t, r.url+"/metrics")
@@ -291,7 +292,7 @@ func TestRunWithNodeKubeconfigWritesNoCredentials(t *testing.T) {
 	cfg, root := node(t, map[string]string{"10-flannel.conflist": flannel})
 	cfg.Kubeconfig = "/var/lib/kubelet/kubeconfig"
 	cfg.APIServer, cfg.CAFile, cfg.TokenSource = "", "", ""
-	r := startRun(t, cfg, nil)
+	r := startRun(t, cfg, Deps{})
 	eventually(t, 3*time.Second, "/ready 200", func() bool { c, _ := get(t, r.url+"/ready"); return c == 200 })
 	b, _ := os.ReadFile(filepath.Join(root, DefaultCNIConfDir, "10-flannel.conflist"))
 	if !strings.Contains(string(b), `"kubeconfig": "/var/lib/kubelet/kubeconfig"`) {
@@ -324,7 +325,7 @@ func TestRunRemovesTaintOnlyWhenReady(t *testing.T) {
 	bad := `{"name": "cbr0", "plugins": [`
 	cfg, root := node(t, map[string]string{"10-flannel.conflist": bad})
 	client := fake.NewClientset(taintedNode())
-	r := startRun(t, cfg, &nodetaint.Remover{Client: client, Node: "n1"})
+	r := startRun(t, cfg, Deps{Taint: &nodetaint.Remover{Client: client, Node: "n1"}})
 	time.Sleep(500 * time.Millisecond)
 	if !hasTaint(client) {
 		t.Fatal("taint removed while not ready")
@@ -334,5 +335,25 @@ func TestRunRemovesTaintOnlyWhenReady(t *testing.T) {
 	eventually(t, time.Second, "metric", func() bool {
 		_, m := get(t, r.url+"/metrics")
 		return strings.Contains(m, "plexus_node_taint_removals_total 1")
+	})
+}
+
+func TestRunRecordsInvalidConfigEvent(t *testing.T) {
+	bad := `{"name": "cbr0", "plugins": [`
+	cfg, root := node(t, map[string]string{"10-flannel.conflist": bad})
+	client := fake.NewClientset()
+	startRun(t, cfg, Deps{Events: &nodeevents.Recorder{Client: client, Node: "n1"}})
+	conf := filepath.Join(root, DefaultCNIConfDir, "10-flannel.conflist")
+	eventually(t, 3*time.Second, "a CNIConfigInvalid event naming the file", func() bool {
+		list, err := client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range list.Items {
+			if e.Reason == "CNIConfigInvalid" && e.Type == corev1.EventTypeWarning && e.InvolvedObject.Name == "n1" && strings.Contains(e.Message, conf) {
+				return true
+			}
+		}
+		return false
 	})
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/plexus-mesh/plexus/daemonset/conflist"
 )
@@ -42,7 +44,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "plexus_node_errors_total",
-			Help: "Failed attempts, by stage (install, patch, token, taint).",
+			Help: "Failed attempts, by stage (install, patch, token, taint, event).",
 		}, []string{"stage"}),
 		TokenSyncs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "plexus_node_token_syncs_total",
@@ -73,6 +75,8 @@ type readiness struct {
 
 	// becameReady gets a signal (never blocking) on each move to ready.
 	becameReady chan struct{}
+	// events, if not nil, takes Events for the node (never blocking).
+	events chan nodeEvent
 
 	mu     sync.Mutex
 	ready  bool
@@ -93,16 +97,37 @@ func (r *readiness) Patched(res conflist.Result, repatch bool) {
 	r.log.Info("added plexus-cni to the primary CNI config", "path", res.Path, "converted_from", res.From)
 }
 
+// nodeEvent is an Event to record on the node.
+type nodeEvent struct{ typ, reason, message string }
+
+func (r *readiness) event(typ, reason, message string) {
+	if r.events == nil {
+		return
+	}
+	select {
+	case r.events <- nodeEvent{typ, reason, message}:
+	default: // the API server is slow; the log and metrics still have it
+	}
+}
+
 func (r *readiness) Failed(err error) {
 	r.m.Errors.WithLabelValues("patch").Inc()
 	r.log.Error("patching the primary CNI config", "err", err)
+	reason := "CNIConfigPatchFailed"
+	var inv *conflist.InvalidError
+	if errors.As(err, &inv) {
+		reason = "CNIConfigInvalid"
+	}
+	r.event(corev1.EventTypeWarning, reason, err.Error())
 }
 
 func (r *readiness) Fight(rewrites int, backoff time.Duration) {
 	r.m.Fights.Inc()
+	const hint = "plexus-cni must stay last in the chain: configure the primary CNI to keep it, or stop whatever rewrites the file"
 	r.log.Warn("another component keeps rewriting the primary CNI config; backing off",
-		"rewrites", rewrites, "backoff", backoff,
-		"hint", "plexus-cni must stay last in the chain: configure the primary CNI to keep it, or stop whatever rewrites the file")
+		"rewrites", rewrites, "backoff", backoff, "hint", hint)
+	r.event(corev1.EventTypeWarning, "CNIConfigFight",
+		fmt.Sprintf("the primary CNI config was rewritten %d times in a short time; waiting %v before patching again. Hint: %s", rewrites, backoff, hint))
 }
 
 func (r *readiness) Ready(ok bool, reason string) {

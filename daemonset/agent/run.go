@@ -13,6 +13,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/daemonset/guard"
 	"github.com/plexus-mesh/plexus/daemonset/install"
+	"github.com/plexus-mesh/plexus/daemonset/nodeevents"
 	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
 )
 
@@ -24,6 +25,8 @@ type Deps struct {
 	// Taint, if not nil, removes the node's cni-not-ready taint each time
 	// the agent becomes ready.
 	Taint *nodetaint.Remover
+	// Events, if not nil, records bad configs and fights on the node.
+	Events *nodeevents.Recorder
 }
 
 // Run installs the plugin and keeps it in place until ctx ends, serving
@@ -45,6 +48,13 @@ func Run(ctx context.Context, cfg RunConfig, deps Deps) error {
 			return err
 		}
 		go removeTaint(ctx, deps.Taint, ready.becameReady, m, log)
+	}
+	if deps.Events != nil {
+		if err := deps.Events.Validate(); err != nil {
+			return err
+		}
+		ready.events = make(chan nodeEvent, 16)
+		go recordEvents(ctx, deps.Events, ready.events, m, log)
 	}
 
 	srv := &http.Server{Handler: handler(ready, reg), ReadHeaderTimeout: 5 * time.Second}
@@ -148,6 +158,21 @@ func removeTaint(ctx context.Context, r *nodetaint.Remover, becameReady <-chan s
 			case <-ctx.Done():
 				return
 			case <-time.After(wait):
+			}
+		}
+	}
+}
+
+// recordEvents creates the node's Events off the guard's goroutine.
+func recordEvents(ctx context.Context, r *nodeevents.Recorder, events <-chan nodeEvent, m *Metrics, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-events:
+			if _, err := r.Record(ctx, ev.typ, ev.reason, ev.message); err != nil {
+				m.Errors.WithLabelValues("event").Inc()
+				log.Error("recording an Event on the node", "err", err)
 			}
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/plexus-mesh/plexus/daemonset/agent"
+	"github.com/plexus-mesh/plexus/daemonset/nodeevents"
 	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
 )
 
@@ -68,7 +69,7 @@ func run(args []string, stderr io.Writer, log *slog.Logger) error {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		deps := agent.Deps{Registry: reg, Log: log, Listener: ln}
-		if deps.Taint, err = taintRemover(nodeName, log); err != nil {
+		if deps.Taint, deps.Events, err = nodeClients(nodeName, log); err != nil {
 			return err
 		}
 		return agent.Run(ctx, cfg, deps)
@@ -168,22 +169,22 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// taintRemover uses the agent's in-cluster service account; it is nil
-// when no node name is given.
-func taintRemover(node string, log *slog.Logger) (*nodetaint.Remover, error) {
+// nodeClients use the agent's in-cluster service account to remove the
+// node's taint and record Events on it; both nil without a node name.
+func nodeClients(node string, log *slog.Logger) (*nodetaint.Remover, *nodeevents.Recorder, error) {
 	if node == "" {
-		log.Info("no node name; not removing the " + nodetaint.Key + " taint")
-		return nil, nil
+		log.Info("no node name; not removing the " + nodetaint.Key + " taint nor recording Events")
+		return nil, nil, nil
 	}
 	rc, err := rest.InClusterConfig()
 	if err != nil {
-		return nil, fmt.Errorf("API client for taint removal: %w", err)
+		return nil, nil, fmt.Errorf("API client for the node: %w", err)
 	}
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, fmt.Errorf("API client for taint removal: %w", err)
+		return nil, nil, fmt.Errorf("API client for the node: %w", err)
 	}
-	return &nodetaint.Remover{Client: client, Node: node}, nil
+	return &nodetaint.Remover{Client: client, Node: node}, &nodeevents.Recorder{Client: client, Node: node}, nil
 }
 
 func inClusterServer() string {
