@@ -296,3 +296,28 @@ func TestConvertNeverClobbersForeignConflist(t *testing.T) {
 		t.Fatal(".conf changed")
 	}
 }
+
+func TestJSONFileIsReadAsOnePlugin(t *testing.T) {
+	p, path, in := setup(t, "bridge.conf", 0o600)
+	jsonPath := strings.TrimSuffix(path, ".conf") + ".json"
+	if err := os.Rename(path, jsonPath); err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Patch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.TrimSuffix(path, ".conf") + ".conflist"
+	if res.Path != want || res.From != jsonPath {
+		t.Fatalf("result %+v, want %s from %s", res, want, jsonPath)
+	}
+	if names := dirNames(t, p.ConfDir); len(names) != 1 || names[0] != filepath.Base(want) {
+		t.Fatalf("conf dir holds %v", names)
+	}
+	if _, err := p.Unpatch(); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(jsonPath); !bytes.Equal(b, in) {
+		t.Fatalf(".json after Unpatch:\n%s", b)
+	}
+}

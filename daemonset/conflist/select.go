@@ -12,7 +12,7 @@ import (
 
 // extensions are the file extensions container runtimes (containerd via
 // go-cni, CRI-O via ocicni) load from the CNI conf dir.
-var extensions = []string{".conf", ".conflist", ".json"}
+func extensions() []string { return []string{".conf", ".conflist", ".json"} }
 
 // ErrNoConfig means the conf dir holds no network config yet.
 var ErrNoConfig = errors.New("no CNI network config")
@@ -40,7 +40,7 @@ func IsList(path string) bool { return strings.HasSuffix(path, ".conflist") }
 
 // IsCandidate reports whether a file name is one the runtime considers.
 func IsCandidate(name string) bool {
-	for _, ext := range extensions {
+	for _, ext := range extensions() {
 		if filepath.Ext(name) == ext {
 			return true
 		}
@@ -53,7 +53,7 @@ func IsCandidate(name string) bool {
 // order them, loaded with libcni as they load it. If it does not load the
 // error is an *InvalidError; an empty or missing dir is ErrNoConfig.
 func Primary(dir string) (string, error) {
-	files, err := libcni.ConfFiles(dir, extensions)
+	files, err := libcni.ConfFiles(dir, extensions())
 	if err != nil {
 		return "", fmt.Errorf("listing CNI configs in %s: %w", dir, err)
 	}
