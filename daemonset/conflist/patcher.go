@@ -75,8 +75,19 @@ func (p *Patcher) Patch() (Result, error) {
 		res.From = path
 		res.Path = strings.TrimSuffix(path, filepath.Ext(path)) + ".conflist"
 	}
+	if res.From != "" {
+		// Never clobber someone else's .conflist of the same name; ours
+		// (from an earlier conversion) is fine to replace.
+		if cur, err := os.ReadFile(res.Path); err == nil && !Contains(cur) {
+			return Result{}, &InvalidError{Path: path, Err: fmt.Errorf("converting it would overwrite %s", res.Path)}
+		}
+	}
+	prev, err := p.load()
+	if err != nil {
+		return Result{}, err
+	}
 	rec := record{OriginalPath: path, OriginalMode: mode, Original: data, WrittenPath: res.Path, Written: out}
-	if prev, err := p.load(); err == nil && prev != nil && prev.WrittenPath == path && bytes.Equal(prev.Written, data) {
+	if prev != nil && prev.WrittenPath == path && bytes.Equal(prev.Written, data) {
 		// Replacing our own older entry: the original is still the one
 		// from before we first wrote.
 		rec.OriginalPath, rec.OriginalMode, rec.Original = prev.OriginalPath, prev.OriginalMode, prev.Original
@@ -87,15 +98,10 @@ func (p *Patcher) Patch() (Result, error) {
 			rec.Original = stripped
 		}
 	}
+	// The record goes first: after a crash between the two, uninstall sees
+	// the file is not what the record says and only removes our entry.
 	if err := p.save(rec); err != nil {
 		return Result{}, err
-	}
-	if res.From != "" {
-		// Never clobber someone else's .conflist of the same name; ours
-		// (from an earlier conversion) is fine to replace.
-		if cur, err := os.ReadFile(res.Path); err == nil && !Contains(cur) {
-			return Result{}, &InvalidError{Path: path, Err: fmt.Errorf("converting it would overwrite %s", res.Path)}
-		}
 	}
 	unchanged := func() error {
 		cur, err := os.ReadFile(path)
@@ -105,6 +111,9 @@ func (p *Patcher) Patch() (Result, error) {
 		return nil
 	}
 	if err := atomicfile.WriteIf(res.Path, out, mode, unchanged); err != nil {
+		if prev != nil {
+			_ = p.save(*prev) // nothing was written: the old record still holds
+		}
 		return Result{}, err
 	}
 	res.Changed = true

@@ -321,3 +321,35 @@ func TestJSONFileIsReadAsOnePlugin(t *testing.T) {
 		t.Fatalf(".json after Unpatch:\n%s", b)
 	}
 }
+
+func TestRefusedConversionKeepsRecord(t *testing.T) {
+	// Patch a .conflist, then a foreign tool drops a .conf that sorts
+	// first and whose .conflist name is taken: refused, and uninstall
+	// still restores the first file exactly.
+	p, path, in := setup(t, "calico.conflist", 0o644)
+	if _, err := p.Patch(); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(p.ConfDir, "05-x.conf")
+	if err := os.WriteFile(conf, []byte(`{"cniVersion":"1.0.0","name":"x","type":"bridge"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(p.ConfDir, "05-x.conflist"), []byte(`{"cniVersion":"1.0.0","name":"y","plugins":[{"type":"ptp"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Patch(); err == nil {
+		t.Fatal("conversion over a foreign .conflist accepted")
+	}
+	if err := os.Remove(conf); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(p.ConfDir, "05-x.conflist")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Unpatch(); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path); !bytes.Equal(b, in) {
+		t.Fatalf("after Unpatch:\n%s", b)
+	}
+}
