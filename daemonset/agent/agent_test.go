@@ -357,3 +357,22 @@ func TestRunRecordsInvalidConfigEvent(t *testing.T) {
 		return false
 	})
 }
+
+func TestRunPutsBackRemovedBinary(t *testing.T) {
+	cfg, root := node(t, map[string]string{"10-flannel.conflist": flannel})
+	cfg.Resync = 100 * time.Millisecond
+	r := startRun(t, cfg, Deps{})
+	eventually(t, 3*time.Second, "/ready 200", func() bool { c, _ := get(t, r.url+"/ready"); return c == 200 })
+	bin := filepath.Join(root, DefaultCNIBinDir, install.PluginBinary)
+	if err := os.Remove(bin); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Second, "binary back", func() bool {
+		fi, err := os.Stat(bin)
+		return err == nil && fi.Mode().Perm() == 0o755
+	})
+	eventually(t, time.Second, "metric", func() bool {
+		_, m := get(t, r.url+"/metrics")
+		return strings.Contains(m, `plexus_node_installs_total{what="binary"} 2`)
+	})
+}

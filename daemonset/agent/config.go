@@ -75,6 +75,10 @@ type RunConfig struct {
 	TokenSync   time.Duration // how often to copy a rotated token (default 1m)
 
 	Listen string // address of /ready and /metrics
+	// Resync is how often the config and the binary are checked even
+	// without a change event (default 30s). A binary removed from the bin
+	// dir is put back at the next resync.
+	Resync time.Duration
 }
 
 // Validate checks the config and fills defaults.

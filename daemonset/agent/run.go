@@ -7,10 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/plexus-mesh/plexus/daemonset/conflist"
 	"github.com/plexus-mesh/plexus/daemonset/guard"
 	"github.com/plexus-mesh/plexus/daemonset/install"
 	"github.com/plexus-mesh/plexus/daemonset/nodeevents"
@@ -98,7 +101,14 @@ func Run(ctx context.Context, cfg RunConfig, deps Deps) error {
 		go syncToken(ctx, creds, cfg.TokenSync, m, log)
 	}
 	p := patcher(cfg.Paths, entry)
-	gcfg := guard.Config{Dir: cfg.At(cfg.CNIConfDir), Patch: p.Patch}
+	bin := binaryKeeper{src: cfg.PluginBinary, dir: cfg.At(cfg.CNIBinDir), m: m, log: log}
+	patch := func() (conflist.Result, error) {
+		if err := bin.ensure(); err != nil {
+			return conflist.Result{}, err
+		}
+		return p.Patch()
+	}
+	gcfg := guard.Config{Dir: cfg.At(cfg.CNIConfDir), Patch: patch, Resync: cfg.Resync}
 	if err := guard.Run(ctx, gcfg, ready); err != nil {
 		return fmt.Errorf("guarding the CNI config: %w", err)
 	}
@@ -176,4 +186,34 @@ func recordEvents(ctx context.Context, r *nodeevents.Recorder, events <-chan nod
 			}
 		}
 	}
+}
+
+// binaryKeeper puts the plugin binary back when it goes missing or is
+// replaced (a CNI reinstall, a k3s upgrade switching its bin dir). It
+// compares size and mode, not content, so a check costs one stat.
+type binaryKeeper struct {
+	src, dir string
+	m        *Metrics
+	log      *slog.Logger
+}
+
+func (b binaryKeeper) ensure() error {
+	want, err := os.Stat(b.src)
+	if err != nil {
+		return fmt.Errorf("plugin binary: %w", err)
+	}
+	got, err := os.Stat(filepath.Join(b.dir, install.PluginBinary))
+	if err == nil && got.Size() == want.Size() && got.Mode().Perm() == 0o755 {
+		return nil
+	}
+	wrote, err := install.Binary(b.src, b.dir)
+	if err != nil {
+		b.m.Errors.WithLabelValues("install").Inc()
+		return err
+	}
+	if wrote {
+		b.m.Installs.WithLabelValues("binary").Inc()
+		b.log.Warn("plugin binary was missing or changed; installed it again", "dir", b.dir)
+	}
+	return nil
 }
