@@ -225,3 +225,18 @@ func TestFightBacksOffAndReports(t *testing.T) {
 	// Once the other side stops, the entry comes back after the backoff.
 	f.patchedWithin(t, cfg.MaxBackoff+time.Second)
 }
+
+func TestAlreadyPatchedAtStartThenRewriteIsRepatch(t *testing.T) {
+	patched, _, err := conflist.PatchList([]byte(flannel), []byte(entry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := start(t, Config{}, map[string]string{"10-flannel.conflist": string(patched)})
+	waitFor(t, time.Second, "ready", func() bool { return f.rec.snapshot().ready })
+	if s := f.rec.snapshot(); s.patched != 0 {
+		t.Fatalf("already patched file written at start: %+v", s)
+	}
+	f.write(t, "10-flannel.conflist", flannel)
+	f.patchedWithin(t, time.Second)
+	waitFor(t, time.Second, "a re-patch", func() bool { s := f.rec.snapshot(); return s.repatch == 1 && s.patched == 1 })
+}
