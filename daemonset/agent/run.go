@@ -1,0 +1,219 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/plexus-mesh/plexus/daemonset/conflist"
+	"github.com/plexus-mesh/plexus/daemonset/guard"
+	"github.com/plexus-mesh/plexus/daemonset/install"
+	"github.com/plexus-mesh/plexus/daemonset/nodeevents"
+	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
+)
+
+// Deps are what Run is handed rather than builds.
+type Deps struct {
+	Registry *prometheus.Registry
+	Log      *slog.Logger
+	Listener net.Listener // for /ready and /metrics
+	// Taint, if not nil, removes the node's cni-not-ready taint each time
+	// the agent becomes ready.
+	Taint *nodetaint.Remover
+	// Events, if not nil, records bad configs and fights on the node.
+	Events *nodeevents.Recorder
+}
+
+// Run installs the plugin and keeps it in place until ctx ends, serving
+// /ready and /metrics. Ending leaves the plugin installed (an upgrade's
+// SIGTERM must not open a window without redirection); removal is
+// Uninstall's job.
+func Run(ctx context.Context, cfg RunConfig, deps Deps) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	reg, log, ln := deps.Registry, deps.Log, deps.Listener
+	m, err := NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	ready := newReadiness(m, log)
+	if deps.Taint != nil {
+		if err := deps.Taint.Validate(); err != nil {
+			return err
+		}
+		go removeTaint(ctx, deps.Taint, ready.becameReady, m, log)
+	}
+	if deps.Events != nil {
+		if err := deps.Events.Validate(); err != nil {
+			return err
+		}
+		ready.events = make(chan nodeEvent, 16)
+		go recordEvents(ctx, deps.Events, ready.events, m, log)
+	}
+
+	srv := &http.Server{Handler: handler(ready, reg), ReadHeaderTimeout: 5 * time.Second}
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- srv.Serve(ln) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		<-srvDone
+	}()
+
+	if wrote, err := install.Binary(cfg.PluginBinary, cfg.At(cfg.CNIBinDir)); err != nil {
+		m.Errors.WithLabelValues("install").Inc()
+		return err
+	} else if wrote {
+		m.Installs.WithLabelValues("binary").Inc()
+		log.Info("installed plugin binary", "dir", cfg.CNIBinDir)
+	}
+	kubeconfig := cfg.Kubeconfig
+	var creds *install.Credentials
+	if kubeconfig == "" {
+		creds = &install.Credentials{
+			Dir: cfg.At(cfg.StateDir), HostDir: cfg.StateDir,
+			Server: cfg.APIServer, CAFile: cfg.CAFile, TokenSource: cfg.TokenSource,
+		}
+		if wrote, err := creds.Install(); err != nil {
+			m.Errors.WithLabelValues("install").Inc()
+			return err
+		} else if wrote {
+			m.Installs.WithLabelValues("credentials").Inc()
+		}
+		kubeconfig = creds.HostKubeconfigPath()
+	}
+	entry, err := buildEntry(cfg.PluginConfig, kubeconfig)
+	if err != nil {
+		return err
+	}
+
+	if creds != nil {
+		go syncToken(ctx, creds, cfg.TokenSync, m, log)
+	}
+	p := patcher(cfg.Paths, entry)
+	bin := binaryKeeper{src: cfg.PluginBinary, dir: cfg.At(cfg.CNIBinDir), m: m, log: log}
+	patch := func() (conflist.Result, error) {
+		if err := bin.ensure(); err != nil {
+			return conflist.Result{}, err
+		}
+		return p.Patch()
+	}
+	gcfg := guard.Config{Dir: cfg.At(cfg.CNIConfDir), Patch: patch, Resync: cfg.Resync}
+	if err := guard.Run(ctx, gcfg, ready); err != nil {
+		return fmt.Errorf("guarding the CNI config: %w", err)
+	}
+	select {
+	case err := <-srvDone:
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serving /ready and /metrics: %w", err)
+		}
+	default:
+	}
+	return nil
+}
+
+// syncToken copies the rotated service account token for the plugin.
+func syncToken(ctx context.Context, c *install.Credentials, every time.Duration, m *Metrics, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			wrote, err := c.SyncToken()
+			if err != nil {
+				m.Errors.WithLabelValues("token").Inc()
+				log.Error("copying the service account token for the plugin", "err", err)
+				continue
+			}
+			if wrote {
+				m.TokenSyncs.Inc()
+			}
+		}
+	}
+}
+
+// removeTaint removes the node's taint each time the agent becomes ready,
+// retrying with backoff while the API server refuses.
+func removeTaint(ctx context.Context, r *nodetaint.Remover, becameReady <-chan struct{}, m *Metrics, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-becameReady:
+		}
+		for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+			removed, err := r.Remove(ctx)
+			if err == nil {
+				if removed {
+					m.TaintRemovals.Inc()
+					log.Info("removed node taint", "taint", nodetaint.Key, "node", r.Node)
+				}
+				break
+			}
+			m.Errors.WithLabelValues("taint").Inc()
+			log.Error("removing node taint", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+	}
+}
+
+// recordEvents creates the node's Events off the guard's goroutine.
+func recordEvents(ctx context.Context, r *nodeevents.Recorder, events <-chan nodeEvent, m *Metrics, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-events:
+			if _, err := r.Record(ctx, ev.typ, ev.reason, ev.message); err != nil {
+				m.Errors.WithLabelValues("event").Inc()
+				log.Error("recording an Event on the node", "err", err)
+			}
+		}
+	}
+}
+
+// binaryKeeper puts the plugin binary back when it goes missing or is
+// replaced (a CNI reinstall, a k3s upgrade switching its bin dir). It
+// compares size and mode, not content, so a check costs one stat.
+type binaryKeeper struct {
+	src, dir string
+	m        *Metrics
+	log      *slog.Logger
+}
+
+func (b binaryKeeper) ensure() error {
+	want, err := os.Stat(b.src)
+	if err != nil {
+		return fmt.Errorf("plugin binary: %w", err)
+	}
+	got, err := os.Stat(filepath.Join(b.dir, install.PluginBinary))
+	if err == nil && got.Size() == want.Size() && got.Mode().Perm() == 0o755 {
+		return nil
+	}
+	wrote, err := install.Binary(b.src, b.dir)
+	if err != nil {
+		b.m.Errors.WithLabelValues("install").Inc()
+		return err
+	}
+	if wrote {
+		b.m.Installs.WithLabelValues("binary").Inc()
+		b.log.Warn("plugin binary was missing or changed; installed it again", "dir", b.dir)
+	}
+	return nil
+}

@@ -1,0 +1,41 @@
+package pluginentry
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestBuild(t *testing.T) {
+	out, err := Build([]byte(`{"log_level":"debug","exclude_namespaces":["kube-system","infra"],"proxy":{"uid":3000}}`), "/var/lib/plexus/plexus-cni.kubeconfig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(out, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["type"] != "plexus-cni" || m["kubeconfig"] != "/var/lib/plexus/plexus-cni.kubeconfig" || m["log_level"] != "debug" {
+		t.Fatalf("entry = %s", out)
+	}
+	if _, err := Build(nil, "/k"); err != nil {
+		t.Fatalf("empty config: %v", err)
+	}
+}
+
+func TestBuildRejects(t *testing.T) {
+	for _, tc := range []struct{ config, kubeconfig, want string }{
+		{`{"log_level":"loud"}`, "/k", "log_level"},
+		{`{"iptables_mode":"ebpf"}`, "/k", "ebpf"},
+		{`{"proxy":{"inbound_port":70000}}`, "/k", "plugin config"},
+		{`{"type":"bridge"}`, "/k", "type"},
+		{`{"name":"x"}`, "/k", "name"},
+		{`{`, "/k", "plugin config"},
+		{`{}`, "", "kubeconfig"},
+	} {
+		_, err := Build([]byte(tc.config), tc.kubeconfig)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Build(%s, %q) err = %v, want one mentioning %q", tc.config, tc.kubeconfig, err, tc.want)
+		}
+	}
+}
