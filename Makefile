@@ -15,7 +15,9 @@ COREDNS_BIN := $(shell bash -c 'source $(CLUSTER)/env.sh && echo $$COREDNS_BIN')
 # Our binaries: every <component>/cmd/<name> outside integration/.
 COMMANDS := $(filter-out integration/%,$(wildcard */cmd/*))
 BINARIES := $(notdir $(COMMANDS))
-IMAGES := images/pause.tar images/testapp.tar images/coredns.tar $(BINARIES:%=images/%.tar)
+# plexus-cni runs on the node, not in a container: it ships inside plexus-node.
+IMAGES := images/pause.tar images/testapp.tar images/coredns.tar \
+	$(filter-out images/plexus-cni.tar,$(BINARIES:%=images/%.tar))
 
 .PHONY: all build images deps cluster-up cluster-down test test-unit demo bench clean
 
@@ -39,6 +41,11 @@ images/testapp.tar: bin/testapp
 images/coredns.tar: $(COREDNS_BIN)
 	@mkdir -p images
 	bin/imagebuild -tag plexus.dev/coredns:dev -o $@ -file /coredns=$< -entrypoint /coredns -user 65532
+# The node agent installs the CNI plugin from its own image.
+images/plexus-node.tar: bin/plexus-node bin/plexus-cni
+	@mkdir -p images
+	bin/imagebuild -tag plexus.dev/plexus-node:dev -o $@ -file /plexus-node=bin/plexus-node \
+		-file /opt/plexus/bin/plexus-cni=bin/plexus-cni -entrypoint /plexus-node
 images/%.tar: bin/%
 	@mkdir -p images
 	bin/imagebuild -tag plexus.dev/$*:dev -o $@ -file /$*=$< -entrypoint /$*
