@@ -34,8 +34,9 @@ trap '"$HERE/cluster/down.sh" >/dev/null 2>&1 || true; rm -f "$sysctls_before"' 
 phase "cluster-up"
 
 export PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN PLEXUS_KUBECTL=$KUBE_BIN/kubectl PLEXUS_CNI_REF_PLUGINS=$CNI_REF_BIN
+export PLEXUS_KUBE_BIN=$KUBE_BIN
 export PLEXUS_CLUSTER_CNI_CONF_DIR=$CNI_CONF_DIR PLEXUS_CLUSTER_CNI_BIN_DIR=$CNI_BIN_DIR PLEXUS_CNI_BIN=$PLEXUS_ROOT/bin/plexus-cni
-export PLEXUS_PROXY_BIN=$PLEXUS_ROOT/bin/plexus-proxy
+export PLEXUS_PROXY_BIN=$PLEXUS_ROOT/bin/plexus-proxy PLEXUS_NODE_BIN=$PLEXUS_ROOT/bin/plexus-node
 go vet ./...
 rc=0
 go test -count=1 -timeout 30m ./... || rc=$?

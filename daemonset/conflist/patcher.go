@@ -36,13 +36,18 @@ type Result struct {
 // write; nothing was written and the caller should patch again.
 var ErrConcurrentChange = errors.New("concurrent change")
 
+// record names files by their name in ConfDir, never by absolute path: the
+// agent in the DaemonSet sees the conf dir under /host, while an uninstall
+// on the host or a node-image install sees it elsewhere.
 type record struct {
-	OriginalPath string      `json:"original_path"`
+	OriginalName string      `json:"original_name"`
 	OriginalMode fs.FileMode `json:"original_mode"`
 	Original     []byte      `json:"original"`
-	WrittenPath  string      `json:"written_path"`
+	WrittenName  string      `json:"written_name"`
 	Written      []byte      `json:"written"`
 }
+
+func (p *Patcher) path(name string) string { return filepath.Join(p.ConfDir, name) }
 
 // Patch makes the primary config end with Entry. It writes nothing when
 // the config is already patched, and nothing when it is invalid.
@@ -86,11 +91,11 @@ func (p *Patcher) Patch() (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	rec := record{OriginalPath: path, OriginalMode: mode, Original: data, WrittenPath: res.Path, Written: out}
-	if prev != nil && prev.WrittenPath == path && bytes.Equal(prev.Written, data) {
+	rec := record{OriginalName: filepath.Base(path), OriginalMode: mode, Original: data, WrittenName: filepath.Base(res.Path), Written: out}
+	if prev != nil && p.path(prev.WrittenName) == path && bytes.Equal(prev.Written, data) {
 		// Replacing our own older entry: the original is still the one
 		// from before we first wrote.
-		rec.OriginalPath, rec.OriginalMode, rec.Original = prev.OriginalPath, prev.OriginalMode, prev.Original
+		rec.OriginalName, rec.OriginalMode, rec.Original = prev.OriginalName, prev.OriginalMode, prev.Original
 	} else if IsList(path) {
 		// Someone else's file that already names plexus-cni (an older
 		// install whose state is lost): the original is it without us.
@@ -139,20 +144,21 @@ func (p *Patcher) Unpatch() (Result, error) {
 		return Result{}, err
 	}
 	if rec != nil {
-		cur, err := os.ReadFile(rec.WrittenPath)
+		written, original := p.path(rec.WrittenName), p.path(rec.OriginalName)
+		cur, err := os.ReadFile(written)
 		if err == nil && bytes.Equal(cur, rec.Written) {
-			if err := atomicfile.Write(rec.OriginalPath, rec.Original, rec.OriginalMode); err != nil {
+			if err := atomicfile.Write(original, rec.Original, rec.OriginalMode); err != nil {
 				return Result{}, err
 			}
-			if rec.WrittenPath != rec.OriginalPath {
-				if err := os.Remove(rec.WrittenPath); err != nil {
-					return Result{}, fmt.Errorf("removing %s: %w", rec.WrittenPath, err)
+			if written != original {
+				if err := os.Remove(written); err != nil {
+					return Result{}, fmt.Errorf("removing %s: %w", written, err)
 				}
 				if err := atomicfile.SyncDir(p.ConfDir); err != nil {
 					return Result{}, err
 				}
 			}
-			return Result{Path: rec.OriginalPath, Changed: true}, p.forget()
+			return Result{Path: original, Changed: true}, p.forget()
 		}
 	}
 	path, err := Primary(p.ConfDir)

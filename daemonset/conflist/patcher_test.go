@@ -353,3 +353,28 @@ func TestRefusedConversionKeepsRecord(t *testing.T) {
 		t.Fatalf("after Unpatch:\n%s", b)
 	}
 }
+
+// The DaemonSet sees the conf dir under /host; an uninstall on the host, or
+// a node image mounted elsewhere, sees it at another path. The record must
+// still restore the original byte for byte.
+func TestUnpatchFromAnotherRootRestoresOriginal(t *testing.T) {
+	p, path, in := setup(t, "calico.conflist", 0o644)
+	if _, err := p.Patch(); err != nil {
+		t.Fatal(err)
+	}
+	moved := filepath.Join(filepath.Dir(p.ConfDir), "elsewhere")
+	if err := os.Rename(p.ConfDir, moved); err != nil {
+		t.Fatal(err)
+	}
+	host := &Patcher{ConfDir: moved, StateDir: p.StateDir, Entry: p.Entry}
+	if _, err := host.Unpatch(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(moved, filepath.Base(path)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(in) {
+		t.Fatalf("Unpatch from another root did not restore the original:\n%s", got)
+	}
+}

@@ -12,7 +12,8 @@ source "$HERE/lib.sh"
 take_lock
 
 if cluster_healthy; then
-	log "reusing the running cluster"
+	log "reusing the running cluster; refreshing its images from $IMAGES_DIR"
+	import_images
 	print_env
 	exit 0
 fi

@@ -1,0 +1,255 @@
+package cniplugin
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
+	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
+	"github.com/plexus-mesh/plexus/cni-plugin/rules"
+	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
+	"github.com/plexus-mesh/plexus/integration/clustertest"
+)
+
+const (
+	agentNamespace = "plexus-system"
+	manifestDir    = "../../deploy/plexus-node"
+)
+
+// TestNodeAgentInstallsPlugin applies deploy/plexus-node to the local
+// cluster (host paths pointed at the cluster's CNI dirs) and checks the
+// agent's whole life on a real node: it installs and patches, meshed pods
+// get rules, a hand-overwritten conflist is re-patched within a second,
+// removing the DaemonSet (an upgrade) keeps the plugin, and `plexus-node
+// uninstall` leaves the conflist byte for byte as it was.
+func TestNodeAgentInstallsPlugin(t *testing.T) {
+	env := readClusterCNI(t)
+	stateRoot, agentBin := os.Getenv("PLEXUS_CLUSTER_STATE_DIR"), os.Getenv("PLEXUS_NODE_BIN")
+	if stateRoot == "" || agentBin == "" {
+		t.Skip("PLEXUS_CLUSTER_STATE_DIR and PLEXUS_NODE_BIN are not set (run `make test`)")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to read pods' network namespaces")
+	}
+	c := clustertest.Connect(t)
+	primary := primaryConflist(t, env.confDir)
+	original, err := os.ReadFile(primary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stateDir := filepath.Join(stateRoot, "plexus-node-state")
+	t.Cleanup(func() {
+		// Whatever happened, the cluster's CNI setup is put back.
+		writeAtomic(t, primary, original, 0o644)
+		os.Remove(filepath.Join(env.binDir, "plexus-cni"))
+		os.RemoveAll(stateDir)
+	})
+
+	deployAgent(t, c, env, stateDir)
+	ctx := clustertest.Context(t, 5*time.Minute)
+
+	t.Run("installed", func(t *testing.T) {
+		if _, err := os.Stat(filepath.Join(env.binDir, "plexus-cni")); err != nil {
+			t.Errorf("plugin binary not installed: %v", err)
+		}
+		waitPatched(t, primary, 5*time.Second)
+	})
+
+	ns := c.Namespace(t, "nodeagent", nil)
+	t.Run("meshed pod gets rules", func(t *testing.T) {
+		checkMeshedPod(t, c, ns, "meshed-1")
+	})
+
+	t.Run("re-patched within 1s after a hand overwrite", func(t *testing.T) {
+		writeAtomic(t, primary, original, 0o644)
+		start := time.Now()
+		waitPatched(t, primary, 5*time.Second)
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("re-patched after %s, want within 1s", took)
+		}
+		checkMeshedPod(t, c, ns, "meshed-2")
+	})
+
+	t.Run("deleting the DaemonSet keeps the plugin", func(t *testing.T) {
+		err := c.Client.AppsV1().DaemonSets(agentNamespace).Delete(ctx, "plexus-node", metav1.DeleteOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clustertest.WaitFor(t, time.Minute, "the agent's pods to be gone", func(ctx context.Context) (bool, error) {
+			pods, err := c.Client.CoreV1().Pods(agentNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=plexus-node"})
+			return err == nil && len(pods.Items) == 0, err
+		})
+		waitPatched(t, primary, time.Second)
+		if _, err := os.Stat(filepath.Join(env.binDir, "plexus-cni")); err != nil {
+			t.Errorf("plugin binary removed with the DaemonSet: %v", err)
+		}
+		checkMeshedPod(t, c, ns, "meshed-3")
+	})
+
+	t.Run("uninstall restores the conflist byte for byte", func(t *testing.T) {
+		out, err := exec.Command(agentBin, "uninstall", "--root=/", "--cni-bin-dir="+env.binDir,
+			"--cni-conf-dir="+env.confDir, "--state-dir="+stateDir).CombinedOutput()
+		if err != nil {
+			t.Fatalf("plexus-node uninstall: %v: %s", err, out)
+		}
+		got, err := os.ReadFile(primary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, original) {
+			t.Errorf("conflist after uninstall differs from before install:\n--- before\n%s\n--- after\n%s", original, got)
+		}
+		if _, err := os.Stat(filepath.Join(env.binDir, "plexus-cni")); !os.IsNotExist(err) {
+			t.Errorf("plugin binary still installed after uninstall (err=%v)", err)
+		}
+	})
+}
+
+// deployAgent applies the manifests of deploy/plexus-node with the
+// DaemonSet's host paths moved to the local cluster's, and waits until the
+// agent is ready. Everything is deleted when the test ends.
+func deployAgent(t *testing.T, c *clustertest.Cluster, env clusterCNI, stateDir string) {
+	t.Helper()
+	ctx := clustertest.Context(t, 3*time.Minute)
+	_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	others := []string{"serviceaccount.yaml", "rbac.yaml", "configmap.yaml"}
+	for _, f := range others {
+		c.Kubectl(t, "apply", "-f", filepath.Join(manifestDir, f))
+	}
+	t.Cleanup(func() {
+		for _, f := range others {
+			exec.Command(os.Getenv(clustertest.EnvKubectl), "--kubeconfig", c.Kubeconfig, "delete", "--ignore-not-found", "-f", filepath.Join(manifestDir, f)).Run()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		c.Client.CoreV1().Namespaces().Delete(ctx, agentNamespace, metav1.DeleteOptions{})
+		clustertest.Poll(ctx, time.Second, func(ctx context.Context) (bool, error) {
+			_, err := c.Client.CoreV1().Namespaces().Get(ctx, agentNamespace, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+	})
+
+	raw, err := os.ReadFile(filepath.Join(manifestDir, "daemonset.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds appsv1.DaemonSet
+	if err := yaml.UnmarshalStrict(raw, &ds); err != nil {
+		t.Fatalf("decoding daemonset.yaml: %v", err)
+	}
+	relocate(t, &ds, map[string]string{"cni-bin": env.binDir, "cni-conf": env.confDir, "state": stateDir})
+	ds.Spec.Template.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
+	if _, err := c.Client.AppsV1().DaemonSets(agentNamespace).Create(ctx, &ds, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating the DaemonSet: %v", err)
+	}
+	clustertest.WaitFor(t, 2*time.Minute, "the plexus-node DaemonSet to be ready", func(ctx context.Context) (bool, error) {
+		got, err := c.Client.AppsV1().DaemonSets(agentNamespace).Get(ctx, ds.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		s := got.Status
+		return s.DesiredNumberScheduled == 1 && s.NumberReady == 1, nil
+	})
+}
+
+// relocate moves each named hostPath volume to a new host path, with its
+// mount (under /host) and the agent flag that names it.
+func relocate(t *testing.T, ds *appsv1.DaemonSet, to map[string]string) {
+	t.Helper()
+	spec := &ds.Spec.Template.Spec
+	ctr := &spec.Containers[0]
+	for i := range spec.Volumes {
+		v := &spec.Volumes[i]
+		dst, ok := to[v.Name]
+		if !ok {
+			continue
+		}
+		if v.HostPath == nil {
+			t.Fatalf("volume %s is not a hostPath", v.Name)
+		}
+		old := v.HostPath.Path
+		v.HostPath.Path = dst
+		found := false
+		for j := range ctr.VolumeMounts {
+			if ctr.VolumeMounts[j].Name == v.Name {
+				ctr.VolumeMounts[j].MountPath = "/host" + dst
+				found = true
+			}
+		}
+		flag := false
+		for j, a := range ctr.Args {
+			if strings.HasSuffix(a, "="+old) {
+				ctr.Args[j] = strings.TrimSuffix(a, old) + dst
+				flag = true
+			}
+		}
+		if !found || !flag {
+			t.Fatalf("volume %s (%s) has no mount or no flag in the agent container", v.Name, old)
+		}
+	}
+}
+
+// waitPatched waits until plexus-cni is the last plugin of the conflist.
+func waitPatched(t *testing.T, path string, timeout time.Duration) {
+	t.Helper()
+	clustertest.WaitFor(t, timeout, path+" to end with plexus-cni", func(context.Context) (bool, error) {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return false, err
+		}
+		var list struct {
+			Plugins []struct {
+				Type string `json:"type"`
+			} `json:"plugins"`
+		}
+		if err := yaml.Unmarshal(raw, &list); err != nil {
+			return false, fmt.Errorf("parsing %s: %w", path, err)
+		}
+		n := len(list.Plugins)
+		return n > 0 && list.Plugins[n-1].Type == "plexus-cni", nil
+	})
+}
+
+// checkMeshedPod starts a pod with a plexus-proxy container and checks its
+// network namespace holds exactly the default rule set.
+func checkMeshedPod(t *testing.T, c *clustertest.Cluster, ns, name string) {
+	t.Helper()
+	ctx := clustertest.Context(t, 2*time.Minute)
+	_, err := c.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{fakeProxy(), container("app", "serve", ":8080")}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating pod %s: %v", name, err)
+	}
+	pod := waitRunning(t, c, ns, name)
+	want, err := rules.Build(podconfig.Defaults(), rules.IPv4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables := plugin.NewNetnsTables(xtables.Auto, 10*time.Second, slog.New(slog.DiscardHandler))
+	state, err := tables.Current(ctx, podNetns(t, string(pod.UID)), []rules.Family{rules.IPv4})
+	if err != nil {
+		t.Fatalf("reading rules of pod %s: %v", name, err)
+	}
+	if err := rules.Compare(&want, state[rules.IPv4]); err != nil {
+		t.Errorf("pod %s: %v", name, err)
+	}
+}
