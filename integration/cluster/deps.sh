@@ -46,7 +46,7 @@ deps_bench() { apt_install nginx-light; }
 
 deps_kube() {
 	[ -f "$KUBE_BIN/.complete" ] && return 0
-	log "building etcd and Kubernetes $KUBE_VERSION into $KUBE_BIN (cold: ~5 min on 2 cores)"
+	log "building etcd and Kubernetes $KUBE_VERSION into $KUBE_BIN (cold: ~8 min on 2 cores)"
 	local tmp="$KUBE_BIN.tmp"
 	rm -rf "$tmp" && mkdir -p "$tmp"
 	local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION"
@@ -80,7 +80,7 @@ deps_cni() {
 
 deps_coredns() {
 	[ -x "$COREDNS_BIN" ] && return 0
-	log "building CoreDNS $COREDNS_VERSION (cold: ~2 min)"
+	log "building CoreDNS $COREDNS_VERSION (cold: ~4 min)"
 	local dir
 	dir=$(dirname "$COREDNS_BIN")
 	mkdir -p "$dir/tmp"
