@@ -2,15 +2,12 @@ package nodetaint
 
 import (
 	"context"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/plexus-mesh/plexus/daemonset/apiservertest"
 )
@@ -21,26 +18,7 @@ func TestRemoveWithShippedRBAC(t *testing.T) {
 	a := apiservertest.Start(t)
 	ctx := context.Background()
 	admin := a.Client(t, apiservertest.AdminToken)
-
-	b, err := os.ReadFile("../../deploy/plexus-node/rbac.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var role rbacv1.ClusterRole
-	if err := yaml.UnmarshalStrict([]byte(strings.Split(string(b), "\n---\n")[0]), &role); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "plexus-test-agent"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: apiservertest.AgentUser}},
-	}
-	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	a.BindShippedRole(t)
 	other := corev1.Taint{Key: "example.com/other", Effect: corev1.TaintEffectNoExecute}
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "plexus-test-node"},
