@@ -44,7 +44,7 @@ phase "go test ./..."
 unset PLEXUS_TEST_KUBECONFIG
 
 "$HERE/cluster/down.sh"
-PLEXUS_EXPECT_CLUSTER_DOWN=1 go test -count=1 -run TestTeardownLeavesNothing ./integration/localcluster || rc=1
+PLEXUS_EXPECT_CLUSTER_DOWN=1 go test -count=1 -run 'TestTeardownLeavesNothing|TestClusterUpRefusesTakenPort' ./integration/localcluster || rc=1
 phase "cluster-down and its check"
 [ "$rc" = 0 ] || die "tests failed"
 
