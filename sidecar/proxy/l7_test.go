@@ -50,29 +50,7 @@ func TestGRPCUnaryStreamingAndStatus(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	// Unary, twice.
-	for range 2 {
-		res, err := client.Check(ctx, &healthpb.HealthCheckRequest{Service: "web"})
-		if err != nil || res.Status != healthpb.HealthCheckResponse_SERVING {
-			t.Fatalf("Check = %v, %v", res, err)
-		}
-	}
-	// A gRPC error status travels in trailers.
-	if _, err := client.Check(ctx, &healthpb.HealthCheckRequest{Service: "nope"}); status.Code(err) != codes.NotFound {
-		t.Fatalf("Check(nope) = %v, want NotFound", err)
-	}
-	// Server streaming: updates arrive as they happen.
-	w, err := client.Watch(ctx, &healthpb.HealthCheckRequest{Service: "web"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m, err := w.Recv(); err != nil || m.Status != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("first Watch message %v, %v", m, err)
-	}
-	hs.SetServingStatus("web", healthpb.HealthCheckResponse_NOT_SERVING)
-	if m, err := w.Recv(); err != nil || m.Status != healthpb.HealthCheckResponse_NOT_SERVING {
-		t.Fatalf("second Watch message %v, %v", m, err)
-	}
+	exerciseHealth(ctx, t, client, hs, healthpb.HealthCheckResponse_NOT_SERVING)
 	cancel()
 
 	if got := h.metric(t, "response_total", map[string]string{"grpc_status": "0", "classification": "success"}); got != 2 {
@@ -80,6 +58,36 @@ func TestGRPCUnaryStreamingAndStatus(t *testing.T) {
 	}
 	if got := h.metric(t, "response_total", map[string]string{"grpc_status": "5", "classification": "failure"}); got != 1 {
 		t.Errorf("response_total{grpc_status=5} = %v, want 1", got)
+	}
+}
+
+// exerciseHealth runs the gRPC exchange the proxy tests share against a
+// health server whose "web" service is SERVING: two unary calls, an error
+// status carried in trailers (NotFound), and a server stream that delivers
+// SERVING and then each of then, set on hs one by one as they happen.
+func exerciseHealth(ctx context.Context, t *testing.T, client healthpb.HealthClient, hs *health.Server, then ...healthpb.HealthCheckResponse_ServingStatus) {
+	t.Helper()
+	for range 2 {
+		res, err := client.Check(ctx, &healthpb.HealthCheckRequest{Service: "web"})
+		if err != nil || res.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("Check = %v, %v", res, err)
+		}
+	}
+	if _, err := client.Check(ctx, &healthpb.HealthCheckRequest{Service: "nope"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("Check(nope) = %v, want NotFound", err)
+	}
+	w, err := client.Watch(ctx, &healthpb.HealthCheckRequest{Service: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append([]healthpb.HealthCheckResponse_ServingStatus{healthpb.HealthCheckResponse_SERVING}, then...)
+	for i, st := range want {
+		if i > 0 {
+			hs.SetServingStatus("web", st)
+		}
+		if msg, err := w.Recv(); err != nil || msg.Status != st {
+			t.Fatalf("Watch message %d = %v, %v; want %v", i, msg, err, st)
+		}
 	}
 }
 

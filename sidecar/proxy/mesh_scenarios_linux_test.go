@@ -15,12 +15,10 @@ import (
 
 	"golang.org/x/net/websocket"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
-	"google.golang.org/grpc/status"
 
 	"github.com/plexus-mesh/plexus/sidecar/httpproxy"
 )
@@ -166,26 +164,7 @@ func TestMesh(t *testing.T) {
 		client := healthpb.NewHealthClient(cc)
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
-		for range 2 {
-			if res, err := client.Check(ctx, &healthpb.HealthCheckRequest{Service: "web"}); err != nil || res.Status != healthpb.HealthCheckResponse_SERVING {
-				t.Fatalf("Check = %v, %v", res, err)
-			}
-		}
-		if _, err := client.Check(ctx, &healthpb.HealthCheckRequest{Service: "nope"}); status.Code(err) != codes.NotFound {
-			t.Fatalf("Check(nope) = %v", err)
-		}
-		w, err := client.Watch(ctx, &healthpb.HealthCheckRequest{Service: "web"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, want := range []healthpb.HealthCheckResponse_ServingStatus{healthpb.HealthCheckResponse_SERVING, healthpb.HealthCheckResponse_NOT_SERVING, healthpb.HealthCheckResponse_SERVING} {
-			if i > 0 {
-				hs.SetServingStatus("web", want)
-			}
-			if msg, err := w.Recv(); err != nil || msg.Status != want {
-				t.Fatalf("Watch message %d = %v, %v; want %v", i, msg, err, want)
-			}
-		}
+		exerciseHealth(ctx, t, client, hs, healthpb.HealthCheckResponse_NOT_SERVING, healthpb.HealthCheckResponse_SERVING)
 		// Bidirectional streaming, ping-pong: needs full duplex on both hops.
 		bidi, err := testpb.NewTestServiceClient(cc).FullDuplexCall(ctx)
 		if err != nil {
