@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"testing"
 )
@@ -16,13 +15,7 @@ func benchUpstream(b *testing.B) string {
 	})}
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go srv.Serve(ln)
-	b.Cleanup(func() { srv.Close() })
-	return ln.Addr().String()
+	return serveLoopback(b, srv)
 }
 
 func benchGet(b *testing.B, c *http.Client, url string) {

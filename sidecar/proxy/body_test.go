@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"testing"
 )
@@ -29,11 +28,9 @@ func TestLargeBodiesBothWays(t *testing.T) {
 	})}
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	go srv.Serve(ln)
-	defer srv.Close()
+	addr := serveLoopback(t, srv)
 	h := start(t, nil)
-	h.to(ln.Addr().String())
+	h.to(addr)
 	for _, h2 := range []bool{false, true} {
 		pr, pw := io.Pipe()
 		go func() {

@@ -148,3 +148,16 @@ func readAll(t *testing.T, r io.Reader) string {
 	}
 	return string(b)
 }
+
+// serveLoopback serves srv on a free loopback port until the test ends and
+// returns its address. The caller sets srv's protocols.
+func serveLoopback(t testing.TB, srv *http.Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}

@@ -98,11 +98,9 @@ func TestH2CStreamingAndTrailers(t *testing.T) {
 		w.Header().Set(http.TrailerPrefix+"X-Late", "late")
 	})}
 	srv.Protocols.SetUnencryptedHTTP2(true)
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	go srv.Serve(ln)
-	defer srv.Close()
+	addr := serveLoopback(t, srv)
 	h := start(t, nil)
-	h.to(ln.Addr().String())
+	h.to(addr)
 	res, err := h.client(true).Get("http://svc.example/stream")
 	if err != nil {
 		t.Fatal(err)
@@ -169,11 +167,9 @@ func TestServerDiesMidResponse(t *testing.T) {
 	srv := &http.Server{Handler: handler, Protocols: new(http.Protocols), ErrorLog: log.New(io.Discard, "", 0)}
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	go srv.Serve(ln)
-	defer srv.Close()
+	addr := serveLoopback(t, srv)
 	h := start(t, nil)
-	h.to(ln.Addr().String())
+	h.to(addr)
 	for _, h2 := range []bool{false, true} {
 		t0 := time.Now()
 		res, err := h.client(h2).Get("http://svc.example/")

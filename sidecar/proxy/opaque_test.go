@@ -240,11 +240,9 @@ func TestShutdownDrainsInFlightH2(t *testing.T) {
 		io.WriteString(w, "h2 complete")
 	})}
 	srv.Protocols.SetUnencryptedHTTP2(true)
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	go srv.Serve(ln)
-	defer srv.Close()
+	addr := serveLoopback(t, srv)
 	h := start(t, nil)
-	h.to(ln.Addr().String())
+	h.to(addr)
 	done := make(chan string, 1)
 	go func() {
 		res, err := h.client(true).Get("http://svc.example/")
