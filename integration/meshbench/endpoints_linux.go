@@ -71,3 +71,18 @@ func (t *Topology) Client(conns int) *http.Client {
 		},
 	}
 }
+
+// httpReady makes one GET through c and fails unless it answers 200: Run
+// proves each path works before it measures any.
+func httpReady(ctx context.Context, c *http.Client, url string) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return nil
+}

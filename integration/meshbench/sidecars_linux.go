@@ -2,10 +2,8 @@ package meshbench
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -213,18 +211,4 @@ func statusKB(status []byte, key string) int64 {
 		}
 	}
 	return 0
-}
-
-// httpReady is used by tests: a GET through the client that must succeed.
-func httpReady(ctx context.Context, c *http.Client, url string) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return nil
 }
