@@ -19,7 +19,7 @@ BINARIES := $(notdir $(COMMANDS))
 IMAGES := images/pause.tar images/testapp.tar images/coredns.tar \
 	$(filter-out images/plexus-cni.tar,$(BINARIES:%=images/%.tar))
 
-.PHONY: all build images deps cluster-up cluster-down test test-unit demo bench clean
+.PHONY: all build images deps cluster-up cluster-down test test-unit demo bench clean proto proto-check
 
 all: build
 
@@ -64,7 +64,7 @@ cluster-down:
 	$(CLUSTER)/down.sh
 
 ## test: unit tests, root/netns tests and the cluster integration tests
-test: deps deps-bench images
+test: deps deps-bench images proto-check
 	integration/test.sh
 
 ## test-unit: only the tests that need neither root nor a cluster
@@ -79,6 +79,13 @@ bench: deps deps-bench images
 ## demo: the mesh end to end on the local cluster
 demo: cluster-up
 	integration/demo.sh
+
+## proto: regenerate control/api from its .proto files with pinned generators;
+## proto-check: fail if the committed generated code is not what they produce
+proto: deps-proto
+	control/api/gen.sh
+proto-check: proto
+	git diff --exit-code -- control/api || { echo 'control/api: generated code is stale; run make proto and commit' >&2; exit 1; }
 
 clean: cluster-down
 	rm -rf bin images

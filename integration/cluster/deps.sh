@@ -6,8 +6,9 @@
 #   cni:     the CNI reference plugins
 #   coredns: CoreDNS, the cluster's DNS server
 #   bench:   the peer proxy the benchmark compares against (nginx)
-# Usage: deps.sh [apt] [kube] [cni] [coredns] [bench]
-#        (no argument: all but bench)
+#   proto:   protoc, for make proto
+# Usage: deps.sh [apt] [kube] [cni] [coredns] [bench] [proto]
+#        (no argument: all but bench and proto)
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 
@@ -43,6 +44,7 @@ apt_install() {
 
 deps_apt() { apt_install $APT_PACKAGES; }
 deps_bench() { apt_install nginx-light; }
+deps_proto() { apt_install protobuf-compiler; }
 
 deps_kube() {
 	[ -f "$KUBE_BIN/.complete" ] && return 0
@@ -92,7 +94,7 @@ deps_coredns() {
 steps=${*:-apt kube cni coredns}
 for step in $steps; do
 	case $step in
-	apt | kube | cni | coredns | bench) "deps_$step" ;;
+	apt | kube | cni | coredns | bench | proto) "deps_$step" ;;
 	*) die "unknown step $step (want apt, kube, cni, coredns or bench)" ;;
 	esac
 done
