@@ -17,6 +17,7 @@ import (
 	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
+	"github.com/plexus-mesh/plexus/integration/clustercni"
 	"github.com/plexus-mesh/plexus/integration/clustertest"
 )
 
@@ -34,12 +35,12 @@ func fakeProxy() corev1.Container { return container("plexus-proxy", "serve", ":
 // plexus-cni as the last plugin of the primary conflist, then checks each
 // pod's network namespace and sends real traffic through the rules.
 func TestKubeletRunsPlexusCNI(t *testing.T) {
-	env := readClusterCNI(t)
+	env := clustercni.Read(t)
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to read pods' network namespaces")
 	}
 	c := clustertest.Connect(t)
-	logFile := env.install(t) // before the namespace: its pods' DEL must still run the plugin
+	logFile := env.Install(t) // before the namespace: its pods' DEL must still run the plugin
 	ns := c.Namespace(t, "cni", nil)
 	ctx := clustertest.Context(t, 5*time.Minute)
 
@@ -92,7 +93,7 @@ func TestKubeletRunsPlexusCNI(t *testing.T) {
 		}
 		tables := plugin.NewNetnsTables(xtables.Auto, 10*time.Second, slog.New(slog.DiscardHandler))
 		for _, p := range []*corev1.Pod{meshed, nativePod, plain} {
-			state, err := tables.Current(ctx, podNetns(t, string(p.UID)), []rules.Family{rules.IPv4})
+			state, err := tables.Current(ctx, clustercni.PodNetns(t, string(p.UID)), []rules.Family{rules.IPv4})
 			if err != nil {
 				t.Fatalf("reading rules of pod %s: %v", p.Name, err)
 			}

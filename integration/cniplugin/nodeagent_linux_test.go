@@ -22,6 +22,7 @@ import (
 	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
+	"github.com/plexus-mesh/plexus/integration/clustercni"
 	"github.com/plexus-mesh/plexus/integration/clustertest"
 )
 
@@ -37,16 +38,17 @@ const (
 // removing the DaemonSet (an upgrade) keeps the plugin, and `plexus-node
 // uninstall` leaves the conflist byte for byte as it was.
 func TestNodeAgentInstallsPlugin(t *testing.T) {
-	env := readClusterCNI(t)
-	stateRoot, agentBin := os.Getenv("PLEXUS_CLUSTER_STATE_DIR"), os.Getenv("PLEXUS_NODE_BIN")
-	if stateRoot == "" || agentBin == "" {
-		t.Skip("PLEXUS_CLUSTER_STATE_DIR and PLEXUS_NODE_BIN are not set (run `make test`)")
+	env := clustercni.Read(t)
+	stateRoot, agentBin := env.StateDir, os.Getenv("PLEXUS_NODE_BIN")
+	if agentBin == "" {
+		t.Skip("PLEXUS_NODE_BIN is not set (run `make test`)")
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to read pods' network namespaces")
 	}
 	c := clustertest.Connect(t)
-	primary := primaryConflist(t, env.confDir)
+	env.Lock(t)
+	primary := clustercni.PrimaryConflist(t, env.ConfDir)
 	original, err := os.ReadFile(primary)
 	if err != nil {
 		t.Fatal(err)
@@ -54,8 +56,8 @@ func TestNodeAgentInstallsPlugin(t *testing.T) {
 	stateDir := filepath.Join(stateRoot, "plexus-node-state")
 	t.Cleanup(func() {
 		// Whatever happened, the cluster's CNI setup is put back.
-		writeAtomic(t, primary, original, 0o644)
-		os.Remove(filepath.Join(env.binDir, "plexus-cni"))
+		clustercni.WriteAtomic(t, primary, original, 0o644)
+		os.Remove(filepath.Join(env.BinDir, "plexus-cni"))
 		os.RemoveAll(stateDir)
 	})
 
@@ -63,7 +65,7 @@ func TestNodeAgentInstallsPlugin(t *testing.T) {
 	ctx := clustertest.Context(t, 5*time.Minute)
 
 	t.Run("installed", func(t *testing.T) {
-		if _, err := os.Stat(filepath.Join(env.binDir, "plexus-cni")); err != nil {
+		if _, err := os.Stat(filepath.Join(env.BinDir, "plexus-cni")); err != nil {
 			t.Errorf("plugin binary not installed: %v", err)
 		}
 		waitPatched(t, primary, 5*time.Second)
@@ -75,7 +77,7 @@ func TestNodeAgentInstallsPlugin(t *testing.T) {
 	})
 
 	t.Run("re-patched within 1s after a hand overwrite", func(t *testing.T) {
-		writeAtomic(t, primary, original, 0o644)
+		clustercni.WriteAtomic(t, primary, original, 0o644)
 		start := time.Now()
 		waitPatched(t, primary, 5*time.Second)
 		if took := time.Since(start); took > time.Second {
@@ -94,15 +96,15 @@ func TestNodeAgentInstallsPlugin(t *testing.T) {
 			return err == nil && len(pods.Items) == 0, err
 		})
 		waitPatched(t, primary, time.Second)
-		if _, err := os.Stat(filepath.Join(env.binDir, "plexus-cni")); err != nil {
+		if _, err := os.Stat(filepath.Join(env.BinDir, "plexus-cni")); err != nil {
 			t.Errorf("plugin binary removed with the DaemonSet: %v", err)
 		}
 		checkMeshedPod(t, c, ns, "meshed-3")
 	})
 
 	t.Run("uninstall restores the conflist byte for byte", func(t *testing.T) {
-		out, err := exec.Command(agentBin, "uninstall", "--root=/", "--cni-bin-dir="+env.binDir,
-			"--cni-conf-dir="+env.confDir, "--state-dir="+stateDir).CombinedOutput()
+		out, err := exec.Command(agentBin, "uninstall", "--root=/", "--cni-bin-dir="+env.BinDir,
+			"--cni-conf-dir="+env.ConfDir, "--state-dir="+stateDir).CombinedOutput()
 		if err != nil {
 			t.Fatalf("plexus-node uninstall: %v: %s", err, out)
 		}
@@ -113,7 +115,7 @@ func TestNodeAgentInstallsPlugin(t *testing.T) {
 		if !bytes.Equal(got, original) {
 			t.Errorf("conflist after uninstall differs from before install:\n--- before\n%s\n--- after\n%s", original, got)
 		}
-		if _, err := os.Stat(filepath.Join(env.binDir, "plexus-cni")); !os.IsNotExist(err) {
+		if _, err := os.Stat(filepath.Join(env.BinDir, "plexus-cni")); !os.IsNotExist(err) {
 			t.Errorf("plugin binary still installed after uninstall (err=%v)", err)
 		}
 	})
@@ -122,7 +124,7 @@ func TestNodeAgentInstallsPlugin(t *testing.T) {
 // deployAgent applies the manifests of deploy/plexus-node with the
 // DaemonSet's host paths moved to the local cluster's, and waits until the
 // agent is ready. Everything is deleted when the test ends.
-func deployAgent(t *testing.T, c *clustertest.Cluster, env clusterCNI, stateDir string) {
+func deployAgent(t *testing.T, c *clustertest.Cluster, env clustercni.Env, stateDir string) {
 	t.Helper()
 	ctx := clustertest.Context(t, 3*time.Minute)
 	_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}}, metav1.CreateOptions{})
@@ -154,7 +156,7 @@ func deployAgent(t *testing.T, c *clustertest.Cluster, env clusterCNI, stateDir 
 	if err := yaml.UnmarshalStrict(raw, &ds); err != nil {
 		t.Fatalf("decoding daemonset.yaml: %v", err)
 	}
-	relocate(t, &ds, map[string]string{"cni-bin": env.binDir, "cni-conf": env.confDir, "state": stateDir})
+	relocate(t, &ds, map[string]string{"cni-bin": env.BinDir, "cni-conf": env.ConfDir, "state": stateDir})
 	ds.Spec.Template.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
 	if _, err := c.Client.AppsV1().DaemonSets(agentNamespace).Create(ctx, &ds, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating the DaemonSet: %v", err)
@@ -245,7 +247,7 @@ func checkMeshedPod(t *testing.T, c *clustertest.Cluster, ns, name string) {
 		t.Fatal(err)
 	}
 	tables := plugin.NewNetnsTables(xtables.Auto, 10*time.Second, slog.New(slog.DiscardHandler))
-	state, err := tables.Current(ctx, podNetns(t, string(pod.UID)), []rules.Family{rules.IPv4})
+	state, err := tables.Current(ctx, clustercni.PodNetns(t, string(pod.UID)), []rules.Family{rules.IPv4})
 	if err != nil {
 		t.Fatalf("reading rules of pod %s: %v", name, err)
 	}

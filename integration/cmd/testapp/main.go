@@ -1,11 +1,13 @@
 // Command testapp is the small HTTP workload the integration tests and the
 // demo run in pods: "serve" answers every request with who served it, "get"
-// fetches a URL and prints the answer.
+// fetches a URL and prints the answer, "poll" fetches one for ever and
+// prints a time-stamped line per answer.
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -20,7 +22,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: testapp serve [ADDR...] | testapp get URL... | testapp lookup NAME...")
+		fmt.Fprintln(os.Stderr, "usage: testapp serve [ADDR...] | testapp get URL... | testapp poll [-interval D] [-new-conn] URL | testapp lookup NAME...")
 		os.Exit(2)
 	}
 	var err error
@@ -43,8 +45,10 @@ func main() {
 		}
 	case "lookup":
 		err = lookup(os.Args[2:])
+	case "poll":
+		err = poll(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q (want serve, get or lookup)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (want serve, get, poll or lookup)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testapp:", err)
@@ -157,4 +161,32 @@ func lookup(names []string) error {
 		}
 	}
 	return nil
+}
+
+// poll fetches a URL every interval until killed, printing
+// "<RFC3339Nano> ok <first line of the body>" or "<time> error <why>" for
+// each attempt, so a test can tell from the log which server answered
+// when. With -new-conn every request opens a new connection.
+func poll(args []string) error {
+	fs := flag.NewFlagSet("poll", flag.ContinueOnError)
+	interval := fs.Duration("interval", 100*time.Millisecond, "time between requests")
+	newConn := fs.Bool("new-conn", false, "open a new connection for every request")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("usage: testapp poll [-interval D] [-new-conn] URL")
+	}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: *newConn}}
+	for {
+		body, err := fetch(client, fs.Arg(0))
+		now := time.Now().UTC().Format(time.RFC3339Nano)
+		if err != nil {
+			fmt.Printf("%s error %v\n", now, err)
+		} else {
+			first, _, _ := strings.Cut(body, "\n")
+			fmt.Printf("%s ok %s\n", now, first)
+		}
+		time.Sleep(*interval)
+	}
 }
