@@ -1,0 +1,236 @@
+package mesh
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/plexus-mesh/plexus/integration/clustertest"
+)
+
+const (
+	testappImage = "plexus.dev/testapp:dev"
+	proxyImage   = "plexus.dev/plexus-proxy:dev"
+	proxyUID     = 2102
+	tokenDir     = "/var/run/secrets/plexus.dev/identity"
+)
+
+// proxySidecar is the plexus-proxy container the injector will add (issue
+// 7), written by hand: a native sidecar, unprivileged, ready once it holds
+// a certificate.
+func proxySidecar(anchorsPEM string) corev1.Container {
+	always := corev1.ContainerRestartPolicyAlways
+	no, yes := false, true
+	uid := int64(proxyUID)
+	field := func(path string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
+	}
+	return corev1.Container{
+		Name:            "plexus-proxy",
+		Image:           proxyImage,
+		ImagePullPolicy: corev1.PullNever,
+		RestartPolicy:   &always,
+		Env: []corev1.EnvVar{
+			{Name: "PLEXUS_PROXY_LOG_LEVEL", Value: "debug"},
+			{Name: "PLEXUS_PROXY_SHUTDOWN_GRACE", Value: "5s"},
+			{Name: "PLEXUS_PROXY_IDENTITY_ADDR", Value: "plexus-identity.plexus-system.svc.cluster.local:8080"},
+			{Name: "PLEXUS_PROXY_DESTINATION_ADDR", Value: "plexus-destination.plexus-system.svc.cluster.local:8086"},
+			{Name: "PLEXUS_PROXY_TRUST_DOMAIN", Value: trustDomain},
+			{Name: "PLEXUS_PROXY_TRUST_ANCHORS", Value: anchorsPEM},
+			{Name: "PLEXUS_PROXY_POD_NAMESPACE", ValueFrom: field("metadata.namespace")},
+			{Name: "PLEXUS_PROXY_SERVICE_ACCOUNT", ValueFrom: field("spec.serviceAccountName")},
+			{Name: "PLEXUS_PROXY_IDENTITY_TOKEN_FILE", Value: tokenDir + "/token"},
+		},
+		StartupProbe: &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(4191)}},
+			PeriodSeconds:    1,
+			FailureThreshold: 600,
+		},
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(4191)}},
+			PeriodSeconds: 2,
+		},
+		SecurityContext: &corev1.SecurityContext{
+			RunAsUser:                &uid,
+			RunAsGroup:               &uid,
+			RunAsNonRoot:             &yes,
+			AllowPrivilegeEscalation: &no,
+			ReadOnlyRootFilesystem:   &yes,
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		VolumeMounts: []corev1.VolumeMount{{Name: "plexus-identity-token", MountPath: tokenDir, ReadOnly: true}},
+	}
+}
+
+// identityTokenVolume is the projected token the proxy proves itself with.
+func identityTokenVolume() corev1.Volume {
+	exp := int64(3600)
+	return corev1.Volume{Name: "plexus-identity-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+			Audience: "identity.plexus.dev", ExpirationSeconds: &exp, Path: "token",
+		}}},
+	}}}
+}
+
+// podSpec runs testapp with args as service account sa, meshed when
+// anchorsPEM is not empty.
+func podSpec(sa, anchorsPEM string, args ...string) corev1.PodSpec {
+	spec := corev1.PodSpec{
+		ServiceAccountName:            sa,
+		TerminationGracePeriodSeconds: ptr(int64(10)),
+		Containers: []corev1.Container{{
+			Name: "app", Image: testappImage, ImagePullPolicy: corev1.PullNever, Args: args,
+		}},
+	}
+	if anchorsPEM != "" {
+		spec.InitContainers = []corev1.Container{proxySidecar(anchorsPEM)}
+		spec.Volumes = []corev1.Volume{identityTokenVolume()}
+	}
+	return spec
+}
+
+// deploy creates a service account and a Deployment named name.
+func deploy(t *testing.T, c *clustertest.Cluster, ns, name string, replicas int32, spec corev1.PodSpec) {
+	t.Helper()
+	ctx := clustertest.Context(t, time.Minute)
+	if _, err := c.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: spec.ServiceAccountName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating service account %s: %v", spec.ServiceAccountName, err)
+	}
+	labels := map[string]string{"app": name}
+	_, err := c.Client.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating deployment %s: %v", name, err)
+	}
+}
+
+// service exposes port 80 of the pods labelled app=name on targetPort.
+func service(t *testing.T, c *clustertest.Cluster, ns, name string, targetPort int32) {
+	t.Helper()
+	ctx := clustertest.Context(t, time.Minute)
+	_, err := c.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": name},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(targetPort)}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating service %s: %v", name, err)
+	}
+}
+
+// pods returns the running, not terminating pods of app name.
+func pods(t *testing.T, c *clustertest.Cluster, ns, name string) []corev1.Pod {
+	t.Helper()
+	ctx := clustertest.Context(t, 30*time.Second)
+	list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// proxyMetrics reads a pod's proxy metrics through the API server.
+func proxyMetrics(t *testing.T, c *clustertest.Cluster, ns, pod string) string {
+	t.Helper()
+	ctx := clustertest.Context(t, 30*time.Second)
+	raw, err := c.Client.CoreV1().Pods(ns).ProxyGet("http", pod, "4191", "/metrics", nil).DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("metrics of %s/%s: %v", ns, pod, err)
+	}
+	return string(raw)
+}
+
+// pollLine is one line of `testapp poll` output.
+type pollLine struct {
+	At   time.Time
+	OK   bool
+	Text string // the answer's first line, or the error
+}
+
+// pollLog parses the log of a `testapp poll` container.
+func pollLog(t *testing.T, c *clustertest.Cluster, ns, pod string) []pollLine {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	logs, err := c.Logs(ctx, ns, pod, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []pollLine
+	for _, l := range strings.Split(logs, "\n") {
+		ts, rest, ok := strings.Cut(l, " ")
+		if !ok {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, ts)
+		if err != nil {
+			continue
+		}
+		status, text, _ := strings.Cut(rest, " ")
+		out = append(out, pollLine{At: at, OK: status == "ok", Text: text})
+	}
+	return out
+}
+
+// since returns the lines at or after t0.
+func since(lines []pollLine, t0 time.Time) []pollLine {
+	var out []pollLine
+	for _, l := range lines {
+		if !l.At.Before(t0) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// servedBy counts answers per serving host ("hello from HOST ...").
+func servedBy(lines []pollLine) (hosts map[string]int, errs []string) {
+	hosts = map[string]int{}
+	for _, l := range lines {
+		if !l.OK {
+			errs = append(errs, l.At.Format(time.RFC3339Nano)+" "+l.Text)
+			continue
+		}
+		var host string
+		if _, err := fmt.Sscanf(l.Text, "hello from %s", &host); err == nil {
+			hosts[host]++
+		}
+	}
+	return hosts, errs
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func itoa(i int) string { return strconv.Itoa(i) }
