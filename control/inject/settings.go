@@ -1,0 +1,157 @@
+package inject
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
+)
+
+// Annotations the injector reads besides the redirect settings the CNI
+// plugin shares (podconfig). All live under config.plexus.dev/.
+const (
+	AnnotationNativeSidecar      = podconfig.AnnotationPrefix + "native-sidecar"
+	AnnotationInboundPolicy      = podconfig.AnnotationPrefix + "inbound-policy"
+	AnnotationProxyLogLevel      = podconfig.AnnotationPrefix + "proxy-log-level"
+	AnnotationProxyCPURequest    = podconfig.AnnotationPrefix + "proxy-cpu-request"
+	AnnotationProxyCPULimit      = podconfig.AnnotationPrefix + "proxy-cpu-limit"
+	AnnotationProxyMemoryRequest = podconfig.AnnotationPrefix + "proxy-memory-request"
+	AnnotationProxyMemoryLimit   = podconfig.AnnotationPrefix + "proxy-memory-limit"
+)
+
+// redirectAnnotations are the settings the CNI plugin reads from the pod.
+var redirectAnnotations = []string{
+	podconfig.AnnotationSkipInboundPorts, podconfig.AnnotationSkipOutboundPorts,
+	podconfig.AnnotationSkipInboundSubnets, podconfig.AnnotationSkipOutboundSubnets,
+	podconfig.AnnotationOpaquePorts, podconfig.AnnotationProxyUID,
+	podconfig.AnnotationInboundPort, podconfig.AnnotationOutboundPort, podconfig.AnnotationAdminPort,
+}
+
+var proxyAnnotations = []string{
+	AnnotationNativeSidecar, AnnotationInboundPolicy, AnnotationProxyLogLevel,
+	AnnotationProxyCPURequest, AnnotationProxyCPULimit, AnnotationProxyMemoryRequest, AnnotationProxyMemoryLimit,
+}
+
+// settings is one pod's validated mesh configuration.
+type settings struct {
+	redirect      podconfig.Config
+	native        bool
+	inboundPolicy string
+	logLevel      string
+	cpuRequest    resource.Quantity
+	cpuLimit      *resource.Quantity
+	memRequest    resource.Quantity
+	memLimit      resource.Quantity
+	// annotations are the config.plexus.dev/* values the pod ends up with:
+	// its own, plus the namespace's where it has none.
+	annotations map[string]string
+}
+
+// merged returns the pod's config.plexus.dev/* annotations with the
+// namespace's filled in where the pod has none.
+func merged(pod, ns map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, src := range []map[string]string{ns, pod} {
+		for k, v := range src {
+			if strings.HasPrefix(k, podconfig.AnnotationPrefix) {
+				out[k] = v
+			}
+		}
+	}
+	return out
+}
+
+// parseSettings validates every config.plexus.dev/* annotation in a and
+// names the first bad one; an unknown name is an error too (a typo would
+// otherwise be silently ignored).
+func parseSettings(a map[string]string, def Defaults) (settings, error) {
+	known := map[string]bool{}
+	for _, k := range append(append([]string(nil), redirectAnnotations...), proxyAnnotations...) {
+		known[k] = true
+	}
+	keys := make([]string, 0, len(a))
+	for k := range a {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !known[k] {
+			return settings{}, &podconfig.AnnotationError{Annotation: k, Value: a[k], Err: errors.New("unknown setting (see the injector's README for the list)")}
+		}
+	}
+	redirect, err := podconfig.FromAnnotations(podconfig.Defaults(), a)
+	if err != nil {
+		return settings{}, err
+	}
+	s := settings{
+		redirect: redirect, native: true, inboundPolicy: "permissive", logLevel: "info",
+		cpuRequest: def.CPURequest, cpuLimit: def.CPULimit, memRequest: def.MemoryRequest, memLimit: def.MemoryLimit,
+		annotations: a,
+	}
+	if v, ok := a[AnnotationNativeSidecar]; ok {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return settings{}, &podconfig.AnnotationError{Annotation: AnnotationNativeSidecar, Value: v, Err: errors.New(`want "true" or "false"`)}
+		}
+		s.native = b
+	}
+	if v, ok := a[AnnotationInboundPolicy]; ok {
+		switch v {
+		case "permissive", "mtls":
+			s.inboundPolicy = v
+		default:
+			return settings{}, &podconfig.AnnotationError{Annotation: AnnotationInboundPolicy, Value: v, Err: errors.New(`want "permissive" or "mtls"`)}
+		}
+	}
+	if v, ok := a[AnnotationProxyLogLevel]; ok {
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(v)); err != nil {
+			return settings{}, &podconfig.AnnotationError{Annotation: AnnotationProxyLogLevel, Value: v, Err: errors.New("want debug, info, warn or error")}
+		}
+		s.logLevel = strings.ToLower(v)
+	}
+	for _, q := range []struct {
+		name string
+		dst  *resource.Quantity
+	}{
+		{AnnotationProxyCPURequest, &s.cpuRequest},
+		{AnnotationProxyMemoryRequest, &s.memRequest},
+		{AnnotationProxyMemoryLimit, &s.memLimit},
+	} {
+		if v, ok := a[q.name]; ok {
+			parsed, err := quantity(q.name, v)
+			if err != nil {
+				return settings{}, err
+			}
+			*q.dst = parsed
+		}
+	}
+	if v, ok := a[AnnotationProxyCPULimit]; ok {
+		parsed, err := quantity(AnnotationProxyCPULimit, v)
+		if err != nil {
+			return settings{}, err
+		}
+		s.cpuLimit = &parsed
+	}
+	if s.memRequest.Cmp(s.memLimit) > 0 {
+		return settings{}, fmt.Errorf("%s (%s) is above %s (%s)", AnnotationProxyMemoryRequest, s.memRequest.String(), AnnotationProxyMemoryLimit, s.memLimit.String())
+	}
+	if s.cpuLimit != nil && s.cpuRequest.Cmp(*s.cpuLimit) > 0 {
+		return settings{}, fmt.Errorf("%s (%s) is above %s (%s)", AnnotationProxyCPURequest, s.cpuRequest.String(), AnnotationProxyCPULimit, s.cpuLimit.String())
+	}
+	return s, nil
+}
+
+func quantity(name, v string) (resource.Quantity, error) {
+	q, err := resource.ParseQuantity(strings.TrimSpace(v))
+	if err != nil || q.Sign() <= 0 {
+		return resource.Quantity{}, &podconfig.AnnotationError{Annotation: name, Value: v, Err: errors.New("want a positive Kubernetes quantity such as 100m or 64Mi")}
+	}
+	return q, nil
+}
