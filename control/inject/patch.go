@@ -55,4 +55,3 @@ func (p *patch) setKeys(path string, missing bool, kv map[string]string) {
 func escape(k string) string {
 	return strings.NewReplacer("~", "~0", "/", "~1").Replace(k)
 }
-
