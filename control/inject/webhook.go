@@ -1,0 +1,138 @@
+package inject
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// MaxReviewBytes bounds an AdmissionReview body (a pod is far smaller).
+const MaxReviewBytes = 3 << 20
+
+// Metrics count the webhook's answers.
+type Metrics struct {
+	Reviews *prometheus.CounterVec // result: injected, skipped, rejected, error
+}
+
+// NewMetrics registers the webhook's metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{Reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "plexus_injector_reviews_total", Help: "Pod admission reviews answered, by result.",
+	}, []string{"result"})}
+	reg.MustRegister(m.Reviews)
+	return m
+}
+
+// Webhook answers AdmissionReviews for pods with the injection patch.
+type Webhook struct {
+	Config Config
+	// Namespace returns a namespace by name (from an informer's lister).
+	Namespace func(name string) (*corev1.Namespace, error)
+	Metrics   *Metrics
+	Log       *slog.Logger
+}
+
+// ServeHTTP handles one AdmissionReview (admission.k8s.io/v1). A body that
+// is not one is answered with 400 naming the problem; a pod that cannot be
+// injected is denied with a message naming the bad setting.
+func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		http.Error(rw, "admission reviews are POSTed", http.StatusMethodNotAllowed)
+		return
+	}
+	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "application/json" {
+		w.count("error")
+		http.Error(rw, fmt.Sprintf("content type %q, want application/json", ct), http.StatusUnsupportedMediaType)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxReviewBytes+1))
+	if err != nil || len(body) > MaxReviewBytes {
+		w.count("error")
+		http.Error(rw, fmt.Sprintf("reading the review: body unreadable or over %d bytes", MaxReviewBytes), http.StatusBadRequest)
+		return
+	}
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
+		w.count("error")
+		http.Error(rw, fmt.Sprintf("not an AdmissionReview with a request: %v", err), http.StatusBadRequest)
+		return
+	}
+	resp := w.review(review.Request)
+	resp.UID = review.Request.UID
+	out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}
+	if out.APIVersion == "" {
+		out.APIVersion, out.Kind = "admission.k8s.io/v1", "AdmissionReview"
+	}
+	rw.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(rw).Encode(out)
+}
+
+// review decides one request: allowed with a patch, allowed unchanged, or
+// denied with the reason.
+func (w *Webhook) review(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	allow := &admissionv1.AdmissionResponse{Allowed: true}
+	if req.Kind.Kind != "Pod" || req.Operation != admissionv1.Create {
+		w.count("skipped")
+		return allow
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+		return w.deny(req, fmt.Errorf("decoding the pod: %w", err))
+	}
+	ns, err := w.Namespace(req.Namespace)
+	if err != nil {
+		// Deny rather than admit un-meshed: the namespace may require the mesh.
+		return w.deny(req, fmt.Errorf("reading namespace %s: %w", req.Namespace, err))
+	}
+	d, err := Decide(&pod, ns)
+	if err != nil {
+		return w.deny(req, err)
+	}
+	if !d.Inject {
+		w.count("skipped")
+		w.Log.Debug("not injecting", "namespace", req.Namespace, "pod", podName(&pod), "reason", d.Reason)
+		return allow
+	}
+	ops, err := Patch(&pod, ns, w.Config)
+	if err != nil {
+		return w.deny(req, err)
+	}
+	raw, err := json.Marshal(ops)
+	if err != nil {
+		return w.deny(req, fmt.Errorf("encoding the patch: %w", err))
+	}
+	w.count("injected")
+	w.Log.Info("injected", "namespace", req.Namespace, "pod", podName(&pod), "reason", d.Reason)
+	pt := admissionv1.PatchTypeJSONPatch
+	return &admissionv1.AdmissionResponse{Allowed: true, Patch: raw, PatchType: &pt}
+}
+
+func (w *Webhook) deny(req *admissionv1.AdmissionRequest, err error) *admissionv1.AdmissionResponse {
+	w.count("rejected")
+	w.Log.Info("rejected", "namespace", req.Namespace, "name", req.Name, "err", err)
+	return &admissionv1.AdmissionResponse{Result: &metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest,
+		Message: "plexus injector: " + err.Error(),
+	}}
+}
+
+func (w *Webhook) count(result string) {
+	if w.Metrics != nil {
+		w.Metrics.Reviews.WithLabelValues(result).Inc()
+	}
+}
+
+func podName(p *corev1.Pod) string {
+	if p.Name != "" {
+		return p.Name
+	}
+	return p.GenerateName + "*"
+}
