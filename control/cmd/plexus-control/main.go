@@ -1,0 +1,44 @@
+// Command plexus-control runs one control-plane service per invocation:
+// plexus-control identity | destination | injector | issuer [flags].
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+
+	injectcmd "github.com/plexus-mesh/plexus/control/inject/cmd"
+)
+
+// commands maps each subcommand to its entry point.
+func commands() map[string]func(ctx context.Context, args []string, out io.Writer) error {
+	return map[string]func(ctx context.Context, args []string, out io.Writer) error{
+		"injector": func(ctx context.Context, args []string, _ io.Writer) error {
+			return injectcmd.Main(ctx, args, os.Stderr)
+		},
+	}
+}
+
+func main() {
+	cmds := commands()
+	var names []string
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if len(os.Args) < 2 || cmds[os.Args[1]] == nil {
+		fmt.Fprintf(os.Stderr, "usage: plexus-control %s [flags]\n", strings.Join(names, "|"))
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := cmds[os.Args[1]](ctx, os.Args[2:], os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "plexus-control %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}

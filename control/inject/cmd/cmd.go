@@ -1,0 +1,192 @@
+// Package cmd is `plexus-control injector`: the proxy-injector admission
+// webhook, serving HTTPS with a certificate it keeps itself.
+package cmd
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/plexus-mesh/plexus/control/inject"
+	"github.com/plexus-mesh/plexus/control/webhookcert"
+)
+
+// Options are the injector's flags.
+type Options struct {
+	Addr, AdminAddr, Kubeconfig   string
+	Namespace, Service, TLSSecret string
+	WebhookConfig                 string
+	TrustAnchorsFile              string
+	LogLevel                      slog.Level
+	Inject                        inject.Config
+}
+
+func parse(args []string, stderr io.Writer) (Options, error) {
+	o := Options{Inject: inject.Config{Resources: inject.DefaultResources()}}
+	fs := flag.NewFlagSet("injector", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.Addr, "addr", ":8443", "HTTPS address of the webhook")
+	fs.StringVar(&o.AdminAddr, "admin-addr", ":9995", "address of /metrics, /ready and /live")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig (in-cluster config when empty)")
+	fs.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "the control plane's namespace")
+	fs.StringVar(&o.Service, "service", "plexus-injector", "the webhook's Service")
+	fs.StringVar(&o.TLSSecret, "tls-secret", "plexus-injector-tls", "Secret holding the webhook's CA and serving certificate")
+	fs.StringVar(&o.WebhookConfig, "webhook-config", "plexus-injector", "MutatingWebhookConfiguration whose caBundle is kept")
+	fs.StringVar(&o.TrustAnchorsFile, "trust-anchors-file", "", "PEM file of the identity trust anchors given to proxies")
+	fs.StringVar(&o.Inject.ProxyImage, "proxy-image", "plexus.dev/plexus-proxy:dev", "image of the injected proxy")
+	fs.StringVar(&o.Inject.ProxyVersion, "proxy-version", "dev", "version recorded on injected pods")
+	fs.StringVar(&o.Inject.TrustDomain, "trust-domain", "cluster.local", "identity trust domain")
+	fs.StringVar(&o.Inject.ClusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain")
+	fs.TextVar(&o.LogLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() != 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.Namespace == "" {
+		return o, errors.New("--namespace (or POD_NAMESPACE) is required")
+	}
+	if o.TrustAnchorsFile == "" {
+		return o, errors.New("--trust-anchors-file is required")
+	}
+	anchors, err := os.ReadFile(o.TrustAnchorsFile)
+	if err != nil {
+		return o, fmt.Errorf("reading the trust anchors: %w", err)
+	}
+	o.Inject.TrustAnchorsPEM = string(anchors)
+	o.Inject.ControlNamespace = o.Namespace
+	if err := o.Inject.Validate(); err != nil {
+		return o, fmt.Errorf("injection config: %w", err)
+	}
+	return o, nil
+}
+
+// Main runs the injector until ctx ends.
+func Main(ctx context.Context, args []string, stderr io.Writer) error {
+	o, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.LogLevel}))
+	restCfg, err := restConfig(o.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	keeper, err := webhookcert.New(webhookcert.Config{
+		Namespace: o.Namespace, Service: o.Service, Secret: o.TLSSecret, WebhookConfig: o.WebhookConfig,
+		Validity: 365 * 24 * time.Hour, RenewBefore: 30 * 24 * time.Hour, Log: log,
+	}, client)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	factory := informers.NewSharedInformerFactory(client, 10*time.Minute)
+	nsLister := factory.Core().V1().Namespaces().Lister()
+	factory.Core().V1().Namespaces().Informer()
+	factory.Start(ctx.Done())
+	hook := &inject.Webhook{
+		Config: o.Inject,
+		Namespace: func(name string) (*corev1.Namespace, error) {
+			return nsLister.Get(name)
+		},
+		Metrics: inject.NewMetrics(reg),
+		Log:     log,
+	}
+
+	var ready atomic.Bool
+	admin := http.NewServeMux()
+	admin.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	admin.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "live\n") })
+	admin.HandleFunc("GET /ready", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "not ready: namespaces not synced or no serving certificate yet", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	adminSrv := &http.Server{Addr: o.AdminAddr, Handler: admin, ReadHeaderTimeout: 5 * time.Second}
+	mux := http.NewServeMux()
+	mux.Handle("/inject", hook)
+	srv := &http.Server{
+		Addr: o.Addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: keeper.GetCertificate},
+		ErrorLog:  slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- fmt.Errorf("admin server: %w", adminSrv.ListenAndServe()) }()
+
+	// The certificate first (the webhook configuration may not exist yet
+	// when the Deployment starts: retry), then the namespace cache.
+	for backoff := time.Second; ; backoff = min(2*backoff, 30*time.Second) {
+		if err = keeper.Ensure(ctx); err == nil {
+			break
+		}
+		log.Warn("webhook certificate not ready; retrying", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+	}
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("cache of %v never synced", typ)
+		}
+	}
+	go keeper.Run(ctx, time.Hour)
+	go func() { errc <- fmt.Errorf("webhook server: %w", srv.ListenAndServeTLS("", "")) }()
+	ready.Store(true)
+	log.Info("injector serving", "addr", o.Addr, "proxyImage", o.Inject.ProxyImage)
+
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	ready.Store(false)
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv.Shutdown(sctx)
+	adminSrv.Shutdown(sctx)
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		c, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster config (or pass --kubeconfig): %w", err)
+		}
+		return c, nil
+	}
+	c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	return c, nil
+}
