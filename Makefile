@@ -16,7 +16,7 @@ COREDNS_BIN := $(shell bash -c 'source $(CLUSTER)/env.sh && echo $$COREDNS_BIN')
 COMMANDS := $(filter-out integration/%,$(wildcard */cmd/*))
 BINARIES := $(notdir $(COMMANDS))
 # plexus-cni runs on the node, not in a container: it ships inside plexus-node.
-IMAGES := images/pause.tar images/testapp.tar images/coredns.tar \
+IMAGES := images/pause.tar images/testapp.tar images/demoapp.tar images/coredns.tar \
 	$(filter-out images/plexus-cni.tar,$(BINARIES:%=images/%.tar))
 
 .PHONY: all build images deps cluster-up cluster-down test test-unit demo bench clean proto proto-check
@@ -38,6 +38,9 @@ images/pause.tar: bin/pause
 images/testapp.tar: bin/testapp
 	@mkdir -p images
 	bin/imagebuild -tag plexus.dev/testapp:dev -o $@ -file /testapp=$< -entrypoint /testapp -user 65532
+images/demoapp.tar: bin/demoapp
+	@mkdir -p images
+	bin/imagebuild -tag plexus.dev/demoapp:dev -o $@ -file /demoapp=$< -entrypoint /demoapp -user 65532
 images/coredns.tar: $(COREDNS_BIN)
 	@mkdir -p images
 	bin/imagebuild -tag plexus.dev/coredns:dev -o $@ -file /coredns=$< -entrypoint /coredns -user 65532
