@@ -52,6 +52,9 @@ func deployControlPlane(t *testing.T, c *clustertest.Cluster) *controlPlane {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
+		// Cluster-scoped objects (RBAC, the webhook configuration) first.
+		exec.CommandContext(ctx, os.Getenv(clustertest.EnvKubectl), "--kubeconfig", c.Kubeconfig,
+			"delete", "--ignore-not-found", "--wait=false", "-k", controlManifests).Run()
 		c.Client.CoreV1().Namespaces().Delete(ctx, controlNamespace, metav1.DeleteOptions{})
 		clustertest.Poll(ctx, time.Second, func(ctx context.Context) (bool, error) {
 			_, err := c.Client.CoreV1().Namespaces().Get(ctx, controlNamespace, metav1.GetOptions{})
