@@ -7,12 +7,9 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"errors"
-	"io"
-	"log/slog"
 	"net"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,55 +21,20 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/plexus-mesh/plexus/control/api/identitypb"
+	"github.com/plexus-mesh/plexus/control/identity/identitytest"
 	"github.com/plexus-mesh/plexus/control/pki"
 	"github.com/plexus-mesh/plexus/control/spiffe"
 )
 
 const testNS = "plexus-system"
 
-// fakeToken is what the fake TokenReview reactor answers for one token.
-type fakeToken struct {
-	status authnv1.TokenReviewStatus
-	err    error
-}
-
-// tokenAuthority answers TokenReviews from a fixed table and records the
-// audiences each review asked for.
-type tokenAuthority struct {
-	mu        sync.Mutex
-	tokens    map[string]fakeToken
-	audiences [][]string
-}
-
-func saToken(ns, sa string, audiences ...string) fakeToken {
-	return fakeToken{status: authnv1.TokenReviewStatus{Authenticated: true, Audiences: audiences,
-		User: authnv1.UserInfo{Username: "system:serviceaccount:" + ns + ":" + sa}}}
-}
-
-func (a *tokenAuthority) react(action k8stesting.Action) (bool, runtime.Object, error) {
-	tr := action.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview).DeepCopy()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.audiences = append(a.audiences, tr.Spec.Audiences)
-	ft, ok := a.tokens[tr.Spec.Token]
-	if !ok {
-		ft = fakeToken{status: authnv1.TokenReviewStatus{Error: "invalid bearer token"}}
-	}
-	if ft.err != nil {
-		return true, nil, ft.err
-	}
-	tr.Status = ft.status
-	return true, tr, nil
-}
-
 type fixture struct {
 	srv     *Server
-	client  *fake.Clientset
-	tokens  *tokenAuthority
+	client  kubernetes.Interface
+	tokens  *identitytest.Tokens
 	anchor  pki.CA
 	issuer  pki.CA
 	anchors *x509.CertPool
@@ -104,31 +66,20 @@ func testSecret(t testing.TB, anchor, issuer pki.CA) *corev1.Secret {
 	return sec
 }
 
-func testLog(t testing.TB) *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(b []byte) (int, error) { w.t.Log(strings.TrimSpace(string(b))); return len(b), nil }
-
 // newFixture runs a Server on a fake clientset holding the issuer Secret
 // (none if withSecret is false), with TokenReviews answered by tokens.
-func newFixture(t *testing.T, withSecret bool, tokens map[string]fakeToken) *fixture {
+func newFixture(t *testing.T, withSecret bool, tokens map[string]identitytest.Answer) *fixture {
 	t.Helper()
 	anchor, issuer := testPKI(t, nil)
 	var objs []runtime.Object
 	if withSecret {
 		objs = append(objs, testSecret(t, anchor, issuer))
 	}
-	f := &fixture{client: fake.NewClientset(objs...), tokens: &tokenAuthority{tokens: tokens}, anchor: anchor, issuer: issuer}
+	f := &fixture{tokens: identitytest.NewTokens(tokens), anchor: anchor, issuer: issuer}
+	f.client = identitytest.FakeClient(f.tokens, objs...)
 	f.anchors = x509.NewCertPool()
 	f.anchors.AddCert(anchor.Cert)
-	f.client.PrependReactor("create", "tokenreviews", f.tokens.react)
-	srv, err := New(Config{TrustDomain: "cluster.local", Namespace: testNS}, Deps{Client: f.client, Metrics: prometheus.NewRegistry(), Log: testLog(t)})
+	srv, err := New(Config{TrustDomain: "cluster.local", Namespace: testNS}, Deps{Client: f.client, Metrics: prometheus.NewRegistry(), Log: identitytest.Log(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,14 +141,14 @@ const (
 )
 
 func TestCertifyTable(t *testing.T) {
-	f := newFixture(t, true, map[string]fakeToken{
-		"web":       saToken("emojivoto", "web", DefaultAudience),
-		"web-multi": saToken("emojivoto", "web", "https://kubernetes.default.svc", DefaultAudience),
-		"expired":   {status: authnv1.TokenReviewStatus{Error: "[invalid bearer token, service account token has expired]"}},
-		"unauth":    {status: authnv1.TokenReviewStatus{}},
-		"other-aud": saToken("emojivoto", "web", "https://kubernetes.default.svc"),
-		"not-sa":    {status: authnv1.TokenReviewStatus{Authenticated: true, Audiences: []string{DefaultAudience}, User: authnv1.UserInfo{Username: "admin"}}},
-		"apierr":    {err: errors.New("etcdserver: request timed out")},
+	f := newFixture(t, true, map[string]identitytest.Answer{
+		"web":       identitytest.ServiceAccount("emojivoto", "web", DefaultAudience),
+		"web-multi": identitytest.ServiceAccount("emojivoto", "web", "https://kubernetes.default.svc", DefaultAudience),
+		"expired":   {Status: authnv1.TokenReviewStatus{Error: "[invalid bearer token, service account token has expired]"}},
+		"unauth":    {Status: authnv1.TokenReviewStatus{}},
+		"other-aud": identitytest.ServiceAccount("emojivoto", "web", "https://kubernetes.default.svc"),
+		"not-sa":    {Status: authnv1.TokenReviewStatus{Authenticated: true, Audiences: []string{DefaultAudience}, User: authnv1.UserInfo{Username: "admin"}}},
+		"apierr":    {Err: errors.New("etcdserver: request timed out")},
 	})
 	badSig := makeCSR(t, csrOpts{uris: []string{webID}})
 	badSig[len(badSig)-5] ^= 0xff
@@ -260,14 +211,13 @@ func TestCertifyTable(t *testing.T) {
 			}
 		})
 	}
-	f.tokens.mu.Lock()
-	defer f.tokens.mu.Unlock()
-	for _, aud := range f.tokens.audiences {
+	audiences := f.tokens.Audiences()
+	for _, aud := range audiences {
 		if len(aud) != 1 || aud[0] != DefaultAudience {
 			t.Errorf("a TokenReview asked for audiences %v, want [%s]", aud, DefaultAudience)
 		}
 	}
-	if len(f.tokens.audiences) == 0 {
+	if len(audiences) == 0 {
 		t.Error("no TokenReview was made")
 	}
 }
@@ -304,7 +254,7 @@ func verifyChain(leaf *x509.Certificate, intermediates [][]byte, anchors *x509.C
 }
 
 func TestCertifyWithoutIssuer(t *testing.T) {
-	f := newFixture(t, false, map[string]fakeToken{"web": saToken("emojivoto", "web", DefaultAudience)})
+	f := newFixture(t, false, map[string]identitytest.Answer{"web": identitytest.ServiceAccount("emojivoto", "web", DefaultAudience)})
 	if err := f.srv.Ready(); !errors.Is(err, ErrIssuerNotLoaded) || !strings.Contains(err.Error(), testNS+"/"+DefaultSecretName) {
 		t.Fatalf("Ready = %v, want ErrIssuerNotLoaded naming the Secret", err)
 	}
@@ -326,7 +276,7 @@ func TestCertifyWithoutIssuer(t *testing.T) {
 }
 
 func TestIssuerRotationAndBadSecret(t *testing.T) {
-	f := newFixture(t, true, map[string]fakeToken{"web": saToken("emojivoto", "web", DefaultAudience)})
+	f := newFixture(t, true, map[string]identitytest.Answer{"web": identitytest.ServiceAccount("emojivoto", "web", DefaultAudience)})
 	certify := func() *identitypb.CertifyResponse {
 		t.Helper()
 		resp, err := f.srv.Certify(context.Background(), &identitypb.CertifyRequest{Identity: webID, Token: []byte("web"), CertificateSigningRequest: makeCSR(t, csrOpts{uris: []string{webID}})})
