@@ -113,7 +113,7 @@ type Kube struct {
 	Config *rest.Config // admin
 	// Local is true for the local cluster of $PLEXUS_TEST_KUBECONFIG,
 	// false for a throwaway API server without controllers.
-	Local bool
+	Local   bool
 	cluster *clustertest.Cluster
 }
 
