@@ -3,7 +3,6 @@ package identity_test
 import (
 	"context"
 	"crypto/x509"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -69,20 +68,8 @@ func serve(t *testing.T, client kubernetes.Interface, ns string) (*identity.Serv
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{}, 2)
-	go func() { srv.Run(ctx); done <- struct{}{} }()
-	go func() {
-		if err := srv.Serve(ctx, ln); err != nil {
-			t.Error(err)
-		}
-		done <- struct{}{}
-	}()
-	t.Cleanup(func() { cancel(); <-done; <-done })
+	ln := identitytest.Listen(t)
+	identitytest.Run(t, srv.Run, func(ctx context.Context) error { return srv.Serve(ctx, ln) })
 	return srv, ln.Addr().String()
 }
 
@@ -94,45 +81,24 @@ func startClient(t *testing.T, addr string, server, id spiffe.ID, token string, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	identitytest.Run(t, c.Run)
 	return c
-}
-
-func waitReady(t *testing.T, what string, ready func() error) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := ready()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready after 30s: %v", what, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // waitRefused waits until c has failed and returns its Ready error.
 func waitRefused(t *testing.T, c *certify.Client) error {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := c.Ready()
-		if err == nil {
-			t.Fatal("client got a certificate")
-		}
-		if !strings.Contains(err.Error(), "waiting for") {
+	identitytest.Eventually(t, 30*time.Second, "an answer", func() error {
+		if err := c.Ready(); err != nil && strings.Contains(err.Error(), "waiting for") {
 			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no answer after 30s: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	})
+	err := c.Ready()
+	if err == nil {
+		t.Fatal("client got a certificate")
 	}
+	return err
 }
 
 // TestRealAPIServer runs the identity service as its own service account
@@ -163,14 +129,14 @@ func TestRealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv, addr := serve(t, serverClient, ns)
-	waitReady(t, "identity server", srv.Ready)
+	identitytest.Eventually(t, 30*time.Second, "identity server ready", srv.Ready)
 	anchors := x509.NewCertPool()
 	anchors.AddCert(anchor.Cert)
 	serverID := spiffe.New("cluster.local", ns, identity.DefaultServiceAccount)
 	webID := spiffe.New("cluster.local", ns, "web")
 
 	web := startClient(t, addr, serverID, webID, k.ServiceAccount(t, ns, "web", identity.DefaultAudience), anchors)
-	waitReady(t, "web's certificate", web.Ready)
+	identitytest.Eventually(t, 30*time.Second, "web's certificate", web.Ready)
 	cert1, err := web.Certificate()
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +184,7 @@ func TestRealAPIServer(t *testing.T) {
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			c := startClient(t, addr, serverID, webID, k.Token(t, ns, "web", identity.DefaultAudience), anchors)
-			waitReady(t, "certificate after rotation", c.Ready)
+			identitytest.Eventually(t, 30*time.Second, "certificate after rotation", c.Ready)
 			cert2, _ := c.Certificate()
 			if string(cert2.Leaf.AuthorityKeyId) == string(issuer2.Cert.SubjectKeyId) {
 				break

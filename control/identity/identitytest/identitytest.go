@@ -8,6 +8,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -192,4 +193,52 @@ func TokenFile(t testing.TB, token string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// Listen returns a listener on a free loopback port.
+func Listen(t testing.TB) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+// Run runs each function in its own goroutine until stop is called or the
+// test ends; stop cancels their context and waits for all of them. An
+// error returned before stop fails the test.
+func Run(t testing.TB, fns ...func(context.Context) error) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, fn := range fns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(ctx); err != nil && ctx.Err() == nil {
+				t.Errorf("background function failed: %v", err)
+			}
+		}()
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+// Eventually polls cond every 20ms until it returns nil, failing the test
+// with cond's last error after timeout.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after %s: %v", what, timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
