@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -18,47 +17,6 @@ import (
 	"github.com/plexus-mesh/plexus/control/pki"
 	"github.com/plexus-mesh/plexus/control/spiffe"
 )
-
-// grantIdentityRBAC gives ns/plexus-identity exactly what the identity
-// service needs: create TokenReviews (cluster-wide), and read and watch its
-// issuer Secret (by name) in its namespace.
-func grantIdentityRBAC(t *testing.T, k *identitytest.Kube, ns string) {
-	t.Helper()
-	ctx := context.Background()
-	rbac := k.Admin.RbacV1()
-	subject := []rbacv1.Subject{{Kind: "ServiceAccount", Name: identity.DefaultServiceAccount, Namespace: ns}}
-	cr, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "plexus-identity-test-" + ns},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rbac.ClusterRoles().Delete(context.Background(), cr.Name, metav1.DeleteOptions{}) })
-	crb, err := rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: cr.Name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: cr.Name},
-		Subjects:   subject,
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rbac.ClusterRoleBindings().Delete(context.Background(), crb.Name, metav1.DeleteOptions{}) })
-	if _, err := rbac.Roles(ns).Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "plexus-identity"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"},
-			ResourceNames: []string{identity.DefaultSecretName}, Verbs: []string{"get", "list", "watch"}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rbac.RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "plexus-identity"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "plexus-identity"},
-		Subjects:   subject,
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // serve runs an identity server for ns on loopback and returns its address.
 func serve(t *testing.T, client kubernetes.Interface, ns string) (*identity.Server, string) {
@@ -109,7 +67,7 @@ func waitRefused(t *testing.T, c *certify.Client) error {
 func TestRealAPIServer(t *testing.T) {
 	k := identitytest.RealAPIServer(t)
 	ns := k.Namespace(t, "plexus-identity-test")
-	grantIdentityRBAC(t, k, ns)
+	k.GrantIdentityRBAC(t, ns, identity.DefaultServiceAccount, identity.DefaultSecretName)
 	serverClient := k.As(t, k.ServiceAccount(t, ns, identity.DefaultServiceAccount))
 
 	anchor, err := pki.NewAnchor(pki.CAOptions{TrustDomain: "cluster.local"})

@@ -18,12 +18,15 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/plexus-mesh/plexus/daemonset/apiservertest"
 	"github.com/plexus-mesh/plexus/integration/clustertest"
@@ -240,5 +243,69 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() er
 			t.Fatalf("%s: not after %s: %v", what, timeout, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Kubeconfig writes a kubeconfig for the API server that authenticates
+// with token, and returns its path.
+func (k *Kube) Kubeconfig(t testing.TB, token string) string {
+	t.Helper()
+	cluster := clientcmdapi.NewCluster()
+	cluster.Server = k.Config.Host
+	cluster.CertificateAuthority = k.Config.CAFile
+	cluster.CertificateAuthorityData = k.Config.CAData
+	cluster.InsecureSkipTLSVerify = k.Config.Insecure
+	user := clientcmdapi.NewAuthInfo()
+	user.Token = token
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["test"] = cluster
+	cfg.AuthInfos["test"] = user
+	cfg.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
+	cfg.CurrentContext = "test"
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// GrantIdentityRBAC gives ns/sa exactly what the identity service needs:
+// create TokenReviews (cluster-wide), and get, list and watch its issuer
+// Secret (by name) in ns. deploy/ should grant the same.
+func (k *Kube) GrantIdentityRBAC(t *testing.T, ns, sa, secret string) {
+	t.Helper()
+	ctx := context.Background()
+	rbac := k.Admin.RbacV1()
+	subject := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: ns}}
+	cr, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "plexus-identity-test-" + ns},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rbac.ClusterRoles().Delete(context.Background(), cr.Name, metav1.DeleteOptions{}) })
+	crb, err := rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: cr.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: cr.Name},
+		Subjects:   subject,
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rbac.ClusterRoleBindings().Delete(context.Background(), crb.Name, metav1.DeleteOptions{}) })
+	if _, err := rbac.Roles(ns).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "plexus-identity"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"},
+			ResourceNames: []string{secret}, Verbs: []string{"get", "list", "watch"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rbac.RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "plexus-identity"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "plexus-identity"},
+		Subjects:   subject,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
