@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,6 +39,7 @@ type fixture struct {
 	anchor  pki.CA
 	issuer  pki.CA
 	anchors *x509.CertPool
+	skew    atomic.Int64 // the server's clock is ahead of time.Now() by this many nanoseconds
 }
 
 func testPKI(t testing.TB, anchor *pki.CA) (pki.CA, pki.CA) {
@@ -79,7 +81,8 @@ func newFixture(t *testing.T, withSecret bool, tokens map[string]identitytest.An
 	f.client = identitytest.FakeClient(f.tokens, objs...)
 	f.anchors = x509.NewCertPool()
 	f.anchors.AddCert(anchor.Cert)
-	srv, err := New(Config{TrustDomain: "cluster.local", Namespace: testNS}, Deps{Client: f.client, Metrics: prometheus.NewRegistry(), Log: identitytest.Log(t)})
+	srv, err := New(Config{TrustDomain: "cluster.local", Namespace: testNS}, Deps{Client: f.client, Metrics: prometheus.NewRegistry(), Log: identitytest.Log(t),
+		Now: func() time.Time { return time.Now().Add(time.Duration(f.skew.Load())) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +355,6 @@ func bytesEqual(a, b []byte) bool { return len(a) > 0 && string(a) == string(b) 
 func TestServingCertificateRenews(t *testing.T) {
 	f := newFixture(t, true, nil)
 	now := time.Now()
-	f.srv.now = func() time.Time { return now }
 	c1, err := f.srv.servingCertificate()
 	if err != nil {
 		t.Fatal(err)
@@ -365,10 +367,11 @@ func TestServingCertificateRenews(t *testing.T) {
 		t.Fatal(err)
 	}
 	now = now.Add(DefaultCertLifetime / 2)
+	f.skew.Store(int64(DefaultCertLifetime / 2))
 	if c2, _ := f.srv.servingCertificate(); c2 != c1 {
 		t.Error("serving certificate re-issued at half its lifetime")
 	}
-	now = now.Add(DefaultCertLifetime / 4)
+	f.skew.Store(int64(DefaultCertLifetime * 3 / 4))
 	if c3, _ := f.srv.servingCertificate(); c3 == c1 || !c3.Leaf.NotAfter.After(c1.Leaf.NotAfter) {
 		t.Error("serving certificate not re-issued at 75% of its lifetime")
 	}
