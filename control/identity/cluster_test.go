@@ -1,0 +1,162 @@
+package identity_test
+
+import (
+	"context"
+	"crypto/x509"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/plexus-mesh/plexus/control/certify"
+	"github.com/plexus-mesh/plexus/control/identity"
+	"github.com/plexus-mesh/plexus/control/identity/identitytest"
+	"github.com/plexus-mesh/plexus/control/pki"
+	"github.com/plexus-mesh/plexus/control/spiffe"
+)
+
+// serve runs an identity server for ns on loopback and returns its address.
+func serve(t *testing.T, client kubernetes.Interface, ns string) (*identity.Server, string) {
+	t.Helper()
+	srv, err := identity.New(identity.Config{TrustDomain: "cluster.local", Namespace: ns},
+		identity.Deps{Client: client, Metrics: prometheus.NewRegistry(), Log: identitytest.Log(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := identitytest.Listen(t)
+	identitytest.Run(t, srv.Run, func(ctx context.Context) error { return srv.Serve(ctx, ln) })
+	return srv, ln.Addr().String()
+}
+
+// startClient runs a certify client for id with token and returns it.
+func startClient(t *testing.T, addr string, server, id spiffe.ID, token string, anchors *x509.CertPool) *certify.Client {
+	t.Helper()
+	c, err := certify.New(certify.Config{Addr: addr, ServerID: server, ID: id, TokenFile: identitytest.TokenFile(t, token),
+		TrustAnchors: anchors, Log: identitytest.Log(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	identitytest.Run(t, c.Run)
+	return c
+}
+
+// waitRefused waits until c has failed and returns its Ready error.
+func waitRefused(t *testing.T, c *certify.Client) error {
+	t.Helper()
+	identitytest.Eventually(t, 30*time.Second, "an answer", func() error {
+		if err := c.Ready(); err != nil && strings.Contains(err.Error(), "waiting for") {
+			return err
+		}
+		return nil
+	})
+	err := c.Ready()
+	if err == nil {
+		t.Fatal("client got a certificate")
+	}
+	return err
+}
+
+// TestRealAPIServer runs the identity service as its own service account
+// with only the RBAC it ships with, against a real kube-apiserver:
+// TokenRequest tokens for identity.plexus.dev get certificates over gRPC
+// with TLS, other tokens are refused, and rotating the issuer Secret
+// switches issuers while the old certificates stay valid.
+func TestRealAPIServer(t *testing.T) {
+	k := identitytest.RealAPIServer(t)
+	ns := k.Namespace(t, "plexus-identity-test")
+	k.GrantIdentityRBAC(t, ns, identity.DefaultServiceAccount, identity.DefaultSecretName)
+	serverClient := k.As(t, k.ServiceAccount(t, ns, identity.DefaultServiceAccount))
+
+	anchor, err := pki.NewAnchor(pki.CAOptions{TrustDomain: "cluster.local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuer1, err := pki.NewIntermediate(anchor, pki.CAOptions{TrustDomain: "cluster.local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := identity.IssuerSecret(ns, identity.DefaultSecretName, []*x509.Certificate{anchor.Cert}, issuer1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := k.Admin.CoreV1().Secrets(ns)
+	if _, err := secrets.Create(context.Background(), secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	srv, addr := serve(t, serverClient, ns)
+	identitytest.Eventually(t, 30*time.Second, "identity server ready", srv.Ready)
+	anchors := x509.NewCertPool()
+	anchors.AddCert(anchor.Cert)
+	serverID := spiffe.New("cluster.local", ns, identity.DefaultServiceAccount)
+	webID := spiffe.New("cluster.local", ns, "web")
+
+	web := startClient(t, addr, serverID, webID, k.ServiceAccount(t, ns, "web", identity.DefaultAudience), anchors)
+	identitytest.Eventually(t, 30*time.Second, "web's certificate", web.Ready)
+	cert1, err := web.Certificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := spiffe.FromCert(cert1.Leaf); err != nil || got != webID {
+		t.Fatalf("certificate names %v (%v), want %s", got, err, webID)
+	}
+	if string(cert1.Leaf.AuthorityKeyId) != string(issuer1.Cert.SubjectKeyId) {
+		t.Error("certificate not signed by the issuer of the Secret")
+	}
+
+	t.Run("token for another audience", func(t *testing.T) {
+		other := startClient(t, addr, serverID, webID, k.Token(t, ns, "web", "other.example"), anchors)
+		if err := waitRefused(t, other); !strings.Contains(err.Error(), "Unauthenticated") {
+			t.Errorf("Ready = %v, want Unauthenticated", err)
+		}
+	})
+	t.Run("token of the API server's own audience", func(t *testing.T) {
+		other := startClient(t, addr, serverID, webID, k.Token(t, ns, "web"), anchors)
+		if err := waitRefused(t, other); !strings.Contains(err.Error(), "Unauthenticated") {
+			t.Errorf("Ready = %v, want Unauthenticated", err)
+		}
+	})
+	t.Run("token of another service account", func(t *testing.T) {
+		db := startClient(t, addr, serverID, spiffe.New("cluster.local", ns, "db"), k.Token(t, ns, "web", identity.DefaultAudience), anchors)
+		if err := waitRefused(t, db); !strings.Contains(err.Error(), "PermissionDenied") {
+			t.Errorf("Ready = %v, want PermissionDenied", err)
+		}
+	})
+
+	t.Run("issuer rotation", func(t *testing.T) {
+		issuer2, err := pki.NewIntermediate(anchor, pki.CAOptions{TrustDomain: "cluster.local"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rotated, err := identity.IssuerSecret(ns, identity.DefaultSecretName, []*x509.Certificate{anchor.Cert}, issuer2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := secrets.Update(context.Background(), rotated, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// A new workload gets a certificate from the new issuer (and
+		// verifies the server's re-issued serving certificate).
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			c := startClient(t, addr, serverID, webID, k.Token(t, ns, "web", identity.DefaultAudience), anchors)
+			identitytest.Eventually(t, 30*time.Second, "certificate after rotation", c.Ready)
+			cert2, _ := c.Certificate()
+			if string(cert2.Leaf.AuthorityKeyId) == string(issuer2.Cert.SubjectKeyId) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("certificates still come from the old issuer 30s after rotation")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		// The certificate from the old issuer still verifies against the anchors.
+		inter := x509.NewCertPool()
+		inter.AddCert(issuer1.Cert)
+		if _, err := cert1.Leaf.Verify(x509.VerifyOptions{Roots: anchors, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			t.Errorf("certificate of the old issuer no longer verifies: %v", err)
+		}
+	})
+}

@@ -1,0 +1,139 @@
+// Package identitycmd holds the `plexus-control identity` and
+// `plexus-control issuer` subcommands: flag parsing and wiring around
+// control/identity and control/pki.
+package identitycmd
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/plexus-mesh/plexus/control/identity"
+	"github.com/plexus-mesh/plexus/control/spiffe"
+)
+
+// Main runs `plexus-control identity` until ctx ends. It logs JSON to stdout.
+func Main(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("identity", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	var (
+		cfg        identity.Config
+		addr       = fs.String("addr", ":8080", "gRPC (TLS) listen address of the Identity service")
+		adminAddr  = fs.String("admin-addr", ":9990", "listen address of /metrics, /ready and /live")
+		kubeconfig = fs.String("kubeconfig", "", "kubeconfig file; empty means in-cluster")
+	)
+	fs.StringVar(&cfg.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the issuer Secret and of this service (default $POD_NAMESPACE)")
+	fs.StringVar(&cfg.SecretName, "secret", identity.DefaultSecretName, "issuer Secret (ca.crt, tls.crt, tls.key)")
+	fs.StringVar(&cfg.TrustDomain, "trust-domain", spiffe.DefaultTrustDomain, "trust domain of the identities issued")
+	fs.DurationVar(&cfg.CertLifetime, "cert-lifetime", identity.DefaultCertLifetime, "lifetime of issued certificates")
+	fs.DurationVar(&cfg.ClockSkew, "clock-skew", identity.DefaultClockSkew, "NotBefore backdating of issued certificates")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("identity: unexpected arguments %v", fs.Args())
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(stdout, nil))
+	client, err := kubeClient(*kubeconfig)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := identity.New(cfg, identity.Deps{Client: client, Metrics: reg, Log: log})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("identity: %w", err)
+	}
+	adminLn, err := net.Listen("tcp", *adminAddr)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("identity admin: %w", err)
+	}
+	log.Info("identity service starting", "grpc", ln.Addr().String(), "admin", adminLn.Addr().String(),
+		"identity", srv.ID().String(), "secret", cfg.Namespace+"/"+cfg.SecretName)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	admin := &http.Server{Handler: adminMux(reg, srv.Ready), ReadHeaderTimeout: 10 * time.Second}
+	errs := make(chan error, 3)
+	go func() { errs <- srv.Run(ctx) }()
+	go func() { errs <- srv.Serve(ctx, ln) }()
+	go func() {
+		err := admin.Serve(adminLn)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		errs <- err
+	}()
+	var first error
+	for i := range 3 {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+		if i == 0 { // the first to end ends the others
+			cancel()
+			shutdown, done := context.WithTimeout(context.Background(), 5*time.Second)
+			admin.Shutdown(shutdown)
+			done()
+		}
+	}
+	return first
+}
+
+// adminMux serves /metrics from reg, /ready (503 with the reason until
+// ready() is nil) and /live.
+func adminMux(reg *prometheus.Registry, ready func() error) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/ready", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("/live", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	return mux
+}
+
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var (
+		cfg *rest.Config
+		err error
+	)
+	if kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("identity: Kubernetes client config: %w", err)
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("identity: Kubernetes client: %w", err)
+	}
+	return c, nil
+}
