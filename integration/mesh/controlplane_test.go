@@ -62,9 +62,8 @@ func deployControlPlane(t *testing.T, c *clustertest.Cluster) *controlPlane {
 		})
 	})
 	dir := t.TempDir()
-	cp := &controlPlane{bin: bin, anchorCert: filepath.Join(dir, "anchor.crt"), anchorKey: filepath.Join(dir, "anchor.key")}
-	issuer := cp.run(t, "issuer", "--trust-domain="+trustDomain,
-		"--anchor-cert-out="+cp.anchorCert, "--anchor-key-out="+cp.anchorKey)
+	cp := &controlPlane{bin: bin, anchorCert: filepath.Join(dir, "ca.crt"), anchorKey: filepath.Join(dir, "ca.key")}
+	issuer := cp.run(t, "issuer", "--trust-domain="+trustDomain, "--anchor-out="+dir)
 	applyYAML(t, c, issuer)
 	c.Kubectl(t, "apply", "-k", controlManifests)
 	for _, name := range []string{"plexus-identity", "plexus-destination"} {

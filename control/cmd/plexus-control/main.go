@@ -12,12 +12,15 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/plexus-mesh/plexus/control/identitycmd"
 	injectcmd "github.com/plexus-mesh/plexus/control/inject/cmd"
 )
 
 // commands maps each subcommand to its entry point.
 func commands() map[string]func(ctx context.Context, args []string, out io.Writer) error {
 	return map[string]func(ctx context.Context, args []string, out io.Writer) error{
+		"identity": identitycmd.Main,
+		"issuer":   identitycmd.IssuerMain,
 		"injector": func(ctx context.Context, args []string, _ io.Writer) error {
 			return injectcmd.Main(ctx, args, os.Stderr)
 		},
