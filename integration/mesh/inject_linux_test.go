@@ -33,13 +33,13 @@ func TestInjector(t *testing.T) {
 		labels map[string]string
 	}{
 		{"restricted", map[string]string{"pod-security.kubernetes.io/enforce": "restricted", "plexus.dev/inject": "enabled"}},
-		{"baseline", map[string]string{"plexus.dev/inject": "enabled"}},
+		{"baseline", meshLabels},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := c.Namespace(t, "inject-"+tc.name, tc.labels)
-			deploy(t, c, ns, "hello", 1, restricted(podSpec("hello", "", "serve", ":8080")))
+			deploy(t, c, ns, "hello", 1, meshed, restricted(podSpec("hello", "serve", ":8080")))
 			service(t, c, ns, "hello", 8080)
-			deploy(t, c, ns, "client", 1, restricted(podSpec("client", "", "poll", "-interval=100ms", "http://hello."+ns+".svc.cluster.local/")))
+			deploy(t, c, ns, "client", 1, meshed, restricted(podSpec("client", "poll", "-interval=100ms", "http://hello."+ns+".svc.cluster.local/")))
 			c.WaitDeploymentReady(t, ns, "hello", 3*time.Minute)
 			c.WaitDeploymentReady(t, ns, "client", 3*time.Minute)
 			server, client := pods(t, c, ns, "hello")[0], pods(t, c, ns, "client")[0]
@@ -55,10 +55,10 @@ func TestInjector(t *testing.T) {
 	}
 
 	t.Run("malformed setting is refused naming it", func(t *testing.T) {
-		ns := c.Namespace(t, "inject-bad", map[string]string{"plexus.dev/inject": "enabled"})
+		ns := c.Namespace(t, "inject-bad", meshLabels)
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "bad", Annotations: map[string]string{"config.plexus.dev/skip-outbound-ports": "25,smtp"}},
-			Spec:       podSpec("default", "", "serve", ":8080"),
+			Spec:       podSpec("default", "serve", ":8080"),
 		}
 		_, err := c.Client.CoreV1().Pods(ns).Create(clustertest.Context(t, time.Minute), pod, metav1.CreateOptions{})
 		if err == nil || !strings.Contains(err.Error(), `config.plexus.dev/skip-outbound-ports="25,smtp"`) {
@@ -67,15 +67,15 @@ func TestInjector(t *testing.T) {
 	})
 
 	t.Run("injector down: opted-in namespaces refused, others unaffected", func(t *testing.T) {
-		meshed := c.Namespace(t, "inject-down", map[string]string{"plexus.dev/inject": "enabled"})
+		optedIn := c.Namespace(t, "inject-down", meshLabels)
 		other := c.Namespace(t, "not-meshed", nil)
 		scale(t, c, controlNamespace, "plexus-injector", 0)
 		defer scale(t, c, controlNamespace, "plexus-injector", 1)
 		pod := func() *corev1.Pod {
-			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: podSpec("default", "", "serve", ":8080")}
+			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: podSpec("default", "serve", ":8080")}
 		}
 		ctx := clustertest.Context(t, time.Minute)
-		_, err := c.Client.CoreV1().Pods(meshed).Create(ctx, pod(), metav1.CreateOptions{})
+		_, err := c.Client.CoreV1().Pods(optedIn).Create(ctx, pod(), metav1.CreateOptions{})
 		if err == nil || !strings.Contains(err.Error(), "inject.plexus.dev") {
 			t.Errorf("pod in an opted-in namespace with the injector down: %v; want an admission error from the webhook", err)
 		}

@@ -36,13 +36,14 @@ func TestMeshMTLS(t *testing.T) {
 	c := clustertest.Connect(t)
 	env.Install(t) // takes the CNI lock: plexus-system is ours too
 	cp := deployControlPlane(t, c)
-	ns := c.Namespace(t, "mesh", nil)
+	c.WaitDeploymentReady(t, controlNamespace, "plexus-injector", 2*time.Minute)
+	ns := c.Namespace(t, "mesh", meshLabels)
 
-	deploy(t, c, ns, "hello", 1, podSpec("hello", cp.AnchorsPEM, "serve", ":8080"))
+	deploy(t, c, ns, "hello", 1, meshed, podSpec("hello", "serve", ":8080"))
 	service(t, c, ns, "hello", 8080)
 	url := "http://hello." + ns + ".svc.cluster.local/"
-	deploy(t, c, ns, "client", 1, podSpec("client", cp.AnchorsPEM, "poll", "-interval=50ms", "-new-conn", url))
-	deploy(t, c, ns, "plain", 1, podSpec("plain", "", "poll", "-interval=200ms", url))
+	deploy(t, c, ns, "client", 1, meshed, podSpec("client", "poll", "-interval=50ms", "-new-conn", url))
+	deploy(t, c, ns, "plain", 1, unmeshed, podSpec("plain", "poll", "-interval=200ms", url))
 	for _, d := range []string{"hello", "client", "plain"} {
 		c.WaitDeploymentReady(t, ns, d, 3*time.Minute)
 	}
@@ -128,7 +129,7 @@ func TestMeshMTLS(t *testing.T) {
 	t.Run("identity down: existing certs work, new pods wait with a reason", func(t *testing.T) {
 		scale(t, c, controlNamespace, "plexus-identity", 0)
 		down := time.Now()
-		deploy(t, c, ns, "late", 1, podSpec("late", cp.AnchorsPEM, "serve", ":8080"))
+		deploy(t, c, ns, "late", 1, meshed, podSpec("late", "serve", ":8080"))
 		time.Sleep(10 * time.Second)
 		hosts, errs := servedBy(since(pollLog(t, c, ns, client.Name), down))
 		if len(errs) != 0 || len(hosts) == 0 {

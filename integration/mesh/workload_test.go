@@ -16,102 +16,48 @@ import (
 	"github.com/plexus-mesh/plexus/integration/clustertest"
 )
 
-const (
-	testappImage = "plexus.dev/testapp:dev"
-	proxyImage   = "plexus.dev/plexus-proxy:dev"
-	proxyUID     = 2102
-	tokenDir     = "/var/run/secrets/plexus.dev/identity"
-)
+const testappImage = "plexus.dev/testapp:dev"
 
-// proxySidecar is the plexus-proxy container the injector will add (issue
-// 7), written by hand: a native sidecar, unprivileged, ready once it holds
-// a certificate.
-func proxySidecar(anchorsPEM string) corev1.Container {
-	always := corev1.ContainerRestartPolicyAlways
-	no, yes := false, true
-	uid := int64(proxyUID)
-	field := func(path string) *corev1.EnvVarSource {
-		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
-	}
-	return corev1.Container{
-		Name:            "plexus-proxy",
-		Image:           proxyImage,
-		ImagePullPolicy: corev1.PullNever,
-		RestartPolicy:   &always,
-		Env: []corev1.EnvVar{
-			{Name: "PLEXUS_PROXY_LOG_LEVEL", Value: "debug"},
-			{Name: "PLEXUS_PROXY_SHUTDOWN_GRACE", Value: "5s"},
-			{Name: "PLEXUS_PROXY_IDENTITY_ADDR", Value: "plexus-identity.plexus-system.svc.cluster.local:8080"},
-			{Name: "PLEXUS_PROXY_DESTINATION_ADDR", Value: "plexus-destination.plexus-system.svc.cluster.local:8086"},
-			{Name: "PLEXUS_PROXY_TRUST_DOMAIN", Value: trustDomain},
-			{Name: "PLEXUS_PROXY_TRUST_ANCHORS", Value: anchorsPEM},
-			{Name: "PLEXUS_PROXY_POD_NAMESPACE", ValueFrom: field("metadata.namespace")},
-			{Name: "PLEXUS_PROXY_SERVICE_ACCOUNT", ValueFrom: field("spec.serviceAccountName")},
-			{Name: "PLEXUS_PROXY_IDENTITY_TOKEN_FILE", Value: tokenDir + "/token"},
-		},
-		StartupProbe: &corev1.Probe{
-			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(4191)}},
-			PeriodSeconds:    1,
-			FailureThreshold: 600,
-		},
-		ReadinessProbe: &corev1.Probe{
-			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(4191)}},
-			PeriodSeconds: 2,
-		},
-		SecurityContext: &corev1.SecurityContext{
-			RunAsUser:                &uid,
-			RunAsGroup:               &uid,
-			RunAsNonRoot:             &yes,
-			AllowPrivilegeEscalation: &no,
-			ReadOnlyRootFilesystem:   &yes,
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
-		VolumeMounts: []corev1.VolumeMount{{Name: "plexus-identity-token", MountPath: tokenDir, ReadOnly: true}},
-	}
-}
+// meshLabels make a test namespace opt into injection.
+var meshLabels = map[string]string{"plexus.dev/inject": "enabled"}
 
-// identityTokenVolume is the projected token the proxy proves itself with.
-func identityTokenVolume() corev1.Volume {
-	exp := int64(3600)
-	return corev1.Volume{Name: "plexus-identity-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
-		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
-			Audience: "identity.plexus.dev", ExpirationSeconds: &exp, Path: "token",
-		}}},
-	}}}
-}
-
-// podSpec runs testapp with args as service account sa, meshed when
-// anchorsPEM is not empty.
-func podSpec(sa, anchorsPEM string, args ...string) corev1.PodSpec {
-	spec := corev1.PodSpec{
+// podSpec runs testapp with args as service account sa.
+func podSpec(sa string, args ...string) corev1.PodSpec {
+	return corev1.PodSpec{
 		ServiceAccountName:            sa,
 		TerminationGracePeriodSeconds: ptr(int64(10)),
 		Containers: []corev1.Container{{
 			Name: "app", Image: testappImage, ImagePullPolicy: corev1.PullNever, Args: args,
 		}},
 	}
-	if anchorsPEM != "" {
-		spec.InitContainers = []corev1.Container{proxySidecar(anchorsPEM)}
-		spec.Volumes = []corev1.Volume{identityTokenVolume()}
-	}
-	return spec
 }
 
-// deploy creates a service account and a Deployment named name.
-func deploy(t *testing.T, c *clustertest.Cluster, ns, name string, replicas int32, spec corev1.PodSpec) {
+// Whether a workload joins the mesh; the test namespaces opt in, so an
+// unmeshed workload opts out.
+const (
+	meshed   = true
+	unmeshed = false
+)
+
+// deploy creates a service account and a Deployment named name; an
+// unmeshed one opts out of injection.
+func deploy(t *testing.T, c *clustertest.Cluster, ns, name string, replicas int32, mesh bool, spec corev1.PodSpec) {
 	t.Helper()
 	ctx := clustertest.Context(t, time.Minute)
 	if _, err := c.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: spec.ServiceAccountName}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating service account %s: %v", spec.ServiceAccountName, err)
 	}
 	labels := map[string]string{"app": name}
+	var annotations map[string]string
+	if !mesh {
+		annotations = map[string]string{"plexus.dev/inject": "disabled"}
+	}
 	_, err := c.Client.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: &replicas,
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations}, Spec: spec},
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {
