@@ -13,7 +13,7 @@ import (
 	"syscall"
 
 	"github.com/plexus-mesh/plexus/control/identitycmd"
-	injectcmd "github.com/plexus-mesh/plexus/control/inject/cmd"
+	"github.com/plexus-mesh/plexus/control/injectcmd"
 )
 
 // commands maps each subcommand to its entry point.

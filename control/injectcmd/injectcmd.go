@@ -1,6 +1,6 @@
-// Package cmd is `plexus-control injector`: the proxy-injector admission
+// Package injectcmd is `plexus-control injector`: the proxy-injector admission
 // webhook, serving HTTPS with a certificate it keeps itself.
-package cmd
+package injectcmd
 
 import (
 	"context"
