@@ -89,26 +89,17 @@ func newWatcher(cfg Config, client kubernetes.Interface, log *slog.Logger) (*wat
 	}
 	// The handlers only read the caches and add keys to the queue: they
 	// never wait for a publisher or a stream.
-	if _, err := w.services.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { w.onService(nil, obj) },
-		UpdateFunc: w.onService,
-		DeleteFunc: func(obj any) { w.onService(obj, nil) },
-	}); err != nil {
-		return nil, fmt.Errorf("adding service handler: %w", err)
-	}
-	if _, err := w.slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { w.onSlice(nil, obj) },
-		UpdateFunc: w.onSlice,
-		DeleteFunc: func(obj any) { w.onSlice(obj, nil) },
-	}); err != nil {
-		return nil, fmt.Errorf("adding EndpointSlice handler: %w", err)
-	}
-	if _, err := w.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { w.onPod(nil, obj) },
-		UpdateFunc: w.onPod,
-		DeleteFunc: func(obj any) { w.onPod(obj, nil) },
-	}); err != nil {
-		return nil, fmt.Errorf("adding pod handler: %w", err)
+	for name, h := range map[string]struct {
+		inf cache.SharedIndexInformer
+		fn  func(oldObj, newObj any)
+	}{"service": {w.services, w.onService}, "EndpointSlice": {w.slices, w.onSlice}, "pod": {w.pods, w.onPod}} {
+		if _, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { h.fn(nil, obj) },
+			UpdateFunc: h.fn,
+			DeleteFunc: func(obj any) { h.fn(obj, nil) },
+		}); err != nil {
+			return nil, fmt.Errorf("adding %s handler: %w", name, err)
+		}
 	}
 	return w, nil
 }
