@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/plexus-mesh/plexus/control/meshpod"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -16,7 +17,7 @@ import (
 )
 
 // ProxyContainerName is the sidecar that marks a pod as meshed.
-const ProxyContainerName = "plexus-proxy"
+const ProxyContainerName = meshpod.ProxyContainerName
 
 // PodGetter reads one pod.
 type PodGetter interface {
@@ -128,20 +129,4 @@ func transient(err error) bool {
 	}
 	var opErr *net.OpError
 	return errors.As(err, &opErr)
-}
-
-// isMeshed reports whether the pod runs the proxy, as a plain container or
-// as a native sidecar (init container with restartPolicy Always).
-func isMeshed(pod *corev1.Pod) bool {
-	for _, c := range pod.Spec.Containers {
-		if c.Name == ProxyContainerName {
-			return true
-		}
-	}
-	for _, c := range pod.Spec.InitContainers {
-		if c.Name == ProxyContainerName && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			return true
-		}
-	}
-	return false
 }

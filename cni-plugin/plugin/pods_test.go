@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/plexus-mesh/plexus/control/meshpod"
 )
 
 // kubeconfigFor writes a kubeconfig pointing at srv with a bearer token.
@@ -72,7 +74,7 @@ func TestRESTPodGetterAgainstHTTPServer(t *testing.T) {
 	if requests.Load() != 2 {
 		t.Fatalf("%d requests, want 2 (one 503, one success; no hidden client-go retries)", requests.Load())
 	}
-	if !isMeshed(pod) || pod.UID != "u1" || pod.Annotations["config.plexus.dev/skip-outbound-ports"] != "25" {
+	if !meshpod.IsMeshed(pod) || pod.UID != "u1" || pod.Annotations["config.plexus.dev/skip-outbound-ports"] != "25" {
 		t.Fatalf("decoded pod %+v", pod)
 	}
 

@@ -1,0 +1,210 @@
+// Package cmd is the `plexus-control destination` subcommand: it parses
+// flags into a Config, connects to the cluster, and serves the Destination
+// gRPC API and an admin endpoint (/metrics, /ready, /live).
+package cmd
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/control/destination"
+)
+
+// Config is the subcommand's configuration.
+type Config struct {
+	Addr        string // gRPC listen address
+	AdminAddr   string // admin HTTP listen address
+	Kubeconfig  string // empty: in-cluster configuration
+	Destination destination.Config
+}
+
+// Validate reports every problem with c.
+func (c Config) Validate() error {
+	var errs []error
+	for name, addr := range map[string]string{"--addr": c.Addr, "--admin-addr": c.AdminAddr} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: %w", name, addr, err))
+		}
+	}
+	if err := c.Destination.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Options are hooks for the caller (the plexus-control main).
+type Options struct {
+	// ServerTLS returns the gRPC server's TLS configuration (TLS 1.3 with
+	// the destination's certificate, e.g. from a control/certify client;
+	// use GetCertificate so renewed certificates are picked up). It is
+	// called once at start. Nil: the server speaks plaintext and logs a
+	// warning saying so.
+	ServerTLS func() (*tls.Config, error)
+	// Ready, if set, is also consulted by /ready (e.g. the certify client's
+	// Ready: no certificate yet means not ready).
+	Ready func() error
+}
+
+// Main runs `plexus-control destination` with args (without the
+// subcommand name) until ctx ends, without TLS hooks.
+func Main(ctx context.Context, args []string, stdout io.Writer) error {
+	return Run(ctx, args, stdout, Options{})
+}
+
+// ParseFlags turns args into a validated Config.
+func ParseFlags(args []string, output io.Writer) (Config, error) {
+	cfg := Config{Destination: destination.DefaultConfig()}
+	fs := flag.NewFlagSet("destination", flag.ContinueOnError)
+	fs.SetOutput(output)
+	fs.StringVar(&cfg.Addr, "addr", ":8086", "gRPC listen address of the Destination API")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", ":9996", "admin listen address (/metrics, /ready, /live)")
+	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
+	fs.StringVar(&cfg.Destination.ClusterDomain, "cluster-domain", cfg.Destination.ClusterDomain, "cluster DNS domain of service names")
+	fs.StringVar(&cfg.Destination.TrustDomain, "trust-domain", cfg.Destination.TrustDomain, "trust domain of endpoint identities")
+	fs.IntVar(&cfg.Destination.QueueSize, "queue-size", cfg.Destination.QueueSize, "updates queued per stream before it is ended as too slow")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, fmt.Errorf("invalid configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+// Run is Main with hooks.
+func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) error {
+	cfg, err := ParseFlags(args, stdout)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(stdout, nil)).With("component", "destination")
+
+	restCfg, err := kubeConfig(cfg.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := destination.New(cfg.Destination, client, reg, log)
+	if err != nil {
+		return err
+	}
+
+	var grpcOpts []grpc.ServerOption
+	if opts.ServerTLS != nil {
+		tlsCfg, err := opts.ServerTLS()
+		if err != nil {
+			return fmt.Errorf("server TLS configuration: %w", err)
+		}
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	} else {
+		log.Warn("no TLS configured: serving the Destination API in PLAINTEXT", "addr", cfg.Addr)
+	}
+	gs := grpc.NewServer(grpcOpts...)
+	pb.RegisterDestinationServer(gs, srv)
+
+	lis, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", cfg.Addr, err)
+	}
+	adminLis, err := net.Listen("tcp", cfg.AdminAddr)
+	if err != nil {
+		lis.Close()
+		return fmt.Errorf("listening on %s: %w", cfg.AdminAddr, err)
+	}
+	admin := &http.Server{Handler: adminHandler(reg, srv.Ready, opts.Ready), ReadHeaderTimeout: 10 * time.Second}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 3)
+	go func() { errc <- srv.Run(ctx) }()
+	go func() { errc <- gs.Serve(lis) }()
+	go func() { errc <- admin.Serve(adminLis) }()
+	log.Info("serving", "addr", lis.Addr().String(), "admin_addr", adminLis.Addr().String(),
+		"cluster_domain", cfg.Destination.ClusterDomain, "trust_domain", cfg.Destination.TrustDomain)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if ctx.Err() == nil {
+			runErr = fmt.Errorf("destination stopped: %w", err)
+			if err == nil {
+				runErr = errors.New("destination stopped unexpectedly")
+			}
+		}
+	}
+	cancel()
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		gs.Stop()
+	}
+	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
+	defer done()
+	_ = admin.Shutdown(shutdownCtx)
+	return runErr
+}
+
+func kubeConfig(path string) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if path == "" {
+		cfg, err = rest.InClusterConfig()
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes configuration (kubeconfig %q): %w", path, err)
+	}
+	cfg.UserAgent = "plexus-destination"
+	return cfg, nil
+}
+
+// adminHandler serves /metrics, /live (always 200) and /ready (200 once
+// every check passes, else 503 with the reason).
+func adminHandler(reg *prometheus.Registry, checks ...func() error) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "live") })
+	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, _ *http.Request) {
+		for _, check := range checks {
+			if check == nil {
+				continue
+			}
+			if err := check(); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
+}

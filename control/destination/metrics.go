@@ -1,0 +1,40 @@
+package destination
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// RPC label values.
+const (
+	rpcGet        = "get"
+	rpcGetProfile = "get_profile"
+)
+
+// metrics are the server's Prometheus collectors, registered on the
+// registry given to New.
+type metrics struct {
+	streams  *prometheus.GaugeVec   // open streams, by rpc
+	updates  *prometheus.CounterVec // messages queued to streams, by rpc and kind
+	overflow *prometheus.CounterVec // streams ended by a full queue, by rpc
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "plexus_destination_streams",
+			Help: "Open destination streams, by rpc.",
+		}, []string{"rpc"}),
+		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plexus_destination_updates_total",
+			Help: "Messages queued to destination streams, by rpc and kind (add, remove, no_endpoints, profile).",
+		}, []string{"rpc", "kind"}),
+		overflow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plexus_destination_stream_overflow_total",
+			Help: "Destination streams ended because their update queue overflowed, by rpc.",
+		}, []string{"rpc"}),
+	}
+	for _, c := range []prometheus.Collector{m.streams, m.updates, m.overflow} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,125 @@
+package destination
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"k8s.io/client-go/kubernetes"
+
+	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
+)
+
+// Server implements the Destination gRPC service.
+type Server struct {
+	pb.UnimplementedDestinationServer
+
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+	watcher *watcher
+	synced  atomic.Bool
+}
+
+// New builds a server watching the cluster through client. Its metrics are
+// registered on reg. Call Run before serving.
+func New(cfg Config, client kubernetes.Interface, reg prometheus.Registerer, log *slog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("destination config: %w", err)
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("registering destination metrics: %w", err)
+	}
+	w, err := newWatcher(cfg, client, log)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{cfg: cfg, log: log, metrics: m, watcher: w}, nil
+}
+
+// Run starts the informers, waits for their caches, and processes changes
+// until ctx ends. Streams are refused (Unavailable) until the caches have
+// synced.
+func (s *Server) Run(ctx context.Context) error {
+	if err := s.watcher.start(ctx); err != nil {
+		return err
+	}
+	s.synced.Store(true)
+	s.log.Info("destination informer caches synced")
+	s.watcher.run(ctx, s.cfg.Workers)
+	return nil
+}
+
+// Ready returns nil once the informer caches have synced.
+func (s *Server) Ready() error {
+	if !s.synced.Load() {
+		return ErrNotReady
+	}
+	return nil
+}
+
+// Get streams the endpoints behind req.Path.
+func (s *Server) Get(req *pb.GetDestination, stream grpc.ServerStreamingServer[pb.Update]) error {
+	return grpcError(s.get(req, stream))
+}
+
+// GetProfile streams the profile of req.Path.
+func (s *Server) GetProfile(req *pb.GetDestination, stream grpc.ServerStreamingServer[pb.DestinationProfile]) error {
+	return grpcError(s.getProfile(req, stream))
+}
+
+func (s *Server) get(req *pb.GetDestination, stream grpc.ServerStreamingServer[pb.Update]) error {
+	t, err := s.resolve(req)
+	if err != nil {
+		return err
+	}
+	tr := newTranslator(s.cfg.QueueSize,
+		func(u *pb.Update) { s.metrics.updates.WithLabelValues(rpcGet, updateKind(u)).Inc() },
+		s.overflowed(rpcGet, req.GetPath()))
+	unsubscribe := s.watcher.subscribe(t,
+		func(p *publisher) { p.subscribeGet(tr) },
+		func(p *publisher) bool { return p.unsubscribe(tr, nil) })
+	defer unsubscribe()
+	return serveStream(s, stream.Context(), rpcGet, tr, stream.Send)
+}
+
+func (s *Server) getProfile(req *pb.GetDestination, stream grpc.ServerStreamingServer[pb.DestinationProfile]) error {
+	t, err := s.resolve(req)
+	if err != nil {
+		return err
+	}
+	tr := newTranslator(s.cfg.QueueSize,
+		func(*pb.DestinationProfile) { s.metrics.updates.WithLabelValues(rpcGetProfile, "profile").Inc() },
+		s.overflowed(rpcGetProfile, req.GetPath()))
+	unsubscribe := s.watcher.subscribe(t,
+		func(p *publisher) { p.subscribeProfile(tr) },
+		func(p *publisher) bool { return p.unsubscribe(nil, tr) })
+	defer unsubscribe()
+	return serveStream(s, stream.Context(), rpcGetProfile, tr, stream.Send)
+}
+
+func (s *Server) resolve(req *pb.GetDestination) (target, error) {
+	if err := s.Ready(); err != nil {
+		return target{}, err
+	}
+	return parsePath(req.GetPath(), s.cfg.ClusterDomain)
+}
+
+func (s *Server) overflowed(rpc, path string) func() {
+	return func() {
+		s.metrics.overflow.WithLabelValues(rpc).Inc()
+		s.log.Warn("destination stream overflowed; ending it", "rpc", rpc, "path", path, "queue_size", s.cfg.QueueSize)
+	}
+}
+
+// serveStream counts the open stream while tr is pumped into send.
+func serveStream[T any](s *Server, ctx context.Context, rpc string, tr *translator[T], send func(T) error) error {
+	g := s.metrics.streams.WithLabelValues(rpc)
+	g.Inc()
+	defer g.Dec()
+	return tr.pump(ctx, send)
+}
