@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
+	"github.com/plexus-mesh/plexus/control/meshpod"
 )
 
 // Names on pods and namespaces.
@@ -28,7 +29,7 @@ const (
 	// LabelProxyVersion records the injected proxy's version.
 	LabelProxyVersion = "plexus.dev/proxy-version"
 
-	ContainerName   = "plexus-proxy"
+	ContainerName   = meshpod.ProxyContainerName
 	TokenVolumeName = "plexus-identity-token"
 	TokenDir        = "/var/run/secrets/plexus.dev/identity"
 	TokenAudience   = "identity.plexus.dev"

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/plexus-mesh/plexus/control/destinationcmd"
 	"github.com/plexus-mesh/plexus/control/identitycmd"
 	"github.com/plexus-mesh/plexus/control/injectcmd"
 )
@@ -19,8 +20,9 @@ import (
 // commands maps each subcommand to its entry point.
 func commands() map[string]func(ctx context.Context, args []string, out io.Writer) error {
 	return map[string]func(ctx context.Context, args []string, out io.Writer) error{
-		"identity": identitycmd.Main,
-		"issuer":   identitycmd.IssuerMain,
+		"identity":    identitycmd.Main,
+		"destination": destinationcmd.Main,
+		"issuer":      identitycmd.IssuerMain,
 		"injector": func(ctx context.Context, args []string, _ io.Writer) error {
 			return injectcmd.Main(ctx, args, os.Stderr)
 		},

@@ -1,7 +1,7 @@
-// Package cmd is the `plexus-control destination` subcommand: it parses
+// Package destinationcmd is the `plexus-control destination` subcommand: it parses
 // flags into a Config, connects to the cluster, and serves the Destination
 // gRPC API and an admin endpoint (/metrics, /ready, /live).
-package cmd
+package destinationcmd
 
 import (
 	"context"
@@ -34,6 +34,9 @@ type Config struct {
 	AdminAddr   string // admin HTTP listen address
 	Kubeconfig  string // empty: in-cluster configuration
 	Destination destination.Config
+	// Identity, when Identity.Addr is set, is where the server gets its
+	// own certificate; without it the API is served in plaintext.
+	Identity IdentityConfig
 }
 
 // Validate reports every problem with c.
@@ -45,6 +48,9 @@ func (c Config) Validate() error {
 		}
 	}
 	if err := c.Destination.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Identity.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -80,6 +86,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs.StringVar(&cfg.Destination.ClusterDomain, "cluster-domain", cfg.Destination.ClusterDomain, "cluster DNS domain of service names")
 	fs.StringVar(&cfg.Destination.TrustDomain, "trust-domain", cfg.Destination.TrustDomain, "trust domain of endpoint identities")
 	fs.IntVar(&cfg.Destination.QueueSize, "queue-size", cfg.Destination.QueueSize, "updates queued per stream before it is ended as too slow")
+	cfg.Identity.flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -114,6 +121,17 @@ func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) err
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if cfg.Identity.Addr != "" && opts.ServerTLS == nil {
+		certs, err := cfg.Identity.client(cfg.Destination.TrustDomain, log)
+		if err != nil {
+			return err
+		}
+		go certs.Run(ctx)
+		opts.ServerTLS = func() (*tls.Config, error) { return serverTLS(certs), nil }
+		opts.Ready = certs.Ready
+	}
 
 	var grpcOpts []grpc.ServerOption
 	if opts.ServerTLS != nil {
@@ -139,8 +157,6 @@ func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) err
 	}
 	admin := &http.Server{Handler: adminHandler(reg, srv.Ready, opts.Ready), ReadHeaderTimeout: 10 * time.Second}
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	errc := make(chan error, 3)
 	go func() { errc <- srv.Run(ctx) }()
 	go func() { errc <- gs.Serve(lis) }()
