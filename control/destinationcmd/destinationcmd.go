@@ -17,15 +17,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/plexus-mesh/plexus/control/adminhttp"
 	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/control/destination"
+	"github.com/plexus-mesh/plexus/control/kubeclient"
 )
 
 // Config is the subcommand's configuration.
@@ -107,13 +105,9 @@ func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) err
 	}
 	log := slog.New(slog.NewJSONHandler(stdout, nil)).With("component", "destination")
 
-	restCfg, err := kubeConfig(cfg.Kubeconfig)
+	client, err := kubeclient.New(cfg.Kubeconfig, "plexus-destination")
 	if err != nil {
 		return err
-	}
-	client, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -155,7 +149,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) err
 		lis.Close()
 		return fmt.Errorf("listening on %s: %w", cfg.AdminAddr, err)
 	}
-	admin := &http.Server{Handler: adminHandler(reg, srv.Ready, opts.Ready), ReadHeaderTimeout: 10 * time.Second}
+	admin := &http.Server{Handler: adminhttp.Handler(reg, srv.Ready, opts.Ready), ReadHeaderTimeout: 10 * time.Second}
 
 	errc := make(chan error, 3)
 	go func() { errc <- srv.Run(ctx) }()
@@ -187,40 +181,4 @@ func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) err
 	defer done()
 	_ = admin.Shutdown(shutdownCtx)
 	return runErr
-}
-
-func kubeConfig(path string) (*rest.Config, error) {
-	var cfg *rest.Config
-	var err error
-	if path == "" {
-		cfg, err = rest.InClusterConfig()
-	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags("", path)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes configuration (kubeconfig %q): %w", path, err)
-	}
-	cfg.UserAgent = "plexus-destination"
-	return cfg, nil
-}
-
-// adminHandler serves /metrics, /live (always 200) and /ready (200 once
-// every check passes, else 503 with the reason).
-func adminHandler(reg *prometheus.Registry, checks ...func() error) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "live") })
-	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, _ *http.Request) {
-		for _, check := range checks {
-			if check == nil {
-				continue
-			}
-			if err := check(); err != nil {
-				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-		}
-		fmt.Fprintln(w, "ready")
-	})
-	return mux
 }

@@ -17,12 +17,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/plexus-mesh/plexus/control/adminhttp"
 	"github.com/plexus-mesh/plexus/control/identity"
+	"github.com/plexus-mesh/plexus/control/kubeclient"
 	"github.com/plexus-mesh/plexus/control/spiffe"
 )
 
@@ -52,7 +50,7 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stdout, nil))
-	client, err := kubeClient(*kubeconfig)
+	client, err := kubeclient.New(*kubeconfig, "plexus-identity")
 	if err != nil {
 		return err
 	}
@@ -76,7 +74,7 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	admin := &http.Server{Handler: adminMux(reg, srv.Ready), ReadHeaderTimeout: 10 * time.Second}
+	admin := &http.Server{Handler: adminhttp.Handler(reg, srv.Ready), ReadHeaderTimeout: 10 * time.Second}
 	errs := make(chan error, 3)
 	go func() { errs <- srv.Run(ctx) }()
 	go func() { errs <- srv.Serve(ctx, ln) }()
@@ -100,40 +98,4 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}
 	return first
-}
-
-// adminMux serves /metrics from reg, /ready (503 with the reason until
-// ready() is nil) and /live.
-func adminMux(reg *prometheus.Registry, ready func() error) *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/ready", func(w http.ResponseWriter, _ *http.Request) {
-		if err := ready(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		io.WriteString(w, "ok\n")
-	})
-	mux.HandleFunc("/live", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
-	return mux
-}
-
-func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
-	var (
-		cfg *rest.Config
-		err error
-	)
-	if kubeconfig == "" {
-		cfg, err = rest.InClusterConfig()
-	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("identity: Kubernetes client config: %w", err)
-	}
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("identity: Kubernetes client: %w", err)
-	}
-	return c, nil
 }

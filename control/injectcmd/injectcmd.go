@@ -17,14 +17,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/plexus-mesh/plexus/control/adminhttp"
 	"github.com/plexus-mesh/plexus/control/inject"
+	"github.com/plexus-mesh/plexus/control/kubeclient"
 	"github.com/plexus-mesh/plexus/control/webhookcert"
 )
 
@@ -86,13 +84,9 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.LogLevel}))
-	restCfg, err := restConfig(o.Kubeconfig)
+	client, err := kubeclient.New(o.Kubeconfig, "plexus-injector")
 	if err != nil {
 		return err
-	}
-	client, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
 	}
 	keeper, err := webhookcert.New(webhookcert.Config{
 		Namespace: o.Namespace, Service: o.Service, Secret: o.TLSSecret, WebhookConfig: o.WebhookConfig,
@@ -117,15 +111,11 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 
 	var ready atomic.Bool
-	admin := http.NewServeMux()
-	admin.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	admin.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "live\n") })
-	admin.HandleFunc("GET /ready", func(w http.ResponseWriter, _ *http.Request) {
+	admin := adminhttp.Handler(reg, func() error {
 		if !ready.Load() {
-			http.Error(w, "not ready: namespaces not synced or no serving certificate yet", http.StatusServiceUnavailable)
-			return
+			return errors.New("namespaces not synced or no serving certificate yet")
 		}
-		io.WriteString(w, "ready\n")
+		return nil
 	})
 	adminSrv := &http.Server{Addr: o.AdminAddr, Handler: admin, ReadHeaderTimeout: 5 * time.Second}
 	mux := http.NewServeMux()
@@ -174,19 +164,4 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	return nil
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig == "" {
-		c, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("in-cluster config (or pass --kubeconfig): %w", err)
-		}
-		return c, nil
-	}
-	c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
-	}
-	return c, nil
 }

@@ -1,0 +1,32 @@
+// Package kubeclient connects a control-plane service to the API server:
+// in-cluster by default, or through a kubeconfig file.
+package kubeclient
+
+import (
+	"fmt"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// New returns a clientset from kubeconfig (in-cluster when empty), naming
+// itself userAgent to the API server.
+func New(kubeconfig, userAgent string) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes configuration (kubeconfig %q; empty means in-cluster): %w", kubeconfig, err)
+	}
+	cfg.UserAgent = userAgent
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return c, nil
+}
