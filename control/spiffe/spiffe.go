@@ -96,3 +96,6 @@ func VerifyPeer(verifiedChains [][]*x509.Certificate, want ID) (ID, error) {
 	}
 	return got, nil
 }
+
+// MarshalText makes an ID print as its URI in logs and JSON.
+func (id ID) MarshalText() ([]byte, error) { return []byte(id.String()), nil }

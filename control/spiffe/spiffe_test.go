@@ -2,6 +2,7 @@ package spiffe
 
 import (
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"net/url"
 	"strings"
@@ -60,5 +61,12 @@ func TestFromCertAndVerifyPeer(t *testing.T) {
 	dns := &x509.Certificate{URIs: []*url.URL{id.URL()}, DNSNames: []string{"x"}}
 	if _, err := FromCert(dns); err == nil {
 		t.Fatal("FromCert accepted an extra DNS SAN")
+	}
+}
+
+func TestMarshalText(t *testing.T) {
+	b, err := json.Marshal(map[string]ID{"id": New("td", "ns", "sa")})
+	if err != nil || string(b) != `{"id":"spiffe://td/ns/ns/sa/sa"}` {
+		t.Fatalf("json = %s, %v", b, err)
 	}
 }
