@@ -32,27 +32,25 @@ type CA struct {
 func New(name string) *CA {
 	ca := &CA{}
 	ca.serial.Store(1)
-	now := time.Now()
 	ca.anchorKey = key()
-	ca.Anchor = ca.sign(&x509.Certificate{
-		Subject:               pkix.Name{CommonName: name + " trust anchor"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}, nil, nil, &ca.anchorKey.PublicKey)
+	ca.Anchor = ca.sign(caTemplate(name+" trust anchor"), nil, nil, &ca.anchorKey.PublicKey)
 	ca.issuerKey = key()
-	ca.Issuer = ca.sign(&x509.Certificate{
-		Subject:               pkix.Name{CommonName: name + " issuer"},
+	issuer := caTemplate(name + " issuer")
+	issuer.MaxPathLenZero = true
+	ca.Issuer = ca.sign(issuer, ca.Anchor, ca.anchorKey, &ca.issuerKey.PublicKey)
+	return ca
+}
+
+func caTemplate(cn string) *x509.Certificate {
+	now := time.Now()
+	return &x509.Certificate{
+		Subject:               pkix.Name{CommonName: cn},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(24 * time.Hour),
 		IsCA:                  true,
 		BasicConstraintsValid: true,
-		MaxPathLenZero:        true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}, ca.Anchor, ca.anchorKey, &ca.issuerKey.PublicKey)
-	return ca
+	}
 }
 
 // AnchorPEM is the trust anchor in PEM form.
