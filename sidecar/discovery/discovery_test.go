@@ -2,24 +2,20 @@ package discovery
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
 	"github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/sidecar/internal/destinationtest"
 	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
-	"github.com/plexus-mesh/plexus/sidecar/mtls"
 )
 
 var (
@@ -29,56 +25,10 @@ var (
 	svc     = netip.MustParseAddrPort("10.96.0.10:80")
 )
 
-// server is a destination server the test drives: each Get stream gets
-// the current snapshot, then whatever the test pushes.
-type server struct {
-	destinationpb.UnimplementedDestinationServer
-	mu       sync.Mutex
-	snapshot map[string]*destinationpb.Update
-	streams  map[string][]chan *destinationpb.Update
-	opened   chan string
-	closed   chan string
-}
-
-func (s *server) Get(req *destinationpb.GetDestination, st grpc.ServerStreamingServer[destinationpb.Update]) error {
-	ch := make(chan *destinationpb.Update, 16)
-	s.mu.Lock()
-	first := s.snapshot[req.GetPath()]
-	s.streams[req.GetPath()] = append(s.streams[req.GetPath()], ch)
-	s.mu.Unlock()
-	if first == nil {
-		first = &destinationpb.Update{Update: &destinationpb.Update_NoEndpoints{NoEndpoints: &destinationpb.NoEndpoints{}}}
-	}
-	s.opened <- req.GetPath()
-	defer func() { s.closed <- req.GetPath() }()
-	if err := st.Send(first); err != nil {
-		return err
-	}
-	for {
-		select {
-		case u := <-ch:
-			if err := st.Send(u); err != nil {
-				return err
-			}
-		case <-st.Context().Done():
-			return nil
-		}
-	}
-}
-
-func (s *server) push(path string, u *destinationpb.Update) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, ch := range s.streams[path] {
-		ch <- u
-	}
-}
-
 type env struct {
 	t    *testing.T
 	ca   *testpki.CA
-	srv  *server
-	gs   *grpc.Server
+	srv  *destinationtest.Server
 	addr string
 	r    *Resolver
 	reg  *prometheus.Registry
@@ -93,7 +43,7 @@ func newEnv(t *testing.T, mut func(*Options)) *env {
 		t.Fatal(err)
 	}
 	e.addr = ln.Addr().String()
-	e.serve(ln, nil)
+	e.serve(ln)
 	cc, err := Dial(e.addr, e.ca.Source(proxyID), destID)
 	if err != nil {
 		t.Fatal(err)
@@ -111,40 +61,17 @@ func newEnv(t *testing.T, mut func(*Options)) *env {
 	return e
 }
 
-// serve starts a gRPC destination server on ln; snapshot seeds it.
-func (e *env) serve(ln net.Listener, snapshot map[string]*destinationpb.Update) {
-	if snapshot == nil {
-		snapshot = map[string]*destinationpb.Update{}
-	}
-	e.srv = &server{snapshot: snapshot, streams: map[string][]chan *destinationpb.Update{}, opened: make(chan string, 100), closed: make(chan string, 100)}
-	cfg := mtls.ServerConfig(e.ca.Source(destID))
-	cfg.NextProtos = nil // gRPC sets h2
-	cfg.VerifyConnection = nil
-	cfg.ClientAuth = tls.RequireAndVerifyClientCert
-	cfg.ClientCAs = e.ca.Roots()
-	e.gs = grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg)))
-	destinationpb.RegisterDestinationServer(e.gs, e.srv)
-	go e.gs.Serve(ln)
-	e.t.Cleanup(e.gs.Stop)
+// serve starts the destination server on ln.
+func (e *env) serve(ln net.Listener) {
+	e.srv = destinationtest.Serve(ln, e.ca, destID)
+	e.t.Cleanup(e.srv.Stop)
 }
 
-func add(addrs ...*destinationpb.WeightedAddr) *destinationpb.Update {
-	return &destinationpb.Update{Update: &destinationpb.Update_Add{Add: &destinationpb.AddrSet{Addrs: addrs, MetricLabels: map[string]string{"service": "web"}}}}
-}
-
-func remove(addrs ...*destinationpb.WeightedAddr) *destinationpb.Update {
-	return &destinationpb.Update{Update: &destinationpb.Update_Remove{Remove: &destinationpb.AddrSet{Addrs: addrs}}}
-}
-
-func wa(addr string, id spiffe.ID) *destinationpb.WeightedAddr {
-	ap := netip.MustParseAddrPort(addr)
-	w := &destinationpb.WeightedAddr{Addr: &destinationpb.TcpAddress{Ip: ap.Addr().AsSlice(), Port: uint32(ap.Port())}, Weight: 10000,
-		MetricLabels: map[string]string{"pod": "web-" + addr}}
-	if !id.IsZero() {
-		w.TlsIdentity = &destinationpb.TlsIdentity{SpiffeId: id.String()}
-	}
-	return w
-}
+var (
+	add    = destinationtest.Add
+	remove = destinationtest.Remove
+	wa     = destinationtest.Endpoint
+)
 
 // picks does n sequential picks (each Done before the next) and counts addresses.
 func (e *env) picks(n int) map[string]int {
@@ -177,7 +104,7 @@ func within(t *testing.T, d time.Duration, what string, ok func() bool) time.Dur
 // spreads over all three at once), then one removed (never picked again).
 func TestScaleUpSpreadsAndRemoveApplies(t *testing.T) {
 	e := newEnv(t, nil)
-	e.srv.snapshot[svc.String()] = add(wa("10.1.0.1:8080", webID))
+	e.srv.Set(svc.String(), add(wa("10.1.0.1:8080", webID)))
 	p, err := e.r.Pick(context.Background(), svc)
 	if err != nil || p.Fallback || p.Addr.String() != "10.1.0.1:8080" || p.Identity != webID || p.Labels["service"] != "web" || p.Labels["pod"] == "" {
 		t.Fatalf("first pick = %+v, %v", p, err)
@@ -186,13 +113,13 @@ func TestScaleUpSpreadsAndRemoveApplies(t *testing.T) {
 	if got := e.picks(10); got["10.1.0.1:8080"] != 10 {
 		t.Fatalf("picks = %v", got)
 	}
-	e.srv.push(svc.String(), add(wa("10.1.0.2:8080", webID), wa("10.1.0.3:8080", spiffe.ID{})))
+	e.srv.Push(svc.String(), add(wa("10.1.0.2:8080", webID), wa("10.1.0.3:8080", spiffe.ID{})))
 	el := within(t, time.Second, "picks spread over 3 endpoints", func() bool { return len(e.picks(3)) == 3 })
 	t.Logf("scale-up visible after %s", el)
 	if got := e.picks(30); got["10.1.0.1:8080"] != 10 || got["10.1.0.2:8080"] != 10 || got["10.1.0.3:8080"] != 10 {
 		t.Errorf("30 sequential picks = %v, want 10 each (round-robin among equally loaded)", got)
 	}
-	e.srv.push(svc.String(), remove(wa("10.1.0.2:8080", spiffe.ID{})))
+	e.srv.Push(svc.String(), remove(wa("10.1.0.2:8080", spiffe.ID{})))
 	el = within(t, time.Second, "removed endpoint no longer picked", func() bool { return e.picks(6)["10.1.0.2:8080"] == 0 })
 	t.Logf("removal visible after %s", el)
 	if got := e.picks(20); len(got) != 2 || got["10.1.0.2:8080"] != 0 {
@@ -206,7 +133,7 @@ func TestScaleUpSpreadsAndRemoveApplies(t *testing.T) {
 // TestLeastLoaded: an endpoint with requests in flight is avoided.
 func TestLeastLoaded(t *testing.T) {
 	e := newEnv(t, nil)
-	e.srv.snapshot[svc.String()] = add(wa("10.1.0.1:8080", webID), wa("10.1.0.2:8080", webID))
+	e.srv.Set(svc.String(), add(wa("10.1.0.1:8080", webID), wa("10.1.0.2:8080", webID)))
 	busy, err := e.r.Pick(context.Background(), svc)
 	if err != nil {
 		t.Fatal(err)
@@ -224,7 +151,7 @@ func TestLeastLoaded(t *testing.T) {
 func TestNoEndpointsAndNotFound(t *testing.T) {
 	e := newEnv(t, nil)
 	known := netip.MustParseAddrPort("10.96.0.11:80")
-	e.srv.snapshot[known.String()] = &destinationpb.Update{Update: &destinationpb.Update_NoEndpoints{NoEndpoints: &destinationpb.NoEndpoints{Exists: true}}}
+	e.srv.Set(known.String(), destinationtest.NoEndpoints(true))
 	if _, err := e.r.Pick(context.Background(), known); !errors.Is(err, ErrNoEndpoints) {
 		t.Errorf("exists=true: err = %v, want ErrNoEndpoints", err)
 	}
@@ -234,14 +161,14 @@ func TestNoEndpointsAndNotFound(t *testing.T) {
 	}
 	p.Done()
 	// Endpoints arrive later for the known service.
-	e.srv.push(known.String(), add(wa("10.1.0.9:80", webID)))
+	e.srv.Push(known.String(), add(wa("10.1.0.9:80", webID)))
 	within(t, time.Second, "endpoints after no-endpoints", func() bool {
 		p, err := e.r.Pick(context.Background(), known)
 		p.Done()
 		return err == nil && p.Addr.String() == "10.1.0.9:80"
 	})
 	// The last endpoint removed: the service still exists, so fail.
-	e.srv.push(known.String(), remove(wa("10.1.0.9:80", spiffe.ID{})))
+	e.srv.Push(known.String(), remove(wa("10.1.0.9:80", spiffe.ID{})))
 	within(t, time.Second, "no endpoints after removal", func() bool {
 		_, err := e.r.Pick(context.Background(), known)
 		return errors.Is(err, ErrNoEndpoints)
@@ -252,11 +179,11 @@ func TestNoEndpointsAndNotFound(t *testing.T) {
 // keeps serving; when it returns the fresh snapshot replaces the set.
 func TestCacheSurvivesServerGone(t *testing.T) {
 	e := newEnv(t, nil)
-	e.srv.snapshot[svc.String()] = add(wa("10.1.0.1:8080", webID), wa("10.1.0.2:8080", webID))
+	e.srv.Set(svc.String(), add(wa("10.1.0.1:8080", webID), wa("10.1.0.2:8080", webID)))
 	if got := e.picks(4); len(got) != 2 {
 		t.Fatalf("picks = %v", got)
 	}
-	e.gs.Stop()
+	e.srv.Stop()
 	within(t, 2*time.Second, "stream error counted", func() bool {
 		return testutil.ToFloat64(e.r.streams.WithLabelValues("error")) > 0
 	})
@@ -268,7 +195,8 @@ func TestCacheSurvivesServerGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.serve(ln, map[string]*destinationpb.Update{svc.String(): add(wa("10.1.0.3:8080", webID))})
+	e.serve(ln)
+	e.srv.Set(svc.String(), add(wa("10.1.0.3:8080", webID)))
 	within(t, 5*time.Second, "fresh snapshot replaces the cached set", func() bool {
 		got := e.picks(4)
 		return len(got) == 1 && got["10.1.0.3:8080"] == 4
@@ -277,7 +205,7 @@ func TestCacheSurvivesServerGone(t *testing.T) {
 
 func TestUnreachableFallsBack(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.FirstTimeout = 300 * time.Millisecond })
-	e.gs.Stop()
+	e.srv.Stop()
 	t0 := time.Now()
 	p, err := e.r.Pick(context.Background(), svc)
 	if err != nil || !p.Fallback || p.Addr != svc {
@@ -293,21 +221,21 @@ func TestUnreachableFallsBack(t *testing.T) {
 
 func TestIdleSubscriptionDropped(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.IdleTimeout = 100 * time.Millisecond })
-	e.srv.snapshot[svc.String()] = add(wa("10.1.0.1:8080", webID))
+	e.srv.Set(svc.String(), add(wa("10.1.0.1:8080", webID)))
 	held, err := e.r.Pick(context.Background(), svc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-e.srv.opened
+	<-e.srv.Opened
 	time.Sleep(300 * time.Millisecond)
 	select {
-	case <-e.srv.closed:
+	case <-e.srv.Closed:
 		t.Fatal("subscription dropped while a pick was in flight")
 	default:
 	}
 	held.Done()
 	select {
-	case <-e.srv.closed:
+	case <-e.srv.Closed:
 	case <-time.After(2 * time.Second):
 		t.Fatal("idle subscription not dropped")
 	}
