@@ -355,6 +355,46 @@ func TestMeshMTLS(t *testing.T) {
 		}
 	})
 
+	t.Run("opaque-over-mtls", func(t *testing.T) {
+		tgt := ep(5432, serverPodID) // a default opaque port: no detection on either side
+		ln := m.server.listen(t, ":5432")
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			io.WriteString(c, "secret-greeting\n") // server speaks first
+			b := make([]byte, 4)
+			io.ReadFull(c, b)
+			io.WriteString(c, "got "+string(b))
+		}()
+		c, err := m.client.dial(context.Background(), tgt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, len("secret-greeting\n"))
+		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "secret-greeting\n" {
+			t.Fatalf("greeting %q %v", buf, err)
+		}
+		io.WriteString(c, "PING")
+		c.(*net.TCPConn).CloseWrite() // the half-close crosses both proxies and the TLS hop
+		rest, _ := io.ReadAll(c)
+		c.Close()
+		if string(rest) != "got PING" {
+			t.Fatalf("reply %q", rest)
+		}
+		time.Sleep(100 * time.Millisecond)
+		onlyTLS(t, "veth traffic on 5432", wire.wire(5432), "secret-greeting", "PING")
+		if got := sumSamples(m.server.scrape(t), "tcp_open_total", map[string]string{"direction": "inbound", "target_addr": tgt, "peer": "src", "tls": "true", "client_id": clientPodID.String()}); got != 1 {
+			t.Errorf("server proxy tcp_open_total{src, tls, client_id} = %v", got)
+		}
+		if got := sumSamples(m.client.scrape(t), "tcp_open_total", map[string]string{"direction": "outbound", "target_addr": tgt, "peer": "dst", "tls": "true", "server_id": serverPodID.String()}); got != 1 {
+			t.Errorf("client proxy tcp_open_total{dst, tls, server_id} = %v", got)
+		}
+	})
+
 	t.Run("app-tls-inside-mtls", func(t *testing.T) {
 		ep(8443, serverPodID)
 		appTLSRoundTrip(t, m, 8443)
@@ -427,6 +467,47 @@ func TestMeshMTLS(t *testing.T) {
 		after := snapshot()
 		if after[ips[1]] != before[ips[1]] || after[ips[0]] == before[ips[0]] || after[ips[2]] == before[ips[2]] {
 			t.Errorf("after removing %s: hits went %v → %v", ips[1], before, after)
+		}
+	})
+
+	// Last: it stops destination.
+	t.Run("destination-down", func(t *testing.T) {
+		srv := &http.Server{Handler: &peerRecorder{body: "ok"}}
+		go srv.Serve(m.server.listen(t, ":8091"))
+		defer srv.Close()
+		known := ep(8091, serverPodID)
+		get := func(url string) int {
+			res, err := m.client.httpClient(false).Get(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			return res.StatusCode
+		}
+		if code := get("http://" + known + "/"); code != 200 {
+			t.Fatalf("before: %d", code)
+		}
+		dest.Stop()
+		// Known destination: served from the cache, still over mTLS.
+		before := sumSamples(m.server.scrape(t), "request_total", map[string]string{"target_addr": known, "tls": "true"})
+		if code := get("http://" + known + "/"); code != 200 {
+			t.Errorf("cached destination with destination down: %d", code)
+		}
+		if got := sumSamples(m.server.scrape(t), "request_total", map[string]string{"target_addr": known, "tls": "true"}); got != before+1 {
+			t.Errorf("cached request not over mTLS: %v → %v", before, got)
+		}
+		// Unknown destination, nothing cached: the original destination, plaintext.
+		srv2 := &http.Server{Handler: &peerRecorder{body: "ok"}}
+		go srv2.Serve(m.server.listen(t, ":8092"))
+		defer srv2.Close()
+		if code := get(fmt.Sprintf("http://%s:8092/", serverIP)); code != 200 {
+			t.Errorf("uncached destination with destination down: %d", code)
+		}
+		if got := sumSamples(m.client.scrape(t), "destination_lookups_total", map[string]string{"result": "unavailable"}); got < 1 {
+			t.Errorf("destination_lookups_total{unavailable} = %v", got)
+		}
+		if got := sumSamples(m.server.scrape(t), "request_total", map[string]string{"target_addr": serverIP + ":8092", "tls": "false"}); got != 1 {
+			t.Errorf("fallback request_total{tls=false} = %v", got)
 		}
 	})
 }
