@@ -185,7 +185,10 @@ func (p *pod) admin(method, path string) (int, error) {
 }
 
 // scrape reads the pod proxy's /metrics.
-func (p *pod) scrape(t *testing.T) []*dto.MetricFamily {
+func (p *pod) scrape(t *testing.T) []*dto.MetricFamily { return p.scrapeTB(t) }
+
+// scrapeTB is scrape for tests and benchmarks.
+func (p *pod) scrapeTB(t testing.TB) []*dto.MetricFamily {
 	t.Helper()
 	res, err := p.httpClient(false).Get("http://127.0.0.1:4191/metrics")
 	if err != nil {

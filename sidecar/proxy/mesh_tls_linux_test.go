@@ -222,36 +222,43 @@ func onlyTLS(t *testing.T, what string, streams [][]byte, secrets ...string) {
 	}
 }
 
+// newMTLSMesh builds the two pods with identities from one CA: the
+// client proxy asks a destination server (on the client pod's loopback:
+// the proxy's own dials there are not redirected) where to send traffic.
+// Both proxies get env; the server proxy, started first and not waited
+// for, also serverEnv.
+func newMTLSMesh(t testing.TB, env []string, serverEnv ...string) (*mesh, *destinationtest.Server) {
+	t.Helper()
+	m := newTopology(t, false)
+	ca := testpki.New("mesh")
+	dest := destinationtest.Serve(m.client.listen(t, "127.0.0.1:8086"), ca, spiffe.New("cluster.local", "plexus-system", "plexus-destination"))
+	t.Cleanup(dest.Stop)
+	m.server = launchProxy(t, m.server.ns, true, identityEnv(ca, serverPodID, append(env, serverEnv...)...)...)
+	m.client = startProxy(t, m.client.ns, identityEnv(ca, clientPodID, append(env, "PLEXUS_PROXY_DESTINATION_ADDR=127.0.0.1:8086")...)...)
+	return m, dest
+}
+
 // TestMeshMTLS: two meshed pods with identities; the client proxy asks a
 // destination server (in its own namespace) where to send traffic and
 // originates mTLS; the server proxy terminates it. The veth between them
 // carries only TLS records; metrics name both identities.
 func TestMeshMTLS(t *testing.T) {
-	m := newTopology(t, false)
-	ca := testpki.New("mesh")
-	// Destination on the client pod's loopback (the proxy's own dials to
-	// it are not redirected: -o lo and the proxy UID are exempt).
-	dest := destinationtest.Serve(m.client.listen(t, "127.0.0.1:8086"), ca, spiffe.New("cluster.local", "plexus-system", "plexus-destination"))
-	t.Cleanup(dest.Stop)
+	// The server proxy gets its certificate 1.5 s after start.
+	m, dest := newMTLSMesh(t, nil, envTestCertDelay+"=1500ms")
 	ep := func(port int, id spiffe.ID) string {
 		path := fmt.Sprintf("%s:%d", serverIP, port)
 		dest.Set(path, destinationtest.Add(destinationtest.Endpoint(path, id)))
 		return path
 	}
 	wire := sniff(t, m.server.ns, "vb")
-
-	// The server proxy is not ready until its certificate arrives.
-	server := launchProxy(t, m.server.ns, true, identityEnv(ca, serverPodID, envTestCertDelay+"=1500ms")...)
-	code, body, err := server.adminBody("/ready")
+	code, body, err := m.server.adminBody("/ready")
 	if err != nil || code != 503 || !strings.Contains(body, "no certificate yet") {
 		t.Errorf("/ready before the certificate = %d %q %v, want 503 naming the certificate", code, body, err)
 	}
 	eventually(t, "server proxy ready after its certificate", func() bool {
-		code, _, err := server.adminBody("/ready")
+		code, _, err := m.server.adminBody("/ready")
 		return err == nil && code == 200
 	})
-	m.server = server
-	m.client = startProxy(t, m.client.ns, identityEnv(ca, clientPodID, "PLEXUS_PROXY_DESTINATION_ADDR=127.0.0.1:8086")...)
 
 	t.Run("http1", func(t *testing.T) {
 		tgt := ep(8080, serverPodID)
