@@ -83,10 +83,6 @@ func (i *testIdentity) Certificate() (*tls.Certificate, error) {
 	return i.cert, nil
 }
 
-var (
-	clientPodID = spiffe.New("cluster.local", "shop", "client")
-	serverPodID = spiffe.New("cluster.local", "shop", "server")
-)
 
 // identityEnv is the environment giving a proxy identity id from ca.
 func identityEnv(ca *testpki.CA, id spiffe.ID, extra ...string) []string {
