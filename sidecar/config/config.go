@@ -2,12 +2,17 @@
 package config
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/plexus-mesh/plexus/control/spiffe"
 )
 
 // Environment variable names read by FromEnv.
@@ -23,6 +28,21 @@ const (
 	EnvIdentityAddr    = "PLEXUS_PROXY_IDENTITY_ADDR"
 	EnvDestinationAddr = "PLEXUS_PROXY_DESTINATION_ADDR"
 	EnvRedirectProbe   = "PLEXUS_PROXY_REDIRECT_PROBE_PORT"
+	EnvTrustDomain     = "PLEXUS_PROXY_TRUST_DOMAIN"
+	EnvPodNamespace    = "PLEXUS_PROXY_POD_NAMESPACE"
+	EnvServiceAccount  = "PLEXUS_PROXY_SERVICE_ACCOUNT"
+	EnvTokenFile       = "PLEXUS_PROXY_IDENTITY_TOKEN_FILE"
+	EnvTrustAnchors    = "PLEXUS_PROXY_TRUST_ANCHORS"
+	EnvInboundPolicy   = "PLEXUS_PROXY_INBOUND_POLICY"
+	EnvControlNS       = "PLEXUS_PROXY_CONTROL_NAMESPACE"
+)
+
+// Inbound policies (annotation config.plexus.dev/inbound-policy).
+const (
+	// PolicyPermissive accepts mTLS from meshed clients and plaintext from others.
+	PolicyPermissive = "permissive"
+	// PolicyMTLS refuses inbound connections that are not our mTLS.
+	PolicyMTLS = "mtls"
 )
 
 // Defaults, matching DESIGN.md §2 and Linkerd's defaults where DESIGN is silent.
@@ -33,6 +53,15 @@ const (
 	DefaultDetectTimeout = 10 * time.Second
 	DefaultIdleTimeout   = time.Hour
 	DefaultShutdownGrace = 20 * time.Second
+	DefaultTokenFile     = "/var/run/secrets/plexus.dev/identity/token"
+	DefaultControlNS     = "plexus-system"
+)
+
+// Control-plane service accounts; with the control namespace and trust
+// domain they give the identities the proxy expects of those services.
+const (
+	IdentityServiceAccount    = "plexus-identity"
+	DestinationServiceAccount = "plexus-destination"
 )
 
 // DefaultOpaquePorts are the server-speaks-first ports that skip protocol detection.
@@ -59,10 +88,27 @@ type Config struct {
 	// inbound REDIRECT rule, so the proxy answers it with the admin
 	// handler and only reports ready once one has arrived.
 	RedirectProbePort uint16
-	// IdentityAddr and DestinationAddr name control-plane services; this
-	// build supports neither yet, so Validate rejects a non-empty value.
-	IdentityAddr    string
+	// IdentityAddr (host:port) is the identity service. Unset: no
+	// identity, plaintext only, ready at once.
+	IdentityAddr string
+	// DestinationAddr (host:port) is the destination service. Unset:
+	// every connection goes to its original destination. It needs
+	// IdentityAddr (the proxy talks to the control plane over mTLS).
 	DestinationAddr string
+	// TrustDomain, PodNamespace and ServiceAccount make the proxy's own
+	// identity; the last two come from the downward API.
+	TrustDomain    string
+	PodNamespace   string
+	ServiceAccount string
+	// TokenFile is the projected service account token sent to identity.
+	TokenFile string
+	// TrustAnchorsPEM holds the PEM trust anchor certificates (inline).
+	TrustAnchorsPEM string
+	// InboundPolicy is PolicyPermissive or PolicyMTLS.
+	InboundPolicy string
+	// ControlNamespace is where the control plane runs; it gives the
+	// expected identities of the identity and destination services.
+	ControlNamespace string
 }
 
 // Default returns the configuration used when no variable is set.
@@ -76,7 +122,62 @@ func Default() Config {
 		IdleTimeout:   DefaultIdleTimeout,
 		ShutdownGrace: DefaultShutdownGrace,
 		LogLevel:      slog.LevelInfo,
+
+		TrustDomain:      spiffe.DefaultTrustDomain,
+		TokenFile:        DefaultTokenFile,
+		InboundPolicy:    PolicyPermissive,
+		ControlNamespace: DefaultControlNS,
 	}
+}
+
+// IdentityEnabled reports whether the proxy has a workload identity (mTLS).
+func (c Config) IdentityEnabled() bool { return c.IdentityAddr != "" }
+
+// ID is the proxy's own identity.
+func (c Config) ID() spiffe.ID { return spiffe.New(c.TrustDomain, c.PodNamespace, c.ServiceAccount) }
+
+// IdentityServerID is the identity the identity service must prove.
+func (c Config) IdentityServerID() spiffe.ID {
+	return spiffe.New(c.TrustDomain, c.ControlNamespace, IdentityServiceAccount)
+}
+
+// DestinationServerID is the identity the destination service must prove.
+func (c Config) DestinationServerID() spiffe.ID {
+	return spiffe.New(c.TrustDomain, c.ControlNamespace, DestinationServiceAccount)
+}
+
+// TrustAnchors parses TrustAnchorsPEM: one or more CERTIFICATE blocks and
+// nothing else.
+func (c Config) TrustAnchors() (*x509.CertPool, error) {
+	pool := x509.NewCertPool()
+	rest := []byte(c.TrustAnchorsPEM)
+	n := 0
+	for {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("%s: unexpected PEM block %q, want CERTIFICATE", EnvTrustAnchors, b.Type)
+		}
+		cert, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("%s: certificate %d: %w", EnvTrustAnchors, n+1, err)
+		}
+		if !cert.IsCA {
+			return nil, fmt.Errorf("%s: certificate %d (%s) is not a CA", EnvTrustAnchors, n+1, cert.Subject)
+		}
+		pool.AddCert(cert)
+		n++
+	}
+	if strings.TrimSpace(string(rest)) != "" {
+		return nil, fmt.Errorf("%s: trailing data that is not PEM", EnvTrustAnchors)
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("%s: no PEM certificate found", EnvTrustAnchors)
+	}
+	return pool, nil
 }
 
 // FromEnv builds a Config from lookup (os.LookupEnv in production). Unset
@@ -131,8 +232,20 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 			errs = append(errs, fmt.Errorf("%s=%q: want debug, info, warn or error: %w", EnvLogLevel, v, err))
 		}
 	}
-	c.IdentityAddr, _ = get(EnvIdentityAddr)
-	c.DestinationAddr, _ = get(EnvDestinationAddr)
+	str := func(name string, dst *string) {
+		if v, ok := get(name); ok {
+			*dst = v
+		}
+	}
+	str(EnvIdentityAddr, &c.IdentityAddr)
+	str(EnvDestinationAddr, &c.DestinationAddr)
+	str(EnvTrustDomain, &c.TrustDomain)
+	str(EnvPodNamespace, &c.PodNamespace)
+	str(EnvServiceAccount, &c.ServiceAccount)
+	str(EnvTokenFile, &c.TokenFile)
+	str(EnvTrustAnchors, &c.TrustAnchorsPEM)
+	str(EnvInboundPolicy, &c.InboundPolicy)
+	str(EnvControlNS, &c.ControlNamespace)
 	return c, errors.Join(errs...)
 }
 
@@ -170,13 +283,63 @@ func (c Config) Validate() error {
 	if c.ShutdownGrace < 0 {
 		errs = append(errs, fmt.Errorf("%s: must not be negative, got %s", EnvShutdownGrace, c.ShutdownGrace))
 	}
-	if c.IdentityAddr != "" {
-		errs = append(errs, fmt.Errorf("%s: identity (mTLS) is not implemented in this build; unset it", EnvIdentityAddr))
-	}
-	if c.DestinationAddr != "" {
-		errs = append(errs, fmt.Errorf("%s: destination discovery is not implemented in this build; unset it", EnvDestinationAddr))
-	}
+	errs = append(errs, c.validateIdentity()...)
 	return errors.Join(errs...)
+}
+
+// validateIdentity checks the identity and destination settings.
+func (c Config) validateIdentity() []error {
+	var errs []error
+	hostPort := func(name, v string) {
+		if v == "" {
+			return
+		}
+		host, port, err := net.SplitHostPort(v)
+		if err != nil || host == "" {
+			errs = append(errs, fmt.Errorf("%s=%q: want host:port", name, v))
+			return
+		}
+		if _, err := parsePort(port); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: %w", name, v, err))
+		}
+	}
+	hostPort(EnvIdentityAddr, c.IdentityAddr)
+	hostPort(EnvDestinationAddr, c.DestinationAddr)
+	switch c.InboundPolicy {
+	case PolicyPermissive, PolicyMTLS:
+	default:
+		errs = append(errs, fmt.Errorf("%s=%q: want %s or %s", EnvInboundPolicy, c.InboundPolicy, PolicyPermissive, PolicyMTLS))
+	}
+	if c.IdentityAddr == "" {
+		if c.DestinationAddr != "" {
+			errs = append(errs, fmt.Errorf("%s is set but %s is not: the proxy talks to destination over mTLS, which needs an identity", EnvDestinationAddr, EnvIdentityAddr))
+		}
+		if c.InboundPolicy == PolicyMTLS {
+			errs = append(errs, fmt.Errorf("%s=%s needs %s: without an identity the proxy cannot accept mTLS", EnvInboundPolicy, PolicyMTLS, EnvIdentityAddr))
+		}
+		return errs
+	}
+	need := func(name, v string) {
+		if v == "" {
+			errs = append(errs, fmt.Errorf("%s is required when %s is set", name, EnvIdentityAddr))
+		}
+	}
+	need(EnvPodNamespace, c.PodNamespace)
+	need(EnvServiceAccount, c.ServiceAccount)
+	need(EnvTrustDomain, c.TrustDomain)
+	need(EnvTokenFile, c.TokenFile)
+	need(EnvControlNS, c.ControlNamespace)
+	if c.TrustAnchorsPEM == "" {
+		errs = append(errs, fmt.Errorf("%s is required when %s is set", EnvTrustAnchors, EnvIdentityAddr))
+	} else if _, err := c.TrustAnchors(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.PodNamespace != "" && c.ServiceAccount != "" && c.TrustDomain != "" {
+		if _, err := spiffe.Parse(c.ID().String()); err != nil {
+			errs = append(errs, fmt.Errorf("%s/%s/%s: %w", EnvTrustDomain, EnvPodNamespace, EnvServiceAccount, err))
+		}
+	}
+	return errs
 }
 
 func parsePort(s string) (uint16, error) {

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
 )
 
 func env(m map[string]string) func(string) (string, bool) {
@@ -96,13 +99,25 @@ func TestValidate(t *testing.T) {
 		mut  func(*Config)
 		want string
 	}{
-		"same ports":      {func(c *Config) { c.AdminPort = c.InboundPort }, EnvAdminPort},
-		"zero port":       {func(c *Config) { c.OutboundPort = 0 }, EnvOutboundPort},
-		"zero detect":     {func(c *Config) { c.DetectTimeout = 0 }, EnvDetectTimeout},
-		"negative idle":   {func(c *Config) { c.IdleTimeout = -time.Second }, EnvIdleTimeout},
-		"negative grace":  {func(c *Config) { c.ShutdownGrace = -time.Second }, EnvShutdownGrace},
-		"identity set":    {func(c *Config) { c.IdentityAddr = "x:8080" }, EnvIdentityAddr},
-		"destination set": {func(c *Config) { c.DestinationAddr = "x:8086" }, EnvDestinationAddr},
+		"same ports":                   {func(c *Config) { c.AdminPort = c.InboundPort }, EnvAdminPort},
+		"zero port":                    {func(c *Config) { c.OutboundPort = 0 }, EnvOutboundPort},
+		"zero detect":                  {func(c *Config) { c.DetectTimeout = 0 }, EnvDetectTimeout},
+		"negative idle":                {func(c *Config) { c.IdleTimeout = -time.Second }, EnvIdleTimeout},
+		"negative grace":               {func(c *Config) { c.ShutdownGrace = -time.Second }, EnvShutdownGrace},
+		"destination without identity": {func(c *Config) { c.DestinationAddr = "x:8086" }, EnvDestinationAddr},
+		"mtls policy without identity": {func(c *Config) { c.InboundPolicy = PolicyMTLS }, EnvInboundPolicy},
+		"bad policy":                   {func(c *Config) { c.InboundPolicy = "strict" }, EnvInboundPolicy},
+		"identity without anchors":     {func(c *Config) { withIdentity(c); c.TrustAnchorsPEM = "" }, EnvTrustAnchors},
+		"anchors not PEM":              {func(c *Config) { withIdentity(c); c.TrustAnchorsPEM = "hello" }, EnvTrustAnchors},
+		"anchor not a CA": {func(c *Config) {
+			withIdentity(c)
+			chain, _ := testpki.PEM(testpki.New("t").Leaf(spiffe.New("cluster.local", "a", "b")))
+			c.TrustAnchorsPEM = string(chain[:strings.Index(string(chain), "-----END CERTIFICATE-----")+26])
+		}, "not a CA"},
+		"identity without namespace":       {func(c *Config) { withIdentity(c); c.PodNamespace = "" }, EnvPodNamespace},
+		"identity without service account": {func(c *Config) { withIdentity(c); c.ServiceAccount = "" }, EnvServiceAccount},
+		"identity addr without port":       {func(c *Config) { withIdentity(c); c.IdentityAddr = "identity" }, EnvIdentityAddr},
+		"destination addr bad port":        {func(c *Config) { withIdentity(c); c.DestinationAddr = "d:0" }, EnvDestinationAddr},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -113,6 +128,59 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("err = %v, want one naming %s", err, tc.want)
 			}
 		})
+	}
+}
+
+// withIdentity sets a complete, valid identity configuration.
+func withIdentity(c *Config) {
+	c.IdentityAddr = "plexus-identity.plexus-system.svc.cluster.local:8080"
+	c.DestinationAddr = "plexus-destination.plexus-system.svc.cluster.local:8086"
+	c.PodNamespace, c.ServiceAccount = "shop", "web"
+	c.TrustAnchorsPEM = string(testpki.New("t").AnchorPEM())
+}
+
+func TestIdentityConfig(t *testing.T) {
+	anchors := string(testpki.New("t").AnchorPEM())
+	c, err := FromEnv(env(map[string]string{
+		EnvIdentityAddr:    "identity:8080",
+		EnvDestinationAddr: "[fd00::1]:8086",
+		EnvPodNamespace:    "shop",
+		EnvServiceAccount:  "web",
+		EnvTrustAnchors:    anchors,
+		EnvInboundPolicy:   "mtls",
+		EnvTrustDomain:     "example.org",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !c.IdentityEnabled() || c.InboundPolicy != PolicyMTLS || c.TokenFile != DefaultTokenFile {
+		t.Errorf("got %+v", c)
+	}
+	for got, want := range map[string]string{
+		c.ID().String():                  "spiffe://example.org/ns/shop/sa/web",
+		c.IdentityServerID().String():    "spiffe://example.org/ns/plexus-system/sa/plexus-identity",
+		c.DestinationServerID().String(): "spiffe://example.org/ns/plexus-system/sa/plexus-destination",
+	} {
+		if got != want {
+			t.Errorf("got %s, want %s", got, want)
+		}
+	}
+	if _, err := c.TrustAnchors(); err != nil {
+		t.Error(err)
+	}
+	// Documented default: nothing set means plaintext, original destination.
+	d := Default()
+	if d.IdentityEnabled() || d.DestinationAddr != "" || d.InboundPolicy != PolicyPermissive || d.Validate() != nil {
+		t.Errorf("defaults: %+v", d)
+	}
+	// Identity alone (no destination) is valid.
+	withIdentity(&d)
+	d.DestinationAddr = ""
+	if err := d.Validate(); err != nil {
+		t.Errorf("identity without destination: %v", err)
 	}
 }
 

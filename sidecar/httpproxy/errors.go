@@ -22,6 +22,8 @@ const (
 	ReasonTimeout        = "response-timeout"        // 504: a deadline passed before response headers
 	ReasonClientGone     = "client-canceled"         // no response: the client went away first
 	ReasonClientReset    = "client-reset"            // the client stopped reading the response body
+	ReasonNoEndpoints    = "no-endpoints"            // 503: destination knows the service but nothing is ready
+	ReasonTLS            = "tls-handshake"           // 502: the upstream proxy failed mesh mTLS (e.g. wrong identity)
 )
 
 // classify maps a RoundTrip error to HTTP status and reason.
@@ -30,7 +32,12 @@ func classify(err error) (int, string) {
 	isDial := errors.As(err, &de)
 	var ne net.Error
 	timeout := errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+	var te *tlsError
 	switch {
+	case errors.Is(err, ErrNoEndpoints):
+		return http.StatusServiceUnavailable, ReasonNoEndpoints
+	case errors.As(err, &te):
+		return http.StatusBadGateway, ReasonTLS
 	case errors.Is(err, context.Canceled):
 		return 499, ReasonClientGone
 	case isDial && timeout:

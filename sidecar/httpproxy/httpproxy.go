@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/plexus-mesh/plexus/control/spiffe"
 	"github.com/plexus-mesh/plexus/sidecar/forward"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 )
@@ -36,6 +37,30 @@ func Destination(ctx context.Context) (netip.AddrPort, bool) {
 	return dst, ok
 }
 
+type tlsKey struct{}
+
+// WithTLS returns ctx carrying the mesh TLS of the connection a request
+// arrived on (inbound: the verified client identity), for the metrics.
+func WithTLS(ctx context.Context, t metrics.TLS) context.Context {
+	return context.WithValue(ctx, tlsKey{}, t)
+}
+
+// Route is where one request goes.
+type Route struct {
+	Addr netip.AddrPort
+	// Identity is the identity the upstream proxy must prove over mesh
+	// mTLS; zero means plaintext.
+	Identity spiffe.ID
+	// Done, when set, is called once the request has finished.
+	Done func()
+}
+
+// ErrNoEndpoints is wrapped by a Route error when the destination exists
+// but has no endpoint to send to (answered 503, reason no-endpoints).
+var ErrNoEndpoints = errors.New("no ready endpoints")
+
+type routeKey struct{}
+
 // Options configure a Proxy.
 type Options struct {
 	Direction string // metrics.Inbound or metrics.Outbound
@@ -53,6 +78,13 @@ type Options struct {
 	TunnelIdleTimeout time.Duration
 	// MaxIdleConnsPerHost bounds the pool kept for each destination.
 	MaxIdleConnsPerHost int
+	// Route chooses the upstream of each request (outbound load
+	// balancing, per request so keep-alive clients spread too). nil: the
+	// original destination, plaintext.
+	Route func(ctx context.Context, dst netip.AddrPort) (Route, error)
+	// Secure runs the mesh mTLS client handshake on a dialled upstream
+	// connection that must prove id. Needed when Route returns identities.
+	Secure func(ctx context.Context, c net.Conn, id spiffe.ID) (net.Conn, error)
 }
 
 // Proxy is an http.Handler that forwards each request to the destination
@@ -62,8 +94,13 @@ type Proxy struct {
 	opts Options
 	h1   *http.Transport
 	h2   *http.Transport
-	bufs sync.Pool
-	tun  *forward.Joiner
+	// Upstreams over mesh mTLS have their own pools, so a request that
+	// must be encrypted never reuses a plaintext connection to the same
+	// address.
+	h1TLS *http.Transport
+	h2TLS *http.Transport
+	bufs  sync.Pool
+	tun   *forward.Joiner
 }
 
 // New returns a Proxy.
@@ -79,10 +116,14 @@ func New(opts Options) *Proxy {
 		bufs: sync.Pool{New: func() any { return new([32 << 10]byte) }},
 		tun:  forward.New(opts.TunnelIdleTimeout),
 	}
-	mk := func(h2 bool) *http.Transport {
+	mk := func(h2, secure bool) *http.Transport {
+		dial := p.dial
+		if secure {
+			dial = p.dialTLS
+		}
 		t := &http.Transport{
 			Proxy:                  nil, // never honour HTTP_PROXY: we are the proxy
-			DialContext:            p.dial,
+			DialContext:            dial,
 			MaxIdleConns:           0,
 			MaxIdleConnsPerHost:    opts.MaxIdleConnsPerHost,
 			IdleConnTimeout:        opts.IdleConnTimeout,
@@ -97,14 +138,16 @@ func New(opts Options) *Proxy {
 		}
 		return t
 	}
-	p.h1, p.h2 = mk(false), mk(true)
+	p.h1, p.h2 = mk(false, false), mk(true, false)
+	p.h1TLS, p.h2TLS = mk(false, true), mk(true, true)
 	return p
 }
 
 // CloseIdle closes pooled upstream connections that are idle.
 func (p *Proxy) CloseIdle() {
-	p.h1.CloseIdleConnections()
-	p.h2.CloseIdleConnections()
+	for _, t := range []*http.Transport{p.h1, p.h2, p.h1TLS, p.h2TLS} {
+		t.CloseIdleConnections()
+	}
 }
 
 // dialError marks an error from connecting upstream.
@@ -113,7 +156,30 @@ type dialError struct{ err error }
 func (e *dialError) Error() string { return "connect: " + e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
 
+// tlsError marks a failed mesh mTLS handshake with the upstream proxy.
+type tlsError struct{ err error }
+
+func (e *tlsError) Error() string { return e.err.Error() }
+func (e *tlsError) Unwrap() error { return e.err }
+
 func (p *Proxy) dial(ctx context.Context, _, addr string) (net.Conn, error) {
+	return p.connect(ctx, addr, spiffe.ID{})
+}
+
+// dialTLS dials the address of the request's route and runs the mesh
+// handshake expecting the route's identity. The transport's dial context
+// carries the values of the request that caused the dial.
+func (p *Proxy) dialTLS(ctx context.Context, _, addr string) (net.Conn, error) {
+	rt, ok := ctx.Value(routeKey{}).(Route)
+	if !ok || rt.Identity.IsZero() || rt.Addr.String() != addr || p.opts.Secure == nil {
+		return nil, &dialError{fmt.Errorf("no mesh identity known for %s", addr)}
+	}
+	return p.connect(ctx, addr, rt.Identity)
+}
+
+// connect dials addr (and, with id, runs the mesh handshake) within the
+// connect timeout.
+func (p *Proxy) connect(ctx context.Context, addr string, id spiffe.ID) (net.Conn, error) {
 	dst, err := netip.ParseAddrPort(addr)
 	if err != nil {
 		return nil, &dialError{fmt.Errorf("destination %q: %w", addr, err)}
@@ -127,7 +193,15 @@ func (p *Proxy) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 	if err != nil {
 		return nil, &dialError{err}
 	}
-	return p.opts.Metrics.TrackConn(c, p.opts.Direction, p.opts.Metrics.Target(p.opts.Direction, dst), metrics.PeerDst), nil
+	m, dir := p.opts.Metrics, p.opts.Direction
+	var t metrics.TLS
+	if !id.IsZero() {
+		if c, err = p.opts.Secure(ctx, c, id); err != nil {
+			return nil, &dialError{&tlsError{err}}
+		}
+		t = metrics.TLS{On: true, PeerID: m.PeerID(dir, id)}
+	}
+	return m.TrackConn(c, dir, m.Target(dir, dst), metrics.PeerDst, t), nil
 }
 
 // ServeHTTP forwards r to its destination and copies the response back,
@@ -139,17 +213,41 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no destination", http.StatusInternalServerError)
 		return
 	}
-	rec := m.StartRequest(dir, m.Target(dir, dst), m.Authority(dir, r.Host))
+	rt := Route{Addr: dst}
+	var routeErr error
+	if p.opts.Route != nil {
+		rt, routeErr = p.opts.Route(r.Context(), dst)
+		if rt.Done != nil {
+			defer rt.Done()
+		}
+	}
+	tl, _ := r.Context().Value(tlsKey{}).(metrics.TLS)
+	if !rt.Identity.IsZero() {
+		tl = metrics.TLS{On: true, PeerID: m.PeerID(dir, rt.Identity)}
+	}
+	rec := m.StartRequest(dir, m.Target(dir, dst), m.Authority(dir, r.Host), tl)
 	grpc := isGRPC(r.Header)
+	if routeErr != nil {
+		p.fail(w, r, rec, grpc, routeErr)
+		return
+	}
 	upgrade := ""
 	if r.ProtoMajor == 1 {
 		upgrade = upgradeType(r.Header)
 	}
 
-	out := outgoing(r, dst, upgrade)
+	out := outgoing(r, rt.Addr, upgrade)
 	t := p.h1
-	if r.ProtoMajor == 2 {
+	switch {
+	case r.ProtoMajor == 2 && !rt.Identity.IsZero():
+		t = p.h2TLS
+	case r.ProtoMajor == 2:
 		t = p.h2
+	case !rt.Identity.IsZero():
+		t = p.h1TLS
+	}
+	if !rt.Identity.IsZero() {
+		out = out.WithContext(context.WithValue(out.Context(), routeKey{}, rt))
 	}
 	res, err := t.RoundTrip(out)
 	if err != nil {

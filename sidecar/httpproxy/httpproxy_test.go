@@ -79,6 +79,8 @@ func TestClassify(t *testing.T) {
 		{context.DeadlineExceeded, 504, ReasonTimeout},
 		{errors.New("EOF"), 502, ReasonUpstreamReset},
 		{context.Canceled, 499, ReasonClientGone},
+		{fmt.Errorf("route: %w: unknown", ErrNoEndpoints), 503, ReasonNoEndpoints},
+		{&dialError{&tlsError{errors.New("peer identity mismatch")}}, 502, ReasonTLS},
 	}
 	for _, c := range cases {
 		if s, r := classify(c.err); s != c.status || r != c.reason {

@@ -21,17 +21,20 @@ type Conn struct {
 	failed      atomic.Bool
 }
 
-// TrackConn counts c as opened now, for direction, bounded target and peer.
-func (m *Metrics) TrackConn(c net.Conn, direction, target, peer string) *Conn {
-	m.tcpOpen.WithLabelValues(direction, target, peer).Inc()
-	open := m.tcpConns.WithLabelValues(direction, target, peer)
+// TrackConn counts c as opened now, for direction, bounded target, peer
+// and mesh TLS.
+func (m *Metrics) TrackConn(c net.Conn, direction, target, peer string, t TLS) *Conn {
+	tls, client, server := t.values(direction)
+	l := []string{direction, target, peer, tls, client, server}
+	m.tcpOpen.WithLabelValues(l...).Inc()
+	open := m.tcpConns.WithLabelValues(l...)
 	open.Inc()
 	return &Conn{
 		Conn:      c,
-		read:      m.tcpRead.WithLabelValues(direction, target, peer),
-		write:     m.tcpWrite.WithLabelValues(direction, target, peer),
-		closeOK:   m.tcpClose.WithLabelValues(direction, target, peer, "success"),
-		closeFail: m.tcpClose.WithLabelValues(direction, target, peer, "failure"),
+		read:      m.tcpRead.WithLabelValues(l...),
+		write:     m.tcpWrite.WithLabelValues(l...),
+		closeOK:   m.tcpClose.WithLabelValues(append(l, "success")...),
+		closeFail: m.tcpClose.WithLabelValues(append(l, "failure")...),
 		open:      open,
 	}
 }

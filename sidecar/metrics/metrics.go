@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/plexus-mesh/plexus/control/spiffe"
 )
 
 // Directions, the value of the direction label.
@@ -47,6 +49,7 @@ type Metrics struct {
 	tcpRead   *prometheus.CounterVec
 	tcpWrite  *prometheus.CounterVec
 	probes    prometheus.Counter
+	refused   *prometheus.CounterVec
 
 	mu   sync.Mutex
 	seen map[string]map[string]struct{} // label kind+direction → values
@@ -56,8 +59,8 @@ type Metrics struct {
 // target_addr and authority values per direction (each; beyond it they
 // become "overflow").
 func New(reg prometheus.Registerer, maxTargets int) *Metrics {
-	http := []string{"direction", "target_addr", "authority"}
-	tcp := []string{"direction", "target_addr", "peer"}
+	http := []string{"direction", "target_addr", "authority", "tls", "client_id", "server_id"}
+	tcp := []string{"direction", "target_addr", "peer", "tls", "client_id", "server_id"}
 	m := &Metrics{
 		maxTargets: maxTargets,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -88,15 +91,27 @@ func New(reg prometheus.Registerer, maxTargets int) *Metrics {
 		probes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "redirect_probe_total", Help: "Connections to the redirect probe port that arrived through the inbound REDIRECT rule.",
 		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inbound_refused_total", Help: "Inbound connections closed before forwarding: plaintext under the mtls policy, or a failed mesh TLS handshake.",
+		}, []string{"reason"}),
 		seen: map[string]map[string]struct{}{},
 	}
-	reg.MustRegister(m.requests, m.responses, m.latency, m.tcpOpen, m.tcpClose, m.tcpConns, m.tcpRead, m.tcpWrite, m.probes)
+	reg.MustRegister(m.requests, m.responses, m.latency, m.tcpOpen, m.tcpClose, m.tcpConns, m.tcpRead, m.tcpWrite, m.probes, m.refused)
 	return m
 }
 
 // RedirectProbe counts a connection that reached the probe port through
 // the inbound redirect.
 func (m *Metrics) RedirectProbe() { m.probes.Inc() }
+
+// Reasons of inbound_refused_total.
+const (
+	RefusedPlaintext = "plaintext"     // not mesh mTLS, and the inbound policy is mtls
+	RefusedHandshake = "tls-handshake" // offered our ALPN but the handshake failed
+)
+
+// Refused counts an inbound connection closed for reason.
+func (m *Metrics) Refused(reason string) { m.refused.WithLabelValues(reason).Inc() }
 
 // bound returns v if it is already known for kind+direction or there is
 // room for it, otherwise Overflow.
@@ -149,24 +164,56 @@ func validAuthority(h string) bool {
 	return true
 }
 
+// TLS describes the mesh TLS of a connection or request for the labels
+// tls, client_id (inbound: the client proxy's identity) and server_id
+// (outbound: the server proxy's identity). The zero value is plaintext.
+type TLS struct {
+	On bool
+	// PeerID is the peer's bounded SPIFFE ID label value (from PeerID), or "".
+	PeerID string
+}
+
+// PeerID returns the bounded label value for a peer identity: at most
+// maxTargets distinct values per direction, then "overflow".
+func (m *Metrics) PeerID(direction string, id spiffe.ID) string {
+	if id.IsZero() {
+		return ""
+	}
+	return m.bound("id", direction, id.String())
+}
+
+// values returns the tls, client_id and server_id label values.
+func (t TLS) values(direction string) (tls, client, server string) {
+	tls = "false"
+	if t.On {
+		tls = "true"
+	}
+	if direction == Inbound {
+		return tls, t.PeerID, ""
+	}
+	return tls, "", t.PeerID
+}
+
 // Request is the metric handle for one HTTP request.
 type Request struct {
 	m      *Metrics
-	labels [3]string
+	labels [6]string
 	start  time.Time
 }
 
 // StartRequest counts a request and returns its handle. target and
 // authority must come from Target and Authority.
-func (m *Metrics) StartRequest(direction, target, authority string) Request {
-	m.requests.WithLabelValues(direction, target, authority).Inc()
-	return Request{m: m, labels: [3]string{direction, target, authority}, start: time.Now()}
+func (m *Metrics) StartRequest(direction, target, authority string, t TLS) Request {
+	tls, client, server := t.values(direction)
+	r := Request{m: m, labels: [6]string{direction, target, authority, tls, client, server}, start: time.Now()}
+	m.requests.WithLabelValues(r.labels[:]...).Inc()
+	return r
 }
 
 // Headers records response latency when response headers are ready.
 func (r Request) Headers(status int) {
 	ms := float64(time.Since(r.start)) / float64(time.Millisecond)
-	r.m.latency.WithLabelValues(r.labels[0], r.labels[1], r.labels[2], statusLabel(status)).Observe(ms)
+	r.m.latency.WithLabelValues(append(r.labels[:], statusLabel(status))...).Observe(ms)
 }
 
 // Done counts the finished response. grpcStatus is "" for non-gRPC
@@ -178,7 +225,7 @@ func (r Request) Done(status int, grpcStatus, errReason string) {
 	if status >= 500 || (grpcStatus != "" && grpcStatus != "0") || errReason != "" {
 		class = "failure"
 	}
-	r.m.responses.WithLabelValues(r.labels[0], r.labels[1], r.labels[2], statusLabel(status), class, grpcLabel(grpcStatus), errReason).Inc()
+	r.m.responses.WithLabelValues(append(r.labels[:], statusLabel(status), class, grpcLabel(grpcStatus), errReason)...).Inc()
 }
 
 func statusLabel(s int) string {

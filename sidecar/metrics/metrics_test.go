@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/plexus-mesh/plexus/control/spiffe"
 )
 
 func TestTargetAndAuthorityAreBounded(t *testing.T) {
@@ -45,24 +47,24 @@ func TestRequestClassification(t *testing.T) {
 		status       int
 		grpc, reason string
 	}{{200, "", ""}, {503, "", ""}, {200, "0", ""}, {200, "14", ""}, {200, "99", ""}, {502, "", "connect"}} {
-		r := m.StartRequest(Outbound, "t", "a")
+		r := m.StartRequest(Outbound, "t", "a", TLS{})
 		r.Headers(c.status)
 		r.Done(c.status, c.grpc, c.reason)
 	}
 	want := `
 # HELP response_total HTTP responses the proxy completed.
 # TYPE response_total counter
-response_total{authority="a",classification="failure",direction="outbound",error="",grpc_status="",status_code="503",target_addr="t"} 1
-response_total{authority="a",classification="failure",direction="outbound",error="",grpc_status="14",status_code="200",target_addr="t"} 1
-response_total{authority="a",classification="failure",direction="outbound",error="",grpc_status="other",status_code="200",target_addr="t"} 1
-response_total{authority="a",classification="failure",direction="outbound",error="connect",grpc_status="",status_code="502",target_addr="t"} 1
-response_total{authority="a",classification="success",direction="outbound",error="",grpc_status="",status_code="200",target_addr="t"} 1
-response_total{authority="a",classification="success",direction="outbound",error="",grpc_status="0",status_code="200",target_addr="t"} 1
+response_total{authority="a",classification="failure",client_id="",direction="outbound",error="",grpc_status="",server_id="",status_code="503",target_addr="t",tls="false"} 1
+response_total{authority="a",classification="failure",client_id="",direction="outbound",error="",grpc_status="14",server_id="",status_code="200",target_addr="t",tls="false"} 1
+response_total{authority="a",classification="failure",client_id="",direction="outbound",error="",grpc_status="other",server_id="",status_code="200",target_addr="t",tls="false"} 1
+response_total{authority="a",classification="failure",client_id="",direction="outbound",error="connect",grpc_status="",server_id="",status_code="502",target_addr="t",tls="false"} 1
+response_total{authority="a",classification="success",client_id="",direction="outbound",error="",grpc_status="",server_id="",status_code="200",target_addr="t",tls="false"} 1
+response_total{authority="a",classification="success",client_id="",direction="outbound",error="",grpc_status="0",server_id="",status_code="200",target_addr="t",tls="false"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "response_total"); err != nil {
 		t.Error(err)
 	}
-	if n := testutil.ToFloat64(m.requests.WithLabelValues(Outbound, "t", "a")); n != 6 {
+	if n := testutil.ToFloat64(m.requests.WithLabelValues(Outbound, "t", "a", "false", "", "")); n != 6 {
 		t.Errorf("request_total = %v", n)
 	}
 	if n := testutil.CollectAndCount(m.latency); n != 3 { // status 200, 503, 502
@@ -73,11 +75,12 @@ response_total{authority="a",classification="success",direction="outbound",error
 func TestConnCounts(t *testing.T) {
 	m := New(prometheus.NewRegistry(), 10)
 	a, b := net.Pipe()
-	c := m.TrackConn(a, Inbound, "t", PeerSrc)
+	id := spiffe.New("cluster.local", "shop", "web")
+	c := m.TrackConn(a, Inbound, "t", PeerSrc, TLS{On: true, PeerID: m.PeerID(Inbound, id)})
 	go func() { b.Write([]byte("hello")); io.ReadFull(b, make([]byte, 3)); b.Close() }()
 	io.ReadFull(c, make([]byte, 5))
 	c.Write([]byte("abc"))
-	if v := testutil.ToFloat64(m.tcpConns.WithLabelValues(Inbound, "t", PeerSrc)); v != 1 {
+	if v := testutil.ToFloat64(m.tcpConns.WithLabelValues(Inbound, "t", PeerSrc, "true", id.String(), "")); v != 1 {
 		t.Errorf("open connections = %v", v)
 	}
 	c.Fail()
@@ -89,20 +92,51 @@ func TestConnCounts(t *testing.T) {
 		var got float64
 		switch name {
 		case "read":
-			got = testutil.ToFloat64(m.tcpRead.WithLabelValues(Inbound, "t", PeerSrc))
+			got = testutil.ToFloat64(m.tcpRead.WithLabelValues(Inbound, "t", PeerSrc, "true", id.String(), ""))
 		case "write":
-			got = testutil.ToFloat64(m.tcpWrite.WithLabelValues(Inbound, "t", PeerSrc))
+			got = testutil.ToFloat64(m.tcpWrite.WithLabelValues(Inbound, "t", PeerSrc, "true", id.String(), ""))
 		case "open":
-			got = testutil.ToFloat64(m.tcpOpen.WithLabelValues(Inbound, "t", PeerSrc))
+			got = testutil.ToFloat64(m.tcpOpen.WithLabelValues(Inbound, "t", PeerSrc, "true", id.String(), ""))
 		case "conns":
-			got = testutil.ToFloat64(m.tcpConns.WithLabelValues(Inbound, "t", PeerSrc))
+			got = testutil.ToFloat64(m.tcpConns.WithLabelValues(Inbound, "t", PeerSrc, "true", id.String(), ""))
 		case "closeFail":
-			got = testutil.ToFloat64(m.tcpClose.WithLabelValues(Inbound, "t", PeerSrc, "failure"))
+			got = testutil.ToFloat64(m.tcpClose.WithLabelValues(Inbound, "t", PeerSrc, "true", id.String(), "", "failure"))
 		case "closeOK":
-			got = testutil.ToFloat64(m.tcpClose.WithLabelValues(Inbound, "t", PeerSrc, "success"))
+			got = testutil.ToFloat64(m.tcpClose.WithLabelValues(Inbound, "t", PeerSrc, "true", id.String(), "", "success"))
 		}
 		if got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
+	}
+}
+
+func TestTLSLabelsAndBoundedIDs(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg, 2)
+	ids := []spiffe.ID{spiffe.New("td", "a", "x"), spiffe.New("td", "b", "y"), spiffe.New("td", "c", "z")}
+	if got := m.PeerID(Outbound, ids[0]); got != ids[0].String() {
+		t.Errorf("PeerID = %q", got)
+	}
+	m.PeerID(Outbound, ids[1])
+	if got := m.PeerID(Outbound, ids[2]); got != Overflow {
+		t.Errorf("3rd id with a budget of 2 = %q, want overflow", got)
+	}
+	if got := m.PeerID(Outbound, spiffe.ID{}); got != "" {
+		t.Errorf("zero id = %q", got)
+	}
+	m.StartRequest(Outbound, "t", "a", TLS{On: true, PeerID: ids[0].String()})
+	m.StartRequest(Inbound, "t", "a", TLS{On: true, PeerID: ids[1].String()})
+	want := `
+# HELP request_total HTTP requests the proxy received.
+# TYPE request_total counter
+request_total{authority="a",client_id="",direction="outbound",server_id="spiffe://td/ns/a/sa/x",target_addr="t",tls="true"} 1
+request_total{authority="a",client_id="spiffe://td/ns/b/sa/y",direction="inbound",server_id="",target_addr="t",tls="true"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "request_total"); err != nil {
+		t.Error(err)
+	}
+	m.Refused(RefusedPlaintext)
+	if v := testutil.ToFloat64(m.refused.WithLabelValues(RefusedPlaintext)); v != 1 {
+		t.Errorf("inbound_refused_total = %v", v)
 	}
 }

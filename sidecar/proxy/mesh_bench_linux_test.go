@@ -12,12 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plexus-mesh/plexus/sidecar/internal/destinationtest"
 	"github.com/plexus-mesh/plexus/sidecar/internal/netnstest"
 )
 
 // BenchmarkMeshHTTP1 measures sequential HTTP/1.1 keep-alive requests
 // (1 KiB response) from the client namespace to the server namespace:
-// direct, and through both proxies (no mTLS yet). It reports p50/p99
+// direct, through both proxies in plaintext, and through both proxies
+// with discovery and mTLS between them. It reports p50/p99
 // latency and, with proxies, each proxy's RSS after the run.
 func BenchmarkMeshHTTP1(b *testing.B) {
 	for _, v := range []struct {
@@ -29,11 +31,20 @@ func BenchmarkMeshHTTP1(b *testing.B) {
 		{"proxied-http", true, []string{"PLEXUS_PROXY_LOG_LEVEL=info"}},
 		{"proxied-http-gomaxprocs1", true, []string{"PLEXUS_PROXY_LOG_LEVEL=info", "GOMAXPROCS=1"}},
 		{"proxied-opaque", true, []string{"PLEXUS_PROXY_LOG_LEVEL=info", "PLEXUS_PROXY_OPAQUE_PORTS=8080"}},
+		{"proxied-mtls", true, []string{"PLEXUS_PROXY_LOG_LEVEL=info"}},
 		{"socat-pair", false, nil},
 	} {
 		proxied := v.proxied
 		b.Run(v.name, func(b *testing.B) {
-			m := newTopology(b, proxied, v.env...)
+			var m *mesh
+			if v.name == "proxied-mtls" {
+				var dest *destinationtest.Server
+				m, dest = newMTLSMesh(b, v.env)
+				tgt := fmt.Sprintf("%s:8080", serverIP)
+				dest.Set(tgt, destinationtest.Add(destinationtest.Endpoint(tgt, serverPodID)))
+			} else {
+				m = newTopology(b, proxied, v.env...)
+			}
 			if v.name == "socat-pair" {
 				// A peer TCP relay pair under the same rules: the cost of two
 				// extra user-space hops on this machine.
@@ -69,6 +80,12 @@ func BenchmarkMeshHTTP1(b *testing.B) {
 			slices.Sort(lat)
 			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+			if v.name == "proxied-mtls" {
+				// The numbers are only worth something if mTLS carried the requests.
+				if got := sumSamples(m.server.scrapeTB(b), "request_total", map[string]string{"tls": "true", "client_id": clientPodID.String()}); got < float64(b.N) {
+					b.Fatalf("server proxy saw %v mTLS requests, want ≥ %d", got, b.N)
+				}
+			}
 			if proxied {
 				b.ReportMetric(rssMB(b, m.client.cmd.Process.Pid), "client-proxy-RSS-MB")
 				b.ReportMetric(rssMB(b, m.server.cmd.Process.Pid), "server-proxy-RSS-MB")

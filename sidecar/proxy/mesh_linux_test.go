@@ -62,7 +62,7 @@ func runChild() int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	if err := Run(ctx, cfg, log, prometheus.NewRegistry()); err != nil {
+	if err := Run(ctx, RunOptions{Config: cfg, Log: log, Registry: prometheus.NewRegistry(), NewIdentity: childIdentity}); err != nil {
 		log.Error("run", "err", err)
 		return 1
 	}
@@ -185,7 +185,10 @@ func (p *pod) admin(method, path string) (int, error) {
 }
 
 // scrape reads the pod proxy's /metrics.
-func (p *pod) scrape(t *testing.T) []*dto.MetricFamily {
+func (p *pod) scrape(t *testing.T) []*dto.MetricFamily { return p.scrapeTB(t) }
+
+// scrapeTB is scrape for tests and benchmarks.
+func (p *pod) scrapeTB(t testing.TB) []*dto.MetricFamily {
 	t.Helper()
 	res, err := p.httpClient(false).Get("http://127.0.0.1:4191/metrics")
 	if err != nil {
@@ -232,4 +235,25 @@ func newTopology(t testing.TB, proxies bool, env ...string) *mesh {
 		return &mesh{client: &pod{ns: a}, server: &pod{ns: b}}
 	}
 	return &mesh{client: startProxy(t, a, env...), server: startProxy(t, b, env...)}
+}
+
+// peerRecorder answers body and remembers the last client address it saw
+// (the server proxy's, when the mesh carried the request).
+type peerRecorder struct {
+	body string
+	mu   sync.Mutex
+	peer string
+}
+
+func (h *peerRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	h.peer, _, _ = net.SplitHostPort(r.RemoteAddr)
+	h.mu.Unlock()
+	io.WriteString(w, h.body)
+}
+
+func (h *peerRecorder) last() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.peer
 }

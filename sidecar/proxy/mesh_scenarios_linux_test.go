@@ -95,14 +95,8 @@ func TestMesh(t *testing.T) {
 	})
 
 	t.Run("ipv6-http1-and-opaque", func(t *testing.T) {
-		var mu sync.Mutex
-		var peer string
-		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			mu.Lock()
-			peer, _, _ = net.SplitHostPort(r.RemoteAddr)
-			mu.Unlock()
-			io.WriteString(w, "v6 ok")
-		})}
+		rec := &peerRecorder{body: "v6 ok"}
+		srv := &http.Server{Handler: rec}
 		go srv.Serve(m.server.listen(t, "[::]:8086"))
 		defer srv.Close()
 		tgt := net.JoinHostPort(serverIP6, "8086")
@@ -115,11 +109,9 @@ func TestMesh(t *testing.T) {
 		if res.StatusCode != 200 || string(body) != "v6 ok" {
 			t.Fatalf("got %d %q", res.StatusCode, body)
 		}
-		mu.Lock()
-		if peer != serverIP6 {
+		if peer := rec.last(); peer != serverIP6 {
 			t.Errorf("server saw peer %s, want the server proxy %s", peer, serverIP6)
 		}
-		mu.Unlock()
 		both(t, "request_total", map[string]string{"target_addr": "[" + serverIP6 + "]:8086"}, 1)
 		both(t, "response_total", map[string]string{"target_addr": "[" + serverIP6 + "]:8086", "status_code": "200"}, 1)
 

@@ -5,6 +5,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,11 +16,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/plexus-mesh/plexus/control/spiffe"
 	"github.com/plexus-mesh/plexus/sidecar/config"
 	"github.com/plexus-mesh/plexus/sidecar/detect"
+	"github.com/plexus-mesh/plexus/sidecar/discovery"
 	"github.com/plexus-mesh/plexus/sidecar/forward"
 	"github.com/plexus-mesh/plexus/sidecar/httpproxy"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
+	"github.com/plexus-mesh/plexus/sidecar/mtls"
 	"github.com/plexus-mesh/plexus/sidecar/origdst"
 )
 
@@ -40,7 +44,27 @@ type Options struct {
 	// ReadHeaderTimeout bounds how long an HTTP client may take to send
 	// request headers (slowloris); DefaultReadHeaderTimeout when zero.
 	ReadHeaderTimeout time.Duration
+	// Certs is the workload's certificate source. With it, inbound
+	// connections offering the mesh ALPN are terminated (mTLS) and
+	// outbound connections to endpoints with an identity are encrypted.
+	// nil: no identity, plaintext only.
+	Certs mtls.CertSource
+	// Resolver routes outbound connections (per connection) and requests
+	// (per request) to discovered endpoints; nil: original destination.
+	Resolver Resolver
 }
+
+// Resolver picks the endpoint for one outbound connection or request
+// (discovery.Resolver).
+type Resolver interface {
+	Pick(ctx context.Context, dst netip.AddrPort) (discovery.Pick, error)
+}
+
+// OpaquePeekTimeout bounds how long the inbound side waits for a mesh
+// ClientHello on an opaque port before forwarding a silent
+// (server-speaks-first) plaintext client; a client proxy sends its hello
+// right after connecting.
+const OpaquePeekTimeout = time.Second
 
 // Limits the proxy applies to HTTP clients and upstreams.
 const (
@@ -60,6 +84,7 @@ type Proxy struct {
 	servers  []*l7 // every HTTP server, for Shutdown
 	probe    *l7
 	probed   atomic.Bool
+	tlsConf  *tls.Config // inbound mesh mTLS; nil without identity
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -98,8 +123,11 @@ func New(opts Options) *Proxy {
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[net.Conn]struct{}{},
 	}
+	if opts.Certs != nil {
+		p.tlsConf = mtls.ServerConfig(opts.Certs)
+	}
 	for _, dir := range []string{metrics.Inbound, metrics.Outbound} {
-		hp := httpproxy.New(httpproxy.Options{
+		hopts := httpproxy.Options{
 			Direction:           dir,
 			Metrics:             opts.Metrics,
 			Log:                 opts.Log,
@@ -108,7 +136,12 @@ func New(opts Options) *Proxy {
 			IdleConnTimeout:     min(PoolIdleTimeout, opts.Config.IdleTimeout),
 			MaxIdleConnsPerHost: MaxIdleConnsPerHost,
 			TunnelIdleTimeout:   opts.Config.IdleTimeout,
-		})
+			Secure:              p.secure,
+		}
+		if dir == metrics.Outbound && opts.Resolver != nil {
+			hopts.Route = p.route
+		}
+		hp := httpproxy.New(hopts)
 		srv := &http.Server{
 			Handler:           hp,
 			ReadHeaderTimeout: opts.ReadHeaderTimeout,
@@ -118,7 +151,7 @@ func New(opts Options) *Proxy {
 			Protocols:         new(http.Protocols),
 			ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 				if hc, ok := c.(*httpConn); ok {
-					return httpproxy.WithDestination(ctx, hc.dst)
+					return httpproxy.WithTLS(httpproxy.WithDestination(ctx, hc.dst), hc.tls)
 				}
 				return ctx
 			},
@@ -232,10 +265,25 @@ func (p *Proxy) handle(c *net.TCPConn, dir string) {
 		return
 	}
 	target := m.Target(dir, dst)
-	src := m.TrackConn(c, dir, target, metrics.PeerSrc)
-	if p.opts.Config.OpaquePorts.Has(dst.Port()) {
+	conn, tl, undecided, ok := p.inboundTLS(c, dir, dst)
+	if !ok {
+		return
+	}
+	src := m.TrackConn(conn, dir, target, metrics.PeerSrc, tl)
+	if p.opts.Config.OpaquePorts.Has(dst.Port()) || undecided {
 		p.forwardOpaque(src, src, dir, dst, target)
 		return
+	}
+	if dir == metrics.Outbound && p.opts.Resolver != nil {
+		// The endpoint's protocol hint may make the port opaque.
+		pk, err := p.opts.Resolver.Pick(context.Background(), dst)
+		if err == nil {
+			pk.Done()
+		}
+		if err == nil && pk.Opaque {
+			p.forwardOpaque(src, src, dir, dst, target)
+			return
+		}
 	}
 	proto, dc, err := p.detector.Detect(src)
 	if err != nil {
@@ -248,23 +296,116 @@ func (p *Proxy) handle(c *net.TCPConn, dir string) {
 		p.forwardOpaque(dc, src, dir, dst, target)
 		return
 	}
-	if !p.dirs[dir].ln.push(&httpConn{Conn: dc, dst: dst}) {
+	if !p.dirs[dir].ln.push(&httpConn{Conn: dc, dst: dst, tls: tl}) {
 		dc.Close() // shutting down
 	}
 }
 
-// forwardOpaque dials dst and joins it with src, whose metrics are mc.
+// inboundTLS, for an inbound connection with identity configured, peeks
+// for a mesh ClientHello: mesh mTLS is terminated and the decrypted
+// stream returned with its client identity; other traffic is refused
+// under the mtls policy, otherwise returned as is (every peeked byte
+// replayed). undecided means the client sent nothing decisive in time:
+// forward it as opaque. ok is false when c was closed.
+func (p *Proxy) inboundTLS(c *net.TCPConn, dir string, dst netip.AddrPort) (conn net.Conn, tl metrics.TLS, undecided, ok bool) {
+	if dir != metrics.Inbound || p.tlsConf == nil {
+		return c, tl, false, true
+	}
+	m, log := p.opts.Metrics, p.opts.Log
+	timeout := p.opts.Config.DetectTimeout
+	if p.opts.Config.OpaquePorts.Has(dst.Port()) {
+		timeout = min(timeout, OpaquePeekTimeout)
+	}
+	kind, pc, err := mtls.Peek(c, timeout)
+	if err != nil {
+		log.Debug("peek failed", "dst", dst, "src", c.RemoteAddr(), "err", err)
+		c.Close()
+		return nil, tl, false, false
+	}
+	if kind == mtls.Mesh {
+		ctx, cancel := context.WithTimeout(context.Background(), ConnectTimeout)
+		defer cancel()
+		tc, id, err := mtls.Server(ctx, pc, p.tlsConf)
+		if err != nil {
+			m.Refused(metrics.RefusedHandshake)
+			log.Info("refused inbound mesh connection: handshake failed", "dst", dst, "src", c.RemoteAddr(), "err", err)
+			return nil, tl, false, false
+		}
+		return tc, metrics.TLS{On: true, PeerID: m.PeerID(dir, id)}, false, true
+	}
+	if p.opts.Config.InboundPolicy == config.PolicyMTLS {
+		m.Refused(metrics.RefusedPlaintext)
+		log.Debug("refused inbound plaintext connection (inbound policy mtls)", "dst", dst, "src", c.RemoteAddr())
+		c.Close()
+		return nil, tl, false, false
+	}
+	return pc, tl, kind == mtls.Undecided, true
+}
+
+// route chooses the upstream of one outbound HTTP request.
+func (p *Proxy) route(ctx context.Context, dst netip.AddrPort) (httpproxy.Route, error) {
+	pk, err := p.opts.Resolver.Pick(ctx, dst)
+	if errors.Is(err, discovery.ErrNoEndpoints) {
+		return httpproxy.Route{}, fmt.Errorf("%w: %w", httpproxy.ErrNoEndpoints, err)
+	}
+	if err != nil {
+		return httpproxy.Route{}, err
+	}
+	rt := httpproxy.Route{Addr: pk.Addr, Done: pk.Done}
+	if p.opts.Certs != nil {
+		rt.Identity = pk.Identity
+	}
+	return rt, nil
+}
+
+// secure runs the mesh mTLS client handshake on c, expecting id.
+func (p *Proxy) secure(ctx context.Context, c net.Conn, id spiffe.ID) (net.Conn, error) {
+	if p.opts.Certs == nil {
+		c.Close()
+		return nil, errors.New("mesh mTLS requested without an identity")
+	}
+	return mtls.Client(ctx, c, p.opts.Certs, id)
+}
+
+// forwardOpaque dials dst (outbound with a resolver: an endpoint picked
+// for this connection, over mesh mTLS when it has an identity) and joins
+// it with src, whose metrics are mc.
 func (p *Proxy) forwardOpaque(src net.Conn, mc *metrics.Conn, dir string, dst netip.AddrPort, target string) {
+	m := p.opts.Metrics
 	ctx, cancel := context.WithTimeout(context.Background(), ConnectTimeout)
-	up, err := p.opts.Dial(ctx, dst)
+	defer cancel()
+	addr, id := dst, spiffe.ID{}
+	if dir == metrics.Outbound && p.opts.Resolver != nil {
+		pk, err := p.opts.Resolver.Pick(ctx, dst)
+		if err != nil {
+			p.opts.Log.Info("opaque connection failed: no endpoint", "dst", dst, "err", err)
+			mc.Fail()
+			src.Close()
+			return
+		}
+		defer pk.Done()
+		addr = pk.Addr
+		if p.opts.Certs != nil {
+			id = pk.Identity
+		}
+	}
+	up, err := p.opts.Dial(ctx, addr)
+	var tl metrics.TLS
+	if err == nil && !id.IsZero() {
+		up, err = p.secure(ctx, up, id)
+		tl = metrics.TLS{On: true, PeerID: m.PeerID(dir, id)}
+	}
 	cancel()
 	if err != nil {
-		p.opts.Log.Debug("opaque connect failed", "direction", dir, "dst", dst, "err", err)
+		p.opts.Log.Debug("opaque connect failed", "direction", dir, "dst", dst, "endpoint", addr, "err", err)
 		mc.Fail()
 		src.Close()
 		return
 	}
-	upm := p.opts.Metrics.TrackConn(up, dir, target, metrics.PeerDst)
+	if addr != dst {
+		target = m.Target(dir, addr)
+	}
+	upm := m.TrackConn(up, dir, target, metrics.PeerDst, tl)
 	if !p.track(upm) {
 		src.Close()
 		upm.Close()
@@ -358,8 +499,10 @@ func (f failable) CloseWrite() error {
 	return f.Conn.Close()
 }
 
-// httpConn carries the original destination into the HTTP server.
+// httpConn carries the original destination and the mesh TLS of the
+// connection into the HTTP server.
 type httpConn struct {
 	*detect.Conn
 	dst netip.AddrPort
+	tls metrics.TLS
 }

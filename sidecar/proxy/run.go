@@ -14,21 +14,91 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/sidecar/admin"
 	"github.com/plexus-mesh/plexus/sidecar/config"
+	"github.com/plexus-mesh/plexus/sidecar/discovery"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
+	"github.com/plexus-mesh/plexus/sidecar/mtls"
 )
 
 // MaxTargets bounds distinct target_addr and authority label values per direction.
 const MaxTargets = 500
 
-// Run listens on the inbound, outbound and admin ports of cfg and serves
-// until ctx ends (SIGTERM in main) or POST /shutdown. It then reports not
-// ready, stops accepting, and drains for cfg.ShutdownGrace. Metrics are
-// registered on reg. A clean drain returns nil.
-func Run(ctx context.Context, cfg config.Config, log *slog.Logger, reg *prometheus.Registry) error {
+// Identity is the workload identity client (control/certify.Client): it
+// obtains and renews the proxy's certificate while Run runs, and Ready
+// says why there is no valid certificate yet.
+type Identity interface {
+	mtls.CertSource
+	Run(ctx context.Context) error
+	Ready() error
+}
+
+// NewIdentityFunc builds the identity client for cfg (cfg.IdentityAddr is set).
+type NewIdentityFunc func(cfg config.Config, log *slog.Logger) (Identity, error)
+
+// RunOptions configure Run.
+type RunOptions struct {
+	Config   config.Config
+	Log      *slog.Logger
+	Registry *prometheus.Registry
+	// NewIdentity builds the identity client when Config.IdentityAddr is
+	// set; Run fails if it is nil then (identity not wired into the build).
+	NewIdentity NewIdentityFunc
+	// Destination, when set, replaces the client Run dials at
+	// Config.DestinationAddr (over mTLS with the identity's certificate).
+	Destination destinationpb.DestinationClient
+}
+
+// ErrIdentityNotWired is returned by Run when identity is configured but
+// the build provides no way to obtain a certificate.
+var ErrIdentityNotWired = errors.New("identity is configured (" + config.EnvIdentityAddr + ") but not wired into this build: no identity client (control/certify) constructor was provided")
+
+// Run listens on the inbound, outbound and admin ports of the config and
+// serves until ctx ends (SIGTERM in main) or POST /shutdown. It then
+// reports not ready, stops accepting, and drains for ShutdownGrace.
+// Metrics are registered on the registry. With identity configured, /ready
+// stays 503 until the first certificate; with destination configured,
+// outbound traffic is routed by discovery. A clean drain returns nil.
+func Run(ctx context.Context, ro RunOptions) error {
+	cfg, log, reg := ro.Config, ro.Log, ro.Registry
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("config: %w", err)
+	}
+	ctx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	var ident Identity
+	var resolver Resolver
+	if cfg.IdentityEnabled() {
+		if ro.NewIdentity == nil {
+			return ErrIdentityNotWired
+		}
+		var err error
+		if ident, err = ro.NewIdentity(cfg, log); err != nil {
+			return fmt.Errorf("identity client: %w", err)
+		}
+		go func() {
+			if err := ident.Run(ctx); err != nil && ctx.Err() == nil {
+				log.Error("identity client stopped", "err", err)
+			}
+		}()
+		if cfg.DestinationAddr != "" || ro.Destination != nil {
+			client := ro.Destination
+			if client == nil {
+				cc, err := discovery.Dial(cfg.DestinationAddr, ident, cfg.DestinationServerID())
+				if err != nil {
+					return err
+				}
+				defer cc.Close()
+				client = destinationpb.NewDestinationClient(cc)
+			}
+			r := discovery.New(discovery.Options{
+				Client: client, Log: log.With("component", "discovery"), Registerer: reg,
+				ContextToken: fmt.Sprintf(`{"ns":%q}`, cfg.PodNamespace),
+			})
+			defer r.Close()
+			resolver = r
+		}
 	}
 	m := metrics.New(reg, MaxTargets)
 	var draining atomic.Bool
@@ -44,11 +114,23 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, reg *promethe
 			if cfg.RedirectProbePort != 0 && !p.RedirectProbed() {
 				return fmt.Errorf("no connection has reached probe port %d through the inbound redirect yet: the pod's iptables rules may be missing", cfg.RedirectProbePort)
 			}
+			if ident != nil {
+				if err := ident.Ready(); err != nil {
+					return fmt.Errorf("no certificate yet: %w", err)
+				}
+			}
 			return nil // listeners are bound before the admin server starts
 		},
 		Shutdown: func() { stopOnce.Do(func() { close(stop) }) },
 	})
-	p = New(Options{Config: cfg, Metrics: m, Log: log, Probe: adminHandler})
+	popts := Options{Config: cfg, Metrics: m, Log: log, Probe: adminHandler}
+	if ident != nil {
+		popts.Certs = ident
+	}
+	if resolver != nil {
+		popts.Resolver = resolver
+	}
+	p = New(popts)
 
 	listen := func(name string, port uint16) (net.Listener, error) {
 		ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(int(port))))

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/plexus-mesh/plexus/sidecar/config"
+	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
 )
 
 func freePort(t *testing.T) uint16 {
@@ -31,7 +33,7 @@ func TestRunAdminAndShutdown(t *testing.T) {
 	cfg.ShutdownGrace = 2 * time.Second
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(context.Background(), cfg, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+		done <- Run(context.Background(), RunOptions{Config: cfg, Log: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	}()
 	base := "http://127.0.0.1:" + strconv.Itoa(int(cfg.AdminPort))
 	eventually(t, "/ready", func() bool {
@@ -68,8 +70,21 @@ func TestRunAdminAndShutdown(t *testing.T) {
 func TestRunRejectsBadConfig(t *testing.T) {
 	cfg := config.Default()
 	cfg.AdminPort = cfg.InboundPort
-	err := Run(context.Background(), cfg, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	err := Run(context.Background(), RunOptions{Config: cfg, Log: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	if err == nil || !strings.Contains(err.Error(), config.EnvAdminPort) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestRunIdentityNotWired: identity configured without an identity client
+// is a start-up error, never a silent fallback to plaintext.
+func TestRunIdentityNotWired(t *testing.T) {
+	cfg := config.Default()
+	cfg.InboundPort, cfg.OutboundPort, cfg.AdminPort = freePort(t), freePort(t), freePort(t)
+	cfg.IdentityAddr, cfg.PodNamespace, cfg.ServiceAccount = "identity:8080", "shop", "web"
+	cfg.TrustAnchorsPEM = string(testpki.New("t").AnchorPEM())
+	err := Run(context.Background(), RunOptions{Config: cfg, Log: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+	if !errors.Is(err, ErrIdentityNotWired) || !strings.Contains(err.Error(), "not wired") {
+		t.Fatalf("err = %v, want ErrIdentityNotWired", err)
 	}
 }

@@ -1,0 +1,430 @@
+// Package discovery asks the destination service where to send each
+// original destination, keeps one cached subscription per destination
+// while it is in use, and balances connections and requests over the
+// endpoints it learns (least in-flight first).
+package discovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/sidecar/mtls"
+)
+
+// Defaults for Options.
+const (
+	DefaultFirstTimeout = time.Second
+	DefaultIdleTimeout  = time.Minute
+	DefaultMinBackoff   = 100 * time.Millisecond
+	DefaultMaxBackoff   = 5 * time.Second
+)
+
+// ErrNoEndpoints is returned by Pick when destination knows the service
+// (or IP) but it has no ready endpoint: the connection must fail, not fall
+// back (the original destination, a ClusterIP, would go nowhere better).
+var ErrNoEndpoints = errors.New("destination knows the service but it has no ready endpoints")
+
+// Lookup results, the values of the result label of destination_lookups_total.
+const (
+	ResultEndpoints   = "endpoints"    // balanced over discovered endpoints
+	ResultNotFound    = "not-found"    // unknown to destination: original destination
+	ResultNoEndpoints = "no-endpoints" // known, nothing ready: failed
+	ResultUnavailable = "unavailable"  // destination unreachable, nothing cached: original destination
+)
+
+// Options configure a Resolver.
+type Options struct {
+	Client       destinationpb.DestinationClient
+	Log          *slog.Logger
+	Registerer   prometheus.Registerer
+	ContextToken string // sent as GetDestination.context_token
+	// FirstTimeout bounds how long the first Pick for a destination waits
+	// for destination's first answer before falling back.
+	FirstTimeout time.Duration
+	// IdleTimeout drops a subscription nobody picked from for this long
+	// (and with nothing in flight).
+	IdleTimeout time.Duration
+	// MinBackoff and MaxBackoff bound the reconnect backoff.
+	MinBackoff, MaxBackoff time.Duration
+}
+
+// Endpoint is where to send a connection or request.
+type Endpoint struct {
+	Addr netip.AddrPort
+	// Identity is the endpoint proxy's identity; zero when the endpoint is
+	// not meshed (plaintext).
+	Identity spiffe.ID
+	// Opaque: the port is opaque, forward without protocol detection.
+	Opaque bool
+	Labels map[string]string
+}
+
+// Pick is one chosen endpoint. Call Done when the request or connection
+// using it ends.
+type Pick struct {
+	Endpoint
+	// Fallback is set when destination had no answer for the original
+	// destination (unknown to it, or unreachable with nothing cached):
+	// Addr is then the original destination and Identity is zero.
+	Fallback bool
+	ep       *endpoint
+	s        *sub
+}
+
+// Done releases the pick's in-flight slot.
+func (p Pick) Done() {
+	if p.ep != nil {
+		p.ep.inflight.Add(-1)
+	}
+	if p.s != nil {
+		p.s.active.Add(-1)
+		p.s.touch()
+	}
+}
+
+// Resolver is the cache of subscriptions. Create it with New; Close it.
+type Resolver struct {
+	opts    Options
+	lookups *prometheus.CounterVec
+	streams *prometheus.CounterVec
+	subsG   prometheus.Gauge
+	ctx     context.Context
+	cancel  context.CancelFunc
+	done    chan struct{}
+
+	mu   sync.Mutex
+	subs map[netip.AddrPort]*sub
+}
+
+// New returns a Resolver; its metrics are registered on opts.Registerer.
+func New(opts Options) *Resolver {
+	if opts.FirstTimeout <= 0 {
+		opts.FirstTimeout = DefaultFirstTimeout
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
+	}
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = DefaultMinBackoff
+	}
+	if opts.MaxBackoff < opts.MinBackoff {
+		opts.MaxBackoff = max(DefaultMaxBackoff, opts.MinBackoff)
+	}
+	r := &Resolver{
+		opts: opts,
+		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "destination_lookups_total", Help: "Destination lookups by result (endpoints, not-found, no-endpoints, unavailable).",
+		}, []string{"result"}),
+		streams: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "destination_stream_ends_total", Help: "Destination Get streams that ended, by cause (error or idle).",
+		}, []string{"cause"}),
+		subsG: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "destination_subscriptions", Help: "Destinations with an open subscription.",
+		}),
+		done: make(chan struct{}),
+		subs: map[netip.AddrPort]*sub{},
+	}
+	opts.Registerer.MustRegister(r.lookups, r.streams, r.subsG)
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	go r.janitor()
+	return r
+}
+
+// Dial returns a gRPC connection to the destination service at addr over
+// TLS 1.3, presenting src's certificate and requiring the server to prove
+// serverID.
+func Dial(addr string, src mtls.CertSource, serverID spiffe.ID) (*grpc.ClientConn, error) {
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(mtls.ClientConfig(src, serverID))))
+	if err != nil {
+		return nil, fmt.Errorf("destination client for %s: %w", addr, err)
+	}
+	return cc, nil
+}
+
+// Close ends every subscription.
+func (r *Resolver) Close() {
+	r.cancel()
+	<-r.done
+}
+
+// Pick returns the endpoint to use for one request or connection to dst.
+// The first Pick for dst subscribes and waits up to FirstTimeout (or
+// ctx) for destination's first answer. It returns ErrNoEndpoints when the
+// service exists without endpoints.
+func (r *Resolver) Pick(ctx context.Context, dst netip.AddrPort) (Pick, error) {
+	s := r.subscription(dst)
+	defer s.touch()
+	if !s.synced.Load() {
+		t := time.NewTimer(r.opts.FirstTimeout)
+		select {
+		case <-s.first:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case !s.hasState:
+		r.lookups.WithLabelValues(ResultUnavailable).Inc()
+		if !s.warned {
+			s.warned = true
+			r.opts.Log.Warn("destination unavailable and nothing cached; using the original destination", "dst", dst, "err", s.lastErr)
+		}
+		return Pick{Endpoint: Endpoint{Addr: dst}, Fallback: true}, nil
+	case !s.exists:
+		r.lookups.WithLabelValues(ResultNotFound).Inc()
+		return Pick{Endpoint: Endpoint{Addr: dst}, Fallback: true}, nil
+	case len(s.eps) == 0:
+		r.lookups.WithLabelValues(ResultNoEndpoints).Inc()
+		return Pick{}, fmt.Errorf("%s: %w", dst, ErrNoEndpoints)
+	}
+	r.lookups.WithLabelValues(ResultEndpoints).Inc()
+	ep := s.choose()
+	ep.inflight.Add(1)
+	s.active.Add(1)
+	return Pick{Endpoint: ep.Endpoint, ep: ep, s: s}, nil
+}
+
+// subscription returns dst's subscription, starting it if needed.
+func (r *Resolver) subscription(dst netip.AddrPort) *sub {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s, ok := r.subs[dst]; ok {
+		return s
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	s := &sub{dst: dst, first: make(chan struct{}), cancel: cancel}
+	s.touch()
+	r.subs[dst] = s
+	r.subsG.Inc()
+	go r.follow(ctx, s)
+	return s
+}
+
+// janitor drops subscriptions idle for IdleTimeout.
+func (r *Resolver) janitor() {
+	defer close(r.done)
+	tick := time.NewTicker(max(r.opts.IdleTimeout/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := time.Now().UnixNano()
+		r.mu.Lock()
+		for dst, s := range r.subs {
+			if s.active.Load() == 0 && time.Duration(now-s.used.Load()) > r.opts.IdleTimeout {
+				s.cancel()
+				delete(r.subs, dst)
+				r.subsG.Dec()
+				r.streams.WithLabelValues("idle").Inc()
+			}
+		}
+		r.mu.Unlock()
+	}
+}
+
+// follow keeps a Get stream open for s until ctx ends, reconnecting with
+// jittered exponential backoff. Each new stream's first message is a
+// snapshot that replaces the cached set.
+func (r *Resolver) follow(ctx context.Context, s *sub) {
+	backoff := r.opts.MinBackoff
+	for {
+		got, err := r.stream(ctx, s)
+		if ctx.Err() != nil {
+			return
+		}
+		r.streams.WithLabelValues("error").Inc()
+		s.mu.Lock()
+		s.lastErr = err
+		s.mu.Unlock()
+		s.firstDone()
+		if got {
+			backoff = r.opts.MinBackoff
+		}
+		r.opts.Log.Warn("destination stream ended; keeping the cached endpoints and reconnecting", "dst", s.dst, "retry_in", backoff, "err", err)
+		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, r.opts.MaxBackoff)
+	}
+}
+
+// stream runs one Get stream; got reports whether any message arrived.
+func (r *Resolver) stream(ctx context.Context, s *sub) (got bool, err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := r.opts.Client.Get(sctx, &destinationpb.GetDestination{Path: s.dst.String(), ContextToken: r.opts.ContextToken})
+	if err != nil {
+		return false, fmt.Errorf("get %s: %w", s.dst, err)
+	}
+	for {
+		u, err := st.Recv()
+		if err != nil {
+			return got, fmt.Errorf("get %s: %w", s.dst, err)
+		}
+		s.apply(u, !got)
+		got = true
+		s.firstDone()
+	}
+}
+
+// sub is the cached state of one destination.
+type sub struct {
+	dst    netip.AddrPort
+	cancel context.CancelFunc
+	first  chan struct{} // closed after the first message or failed stream
+	once   sync.Once
+	synced atomic.Bool
+	used   atomic.Int64 // unix nanos of the last Pick or Done
+	active atomic.Int64 // picks not yet Done
+
+	mu       sync.Mutex
+	hasState bool // a message arrived at some point: the fields below are known
+	exists   bool
+	eps      []*endpoint
+	rr       int
+	warned   bool
+	lastErr  error
+}
+
+type endpoint struct {
+	Endpoint
+	inflight atomic.Int64
+}
+
+func (s *sub) touch() { s.used.Store(time.Now().UnixNano()) }
+
+func (s *sub) firstDone() {
+	s.once.Do(func() { close(s.first) })
+}
+
+// apply folds an update into the set; snapshot replaces it.
+func (s *sub) apply(u *destinationpb.Update, snapshot bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hasState, s.warned = true, false
+	s.synced.Store(true)
+	old := map[netip.AddrPort]*endpoint{}
+	for _, ep := range s.eps {
+		old[ep.Addr] = ep
+	}
+	if snapshot {
+		s.eps = nil
+	}
+	switch v := u.GetUpdate().(type) {
+	case *destinationpb.Update_NoEndpoints:
+		s.exists = v.NoEndpoints.GetExists()
+		s.eps = nil
+	case *destinationpb.Update_Add:
+		s.exists = true
+		for _, wa := range v.Add.GetAddrs() {
+			e, ok := toEndpoint(wa, v.Add.GetMetricLabels())
+			if !ok {
+				continue
+			}
+			s.eps = slicesDelete(s.eps, e.Addr)
+			ep := old[e.Addr]
+			if ep == nil || ep.Identity != e.Identity {
+				ep = &endpoint{} // a new identity at an old address is a new endpoint
+			}
+			ep.Endpoint = e
+			s.eps = append(s.eps, ep)
+		}
+	case *destinationpb.Update_Remove:
+		for _, wa := range v.Remove.GetAddrs() {
+			if ap, ok := addrPort(wa.GetAddr()); ok {
+				s.eps = slicesDelete(s.eps, ap)
+			}
+		}
+	}
+}
+
+func slicesDelete(eps []*endpoint, a netip.AddrPort) []*endpoint {
+	for i, ep := range eps {
+		if ep.Addr == a {
+			return append(eps[:i:i], eps[i+1:]...)
+		}
+	}
+	return eps
+}
+
+func addrPort(a *destinationpb.TcpAddress) (netip.AddrPort, bool) {
+	ip, ok := netip.AddrFromSlice(a.GetIp())
+	if !ok || a.GetPort() == 0 || a.GetPort() > 65535 {
+		return netip.AddrPort{}, false
+	}
+	return netip.AddrPortFrom(ip.Unmap(), uint16(a.GetPort())), true
+}
+
+// toEndpoint converts a WeightedAddr; false when its address is unusable.
+// An unparsable identity makes the endpoint unusable too: sending
+// plaintext to a peer that was meant to be meshed would be a downgrade.
+func toEndpoint(wa *destinationpb.WeightedAddr, setLabels map[string]string) (Endpoint, bool) {
+	ap, ok := addrPort(wa.GetAddr())
+	if !ok {
+		return Endpoint{}, false
+	}
+	e := Endpoint{Addr: ap, Opaque: wa.GetProtocolHint().GetProtocol() == destinationpb.ProtocolHint_OPAQUE}
+	if id := wa.GetTlsIdentity().GetSpiffeId(); id != "" {
+		parsed, err := spiffe.Parse(id)
+		if err != nil {
+			return Endpoint{}, false
+		}
+		e.Identity = parsed
+	}
+	if len(setLabels)+len(wa.GetMetricLabels()) > 0 {
+		e.Labels = make(map[string]string, len(setLabels)+len(wa.GetMetricLabels()))
+		for k, v := range setLabels {
+			e.Labels[k] = v
+		}
+		for k, v := range wa.GetMetricLabels() {
+			e.Labels[k] = v
+		}
+	}
+	return e, true
+}
+
+// choose picks the endpoint with the fewest in-flight requests or
+// connections, ties broken round-robin; above 16 endpoints it compares two
+// random ones (power of two choices). s.mu is held; eps is not empty.
+func (s *sub) choose() *endpoint {
+	n := len(s.eps)
+	if n > 16 {
+		a, b := s.eps[rand.N(n)], s.eps[rand.N(n)]
+		if b.inflight.Load() < a.inflight.Load() {
+			return b
+		}
+		return a
+	}
+	s.rr = (s.rr + 1) % n
+	best := s.eps[s.rr]
+	for i := 1; i < n; i++ {
+		ep := s.eps[(s.rr+i)%n]
+		if ep.inflight.Load() < best.inflight.Load() {
+			best = ep
+		}
+	}
+	return best
+}

@@ -1,0 +1,270 @@
+package discovery
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/sidecar/internal/destinationtest"
+	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
+)
+
+var (
+	destID  = spiffe.New("cluster.local", "plexus-system", "plexus-destination")
+	proxyID = spiffe.New("cluster.local", "shop", "client")
+	webID   = spiffe.New("cluster.local", "shop", "web")
+	svc     = netip.MustParseAddrPort("10.96.0.10:80")
+)
+
+type env struct {
+	t    *testing.T
+	ca   *testpki.CA
+	srv  *destinationtest.Server
+	addr string
+	r    *Resolver
+	reg  *prometheus.Registry
+}
+
+// newEnv serves destination over TLS (the destination identity) on
+// loopback and connects a Resolver to it over mTLS with Dial.
+func newEnv(t *testing.T, mut func(*Options)) *env {
+	e := &env{t: t, ca: testpki.New("mesh"), reg: prometheus.NewRegistry()}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.addr = ln.Addr().String()
+	e.serve(ln)
+	cc, err := Dial(e.addr, e.ca.Source(proxyID), destID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	opts := Options{
+		Client: destinationpb.NewDestinationClient(cc), Log: slog.New(slog.DiscardHandler), Registerer: e.reg,
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+	}
+	if mut != nil {
+		mut(&opts)
+	}
+	e.r = New(opts)
+	t.Cleanup(e.r.Close)
+	return e
+}
+
+// serve starts the destination server on ln.
+func (e *env) serve(ln net.Listener) {
+	e.srv = destinationtest.Serve(ln, e.ca, destID)
+	e.t.Cleanup(e.srv.Stop)
+}
+
+var (
+	add    = destinationtest.Add
+	remove = destinationtest.Remove
+	wa     = destinationtest.Endpoint
+)
+
+// picks does n sequential picks (each Done before the next) and counts addresses.
+func (e *env) picks(n int) map[string]int {
+	e.t.Helper()
+	seen := map[string]int{}
+	for range n {
+		p, err := e.r.Pick(context.Background(), svc)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		seen[p.Addr.String()]++
+		p.Done()
+	}
+	return seen
+}
+
+func within(t *testing.T, d time.Duration, what string, ok func() bool) time.Duration {
+	t.Helper()
+	t0 := time.Now()
+	for !ok() {
+		if time.Since(t0) > d {
+			t.Fatalf("not within %s: %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(t0)
+}
+
+// TestScaleUpSpreadsAndRemoveApplies: 1 endpoint, then 3 (every pick
+// spreads over all three at once), then one removed (never picked again).
+func TestScaleUpSpreadsAndRemoveApplies(t *testing.T) {
+	e := newEnv(t, nil)
+	e.srv.Set(svc.String(), add(wa("10.1.0.1:8080", webID)))
+	p, err := e.r.Pick(context.Background(), svc)
+	if err != nil || p.Fallback || p.Addr.String() != "10.1.0.1:8080" || p.Identity != webID || p.Labels["service"] != "web" || p.Labels["pod"] == "" {
+		t.Fatalf("first pick = %+v, %v", p, err)
+	}
+	p.Done()
+	if got := e.picks(10); got["10.1.0.1:8080"] != 10 {
+		t.Fatalf("picks = %v", got)
+	}
+	e.srv.Push(svc.String(), add(wa("10.1.0.2:8080", webID), wa("10.1.0.3:8080", spiffe.ID{})))
+	el := within(t, time.Second, "picks spread over 3 endpoints", func() bool { return len(e.picks(3)) == 3 })
+	t.Logf("scale-up visible after %s", el)
+	if got := e.picks(30); got["10.1.0.1:8080"] != 10 || got["10.1.0.2:8080"] != 10 || got["10.1.0.3:8080"] != 10 {
+		t.Errorf("30 sequential picks = %v, want 10 each (round-robin among equally loaded)", got)
+	}
+	e.srv.Push(svc.String(), remove(wa("10.1.0.2:8080", spiffe.ID{})))
+	el = within(t, time.Second, "removed endpoint no longer picked", func() bool { return e.picks(6)["10.1.0.2:8080"] == 0 })
+	t.Logf("removal visible after %s", el)
+	if got := e.picks(20); len(got) != 2 || got["10.1.0.2:8080"] != 0 {
+		t.Errorf("after removal = %v", got)
+	}
+	if v := testutil.ToFloat64(e.r.lookups.WithLabelValues(ResultEndpoints)); v < 60 {
+		t.Errorf("lookups{endpoints} = %v", v)
+	}
+}
+
+// TestLeastLoaded: an endpoint with requests in flight is avoided.
+func TestLeastLoaded(t *testing.T) {
+	e := newEnv(t, nil)
+	e.srv.Set(svc.String(), add(wa("10.1.0.1:8080", webID), wa("10.1.0.2:8080", webID)))
+	busy, err := e.r.Pick(context.Background(), svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := e.picks(10)
+	if got[busy.Addr.String()] != 0 {
+		t.Errorf("busy endpoint %s picked: %v", busy.Addr, got)
+	}
+	busy.Done()
+	if got := e.picks(10); len(got) != 2 {
+		t.Errorf("after Done: %v", got)
+	}
+}
+
+func TestNoEndpointsAndNotFound(t *testing.T) {
+	e := newEnv(t, nil)
+	known := netip.MustParseAddrPort("10.96.0.11:80")
+	e.srv.Set(known.String(), destinationtest.NoEndpoints(true))
+	if _, err := e.r.Pick(context.Background(), known); !errors.Is(err, ErrNoEndpoints) {
+		t.Errorf("exists=true: err = %v, want ErrNoEndpoints", err)
+	}
+	p, err := e.r.Pick(context.Background(), svc) // not in the snapshot: exists=false
+	if err != nil || !p.Fallback || p.Addr != svc || !p.Identity.IsZero() {
+		t.Errorf("exists=false: %+v, %v; want fallback to the original destination", p, err)
+	}
+	p.Done()
+	// Endpoints arrive later for the known service.
+	e.srv.Push(known.String(), add(wa("10.1.0.9:80", webID)))
+	within(t, time.Second, "endpoints after no-endpoints", func() bool {
+		p, err := e.r.Pick(context.Background(), known)
+		p.Done()
+		return err == nil && p.Addr.String() == "10.1.0.9:80"
+	})
+	// The last endpoint removed: the service still exists, so fail.
+	e.srv.Push(known.String(), remove(wa("10.1.0.9:80", spiffe.ID{})))
+	within(t, time.Second, "no endpoints after removal", func() bool {
+		_, err := e.r.Pick(context.Background(), known)
+		return errors.Is(err, ErrNoEndpoints)
+	})
+}
+
+// TestCacheSurvivesServerGone: with destination stopped the cached set
+// keeps serving; when it returns the fresh snapshot replaces the set.
+func TestCacheSurvivesServerGone(t *testing.T) {
+	e := newEnv(t, nil)
+	e.srv.Set(svc.String(), add(wa("10.1.0.1:8080", webID), wa("10.1.0.2:8080", webID)))
+	if got := e.picks(4); len(got) != 2 {
+		t.Fatalf("picks = %v", got)
+	}
+	e.srv.Stop()
+	within(t, 2*time.Second, "stream error counted", func() bool {
+		return testutil.ToFloat64(e.r.streams.WithLabelValues("error")) > 0
+	})
+	if got := e.picks(10); len(got) != 2 {
+		t.Errorf("with destination down: %v, want the cached two", got)
+	}
+	// Destination comes back on the same address with another set.
+	ln, err := net.Listen("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.serve(ln)
+	e.srv.Set(svc.String(), add(wa("10.1.0.3:8080", webID)))
+	within(t, 5*time.Second, "fresh snapshot replaces the cached set", func() bool {
+		got := e.picks(4)
+		return len(got) == 1 && got["10.1.0.3:8080"] == 4
+	})
+}
+
+func TestUnreachableFallsBack(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.FirstTimeout = 300 * time.Millisecond })
+	e.srv.Stop()
+	t0 := time.Now()
+	p, err := e.r.Pick(context.Background(), svc)
+	if err != nil || !p.Fallback || p.Addr != svc {
+		t.Fatalf("pick = %+v, %v; want fallback", p, err)
+	}
+	if el := time.Since(t0); el > time.Second {
+		t.Errorf("fallback took %s", el)
+	}
+	if v := testutil.ToFloat64(e.r.lookups.WithLabelValues(ResultUnavailable)); v != 1 {
+		t.Errorf("lookups{unavailable} = %v", v)
+	}
+}
+
+func TestIdleSubscriptionDropped(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.IdleTimeout = 100 * time.Millisecond })
+	e.srv.Set(svc.String(), add(wa("10.1.0.1:8080", webID)))
+	held, err := e.r.Pick(context.Background(), svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-e.srv.Opened
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-e.srv.Closed:
+		t.Fatal("subscription dropped while a pick was in flight")
+	default:
+	}
+	held.Done()
+	select {
+	case <-e.srv.Closed:
+	case <-time.After(2 * time.Second):
+		t.Fatal("idle subscription not dropped")
+	}
+	if v := testutil.ToFloat64(e.r.subsG); v != 0 {
+		t.Errorf("destination_subscriptions = %v", v)
+	}
+	// A later pick subscribes again.
+	p, err := e.r.Pick(context.Background(), svc)
+	if err != nil || p.Addr.String() != "10.1.0.1:8080" {
+		t.Errorf("re-subscribe: %+v %v", p, err)
+	}
+	p.Done()
+}
+
+func TestWrongDestinationIdentityRefused(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.FirstTimeout = 300 * time.Millisecond })
+	// A client that expects another identity for destination gets nothing.
+	cc, err := Dial(e.addr, e.ca.Source(proxyID), spiffe.New("cluster.local", "plexus-system", "someone-else"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	st, err := destinationpb.NewDestinationClient(cc).Get(ctx, &destinationpb.GetDestination{Path: svc.String()})
+	if err == nil {
+		_, err = st.Recv()
+	}
+	if err == nil {
+		t.Fatal("stream to a destination with the wrong identity succeeded")
+	}
+}

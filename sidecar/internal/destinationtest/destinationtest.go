@@ -1,0 +1,122 @@
+// Package destinationtest is a destination gRPC server that tests drive:
+// each Get stream is answered with the snapshot the test set for its path
+// (NoEndpoints{exists: false} when none), then with whatever the test pushes.
+package destinationtest
+
+import (
+	"crypto/tls"
+	"net"
+	"net/netip"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
+)
+
+// Server implements destinationpb.DestinationServer.
+type Server struct {
+	destinationpb.UnimplementedDestinationServer
+	// Opened and Closed receive the path of each stream as it opens and ends.
+	Opened, Closed chan string
+
+	mu       sync.Mutex
+	snapshot map[string]*destinationpb.Update
+	streams  map[string][]chan *destinationpb.Update
+	gs       *grpc.Server
+}
+
+// Serve serves Get on ln over TLS with a certificate for id from ca,
+// requiring client certificates that chain to ca. Stop ends it.
+func Serve(ln net.Listener, ca *testpki.CA, id spiffe.ID) *Server {
+	s := &Server{
+		Opened: make(chan string, 100), Closed: make(chan string, 100),
+		snapshot: map[string]*destinationpb.Update{}, streams: map[string][]chan *destinationpb.Update{},
+	}
+	cfg := &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{*ca.Leaf(id)},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    ca.Roots(),
+	}
+	s.gs = grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg)))
+	destinationpb.RegisterDestinationServer(s.gs, s)
+	go s.gs.Serve(ln)
+	return s
+}
+
+// Stop closes the listener and every stream.
+func (s *Server) Stop() { s.gs.Stop() }
+
+// Set makes u the first message of later streams for path.
+func (s *Server) Set(path string, u *destinationpb.Update) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.snapshot[path] = u
+}
+
+// Push sends u on every open stream for path.
+func (s *Server) Push(path string, u *destinationpb.Update) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ch := range s.streams[path] {
+		ch <- u
+	}
+}
+
+// Get answers the snapshot, then pushed updates.
+func (s *Server) Get(req *destinationpb.GetDestination, st grpc.ServerStreamingServer[destinationpb.Update]) error {
+	ch := make(chan *destinationpb.Update, 16)
+	s.mu.Lock()
+	first := s.snapshot[req.GetPath()]
+	s.streams[req.GetPath()] = append(s.streams[req.GetPath()], ch)
+	s.mu.Unlock()
+	if first == nil {
+		first = &destinationpb.Update{Update: &destinationpb.Update_NoEndpoints{NoEndpoints: &destinationpb.NoEndpoints{}}}
+	}
+	s.Opened <- req.GetPath()
+	defer func() { s.Closed <- req.GetPath() }()
+	if err := st.Send(first); err != nil {
+		return err
+	}
+	for {
+		select {
+		case u := <-ch:
+			if err := st.Send(u); err != nil {
+				return err
+			}
+		case <-st.Context().Done():
+			return nil
+		}
+	}
+}
+
+// Add is an Add update of addrs (service label "web").
+func Add(addrs ...*destinationpb.WeightedAddr) *destinationpb.Update {
+	return &destinationpb.Update{Update: &destinationpb.Update_Add{Add: &destinationpb.AddrSet{Addrs: addrs, MetricLabels: map[string]string{"service": "web"}}}}
+}
+
+// Remove is a Remove update of addrs.
+func Remove(addrs ...*destinationpb.WeightedAddr) *destinationpb.Update {
+	return &destinationpb.Update{Update: &destinationpb.Update_Remove{Remove: &destinationpb.AddrSet{Addrs: addrs}}}
+}
+
+// NoEndpoints is a NoEndpoints update.
+func NoEndpoints(exists bool) *destinationpb.Update {
+	return &destinationpb.Update{Update: &destinationpb.Update_NoEndpoints{NoEndpoints: &destinationpb.NoEndpoints{Exists: exists}}}
+}
+
+// Endpoint is a WeightedAddr for addr ("ip:port"), meshed with id unless
+// id is zero.
+func Endpoint(addr string, id spiffe.ID) *destinationpb.WeightedAddr {
+	ap := netip.MustParseAddrPort(addr)
+	w := &destinationpb.WeightedAddr{Addr: &destinationpb.TcpAddress{Ip: ap.Addr().AsSlice(), Port: uint32(ap.Port())}, Weight: 10000,
+		MetricLabels: map[string]string{"pod": "web-" + addr}}
+	if !id.IsZero() {
+		w.TlsIdentity = &destinationpb.TlsIdentity{SpiffeId: id.String()}
+	}
+	return w
+}
