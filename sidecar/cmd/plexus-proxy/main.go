@@ -31,7 +31,7 @@ func main() {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := proxy.Run(ctx, proxy.RunOptions{Config: cfg, Log: log, Registry: reg, NewIdentity: identityConstructor()}); err != nil {
+	if err := proxy.Run(ctx, proxy.RunOptions{Config: cfg, Log: log, Registry: reg, NewIdentity: newIdentity}); err != nil {
 		log.Error("plexus-proxy stopped", "err", err)
 		os.Exit(1)
 	}
