@@ -120,9 +120,16 @@ func (cp *controlPlane) run(t *testing.T, args ...string) string {
 
 func applyYAML(t *testing.T, c *clustertest.Cluster, doc string) {
 	t.Helper()
-	f := filepath.Join(t.TempDir(), "apply.yaml")
-	if err := os.WriteFile(f, []byte(doc), 0o600); err != nil {
+	// Not t.TempDir(): subtest names put commas in it, and kubectl -f
+	// splits paths at commas.
+	f, err := os.CreateTemp("", "plexus-apply-*.yaml")
+	if err != nil {
 		t.Fatal(err)
 	}
-	c.Kubectl(t, "apply", "-f", f)
+	defer os.Remove(f.Name())
+	if _, err := f.WriteString(doc); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	c.Kubectl(t, "apply", "-f", f.Name())
 }
