@@ -37,7 +37,7 @@ export PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN PLEXUS_KUBECTL=$KUBE_BIN/kubectl
 export PLEXUS_KUBE_BIN=$KUBE_BIN
 export PLEXUS_CLUSTER_CNI_CONF_DIR=$CNI_CONF_DIR PLEXUS_CLUSTER_CNI_BIN_DIR=$CNI_BIN_DIR PLEXUS_CNI_BIN=$PLEXUS_ROOT/bin/plexus-cni
 export PLEXUS_PROXY_BIN=$PLEXUS_ROOT/bin/plexus-proxy PLEXUS_NODE_BIN=$PLEXUS_ROOT/bin/plexus-node
-export PLEXUS_CONTROL_BIN=$PLEXUS_ROOT/bin/plexus-control
+export PLEXUS_CONTROL_BIN=$PLEXUS_ROOT/bin/plexus-control PLEXUSCTL_BIN=$PLEXUS_ROOT/bin/plexusctl
 go vet ./...
 rc=0
 go test -count=1 -timeout 30m ./... || rc=$?

@@ -1,0 +1,98 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/plexus-mesh/plexus/integration/clustercni"
+	"github.com/plexus-mesh/plexus/integration/clustertest"
+)
+
+// TestPlexusctlInstallAndCheck installs all of Plexus the way a user does,
+// `plexusctl install | kubectl apply --server-side -f -`, waits for
+// `plexusctl check` to pass, then removes the node agent and expects
+// check to fail naming it.
+func TestPlexusctlInstallAndCheck(t *testing.T) {
+	env := clustercni.Read(t)
+	bin := os.Getenv("PLEXUSCTL_BIN")
+	if bin == "" {
+		t.Skip("PLEXUSCTL_BIN is not set (run `make test`)")
+	}
+	c := clustertest.Connect(t)
+	env.Lock(t)
+	primary := clustercni.PrimaryConflist(t, env.ConfDir)
+	original, err := os.ReadFile(primary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return string(out) + stderr.String(), err
+		}
+		return string(out), nil
+	}
+	manifests, err := ctl("install", "--cni-bin-dir="+env.BinDir, "--cni-conf-dir="+env.ConfDir)
+	if err != nil {
+		t.Fatalf("plexusctl install: %v\n%s", err, manifests)
+	}
+	file := filepath.Join(os.TempDir(), "plexus-install-"+time.Now().Format("150405.000000")+".yaml")
+	if err := os.WriteFile(file, []byte(manifests), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			c.Dump(t, controlNamespace)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		exec.CommandContext(ctx, os.Getenv(clustertest.EnvKubectl), "--kubeconfig", c.Kubeconfig,
+			"delete", "--ignore-not-found", "--wait=true", "-f", file).Run()
+		os.Remove(file)
+		// The agent leaves the plugin in place when it stops (an upgrade);
+		// put the node's CNI setup back as it was.
+		clustercni.WriteAtomic(t, primary, original, 0o644)
+		os.Remove(filepath.Join(env.BinDir, "plexus-cni"))
+	})
+	c.Kubectl(t, "apply", "--server-side", "-f", file)
+
+	var last string
+	clustertest.WaitFor(t, 3*time.Minute, "plexusctl check to pass", func(context.Context) (bool, error) {
+		last, err = ctl("check")
+		return err == nil, nil
+	})
+	for _, want := range []string{"✔", "plexus-identity", "plexus-destination", "plexus-injector"} {
+		if !strings.Contains(last, want) {
+			t.Errorf("plexusctl check output lacks %q:\n%s", want, last)
+		}
+	}
+	t.Logf("plexusctl check:\n%s", last)
+
+	ctx := clustertest.Context(t, time.Minute)
+	if err := c.Client.AppsV1().DaemonSets(controlNamespace).Delete(ctx, "plexus-node", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("deleting the node agent: %v", err)
+	}
+	clustertest.WaitFor(t, time.Minute, "plexusctl check to fail without the node agent", func(ctx context.Context) (bool, error) {
+		pods, err := c.Client.CoreV1().Pods(controlNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=plexus-node"})
+		if err != nil || len(pods.Items) != 0 {
+			return false, err
+		}
+		last, err = ctl("check")
+		var exit *exec.ExitError
+		return errors.As(err, &exit) && exit.ExitCode() == 1, nil
+	})
+	if !strings.Contains(last, "✘") || !strings.Contains(last, "plexus-node") {
+		t.Errorf("plexusctl check without the node agent does not name it:\n%s", last)
+	}
+}
