@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/plexus-mesh/plexus/control/adminhttp"
 	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
@@ -137,6 +138,8 @@ func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) err
 	} else {
 		log.Warn("no TLS configured: serving the Destination API in PLAINTEXT", "addr", cfg.Addr)
 	}
+	// Proxies ping every 30 s to notice a lost connection; allow it.
+	grpcOpts = append(grpcOpts, grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 20 * time.Second}))
 	gs := grpc.NewServer(grpcOpts...)
 	pb.RegisterDestinationServer(gs, srv)
 

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/control/spiffe"
@@ -85,6 +86,14 @@ type Pick struct {
 }
 
 // Done releases the pick's in-flight slot.
+
+// Keepalive of the stream to destination; the destination server permits
+// pings this often (control/destinationcmd).
+const (
+	KeepaliveTime    = 30 * time.Second
+	KeepaliveTimeout = 10 * time.Second
+)
+
 func (p Pick) Done() {
 	if p.ep != nil {
 		p.ep.inflight.Add(-1)
@@ -147,7 +156,11 @@ func New(opts Options) *Resolver {
 // TLS 1.3, presenting src's certificate and requiring the server to prove
 // serverID.
 func Dial(addr string, src mtls.CertSource, serverID spiffe.ID) (*grpc.ClientConn, error) {
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(mtls.ClientConfig(src, serverID))))
+	cc, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(credentials.NewTLS(mtls.ClientConfig(src, serverID))),
+		// A control plane that vanishes without a FIN (node lost) is
+		// noticed within Time+Timeout, and the cache keeps serving.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout}))
 	if err != nil {
 		return nil, fmt.Errorf("destination client for %s: %w", addr, err)
 	}

@@ -83,7 +83,6 @@ func (i *testIdentity) Certificate() (*tls.Certificate, error) {
 	return i.cert, nil
 }
 
-
 // identityEnv is the environment giving a proxy identity id from ca.
 func identityEnv(ca *testpki.CA, id spiffe.ID, extra ...string) []string {
 	chain, key := testpki.PEM(ca.Leaf(id))
