@@ -1,0 +1,325 @@
+// Package install renders Plexus's manifests from deploy/ as one
+// multi-document YAML stream for `kubectl apply -f -`, with the identity
+// issuer and trust anchors, the trust and cluster domains, CNI directories,
+// images, node-image mode and HA applied.
+package install
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/plexus-mesh/plexus/control/spiffe"
+)
+
+// Namespace is the control plane's namespace (DESIGN.md §2).
+const Namespace = "plexus-system"
+
+// Defaults, as written in deploy/.
+const (
+	DefaultClusterDomain = "cluster.local"
+	DefaultCNIBinDir     = "/opt/cni/bin"
+	DefaultCNIConfDir    = "/etc/cni/net.d"
+	DefaultImageRegistry = "plexus.dev"
+	DefaultVersion       = "dev"
+	// HAReplicas is the replica count of each control-plane Deployment
+	// with --ha.
+	HAReplicas = 3
+)
+
+// Config says what to render.
+type Config struct {
+	TrustDomain   string
+	ClusterDomain string
+	CNIBinDir     string // host path of the CNI binaries
+	CNIConfDir    string // host path of the CNI configuration
+	// NodeImageMode leaves out the DaemonSet and everything only it uses:
+	// the plugin is baked into the node images (daemonset/README.md).
+	NodeImageMode bool
+	// HA runs HAReplicas of each control-plane Deployment, spread over
+	// nodes, each with a PodDisruptionBudget.
+	HA            bool
+	ImageRegistry string // replaces "plexus.dev" in every image reference
+	Version       string // the tag of every image, and the proxy version
+	// CRDsOnly renders only the CustomResourceDefinitions.
+	CRDsOnly bool
+	// Identity files (PEM); all three or none. None means a new trust
+	// anchor and issuer are generated.
+	TrustAnchorsFile      string
+	IssuerCertificateFile string
+	IssuerKeyFile         string
+}
+
+// DefaultConfig renders deploy/ as written.
+func DefaultConfig() Config {
+	return Config{
+		TrustDomain:   spiffe.DefaultTrustDomain,
+		ClusterDomain: DefaultClusterDomain,
+		CNIBinDir:     DefaultCNIBinDir,
+		CNIConfDir:    DefaultCNIConfDir,
+		ImageRegistry: DefaultImageRegistry,
+		Version:       DefaultVersion,
+	}
+}
+
+// Validate reports the first setting that cannot be rendered.
+func (c Config) Validate() error {
+	if err := validDomain("trust domain", c.TrustDomain); err != nil {
+		return err
+	}
+	if err := validDomain("cluster domain", c.ClusterDomain); err != nil {
+		return err
+	}
+	for _, d := range []struct{ name, dir string }{{"CNI bin dir", c.CNIBinDir}, {"CNI conf dir", c.CNIConfDir}} {
+		if !path.IsAbs(d.dir) || path.Clean(d.dir) != d.dir || d.dir == "/" {
+			return fmt.Errorf("%s %q: want a clean absolute host path other than /", d.name, d.dir)
+		}
+	}
+	if c.ImageRegistry == "" || strings.ContainsAny(c.ImageRegistry, " @") || strings.HasSuffix(c.ImageRegistry, "/") {
+		return fmt.Errorf("image registry %q is not a registry/repository prefix (no spaces, no @, no trailing /)", c.ImageRegistry)
+	}
+	if !validTag(c.Version) {
+		return fmt.Errorf("version %q is not a valid image tag", c.Version)
+	}
+	n := 0
+	for _, f := range []string{c.TrustAnchorsFile, c.IssuerCertificateFile, c.IssuerKeyFile} {
+		if f != "" {
+			n++
+		}
+	}
+	if n != 0 && n != 3 {
+		return errors.New("the identity trust anchors, issuer certificate and issuer key files go together: give all three or none")
+	}
+	return nil
+}
+
+func validDomain(what, d string) error {
+	if d == "" || len(d) > 253 || strings.HasPrefix(d, ".") || strings.HasSuffix(d, ".") {
+		return fmt.Errorf("%s %q is not a DNS name", what, d)
+	}
+	for _, r := range d {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '.') {
+			return fmt.Errorf("%s %q is not a lowercase DNS name", what, d)
+		}
+	}
+	return nil
+}
+
+func validTag(t string) bool {
+	if t == "" || len(t) > 128 || t[0] == '.' || t[0] == '-' {
+		return false
+	}
+	for _, r := range t {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// Renderer renders manifests. Its fields are what tests replace.
+type Renderer struct {
+	// Manifests is deploy.Manifests: crds/, plexus-control/ and
+	// plexus-node/, each holding *.yaml.
+	Manifests fs.FS
+	// Generate makes a new trust anchor and issuer; GenerateIdentity in
+	// production.
+	Generate Generator
+	// Now is the clock for generation and for checking given files.
+	Now func() time.Time
+	// ReadFile reads the identity files; os.ReadFile in production.
+	ReadFile func(string) ([]byte, error)
+}
+
+// object is one Kubernetes object as generic JSON-like maps, so that
+// every field of deploy/ passes through untouched.
+type object = map[string]any
+
+// Render writes cfg's manifests to w as multi-document YAML.
+func (r Renderer) Render(cfg Config, w io.Writer) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("install: %w", err)
+	}
+	objs, err := r.objects(cfg)
+	if err != nil {
+		return fmt.Errorf("install: %w", err)
+	}
+	var buf bytes.Buffer
+	for i, o := range objs {
+		b, err := yaml.Marshal(o)
+		if err != nil {
+			return fmt.Errorf("install: encoding %s: %w", describe(o), err)
+		}
+		if i > 0 {
+			buf.WriteString("---\n")
+		}
+		buf.Write(b)
+	}
+	if _, err := w.Write(buf.Bytes()); err != nil {
+		return fmt.Errorf("install: writing the manifests: %w", err)
+	}
+	return nil
+}
+
+// objects returns the rendered objects in apply order.
+func (r Renderer) objects(cfg Config) ([]object, error) {
+	crds, err := load(r.Manifests, "crds")
+	if err != nil {
+		return nil, err
+	}
+	if cfg.CRDsOnly {
+		return crds, nil
+	}
+	control, err := load(r.Manifests, "plexus-control")
+	if err != nil {
+		return nil, err
+	}
+	var node []object
+	if !cfg.NodeImageMode {
+		if node, err = load(r.Manifests, "plexus-node"); err != nil {
+			return nil, err
+		}
+	}
+	id, err := r.identity(cfg)
+	if err != nil {
+		return nil, err
+	}
+	objs := []object{namespace(cfg)}
+	objs = append(objs, crds...)
+	objs = append(objs, identityObjects(id)...)
+	objs = append(objs, control...)
+	objs = append(objs, node...)
+	for _, o := range append(control, node...) {
+		if err := customize(o, cfg); err != nil {
+			return nil, fmt.Errorf("%s: %w", describe(o), err)
+		}
+	}
+	if cfg.HA {
+		for _, o := range control {
+			if kind(o) != "Deployment" {
+				continue
+			}
+			pdb, err := makeHA(o)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", describe(o), err)
+			}
+			objs = append(objs, pdb)
+		}
+	}
+	sort.SliceStable(objs, func(i, j int) bool { return rank(objs[i]) < rank(objs[j]) })
+	return objs, nil
+}
+
+// applyOrder ranks kinds so that what an object refers to exists first.
+var applyOrder = []string{
+	"Namespace", "CustomResourceDefinition", "Secret", "ConfigMap",
+	"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+	"Service", "Deployment", "PodDisruptionBudget", "DaemonSet",
+	// kinds not listed go here, before the webhooks
+	"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+}
+
+func rank(o object) int {
+	k := kind(o)
+	for i, name := range applyOrder {
+		if name == k {
+			return 2 * i
+		}
+	}
+	return 2*12 + 1 // just before the webhooks
+}
+
+// load reads every *.yaml in dir but kustomization.yaml, in name order,
+// and returns its non-empty documents.
+func load(fsys fs.FS, dir string) ([]object, error) {
+	files, err := fs.Glob(fsys, dir+"/*.yaml")
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", dir, err)
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no manifests in %s", dir)
+	}
+	sort.Strings(files)
+	var objs []object
+	for _, f := range files {
+		if path.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		b, err := fs.ReadFile(fsys, f)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", f, err)
+		}
+		for i, doc := range splitDocuments(b) {
+			var o object
+			if err := yaml.Unmarshal(doc, &o); err != nil {
+				return nil, fmt.Errorf("%s document %d: %w", f, i+1, err)
+			}
+			if len(o) == 0 {
+				continue // only comments
+			}
+			if kind(o) == "" {
+				return nil, fmt.Errorf("%s document %d has no kind", f, i+1)
+			}
+			objs = append(objs, o)
+		}
+	}
+	return objs, nil
+}
+
+// splitDocuments splits a YAML stream at its "---" separator lines.
+func splitDocuments(b []byte) [][]byte {
+	var docs [][]byte
+	var cur []byte
+	for _, line := range bytes.SplitAfter(b, []byte("\n")) {
+		if t := bytes.TrimRight(line, " \t\r\n"); string(t) == "---" || bytes.HasPrefix(t, []byte("--- ")) {
+			docs = append(docs, cur)
+			cur = nil
+			continue
+		}
+		cur = append(cur, line...)
+	}
+	return append(docs, cur)
+}
+
+func namespace(cfg Config) object {
+	// The node agent needs hostPath and hostNetwork ("privileged" Pod
+	// Security); the control plane alone meets "restricted".
+	level := "privileged"
+	if cfg.NodeImageMode {
+		level = "restricted"
+	}
+	return object{
+		"apiVersion": "v1",
+		"kind":       "Namespace",
+		"metadata": object{
+			"name": Namespace,
+			"labels": object{
+				"app.kubernetes.io/part-of":          "plexus",
+				"pod-security.kubernetes.io/enforce": level,
+			},
+		},
+	}
+}
+
+func kind(o object) string {
+	k, _ := o["kind"].(string)
+	return k
+}
+
+// describe names an object for errors: Kind namespace/name.
+func describe(o object) string {
+	meta, _ := o["metadata"].(object)
+	name, _ := meta["name"].(string)
+	if ns, _ := meta["namespace"].(string); ns != "" {
+		name = ns + "/" + name
+	}
+	return kind(o) + " " + name
+}

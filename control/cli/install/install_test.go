@@ -1,0 +1,191 @@
+package install
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/plexus-mesh/plexus/deploy"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// fixedNow is the stub clock of the golden tests.
+var fixedNow = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// stubIdentity makes the golden output stable: fixed text naming the
+// trust domain it was asked for, instead of random keys.
+func stubIdentity(trustDomain string, now time.Time) (Identity, error) {
+	stamp := trustDomain + " " + now.Format(time.RFC3339)
+	return Identity{
+		AnchorsPEM:    []byte("stub anchor for " + stamp + "\n"),
+		IssuerCertPEM: []byte("stub issuer certificate for " + stamp + "\n"),
+		IssuerKeyPEM:  []byte("stub issuer key for " + stamp + "\n"),
+	}, nil
+}
+
+func testRenderer() Renderer {
+	return Renderer{
+		Manifests: deploy.Manifests,
+		Generate:  stubIdentity,
+		Now:       func() time.Time { return fixedNow },
+		ReadFile:  os.ReadFile,
+	}
+}
+
+// goldenCases are the configurations with golden output.
+func goldenCases() map[string]Config {
+	def := DefaultConfig()
+	crds := def
+	crds.CRDsOnly = true
+	ha := def
+	ha.HA = true
+	nodeImage := def
+	nodeImage.NodeImageMode = true
+	custom := def
+	custom.TrustDomain = "mesh.example.org"
+	custom.ClusterDomain = "k8s.example.org"
+	custom.CNIBinDir = "/var/lib/rancher/k3s/data/current/bin"
+	custom.CNIConfDir = "/var/lib/rancher/k3s/agent/etc/cni/net.d"
+	custom.ImageRegistry = "registry.example.org/mesh"
+	custom.Version = "v1.2.3"
+	return map[string]Config{
+		"default":         def,
+		"crds":            crds,
+		"ha":              ha,
+		"node-image-mode": nodeImage,
+		"custom":          custom,
+	}
+}
+
+func render(t *testing.T, cfg Config) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	if err := testRenderer().Render(cfg, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
+func TestGolden(t *testing.T) {
+	for name, cfg := range goldenCases() {
+		t.Run(name, func(t *testing.T) {
+			got := render(t, cfg)
+			golden := filepath.Join("testdata", name+".golden.yaml")
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to create it)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("output differs from %s (go test -update rewrites it); got:\n%s", golden, got)
+			}
+		})
+	}
+}
+
+// kinds lists kind/name of each rendered document, in order.
+func kinds(t *testing.T, out []byte) []string {
+	t.Helper()
+	var list []string
+	for _, o := range decodeAll(t, out) {
+		list = append(list, describe(o))
+	}
+	return list
+}
+
+func TestOrder(t *testing.T) {
+	list := kinds(t, render(t, DefaultConfig()))
+	want := []string{
+		"Namespace plexus-system",
+		"CustomResourceDefinition serviceprofiles.plexus.dev",
+		"Secret plexus-system/plexus-identity-issuer",
+		"ConfigMap plexus-system/plexus-identity-trust-anchors",
+	}
+	for i, w := range want {
+		if i >= len(list) || list[i] != w {
+			t.Fatalf("document %d is %q, want %q; all: %v", i+1, at(list, i), w, list)
+		}
+	}
+	last := list[len(list)-1]
+	if last != "MutatingWebhookConfiguration plexus-injector" {
+		t.Errorf("last document is %q, want the webhook configuration", last)
+	}
+	pos := func(prefix string) int {
+		for i, k := range list {
+			if strings.HasPrefix(k, prefix) {
+				return i
+			}
+		}
+		t.Fatalf("no %s in %v", prefix, list)
+		return -1
+	}
+	if !(pos("ClusterRole ") < pos("Service ") && pos("Service ") < pos("Deployment ") && pos("Deployment ") < pos("DaemonSet ")) {
+		t.Errorf("want RBAC, Services, Deployments, DaemonSet in that order: %v", list)
+	}
+}
+
+func at(l []string, i int) string {
+	if i < len(l) {
+		return l[i]
+	}
+	return "<none>"
+}
+
+func TestNodeImageModeOmitsNodeAgent(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.NodeImageMode = true
+	for _, k := range kinds(t, render(t, cfg)) {
+		if strings.Contains(k, "plexus-node") || strings.Contains(k, "plexus-cni-config") {
+			t.Errorf("node-image mode renders %s", k)
+		}
+	}
+	def := strings.Join(kinds(t, render(t, DefaultConfig())), ",")
+	if !strings.Contains(def, "DaemonSet plexus-system/plexus-node") {
+		t.Errorf("default install has no node agent DaemonSet: %s", def)
+	}
+}
+
+func TestCRDsOnly(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.CRDsOnly = true
+	list := kinds(t, render(t, cfg))
+	if len(list) != 1 || list[0] != "CustomResourceDefinition serviceprofiles.plexus.dev" {
+		t.Errorf("install --crds renders %v, want only the ServiceProfile CRD", list)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for name, mut := range map[string]func(*Config){
+		"empty trust domain":    func(c *Config) { c.TrustDomain = "" },
+		"uppercase domain":      func(c *Config) { c.ClusterDomain = "Cluster.Local" },
+		"relative CNI dir":      func(c *Config) { c.CNIBinDir = "opt/cni/bin" },
+		"unclean CNI dir":       func(c *Config) { c.CNIConfDir = "/etc/cni/../net.d" },
+		"root CNI dir":          func(c *Config) { c.CNIConfDir = "/" },
+		"bad version":           func(c *Config) { c.Version = "v1 2" },
+		"registry trailing /":   func(c *Config) { c.ImageRegistry = "example.org/" },
+		"partial identity file": func(c *Config) { c.IssuerKeyFile = "key.pem" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			mut(&cfg)
+			if err := cfg.Validate(); err == nil {
+				t.Errorf("Validate accepted %+v", cfg)
+			}
+			if err := testRenderer().Render(cfg, &bytes.Buffer{}); err == nil {
+				t.Error("Render accepted an invalid config")
+			}
+		})
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Errorf("default config: %v", err)
+	}
+}

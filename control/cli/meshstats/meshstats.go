@@ -1,0 +1,203 @@
+// Package meshstats turns two scrapes of a proxy's Prometheus metrics into
+// traffic statistics of its inbound side: requests, success rate, RPS,
+// latency quantiles and the share carried over mTLS.
+package meshstats
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// Metric names and label values of the proxy (sidecar/metrics).
+const (
+	responseTotal   = "response_total"
+	responseLatency = "response_latency_ms"
+	inbound         = "inbound"
+)
+
+// Counts are the inbound counters of one scrape (or a delta of two, or a
+// sum over pods). Buckets maps a latency bucket's upper bound in ms
+// (+Inf included) to its cumulative count.
+type Counts struct {
+	Success float64
+	Failure float64
+	TLS     float64 // responses to requests that arrived over mesh mTLS
+	Buckets map[float64]float64
+}
+
+// Total is the number of responses.
+func (c Counts) Total() float64 { return c.Success + c.Failure }
+
+// Parse reads the inbound counters from one scrape in the Prometheus text
+// format.
+func Parse(text []byte) (Counts, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(text))
+	if err != nil {
+		return Counts{}, fmt.Errorf("parsing proxy metrics: %w", err)
+	}
+	c := Counts{Buckets: map[float64]float64{}}
+	if f := fams[responseTotal]; f != nil {
+		for _, m := range f.GetMetric() {
+			l := labels(m)
+			if l["direction"] != inbound {
+				continue
+			}
+			v := m.GetCounter().GetValue()
+			if l["classification"] == "success" {
+				c.Success += v
+			} else {
+				c.Failure += v
+			}
+			if l["tls"] == "true" {
+				c.TLS += v
+			}
+		}
+	}
+	if f := fams[responseLatency]; f != nil {
+		for _, m := range f.GetMetric() {
+			if labels(m)["direction"] != inbound {
+				continue
+			}
+			h := m.GetHistogram()
+			for _, b := range h.GetBucket() {
+				if math.IsInf(b.GetUpperBound(), 1) {
+					continue // the sample count below is the +Inf bucket
+				}
+				c.Buckets[b.GetUpperBound()] += float64(b.GetCumulativeCount())
+			}
+			c.Buckets[math.Inf(1)] += float64(h.GetSampleCount())
+		}
+	}
+	return c, nil
+}
+
+func labels(m *dto.Metric) map[string]string {
+	l := make(map[string]string, len(m.GetLabel()))
+	for _, p := range m.GetLabel() {
+		l[p.GetName()] = p.GetValue()
+	}
+	return l
+}
+
+// Delta is after minus before. A counter that went down means the proxy
+// restarted between the scrapes; then after alone is the delta, as
+// Prometheus's increase() would count it.
+func Delta(before, after Counts) Counts {
+	reset := after.Success < before.Success || after.Failure < before.Failure || after.TLS < before.TLS
+	for le, v := range after.Buckets {
+		if v < before.Buckets[le] {
+			reset = true
+		}
+	}
+	if reset {
+		return after.clone()
+	}
+	d := Counts{
+		Success: after.Success - before.Success,
+		Failure: after.Failure - before.Failure,
+		TLS:     after.TLS - before.TLS,
+		Buckets: map[float64]float64{},
+	}
+	for le, v := range after.Buckets {
+		d.Buckets[le] = v - before.Buckets[le]
+	}
+	return d
+}
+
+func (c Counts) clone() Counts {
+	out := c
+	out.Buckets = make(map[float64]float64, len(c.Buckets))
+	for le, v := range c.Buckets {
+		out.Buckets[le] = v
+	}
+	return out
+}
+
+// Add returns the sum of a and b (several pods' deltas).
+func Add(a, b Counts) Counts {
+	s := Counts{Success: a.Success + b.Success, Failure: a.Failure + b.Failure, TLS: a.TLS + b.TLS, Buckets: map[float64]float64{}}
+	for le, v := range a.Buckets {
+		s.Buckets[le] += v
+	}
+	for le, v := range b.Buckets {
+		s.Buckets[le] += v
+	}
+	return s
+}
+
+// Stats are the figures of one row. Pointers are nil when there was no
+// traffic in the window.
+type Stats struct {
+	Requests    float64  `json:"requests"`
+	SuccessRate *float64 `json:"successRate"` // 0..1
+	RPS         *float64 `json:"rps"`
+	LatencyP50  *float64 `json:"latencyP50Ms"`
+	LatencyP95  *float64 `json:"latencyP95Ms"`
+	LatencyP99  *float64 `json:"latencyP99Ms"`
+	TLSShare    *float64 `json:"tlsShare"` // 0..1
+}
+
+// Compute derives Stats from a delta measured over window.
+func Compute(d Counts, window time.Duration) Stats {
+	s := Stats{Requests: d.Total()}
+	if d.Total() <= 0 || window <= 0 {
+		return s
+	}
+	s.SuccessRate = ptr(d.Success / d.Total())
+	s.RPS = ptr(d.Total() / window.Seconds())
+	s.TLSShare = ptr(d.TLS / d.Total())
+	s.LatencyP50 = Quantile(0.50, d.Buckets)
+	s.LatencyP95 = Quantile(0.95, d.Buckets)
+	s.LatencyP99 = Quantile(0.99, d.Buckets)
+	return s
+}
+
+func ptr(f float64) *float64 { return &f }
+
+// Quantile estimates the q-quantile from cumulative bucket counts like
+// Prometheus's histogram_quantile: linear interpolation inside the bucket
+// holding the rank, the first bucket starting at 0, and the upper bound
+// of the highest finite bucket when the rank falls into +Inf. It is nil
+// without observations.
+func Quantile(q float64, buckets map[float64]float64) *float64 {
+	les := make([]float64, 0, len(buckets))
+	for le := range buckets {
+		les = append(les, le)
+	}
+	sort.Float64s(les)
+	if len(les) == 0 || !math.IsInf(les[len(les)-1], 1) {
+		return nil
+	}
+	total := buckets[les[len(les)-1]]
+	if total <= 0 {
+		return nil
+	}
+	rank := q * total
+	lower, below := 0.0, 0.0
+	for i, le := range les {
+		count := buckets[le]
+		if count < rank {
+			lower, below = le, count
+			continue
+		}
+		if math.IsInf(le, 1) {
+			if i == 0 {
+				return nil
+			}
+			return ptr(les[i-1])
+		}
+		if count == below {
+			return ptr(le)
+		}
+		return ptr(lower + (le-lower)*(rank-below)/(count-below))
+	}
+	return ptr(les[len(les)-2])
+}

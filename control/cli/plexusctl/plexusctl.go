@@ -1,0 +1,343 @@
+// Package plexusctl is the plexusctl command line: kubectl-like global
+// flags, the subcommands install, check, inject, uninject and stat, and
+// exit codes 0 (success), 1 (failure) and 2 (usage error).
+package plexusctl
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/plexus-mesh/plexus/control/cli/check"
+	"github.com/plexus-mesh/plexus/control/cli/install"
+	"github.com/plexus-mesh/plexus/control/cli/optin"
+	"github.com/plexus-mesh/plexus/control/cli/stat"
+	"github.com/plexus-mesh/plexus/deploy"
+)
+
+// Exit codes.
+const (
+	ExitOK    = 0
+	ExitFail  = 1
+	ExitUsage = 2
+)
+
+// Env is what the command reads from its process.
+type Env struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Colour is true when stdout is a terminal (and NO_COLOR is unset).
+	Colour bool
+}
+
+// usageError marks errors that exit with ExitUsage. quiet ones were
+// already printed (by the flag package).
+type usageError struct {
+	err   error
+	quiet bool
+}
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+func usagef(format string, a ...any) error { return usageError{err: fmt.Errorf(format, a...)} }
+
+// globals are kubectl's connection and output flags, accepted before and
+// after the subcommand.
+type globals struct {
+	kubeconfig, context, namespace, output string
+}
+
+func (g *globals) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.kubeconfig, "kubeconfig", g.kubeconfig, "kubeconfig file (default $KUBECONFIG or ~/.kube/config)")
+	fs.StringVar(&g.context, "context", g.context, "kubeconfig context to use")
+	fs.StringVar(&g.namespace, "namespace", g.namespace, "namespace (default: the context's)")
+	fs.StringVar(&g.namespace, "n", g.namespace, "shorthand for --namespace")
+	fs.StringVar(&g.output, "output", g.output, "output format where output is a table: json|yaml|wide")
+	fs.StringVar(&g.output, "o", g.output, "shorthand for --output")
+}
+
+// command is one subcommand.
+type command struct {
+	summary string
+	run     func(ctx context.Context, g *globals, args []string, env Env) error
+}
+
+func commands() map[string]command {
+	return map[string]command{
+		"install":  {"print the manifests for kubectl apply -f -", runInstall},
+		"check":    {"verify the installation in a cluster", runCheck},
+		"inject":   {"add plexus.dev/inject: enabled to manifests (files or - for stdin)", runOptin(optin.Inject)},
+		"uninject": {"remove plexus.dev/inject from manifests (files or - for stdin)", runOptin(optin.Uninject)},
+		"stat":     {"traffic statistics: stat ns|deploy|pod [NAME]", runStat},
+	}
+}
+
+// Main runs plexusctl with args (without the program name) and returns the
+// exit code.
+func Main(ctx context.Context, args []string, env Env) int {
+	cmds := commands()
+	g := &globals{}
+	fs := flag.NewFlagSet("plexusctl", flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	g.register(fs)
+	fs.Usage = func() { usage(env.Stderr, fs, cmds) }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK
+		}
+		return ExitUsage
+	}
+	rest := fs.Args()
+	if len(rest) == 0 || cmds[rest[0]].run == nil {
+		if len(rest) > 0 {
+			fmt.Fprintf(env.Stderr, "plexusctl: unknown command %q\n", rest[0])
+		}
+		fs.Usage()
+		return ExitUsage
+	}
+	name := rest[0]
+	err := cmds[name].run(ctx, g, rest[1:], env)
+	var ue usageError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, flag.ErrHelp):
+		return ExitOK
+	case errors.As(err, &ue) && ue.quiet:
+		return ExitUsage
+	case errors.As(err, &ue):
+		fmt.Fprintf(env.Stderr, "plexusctl %s: %v\n", name, err)
+		return ExitUsage
+	case errors.Is(err, errReported):
+		return ExitFail
+	default:
+		fmt.Fprintf(env.Stderr, "plexusctl %s: %v\n", name, err)
+		return ExitFail
+	}
+}
+
+// errReported is a failure whose details are already printed.
+var errReported = errors.New("failure reported")
+
+func usage(w io.Writer, fs *flag.FlagSet, cmds map[string]command) {
+	fmt.Fprintln(w, "usage: plexusctl [global flags] COMMAND [flags] [args]")
+	fmt.Fprintln(w, "\ncommands:")
+	var names []string
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-9s %s\n", n, cmds[n].summary)
+	}
+	fmt.Fprintln(w, "\nglobal flags:")
+	fs.PrintDefaults()
+}
+
+// parse parses a subcommand's flags, which may come before, between and
+// after its arguments (as kubectl allows); "--" ends the flags.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, usageError{err: err, quiet: true}
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// parseConfig parses a command that takes flags only, then validates the
+// Config the flags filled in; both kinds of error are usage errors.
+func parseConfig(fs *flag.FlagSet, args []string, validate func() error) error {
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected arguments %v", pos)
+	}
+	if err := validate(); err != nil {
+		return usageError{err: err}
+	}
+	return nil
+}
+
+func newFlagSet(name string, g *globals, env Env) *flag.FlagSet {
+	fs := flag.NewFlagSet("plexusctl "+name, flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	g.register(fs)
+	return fs
+}
+
+// connect builds the client from the kubeconfig, like kubectl, and
+// returns the namespace to use (-n, else the context's, else default).
+func connect(g *globals) (kubernetes.Interface, *rest.Config, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if g.kubeconfig != "" {
+		rules.ExplicitPath = g.kubeconfig
+	}
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: g.context})
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("kubeconfig: %w", err)
+	}
+	cfg.UserAgent = "plexusctl"
+	ns := g.namespace
+	if ns == "" {
+		if ns, _, err = cc.Namespace(); err != nil {
+			return nil, nil, "", fmt.Errorf("kubeconfig namespace: %w", err)
+		}
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("kubernetes client: %w", err)
+	}
+	return client, cfg, ns, nil
+}
+
+func runInstall(_ context.Context, g *globals, args []string, env Env) error {
+	cfg := install.DefaultConfig()
+	fs := newFlagSet("install", g, env)
+	fs.StringVar(&cfg.TrustDomain, "trust-domain", cfg.TrustDomain, "SPIFFE trust domain of the mesh")
+	fs.StringVar(&cfg.ClusterDomain, "cluster-domain", cfg.ClusterDomain, "the cluster's DNS domain")
+	fs.StringVar(&cfg.CNIBinDir, "cni-bin-dir", cfg.CNIBinDir, "host directory of the CNI plugin binaries")
+	fs.StringVar(&cfg.CNIConfDir, "cni-conf-dir", cfg.CNIConfDir, "host directory of the CNI configuration")
+	fs.BoolVar(&cfg.NodeImageMode, "node-image-mode", false, "leave out the node agent DaemonSet: the CNI plugin is baked into the node images")
+	fs.BoolVar(&cfg.HA, "ha", false, "run 3 replicas of each control-plane service, spread over nodes, with PodDisruptionBudgets")
+	fs.StringVar(&cfg.ImageRegistry, "image-registry", cfg.ImageRegistry, "registry (and path) of the Plexus images")
+	fs.StringVar(&cfg.Version, "version", cfg.Version, "tag of the Plexus images")
+	fs.BoolVar(&cfg.CRDsOnly, "crds", false, "print only the CustomResourceDefinitions")
+	fs.StringVar(&cfg.TrustAnchorsFile, "identity-trust-anchors-file", "", "PEM trust anchors (with the two issuer files; default: generate new ones)")
+	fs.StringVar(&cfg.IssuerCertificateFile, "identity-issuer-certificate-file", "", "PEM issuer certificate, signed by a trust anchor")
+	fs.StringVar(&cfg.IssuerKeyFile, "identity-issuer-key-file", "", "PEM issuer private key")
+	if err := parseConfig(fs, args, func() error { return cfg.Validate() }); err != nil {
+		return err
+	}
+	r := install.Renderer{Manifests: deploy.Manifests, Generate: install.GenerateIdentity, Now: time.Now, ReadFile: os.ReadFile}
+	return r.Render(cfg, env.Stdout)
+}
+
+func runCheck(ctx context.Context, g *globals, args []string, env Env) error {
+	var cfg check.Config
+	fs := newFlagSet("check", g, env)
+	fs.BoolVar(&cfg.NodeImageMode, "node-image-mode", false, "the CNI plugin is baked into the node images: skip the DaemonSet check")
+	timeout := fs.Duration("timeout", 30*time.Second, "give up on the API server after this long")
+	if err := parseConfig(fs, args, func() error { return cfg.Validate() }); err != nil {
+		return err
+	}
+	client, restCfg, _, err := connect(g)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	c := check.Checker{Client: client, Now: time.Now, ServerTime: check.APIServerTime(restCfg)}
+	if !check.Print(env.Stdout, c.Run(ctx, cfg), env.Colour) {
+		return errReported
+	}
+	return nil
+}
+
+func runOptin(mode optin.Mode) func(context.Context, *globals, []string, Env) error {
+	return func(_ context.Context, g *globals, args []string, env Env) error {
+		name := map[optin.Mode]string{optin.Inject: "inject", optin.Uninject: "uninject"}[mode]
+		fs := newFlagSet(name, g, env)
+		files, err := parse(fs, args)
+		if err != nil {
+			return err
+		}
+		if len(files) == 0 {
+			files = []string{"-"}
+		}
+		var out strings.Builder
+		for i, f := range files {
+			in := env.Stdin
+			if f != "-" {
+				fh, err := os.Open(f)
+				if err != nil {
+					return fmt.Errorf("reading manifests: %w", err)
+				}
+				defer fh.Close()
+				in = fh
+			}
+			var one strings.Builder
+			if err := optin.Rewrite(in, &one, mode); err != nil {
+				return fmt.Errorf("%s: %w", displayName(f), err)
+			}
+			if i > 0 && out.Len() > 0 && one.Len() > 0 {
+				out.WriteString("---\n")
+			}
+			out.WriteString(one.String())
+		}
+		_, err = io.WriteString(env.Stdout, out.String())
+		return err
+	}
+}
+
+func displayName(f string) string {
+	if f == "-" {
+		return "stdin"
+	}
+	return f
+}
+
+func runStat(ctx context.Context, g *globals, args []string, env Env) error {
+	fs := newFlagSet("stat", g, env)
+	window := fs.Duration("window", 5*time.Second, "time between the two scrapes of each proxy")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) < 1 || len(pos) > 2 {
+		return usagef("want stat (ns|namespace|deploy|deployment|pod) [NAME]")
+	}
+	res, err := stat.ParseResource(pos[0])
+	if err != nil {
+		return usageError{err: err}
+	}
+	switch g.output {
+	case stat.FormatTable, stat.FormatWide, stat.FormatJSON, stat.FormatYAML:
+	default:
+		return usagef("unknown output format %q: want json, yaml or wide", g.output)
+	}
+	cfg := stat.Config{Resource: res, Window: *window}
+	if len(pos) == 2 {
+		cfg.Name = pos[1]
+	}
+	client, _, ns, err := connect(g)
+	if err != nil {
+		return err
+	}
+	cfg.Namespace = ns
+	if err := cfg.Validate(); err != nil {
+		return usageError{err: err}
+	}
+	s := stat.Stat{Client: client, Scrape: stat.ProxyScraper(client), Sleep: stat.Sleep, Now: time.Now}
+	rows, err := s.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return stat.Render(env.Stdout, rows, g.output)
+}

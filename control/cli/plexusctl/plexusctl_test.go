@@ -1,0 +1,92 @@
+package plexusctl
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// runMain runs Main and returns its exit code, stdout and stderr.
+func runMain(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := Main(context.Background(), args, Env{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut})
+	return code, out.String(), errOut.String()
+}
+
+func TestExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	missingKubeconfig := filepath.Join(dir, "nope")
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string
+	}{
+		{"no command", nil, ExitUsage, "usage: plexusctl"},
+		{"unknown command", []string{"frobnicate"}, ExitUsage, `unknown command "frobnicate"`},
+		{"help", []string{"-h"}, ExitOK, "usage: plexusctl"},
+		{"install --crds", []string{"install", "--crds"}, ExitOK, ""},
+		{"install unknown flag", []string{"install", "--bogus"}, ExitUsage, "flag provided but not defined: -bogus"},
+		{"install bad trust domain", []string{"install", "--trust-domain=Not_A_Domain"}, ExitUsage, "trust domain"},
+		{"install stray argument", []string{"install", "extra"}, ExitUsage, "unexpected arguments [extra]"},
+		{"stat unknown resource", []string{"stat", "svc"}, ExitUsage, `unknown resource "svc"`},
+		{"stat bad output", []string{"stat", "pod", "-o", "xml"}, ExitUsage, `unknown output format "xml"`},
+		{"stat no kubeconfig", []string{"--kubeconfig", missingKubeconfig, "stat", "pod"}, ExitFail, "kubeconfig"},
+		{"check no kubeconfig", []string{"check", "--kubeconfig=" + missingKubeconfig}, ExitFail, "kubeconfig"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := runMain(t, "", tc.args...)
+			if code != tc.code || !strings.Contains(stderr, tc.stderr) {
+				t.Errorf("exit %d, stderr %q; want %d and %q", code, stderr, tc.code, tc.stderr)
+			}
+		})
+	}
+}
+
+func TestInjectFilesAndStdin(t *testing.T) {
+	dir := t.TempDir()
+	a := filepath.Join(dir, "a.yaml")
+	if err := os.WriteFile(a, []byte("apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := runMain(t, "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: shop\n", "inject", a, "-")
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	docs := strings.Split(out, "---\n")
+	if len(docs) != 2 || !strings.Contains(docs[0], "name: a") || !strings.Contains(docs[1], "name: shop") || strings.Count(out, "plexus.dev/inject: enabled") != 3 {
+		t.Errorf("output:\n%s", out)
+	}
+	code, out, _ = runMain(t, out, "uninject")
+	if code != ExitOK || strings.Contains(out, "plexus.dev/inject") {
+		t.Errorf("uninject from stdin: exit %d\n%s", code, out)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("kind: Pod\n---\nkind: [\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr = runMain(t, "", "inject", a, bad)
+	if code != ExitFail || out != "" || !strings.Contains(stderr, bad+": document 2") {
+		t.Errorf("garbage: exit %d, stdout %q, stderr %q; want 1, nothing, an error naming the file and document 2", code, out, stderr)
+	}
+}
+
+func TestParseIntersperses(t *testing.T) {
+	g := &globals{}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	g.register(fs)
+	window := fs.Duration("window", 0, "")
+	pos, err := parse(fs, []string{"deploy", "-n", "shop", "web", "--window=2s", "-o", "json", "--", "-x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(pos, []string{"deploy", "web", "-x"}) || g.namespace != "shop" || g.output != "json" || window.String() != "2s" {
+		t.Errorf("pos %v, namespace %q, output %q, window %s", pos, g.namespace, g.output, window)
+	}
+}

@@ -1,0 +1,103 @@
+package stat
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Formats of Render.
+const (
+	FormatTable = ""
+	FormatWide  = "wide"
+	FormatJSON  = "json"
+	FormatYAML  = "yaml"
+)
+
+// Render writes rows as a table (wide adds the namespace, the request
+// count and scrape errors) or as JSON or YAML.
+func Render(w io.Writer, rows []Row, format string) error {
+	if rows == nil {
+		rows = []Row{}
+	}
+	switch format {
+	case FormatJSON:
+		b, err := json.MarshalIndent(rows, "", "  ")
+		if err != nil {
+			return fmt.Errorf("encoding JSON: %w", err)
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	case FormatYAML:
+		b, err := yaml.Marshal(rows)
+		if err != nil {
+			return fmt.Errorf("encoding YAML: %w", err)
+		}
+		_, err = w.Write(b)
+		return err
+	case FormatTable, FormatWide:
+	default:
+		return fmt.Errorf("unknown output format %q: want json, yaml or wide", format)
+	}
+	wide := format == FormatWide
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	head := []string{"NAME", "MESHED", "SUCCESS", "RPS", "LATENCY_P50", "LATENCY_P95", "LATENCY_P99", "TLS"}
+	if wide {
+		head = append([]string{"NAMESPACE"}, append(head, "REQUESTS", "ERRORS")...)
+	}
+	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	for _, r := range rows {
+		cells := []string{
+			r.Name,
+			fmt.Sprintf("%d/%d", r.Meshed, r.Total),
+			percent(r.SuccessRate, 2),
+			number(r.RPS, 1, "rps"),
+			number(r.LatencyP50, 0, "ms"),
+			number(r.LatencyP95, 0, "ms"),
+			number(r.LatencyP99, 0, "ms"),
+			percent(r.TLSShare, 0),
+		}
+		if wide {
+			ns := r.Namespace
+			if ns == "" {
+				ns = "-"
+			}
+			errs := "-"
+			if len(r.Errors) > 0 {
+				errs = strings.Join(r.Errors, "; ")
+			}
+			cells = append([]string{ns}, append(cells, strconv.FormatFloat(r.Requests, 'f', -1, 64), errs)...)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("writing the table: %w", err)
+	}
+	return nil
+}
+
+func percent(f *float64, decimals int) string {
+	if f == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*f*100, 'f', decimals, 64) + "%"
+}
+
+// number prints f with decimals, or more where that would show 0 for a
+// small non-zero value (a 0.4 ms latency reads 0.4ms, not 0ms).
+func number(f *float64, decimals int, unit string) string {
+	if f == nil {
+		return "-"
+	}
+	v := *f
+	for decimals < 3 && v != 0 && math.Abs(v) < math.Pow(10, -float64(decimals)) {
+		decimals++
+	}
+	return strconv.FormatFloat(v, 'f', decimals, 64) + unit
+}
