@@ -15,9 +15,10 @@ COREDNS_BIN := $(shell bash -c 'source $(CLUSTER)/env.sh && echo $$COREDNS_BIN')
 # Our binaries: every <component>/cmd/<name> outside integration/.
 COMMANDS := $(filter-out integration/%,$(wildcard */cmd/*))
 BINARIES := $(notdir $(COMMANDS))
-# plexus-cni runs on the node, not in a container: it ships inside plexus-node.
+# plexus-cni runs on the node, not in a container: it ships inside plexus-node;
+# plexusctl runs on the user's machine.
 IMAGES := images/pause.tar images/testapp.tar images/demoapp.tar images/coredns.tar \
-	$(filter-out images/plexus-cni.tar,$(BINARIES:%=images/%.tar))
+	$(filter-out images/plexus-cni.tar images/plexusctl.tar,$(BINARIES:%=images/%.tar))
 
 .PHONY: all build images deps cluster-up cluster-down test test-unit demo bench clean proto proto-check
 
