@@ -177,6 +177,19 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 TOML
 }
 
+# share_netns_dir makes /run/netns a shared mount of itself before
+# containerd mounts pod network namespaces in it, as `ip netns add` does
+# the first time it runs. Otherwise the first `ip netns add` after pods
+# exist (a test's) binds /run/netns over itself and hides their netns
+# mounts underneath, where nothing can unmount or remove them.
+share_netns_dir() {
+	mkdir -p /run/netns
+	if ! mount --make-shared /run/netns 2>/dev/null; then
+		mount --bind /run/netns /run/netns && mount --make-shared /run/netns ||
+			die "cannot make /run/netns a shared mount"
+	fi
+}
+
 import_images() {
 	local tar
 	for tar in "$IMAGES_DIR"/*.tar; do

@@ -42,6 +42,7 @@ mkdir -p "$STATE_DIR" "$LOG_DIR" "$PID_DIR" "$RUN_DIR" "$CNI_BIN_DIR" "$CNI_CONF
 write_kubeconfigs
 save_sysctls
 snapshot_foreign_dirs
+share_netns_dir
 ip netns list 2>/dev/null | awk '{print $1}' >"$STATE_DIR/netns.before"
 
 sysctl -qw net.bridge.bridge-nf-call-iptables=1 net.bridge.bridge-nf-call-ip6tables=1

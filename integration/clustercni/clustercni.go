@@ -54,6 +54,25 @@ func (e Env) Lock(t *testing.T) {
 	t.Cleanup(func() { f.Close() }) // closing releases the lock
 }
 
+// KeepNodeCNI takes the lock and, when the test ends, puts the node's CNI
+// setup back as it was, whatever a node agent did meanwhile: the primary
+// conflist byte for byte, and no plexus-cni binary. It returns the
+// conflist's path and its original content.
+func (e Env) KeepNodeCNI(t *testing.T) (primary string, original []byte) {
+	t.Helper()
+	e.Lock(t)
+	primary = PrimaryConflist(t, e.ConfDir)
+	original, err := os.ReadFile(primary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		WriteAtomic(t, primary, original, 0o644)
+		os.Remove(filepath.Join(e.BinDir, "plexus-cni"))
+	})
+	return primary, original
+}
+
 // Install takes the lock, then appends plexus-cni to the cluster's primary
 // conflist the way the node agent does, and puts everything back when the
 // test ends. It returns the plugin's log file.

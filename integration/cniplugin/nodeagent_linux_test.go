@@ -47,19 +47,9 @@ func TestNodeAgentInstallsPlugin(t *testing.T) {
 		t.Skip("needs root to read pods' network namespaces")
 	}
 	c := clustertest.Connect(t)
-	env.Lock(t)
-	primary := clustercni.PrimaryConflist(t, env.ConfDir)
-	original, err := os.ReadFile(primary)
-	if err != nil {
-		t.Fatal(err)
-	}
+	primary, original := env.KeepNodeCNI(t)
 	stateDir := filepath.Join(stateRoot, "plexus-node-state")
-	t.Cleanup(func() {
-		// Whatever happened, the cluster's CNI setup is put back.
-		clustercni.WriteAtomic(t, primary, original, 0o644)
-		os.Remove(filepath.Join(env.BinDir, "plexus-cni"))
-		os.RemoveAll(stateDir)
-	})
+	t.Cleanup(func() { os.RemoveAll(stateDir) })
 
 	deployAgent(t, c, env, stateDir)
 	ctx := clustertest.Context(t, 5*time.Minute)

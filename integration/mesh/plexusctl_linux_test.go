@@ -27,12 +27,7 @@ func TestPlexusctlInstallAndCheck(t *testing.T) {
 		t.Skip("PLEXUSCTL_BIN is not set (run `make test`)")
 	}
 	c := clustertest.Connect(t)
-	env.Lock(t)
-	primary := clustercni.PrimaryConflist(t, env.ConfDir)
-	original, err := os.ReadFile(primary)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env.KeepNodeCNI(t)
 	ctl := func(args ...string) (string, error) {
 		cmd := exec.Command(bin, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
 		var stderr strings.Builder
@@ -60,10 +55,6 @@ func TestPlexusctlInstallAndCheck(t *testing.T) {
 		exec.CommandContext(ctx, os.Getenv(clustertest.EnvKubectl), "--kubeconfig", c.Kubeconfig,
 			"delete", "--ignore-not-found", "--wait=true", "-f", file).Run()
 		os.Remove(file)
-		// The agent leaves the plugin in place when it stops (an upgrade);
-		// put the node's CNI setup back as it was.
-		clustercni.WriteAtomic(t, primary, original, 0o644)
-		os.Remove(filepath.Join(env.BinDir, "plexus-cni"))
 	})
 	c.Kubectl(t, "apply", "--server-side", "-f", file)
 
