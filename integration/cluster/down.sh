@@ -89,6 +89,19 @@ remove_cgroups() {
 	done
 }
 
+# orphan_pod_netns prints the containerd-named (cni-*) network namespaces
+# that no process is in: pod sandboxes of a cluster whose processes were
+# killed without a cluster-down, which no state dir recorded.
+orphan_pod_netns() {
+	local used f ino
+	used=$(stat -L -c %i /proc/[0-9]*/ns/net 2>/dev/null | sort -u)
+	for f in /run/netns/cni-*; do
+		[ -e "$f" ] || continue
+		ino=$(stat -L -c %i "$f" 2>/dev/null) || continue
+		grep -qxF "$ino" <<<"$used" || echo "$f"
+	done
+}
+
 unmount_under() {
 	local dir=$1 m
 	for m in $(awk -v d="$dir" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r); do
@@ -112,6 +125,7 @@ kill_shims
 if [ -f "$STATE_DIR/netns.before" ]; then
 	netns="$netns $(ip netns list 2>/dev/null | awk '{print $1}' | grep '^cni-' | grep -vxF -f "$STATE_DIR/netns.before" | sed 's#^#/run/netns/#')"
 fi
+netns="$netns $(orphan_pod_netns)"
 for ns in $netns; do
 	name=$(basename "$ns")
 	umount "/run/netns/$name" 2>/dev/null
@@ -121,11 +135,10 @@ done
 [ -x "$KUBE_BIN/kube-proxy" ] && "$KUBE_BIN/kube-proxy" --cleanup >/dev/null 2>&1
 remove_chains
 ip link delete "$BRIDGE" 2>/dev/null
-if [ -f "$STATE_DIR/lo.addr" ]; then
-	ip addr delete "$(cat "$STATE_DIR/lo.addr")" dev lo 2>/dev/null
-elif ip -o addr show dev lo | grep -q " $NODE_IP/32 "; then
-	ip addr delete "$NODE_IP/32" dev lo
-fi
+# The node address goes even when this state dir did not record it (a
+# cluster from another checkout, or a session killed mid-run, left it).
+ip addr delete "$(cat "$STATE_DIR/lo.addr" 2>/dev/null || echo "$NODE_IP/32")" dev lo 2>/dev/null
+ip addr delete "$NODE_IP/32" dev lo 2>/dev/null
 if [ -f "$STATE_DIR/sysctls.saved" ]; then
 	while IFS= read -r kv; do sysctl -qw "$kv" >/dev/null; done <"$STATE_DIR/sysctls.saved"
 fi

@@ -46,7 +46,8 @@ share_netns_dir
 ip netns list 2>/dev/null | awk '{print $1}' >"$STATE_DIR/netns.before"
 
 sysctl -qw net.bridge.bridge-nf-call-iptables=1 net.bridge.bridge-nf-call-ip6tables=1
-ip addr add "$NODE_IP/32" dev lo
+# replace, not add: an address left by a killed earlier run is not an error.
+ip addr replace "$NODE_IP/32" dev lo
 echo "$NODE_IP/32" >"$STATE_DIR/lo.addr"
 
 start etcd "$KUBE_BIN/etcd" --name "$NODE_NAME" --data-dir "$STATE_DIR/etcd" \
