@@ -207,14 +207,15 @@ func (c Config) container(s settings) corev1.Container {
 		{Name: "PLEXUS_PROXY_POD_NAMESPACE", ValueFrom: field("metadata.namespace")},
 		{Name: "PLEXUS_PROXY_SERVICE_ACCOUNT", ValueFrom: field("spec.serviceAccountName")},
 		{Name: "PLEXUS_PROXY_IDENTITY_TOKEN_FILE", Value: TokenDir + "/token"},
+		{Name: "PLEXUS_PROXY_REDIRECT_PROBE_PORT", Value: strconv.Itoa(RedirectProbePort)},
 	}
 	if v, ok := s.annotations[podconfig.AnnotationOpaquePorts]; ok {
 		env = append(env, corev1.EnvVar{Name: "PLEXUS_PROXY_OPAQUE_PORTS", Value: v})
 	}
-	admin := intstr.FromString("plexus-admin")
-	probe := func(path string, period, failures int32) *corev1.Probe {
+	admin, redirected := intstr.FromString("plexus-admin"), intstr.FromInt32(RedirectProbePort)
+	probe := func(port intstr.IntOrString, path string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
-			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: admin}},
+			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: port}},
 			PeriodSeconds:    period,
 			FailureThreshold: failures,
 		}
@@ -235,11 +236,12 @@ func (c Config) container(s settings) corev1.Container {
 			{Name: "plexus-inbound", ContainerPort: int32(r.InboundPort)},
 			{Name: "plexus-admin", ContainerPort: int32(r.AdminPort)},
 		},
-		// Until it holds a certificate the proxy is not ready, and with a
+		// Until it holds a certificate and the kubelet's probe has come
+		// through the inbound redirect, the proxy is not ready, and with a
 		// native sidecar the app does not start before it is.
-		StartupProbe:   probe("/ready", 1, 120),
-		ReadinessProbe: probe("/ready", 5, 3),
-		LivenessProbe:  probe("/live", 10, 3),
+		StartupProbe:   probe(redirected, "/ready", 1, 120),
+		ReadinessProbe: probe(redirected, "/ready", 5, 3),
+		LivenessProbe:  probe(admin, "/live", 10, 3),
 		Resources:      res,
 		SecurityContext: &corev1.SecurityContext{
 			RunAsUser:                &uid,

@@ -25,6 +25,13 @@ const (
 	AnnotationProxyMemoryLimit   = podconfig.AnnotationPrefix + "proxy-memory-limit"
 )
 
+// RedirectProbePort is where the kubelet probes the proxy's readiness:
+// nothing in the pod listens on it, so the probe's connection reaches the
+// proxy only through the inbound REDIRECT rule the CNI plugin wrote. A pod
+// whose rules are missing therefore never becomes ready (and, with a native
+// sidecar, its app never starts) instead of taking traffic unmeshed.
+const RedirectProbePort = 4192
+
 // redirectAnnotations are the settings the CNI plugin reads from the pod.
 var redirectAnnotations = []string{
 	podconfig.AnnotationSkipInboundPorts, podconfig.AnnotationSkipOutboundPorts,
@@ -87,6 +94,9 @@ func parseSettings(a map[string]string, def Defaults) (settings, error) {
 	}
 	redirect, err := podconfig.FromAnnotations(podconfig.Defaults(), a)
 	if err != nil {
+		return settings{}, err
+	}
+	if err := probeReachable(redirect, a); err != nil {
 		return settings{}, err
 	}
 	s := settings{
@@ -154,4 +164,30 @@ func quantity(name, v string) (resource.Quantity, error) {
 		return resource.Quantity{}, &podconfig.AnnotationError{Annotation: name, Value: v, Err: errors.New("want a positive Kubernetes quantity such as 100m or 64Mi")}
 	}
 	return q, nil
+}
+
+// probeReachable refuses settings under which the kubelet's probe on
+// RedirectProbePort could not come through the inbound redirect.
+func probeReachable(c podconfig.Config, a map[string]string) error {
+	for _, p := range []struct {
+		annotation string
+		port       uint16
+	}{
+		{podconfig.AnnotationInboundPort, c.InboundPort},
+		{podconfig.AnnotationOutboundPort, c.OutboundPort},
+		{podconfig.AnnotationAdminPort, c.AdminPort},
+	} {
+		if p.port == RedirectProbePort {
+			return &podconfig.AnnotationError{Annotation: p.annotation, Value: a[p.annotation],
+				Err: fmt.Errorf("port %d is the proxy's redirect probe port", RedirectProbePort)}
+		}
+	}
+	for _, r := range c.SkipInboundPorts {
+		if r.Contains(RedirectProbePort) {
+			k := podconfig.AnnotationSkipInboundPorts
+			return &podconfig.AnnotationError{Annotation: k, Value: a[k],
+				Err: fmt.Errorf("port %d must stay redirected: the proxy's readiness probe proves the redirect through it", RedirectProbePort)}
+		}
+	}
+	return nil
 }
