@@ -44,7 +44,8 @@ apt_install() {
 
 deps_apt() { apt_install $APT_PACKAGES; }
 deps_bench() { apt_install nginx-light; }
-deps_proto() { apt_install protobuf-compiler; }
+# libprotobuf-dev holds the well-known types (google/protobuf/timestamp.proto).
+deps_proto() { apt_install protobuf-compiler libprotobuf-dev; }
 
 deps_kube() {
 	[ -f "$KUBE_BIN/.complete" ] && return 0
