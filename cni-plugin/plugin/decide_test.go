@@ -85,7 +85,7 @@ func TestDiff(t *testing.T) {
 	}
 	complete := map[rules.Family]rules.State{}
 	for _, rs := range sets {
-		complete[rs.Family] = stateOf(rs)
+		complete[rs.Family] = rules.Saved(rs)
 	}
 	if err := Diff(meshed, fams, complete); err != nil {
 		t.Errorf("complete rules: %v", err)
@@ -103,19 +103,4 @@ func TestDiff(t *testing.T) {
 	if got, err := Want(Decision{}, fams); err != nil || got != nil {
 		t.Errorf("Want(not meshed) = %v, %v", got, err)
 	}
-}
-
-// stateOf is the state iptables-save shows after rs was applied.
-func stateOf(rs rules.RuleSet) rules.State {
-	st := rules.State{Chains: map[string][]string{}}
-	for _, c := range rules.Chains() {
-		st.Chains[c] = nil
-	}
-	for _, r := range rs.Rules {
-		st.Chains[r.Chain] = append(st.Chains[r.Chain], r.Line())
-	}
-	for _, h := range rs.Hooks {
-		st.Hooks = append(st.Hooks, h.Line())
-	}
-	return st
 }
