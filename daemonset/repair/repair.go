@@ -41,6 +41,15 @@ const (
 	Off Mode = "off"
 )
 
+// Validate reports whether m is a known mode.
+func (m Mode) Validate() error {
+	switch m {
+	case Apply, Delete, Off:
+		return nil
+	}
+	return fmt.Errorf("repair mode %q: want apply, delete or off", string(m))
+}
+
 // Event reasons recorded on pods.
 const (
 	ReasonRepaired     = "RedirectRepaired"
@@ -62,12 +71,11 @@ type Config struct {
 
 // Validate checks c and fills defaults.
 func (c *Config) Validate() error {
-	switch c.Mode {
-	case Apply, Delete, Off:
-	case "":
+	if c.Mode == "" {
 		c.Mode = Apply
-	default:
-		return fmt.Errorf("repair mode %q: want apply, delete or off", c.Mode)
+	}
+	if err := c.Mode.Validate(); err != nil {
+		return err
 	}
 	if c.Node == "" {
 		return errors.New("repair: node name is empty")
