@@ -11,11 +11,13 @@ import (
 )
 
 // startRun runs the controller until the test ends.
-func startRun(t *testing.T, h *harness) {
+func startRun(t *testing.T, h *harness) { runUntilCleanup(t, h.r) }
+
+func runUntilCleanup(t *testing.T, r *Repairer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, h.r.cfg, h.r.deps) }()
+	go func() { done <- Run(ctx, r.cfg, r.deps) }()
 	t.Cleanup(func() {
 		cancel()
 		select {

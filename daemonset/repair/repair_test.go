@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
@@ -89,24 +90,33 @@ type harness struct {
 
 func newHarness(t *testing.T, mode Mode, objs ...runtime.Object) *harness {
 	t.Helper()
-	h := &harness{client: fake.NewClientset(objs...), tables: newMemTables()}
-	var err error
-	if h.metrics, err = NewMetrics(prometheus.NewRegistry()); err != nil {
+	h := &harness{client: fake.NewClientset(objs...)}
+	h.r, h.tables, h.metrics = newRepairer(t, h.client, mode)
+	return h
+}
+
+// newRepairer builds a Repairer on client with tables in memory and pod
+// IPs 10.244.0.5 and fd00::5 in namespace /run/netns/cni-5.
+func newRepairer(t *testing.T, client kubernetes.Interface, mode Mode) (*Repairer, *memTables, *Metrics) {
+	t.Helper()
+	tables := newMemTables()
+	metrics, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
 		t.Fatal(err)
 	}
 	conf, err := plugin.ParseConf([]byte(`{"type":"plexus-cni","kubeconfig":"/k","exclude_namespaces":["kube-system","infra"]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.r, err = New(Config{Mode: mode, Node: node, Resync: time.Second}, Deps{
-		Client: h.client, Plugin: conf, Tables: h.tables,
+	r, err := New(Config{Mode: mode, Node: node, Resync: time.Second}, Deps{
+		Client: client, Plugin: conf, Tables: tables,
 		Netns:   ipNamespaces{netip.MustParseAddr("10.244.0.5"): "/run/netns/cni-5", netip.MustParseAddr("fd00::5"): "/run/netns/cni-5"},
-		Metrics: h.metrics, Log: slog.New(slog.DiscardHandler),
+		Metrics: metrics, Log: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return h
+	return r, tables, metrics
 }
 
 // meshedPod is a running meshed pod on node-1 with IP 10.244.0.5, owned
