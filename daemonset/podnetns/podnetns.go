@@ -77,7 +77,8 @@ func (f *Finder) Find(ips []netip.Addr) (string, error) {
 		}
 		break // stale: the namespace is gone or changed; read them all
 	}
-	if err := f.rescan(); err != nil {
+	unreadable, err := f.rescan()
+	if err != nil {
 		return "", err
 	}
 	var found []string
@@ -88,6 +89,10 @@ func (f *Finder) Find(ips []netip.Addr) (string, error) {
 	}
 	switch len(found) {
 	case 0:
+		if unreadable != nil {
+			// e.g. setns without CAP_SYS_ADMIN: say so, not just "not found".
+			return "", fmt.Errorf("%w (%s) in %s; some could not be read: %w", ErrNotFound, joinAddrs(ips), f.dir, unreadable)
+		}
 		return "", fmt.Errorf("%w (%s) in %s", ErrNotFound, joinAddrs(ips), f.dir)
 	case 1:
 		return found[0], nil
@@ -98,12 +103,13 @@ func (f *Finder) Find(ips []netip.Addr) (string, error) {
 }
 
 // rescan reads every namespace in the directory again; namespaces that
-// are gone are forgotten. Entries that are not network namespaces are
-// skipped.
-func (f *Finder) rescan() error {
+// are gone are forgotten. Entries that are not network namespaces, or no
+// longer exist, are skipped; the first other failure to read one (no
+// permission to enter it) is returned as unreadable.
+func (f *Finder) rescan() (unreadable, err error) {
 	entries, err := os.ReadDir(f.dir)
 	if err != nil {
-		return fmt.Errorf("listing network namespaces: %w", err)
+		return nil, fmt.Errorf("listing network namespaces: %w", err)
 	}
 	known := make(map[string]entry, len(entries))
 	for _, de := range entries {
@@ -112,13 +118,18 @@ func (f *Finder) rescan() error {
 		}
 		path := filepath.Join(f.dir, de.Name())
 		e, err := f.read(path)
-		if err != nil {
-			continue // not a namespace, or gone meanwhile
+		var notNS ns.NSPathNotNSErr
+		var gone ns.NSPathNotExistErr
+		switch {
+		case err == nil:
+			known[path] = e
+		case errors.Is(err, errSelf), errors.Is(err, os.ErrNotExist), errors.As(err, &notNS), errors.As(err, &gone):
+		case unreadable == nil:
+			unreadable = err
 		}
-		known[path] = e
 	}
 	f.known = known
-	return nil
+	return unreadable, nil
 }
 
 // errSelf marks the agent's own namespace, which is never a pod's.
