@@ -45,11 +45,13 @@ images/demoapp.tar: bin/demoapp
 images/coredns.tar: $(COREDNS_BIN)
 	@mkdir -p images
 	bin/imagebuild -tag plexus.dev/coredns:dev -o $@ -file /coredns=$< -entrypoint /coredns -user 65532
-# The node agent installs the CNI plugin from its own image.
-images/plexus-node.tar: bin/plexus-node bin/plexus-cni
+# The node agent installs the CNI plugin from its own image, and repairs
+# pods' rules with this machine's iptables (binaries, extensions, libraries).
+images/plexus-node.tar: bin/plexus-node bin/plexus-cni integration/imagebuild/iptables-files.sh
 	@mkdir -p images
+	iptables=$$(integration/imagebuild/iptables-files.sh); \
 	bin/imagebuild -tag plexus.dev/plexus-node:dev -o $@ -file /plexus-node=bin/plexus-node \
-		-file /opt/plexus/bin/plexus-cni=bin/plexus-cni -entrypoint /plexus-node
+		-file /opt/plexus/bin/plexus-cni=bin/plexus-cni $$iptables -entrypoint /plexus-node
 images/%.tar: bin/%
 	@mkdir -p images
 	bin/imagebuild -tag plexus.dev/$*:dev -o $@ -file /$*=$< -entrypoint /$*

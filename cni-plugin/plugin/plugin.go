@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -22,6 +22,7 @@ import (
 	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 	"github.com/plexus-mesh/plexus/control/meshpod"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Plugin-specific CNI error codes (the spec reserves 0-99).
@@ -114,13 +115,11 @@ func (p *Plugin) Decide(ctx context.Context, log *slog.Logger, conf *NetConf, cn
 		return Decision{}, cniErr(types.ErrInvalidEnvironmentVariables, "plexus-cni: parsing CNI_ARGS", err)
 	}
 	namespace, name := string(ka.K8S_POD_NAMESPACE), string(ka.K8S_POD_NAME)
-	switch {
-	case namespace == "" || name == "":
+	if namespace == "" || name == "" {
 		return Decision{Reason: "not a Kubernetes pod (no K8S_POD_NAMESPACE/K8S_POD_NAME in CNI_ARGS)"}, nil
-	case slices.Contains(conf.Excluded(), namespace):
-		return Decision{Reason: fmt.Sprintf("namespace %s is in exclude_namespaces", namespace)}, nil
-	case namespace == NodeAgentNamespace && strings.HasPrefix(name, NodeAgentPodPrefix):
-		return Decision{Reason: "pod is the plexus node agent"}, nil
+	}
+	if reason := skippedByName(conf, namespace, name); reason != "" {
+		return Decision{Reason: reason}, nil
 	}
 	getter, err := p.Pods(conf)
 	if err != nil {
@@ -143,37 +142,85 @@ func (p *Plugin) Decide(ctx context.Context, log *slog.Logger, conf *NetConf, cn
 		return Decision{}, cniErr(types.ErrTryAgainLater, fmt.Sprintf(
 			"plexus-cni: pod %s/%s has UID %s but the runtime asked for UID %s (the pod was replaced)", namespace, name, pod.UID, uid), nil)
 	}
+	d, err := DecidePod(conf, pod)
+	switch {
+	case errors.Is(err, ErrInvalidConfig):
+		return Decision{}, cniErr(types.ErrInvalidNetworkConfig, "plexus-cni", err)
+	case err != nil:
+		return Decision{}, cniErr(ErrCodeBadAnnotation, "plexus-cni", err)
+	}
+	return d, nil
+}
+
+// ErrInvalidConfig marks DecidePod errors caused by the plugin config
+// rather than by the pod.
+var ErrInvalidConfig = errors.New("invalid plugin config")
+
+// DecidePod decides for a pod object already read (by Decide's GET, or from
+// the node agent's informer): pods in excluded namespaces, the node agent's
+// pods and pods without the proxy are not meshed; for a meshed pod the
+// Decision carries its settings (plugin config, then annotations). A
+// malformed annotation is an error naming the pod; an unusable plugin
+// config wraps ErrInvalidConfig.
+func DecidePod(conf *NetConf, pod *corev1.Pod) (Decision, error) {
+	if reason := skippedByName(conf, pod.Namespace, pod.Name); reason != "" {
+		return Decision{Reason: reason}, nil
+	}
 	if !meshpod.IsMeshed(pod) {
 		return Decision{Reason: "pod has no " + ProxyContainerName + " container"}, nil
 	}
 	base, err := conf.PodBase()
 	if err != nil {
-		return Decision{}, cniErr(types.ErrInvalidNetworkConfig, "plexus-cni: invalid plugin config", err)
+		return Decision{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	cfg, err := podconfig.FromAnnotations(base, pod.Annotations)
 	if err != nil {
-		return Decision{}, cniErr(ErrCodeBadAnnotation, fmt.Sprintf("plexus-cni: pod %s/%s", namespace, name), err)
+		return Decision{}, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return Decision{Mesh: true, Reason: "pod has a " + ProxyContainerName + " container", Config: cfg}, nil
 }
 
-// families are the IP families to write rules for: IPv4 always, IPv6 when
-// the primary plugin gave the pod an IPv6 address.
+// skippedByName says why a pod is never meshed, judging by its namespace
+// and name alone (no API call needed), or "" when that does not decide.
+func skippedByName(conf *NetConf, namespace, name string) string {
+	switch {
+	case slices.Contains(conf.Excluded(), namespace):
+		return fmt.Sprintf("namespace %s is in exclude_namespaces", namespace)
+	case namespace == NodeAgentNamespace && strings.HasPrefix(name, NodeAgentPodPrefix):
+		return "pod is the plexus node agent"
+	}
+	return ""
+}
+
+// families are the IP families to write rules for, from the primary
+// plugin's result.
 func families(prev types.Result) ([]rules.Family, error) {
-	fams := []rules.Family{rules.IPv4}
 	if prev == nil {
-		return fams, nil
+		return Families(nil), nil
 	}
 	res, err := current.NewResultFromResult(prev)
 	if err != nil {
 		return nil, fmt.Errorf("converting prevResult: %w", err)
 	}
+	addrs := make([]netip.Addr, 0, len(res.IPs))
 	for _, ip := range res.IPs {
-		if ip.Address.IP.To4() == nil && len(ip.Address.IP) == net.IPv6len {
-			return append(fams, rules.IPv6), nil
+		if a, ok := netip.AddrFromSlice(ip.Address.IP); ok {
+			addrs = append(addrs, a.Unmap())
 		}
 	}
-	return fams, nil
+	return Families(addrs), nil
+}
+
+// Families are the IP families a pod with these addresses gets rules for:
+// IPv4 always, IPv6 when it has an IPv6 address.
+func Families(podIPs []netip.Addr) []rules.Family {
+	fams := []rules.Family{rules.IPv4}
+	for _, a := range podIPs {
+		if a.Is6() && !a.Is4In6() {
+			return append(fams, rules.IPv6)
+		}
+	}
+	return fams
 }
 
 func buildSets(cfg podconfig.Config, fams []rules.Family) ([]rules.RuleSet, error) {
@@ -186,6 +233,39 @@ func buildSets(cfg podconfig.Config, fams []rules.Family) ([]rules.RuleSet, erro
 		sets = append(sets, rs)
 	}
 	return sets, nil
+}
+
+// Want returns the rule sets a pod decided as d must have in each family;
+// none for a pod that is not meshed.
+func Want(d Decision, fams []rules.Family) ([]rules.RuleSet, error) {
+	if !d.Mesh {
+		return nil, nil
+	}
+	return buildSets(d.Config, fams)
+}
+
+// Diff compares what a pod decided as d must have with the rules read from
+// its namespace (Tables.Current), as CHECK does: nil when every family
+// matches, else one error listing the missing and unexpected rules.
+func Diff(d Decision, fams []rules.Family, states map[rules.Family]rules.State) error {
+	sets, err := Want(d, fams)
+	if err != nil {
+		return fmt.Errorf("building rules: %w", err)
+	}
+	var problems []string
+	for i, f := range fams {
+		var want *rules.RuleSet
+		if d.Mesh {
+			want = &sets[i]
+		}
+		if err := rules.Compare(want, states[f]); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "\n"))
+	}
+	return nil
 }
 
 // Add installs the redirect rules for a meshed pod and passes prevResult
@@ -218,7 +298,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		if err != nil {
 			return cniErr(types.ErrDecodingFailure, "plexus-cni", err)
 		}
-		sets, err := buildSets(d.Config, fams)
+		sets, err := Want(d, fams)
 		if err != nil {
 			return cniErr(types.ErrInternal, "plexus-cni: building rules", err)
 		}
@@ -295,22 +375,8 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 		}
 		return cniErr(code, "plexus-cni: reading rules in "+args.Netns, err)
 	}
-	var problems []string
-	for _, f := range fams {
-		var want *rules.RuleSet
-		if d.Mesh {
-			rs, err := rules.Build(d.Config, f)
-			if err != nil {
-				return cniErr(types.ErrInternal, "plexus-cni: building rules", err)
-			}
-			want = &rs
-		}
-		if err := rules.Compare(want, states[f]); err != nil {
-			problems = append(problems, err.Error())
-		}
-	}
-	if len(problems) > 0 {
-		msg := fmt.Sprintf("plexus-cni: CHECK failed (%s): %s", d.Reason, strings.Join(problems, "\n"))
+	if err := Diff(d, fams, states); err != nil {
+		msg := fmt.Sprintf("plexus-cni: CHECK failed (%s): %s", d.Reason, err)
 		log.Error("CHECK failed", "error", msg)
 		return types.NewError(ErrCodeCheck, msg, "")
 	}

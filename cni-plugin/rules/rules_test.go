@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -201,5 +202,19 @@ func TestBuildRejectsInvalid(t *testing.T) {
 	}
 	if _, err := Build(podconfig.Defaults(), Family(5)); err == nil {
 		t.Fatal("Build accepted family 5")
+	}
+}
+
+func TestSavedIsWhatIptablesSaveShows(t *testing.T) {
+	rs, err := Build(mustConfig(t, map[string]string{podconfig.AnnotationSkipOutboundSubnets: "10.0.0.0/8"}), IPv4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := ParseSave(saveOf(rs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Saved(rs); !reflect.DeepEqual(got, parsed) {
+		t.Errorf("Saved(rs) = %+v\nparsed save = %+v", got, parsed)
 	}
 }

@@ -72,3 +72,19 @@ func ParseSave(out string) (State, error) {
 	}
 	return st, nil
 }
+
+// Saved is the State that iptables-save shows of a table holding exactly
+// rs: our chains with their rules, and the hooks.
+func Saved(rs RuleSet) State {
+	st := State{Chains: map[string][]string{}}
+	for _, c := range Chains() {
+		st.Chains[c] = nil
+	}
+	for _, r := range rs.Rules {
+		st.Chains[r.Chain] = append(st.Chains[r.Chain], r.Line())
+	}
+	for _, h := range rs.Hooks {
+		st.Hooks = append(st.Hooks, h.Line())
+	}
+	return st
+}

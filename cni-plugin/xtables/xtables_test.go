@@ -79,3 +79,51 @@ func TestDetectOnThisMachine(t *testing.T) {
 		t.Fatal("invalid mode accepted")
 	}
 }
+
+func TestChooseMode(t *testing.T) {
+	nftRules := "*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j KUBE-SERVICES\n-A KUBE-SERVICES -j RETURN\nCOMMIT\n"
+	legacyRules := "*filter\n-A INPUT -j ACCEPT\nCOMMIT\n"
+	hint := "*mangle\n:" + KubeHint + " - [0:0]\nCOMMIT\n"
+	for _, tc := range []struct {
+		name, nft, legacy string
+		want              Mode
+	}{
+		{"nothing anywhere", "", "", NFT},
+		{"more nft rules", nftRules, legacyRules, NFT},
+		{"more legacy rules", "", legacyRules, Legacy},
+		{"tie", legacyRules, legacyRules, NFT},
+		{"kubelet hint in legacy beats counts", nftRules, hint, Legacy},
+		{"kubelet hint in nft", hint, legacyRules + legacyRules, NFT},
+	} {
+		got, reason := chooseMode(tc.nft, tc.legacy)
+		if got != tc.want || reason == "" {
+			t.Errorf("%s: chooseMode = %s (%s), want %s", tc.name, got, reason, tc.want)
+		}
+	}
+}
+
+func TestResolveKeepsExplicitModes(t *testing.T) {
+	for _, m := range []Mode{Legacy, NFT} {
+		if got, _, err := Resolve(t.Context(), m); err != nil || got != m {
+			t.Errorf("Resolve(%s) = %s, %v", m, got, err)
+		}
+	}
+	if _, _, err := Resolve(t.Context(), "ebpf"); err == nil {
+		t.Error("Resolve(ebpf) succeeded")
+	}
+}
+
+// TestResolveOnThisMachine resolves auto against this machine's rules.
+func TestResolveOnThisMachine(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("iptables-save needs root")
+	}
+	if _, err := exec.LookPath("iptables-nft-save"); err != nil {
+		t.Skip("no iptables-nft-save on this machine")
+	}
+	m, reason, err := Resolve(t.Context(), Auto)
+	if err != nil || (m != NFT && m != Legacy) {
+		t.Fatalf("Resolve(auto) = %s, %v", m, err)
+	}
+	t.Logf("auto resolves to %s: %s", m, reason)
+}

@@ -106,23 +106,7 @@ func opaquePort(annotations map[string]string, port uint16) bool {
 
 // podIPs returns the IPs of pod that the pod-IP index and lookups use:
 // none for host-network pods, whose IP is the node's.
-func podIPs(pod *corev1.Pod) []netip.Addr {
-	if pod == nil || pod.Spec.HostNetwork {
-		return nil
-	}
-	var out []netip.Addr
-	for _, p := range pod.Status.PodIPs {
-		if ip, err := netip.ParseAddr(p.IP); err == nil {
-			out = append(out, ip.Unmap())
-		}
-	}
-	if len(out) == 0 && pod.Status.PodIP != "" {
-		if ip, err := netip.ParseAddr(pod.Status.PodIP); err == nil {
-			out = append(out, ip.Unmap())
-		}
-	}
-	return out
-}
+func podIPs(pod *corev1.Pod) []netip.Addr { return meshpod.IPs(pod) }
 
 // terminal reports whether pod has finished and serves nothing.
 func terminal(pod *corev1.Pod) bool {

@@ -3,7 +3,11 @@
 // binaries (the CNI plugin) can use it.
 package meshpod
 
-import corev1 "k8s.io/api/core/v1"
+import (
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+)
 
 // ProxyContainerName is the sidecar container that marks a pod as meshed.
 const ProxyContainerName = "plexus-proxy"
@@ -27,4 +31,25 @@ func IsMeshed(pod *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// IPs returns the pod's own IPs from its status (status.podIPs, else
+// status.podIP), IPv4-mapped addresses unmapped; none for a host-network
+// pod, whose IP is the node's.
+func IPs(pod *corev1.Pod) []netip.Addr {
+	if pod == nil || pod.Spec.HostNetwork {
+		return nil
+	}
+	var out []netip.Addr
+	for _, p := range pod.Status.PodIPs {
+		if ip, err := netip.ParseAddr(p.IP); err == nil {
+			out = append(out, ip.Unmap())
+		}
+	}
+	if len(out) == 0 && pod.Status.PodIP != "" {
+		if ip, err := netip.ParseAddr(pod.Status.PodIP); err == nil {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out
 }

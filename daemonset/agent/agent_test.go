@@ -22,6 +22,7 @@ import (
 	"github.com/plexus-mesh/plexus/daemonset/install"
 	"github.com/plexus-mesh/plexus/daemonset/nodeevents"
 	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
+	"github.com/plexus-mesh/plexus/daemonset/repair"
 )
 
 const flannel = `{
@@ -374,5 +375,31 @@ func TestRunPutsBackRemovedBinary(t *testing.T) {
 	eventually(t, time.Second, "metric", func() bool {
 		_, m := get(t, r.url+"/metrics")
 		return strings.Contains(m, `plexus_node_installs_total{what="binary"} 2`)
+	})
+}
+
+// TestRunStartsRepair checks the wiring only (daemonset/repair tests the
+// repair): the metrics are on the agent's registry and, where iptables
+// can be read (root), the node's meshed pod is checked.
+func TestRunStartsRepair(t *testing.T) {
+	cfg, _ := node(t, map[string]string{"10-flannel.conflist": flannel})
+	cfg.Repair = repair.Config{Mode: repair.Off, Node: "n1", Resync: time.Second}
+	cfg.NetnsDir = "/run/netns-none" // under the fake root: no namespaces at all
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-1"},
+		Spec:       corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "plexus-proxy"}}},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: "10.244.0.5"}}},
+	}
+	r := startRun(t, cfg, Deps{Pods: fake.NewClientset(pod)})
+	eventually(t, 2*time.Second, "repair metrics", func() bool {
+		_, m := get(t, r.url+"/metrics")
+		return strings.Contains(m, `plexus_node_repairs_total{action="applied"} 0`)
+	})
+	if os.Geteuid() != 0 {
+		return
+	}
+	eventually(t, 5*time.Second, "the meshed pod checked, its namespace not found", func() bool {
+		_, m := get(t, r.url+"/metrics")
+		return strings.Contains(m, "plexus_node_pods_checked_total 1") && !strings.Contains(m, `plexus_node_repairs_total{action="failed"} 0`)
 	})
 }

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/plexus-mesh/plexus/daemonset/repair"
 )
 
 // Defaults for the node's layout.
@@ -17,6 +19,9 @@ const (
 	DefaultCNIBinDir  = "/opt/cni/bin"
 	DefaultCNIConfDir = "/etc/cni/net.d"
 	DefaultStateDir   = "/var/lib/plexus"
+	// DefaultNetnsDir is where containerd and CRI-O bind-mount pods'
+	// network namespaces (/var/run is a link to /run).
+	DefaultNetnsDir = "/run/netns"
 )
 
 // Paths are the node's dirs as the plugin and the runtime see them on the
@@ -79,6 +84,13 @@ type RunConfig struct {
 	// without a change event (default 30s). A binary removed from the bin
 	// dir is put back at the next resync.
 	Resync time.Duration
+
+	// Repair configures the repair of meshed pods' rules, which runs when
+	// Deps.Pods is set (it needs the node name).
+	Repair repair.Config
+	// NetnsDir is the host dir where the runtime bind-mounts pods'
+	// network namespaces (default /run/netns), reached under Root.
+	NetnsDir string
 }
 
 // Validate checks the config and fills defaults.
@@ -94,6 +106,17 @@ func (c *RunConfig) Validate() error {
 	}
 	if c.TokenSync <= 0 {
 		c.TokenSync = time.Minute
+	}
+	if c.NetnsDir == "" {
+		c.NetnsDir = DefaultNetnsDir
+	}
+	if !filepath.IsAbs(c.NetnsDir) {
+		return fmt.Errorf("netns dir %q is not an absolute path", c.NetnsDir)
+	}
+	if c.Repair.Mode != "" {
+		if err := c.Repair.Mode.Validate(); err != nil {
+			return err
+		}
 	}
 	if c.Kubeconfig != "" {
 		if !filepath.IsAbs(c.Kubeconfig) {

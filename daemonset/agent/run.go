@@ -12,12 +12,18 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
+	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
 
 	"github.com/plexus-mesh/plexus/daemonset/conflist"
 	"github.com/plexus-mesh/plexus/daemonset/guard"
 	"github.com/plexus-mesh/plexus/daemonset/install"
 	"github.com/plexus-mesh/plexus/daemonset/nodeevents"
 	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
+	"github.com/plexus-mesh/plexus/daemonset/podnetns"
+	"github.com/plexus-mesh/plexus/daemonset/repair"
 )
 
 // Deps are what Run is handed rather than builds.
@@ -30,6 +36,9 @@ type Deps struct {
 	Taint *nodetaint.Remover
 	// Events, if not nil, records bad configs and fights on the node.
 	Events *nodeevents.Recorder
+	// Pods, if not nil, is the API client of the repair of meshed pods'
+	// rules (RunConfig.Repair); nil: no repair.
+	Pods kubernetes.Interface
 }
 
 // Run installs the plugin and keeps it in place until ctx ends, serving
@@ -100,6 +109,11 @@ func Run(ctx context.Context, cfg RunConfig, deps Deps) error {
 	if creds != nil {
 		go syncToken(ctx, creds, cfg.TokenSync, m, log)
 	}
+	if deps.Pods != nil {
+		if err := startRepair(ctx, cfg, entry, deps, m); err != nil {
+			return err
+		}
+	}
 	p := patcher(cfg.Paths, entry)
 	bin := binaryKeeper{src: cfg.PluginBinary, dir: cfg.At(cfg.CNIBinDir), m: m, log: log}
 	patch := func() (conflist.Result, error) {
@@ -119,6 +133,45 @@ func Run(ctx context.Context, cfg RunConfig, deps Deps) error {
 		}
 	default:
 	}
+	return nil
+}
+
+// startRepair checks the repair's config and runs it in the background
+// with the plugin's own settings (entry). A node whose iptables backend
+// cannot be read runs without repair: installing the plugin matters more.
+func startRepair(ctx context.Context, cfg RunConfig, entry []byte, deps Deps, m *Metrics) error {
+	log := deps.Log.With("component", "repair")
+	conf, err := plugin.ParseConf(entry)
+	if err != nil {
+		return fmt.Errorf("repair: %w", err)
+	}
+	rm, err := repair.NewMetrics(deps.Registry)
+	if err != nil {
+		return err
+	}
+	finder, err := podnetns.New(cfg.At(cfg.NetnsDir))
+	if err != nil {
+		return fmt.Errorf("repair: %w", err)
+	}
+	rdeps := repair.Deps{Client: deps.Pods, Plugin: conf, Netns: finder, Metrics: rm, Log: log}
+	rcfg := cfg.Repair
+	if err := rcfg.Validate(); err != nil {
+		return err
+	}
+	go func() {
+		mode, reason, err := xtables.Resolve(ctx, conf.Mode())
+		if err != nil {
+			m.Errors.WithLabelValues("repair").Inc()
+			log.Error("no repair of meshed pods: cannot choose the iptables backend", "err", err)
+			return
+		}
+		log.Info("iptables backend for repairs", "backend", string(mode), "reason", reason)
+		rdeps.Tables = plugin.NewNetnsTables(mode, plugin.LockWait, log)
+		if err := repair.Run(ctx, rcfg, rdeps); err != nil {
+			m.Errors.WithLabelValues("repair").Inc()
+			log.Error("repair of meshed pods stopped", "err", err)
+		}
+	}()
 	return nil
 }
 

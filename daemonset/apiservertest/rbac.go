@@ -18,14 +18,21 @@ import (
 // the node agent ships with.
 func (a *Server) BindShippedRole(t *testing.T) {
 	t.Helper()
+	a.BindRole(t, "plexus-node/rbac.yaml")
+}
+
+// BindRole creates the ClusterRole that is the first document of file (a
+// path under deploy/) and binds it to AgentUser.
+func (a *Server) BindRole(t *testing.T, file string) {
+	t.Helper()
 	_, here, _, _ := runtime.Caller(0)
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(here), "../../deploy/plexus-node/rbac.yaml"))
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(here), "../../deploy", file))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var role rbacv1.ClusterRole
 	if err := yaml.UnmarshalStrict([]byte(strings.Split(string(b), "\n---\n")[0]), &role); err != nil {
-		t.Fatalf("decoding the shipped ClusterRole: %v", err)
+		t.Fatalf("decoding the ClusterRole of %s: %v", file, err)
 	}
 	ctx := context.Background()
 	admin := a.Client(t, AdminToken)
@@ -33,7 +40,7 @@ func (a *Server) BindShippedRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "plexus-test-agent"},
+		ObjectMeta: metav1.ObjectMeta{Name: "plexus-test-agent-" + role.Name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: AgentUser}},
 	}

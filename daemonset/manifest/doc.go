@@ -1,5 +1,7 @@
 // Package manifest holds the checks on deploy/plexus-node: the DaemonSet's
-// host mounts agree with its flags, its privileges stay minimal, RBAC
-// grants only what the plugin uses, and the ConfigMap is a config the
+// host mounts agree with its flags, its privileges stay minimal (the
+// repair's three capabilities and no more), RBAC grants only what the
+// plugin and the agent use (pod deletion only in the optional
+// deploy/plexus-node-repair-delete), and the ConfigMap is a config the
 // plugin accepts.
 package manifest

@@ -13,13 +13,20 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/plexus-mesh/plexus/daemonset/pluginentry"
+	"github.com/plexus-mesh/plexus/daemonset/repair"
 )
 
 const dir = "../../deploy/plexus-node"
 
-// decode reads one YAML file into the typed objects, rejecting unknown
-// fields (a typo in a manifest fails here, not on a cluster).
+// decode reads one YAML file of deploy/plexus-node into the typed objects,
+// rejecting unknown fields (a typo in a manifest fails here, not on a
+// cluster).
 func decode(t *testing.T, file string, into ...any) {
+	t.Helper()
+	decodeFrom(t, dir, file, into...)
+}
+
+func decodeFrom(t *testing.T, dir, file string, into ...any) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, file))
 	if err != nil {
@@ -67,9 +74,12 @@ func TestDaemonSet(t *testing.T) {
 	}
 	c := spec.Containers[0]
 	sc := c.SecurityContext
+	// The repair needs setns (SYS_ADMIN) and iptables (NET_ADMIN, NET_RAW);
+	// nothing else.
+	repairCaps := []corev1.Capability{"SYS_ADMIN", "NET_ADMIN", "NET_RAW"}
 	if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
 		sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil ||
-		!reflect.DeepEqual(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
+		!reflect.DeepEqual(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || !reflect.DeepEqual(sc.Capabilities.Add, repairCaps) {
 		t.Errorf("securityContext not minimal: %+v", sc)
 	}
 	if spec.HostPID || spec.HostIPC {
@@ -77,36 +87,52 @@ func TestDaemonSet(t *testing.T) {
 	}
 
 	// Every host dir flag has a hostPath volume at that path, mounted at
-	// --root + path, writable; nothing else of the host is mounted.
+	// --root + path: the three dirs the agent writes writable, the netns
+	// dir read-only with HostToContainer propagation (namespaces of pods
+	// started later must appear); and the host's xtables lock at the path
+	// iptables uses. Nothing else of the host is mounted.
 	a := args(c)
 	root := a["root"]
-	hostPaths := map[string]string{} // volume name -> host path
+	hostPaths := map[string]*corev1.HostPathVolumeSource{} // volume name -> host path
 	for _, v := range spec.Volumes {
 		if v.HostPath != nil {
-			hostPaths[v.Name] = v.HostPath.Path
+			hostPaths[v.Name] = v.HostPath
 		}
 	}
-	mounted := map[string]string{} // host path -> mount path
+	mounts := map[string]corev1.VolumeMount{} // host path -> mount
 	for _, m := range c.VolumeMounts {
-		if p, ok := hostPaths[m.Name]; ok {
-			if m.ReadOnly {
-				t.Errorf("host mount %s is read-only", m.Name)
-			}
-			mounted[p] = m.MountPath
+		if hp, ok := hostPaths[m.Name]; ok {
+			mounts[hp.Path] = m
 		}
 	}
-	for _, flag := range []string{"cni-bin-dir", "cni-conf-dir", "state-dir"} {
+	for _, flag := range []string{"cni-bin-dir", "cni-conf-dir", "state-dir", "netns-dir"} {
 		p := a[flag]
 		if p == "" {
 			t.Errorf("--%s not set", flag)
 			continue
 		}
-		if mounted[p] != filepath.Join(root, p) {
-			t.Errorf("--%s=%s: host path mounted at %q, want %q", flag, p, mounted[p], filepath.Join(root, p))
+		m := mounts[p]
+		if m.MountPath != filepath.Join(root, p) {
+			t.Errorf("--%s=%s: host path mounted at %q, want %q", flag, p, m.MountPath, filepath.Join(root, p))
+		}
+		readOnly, propagation := flag == "netns-dir", corev1.MountPropagationMode("")
+		if flag == "netns-dir" {
+			propagation = corev1.MountPropagationHostToContainer
+		}
+		if m.ReadOnly != readOnly || (m.MountPropagation == nil) != (propagation == "") ||
+			(m.MountPropagation != nil && *m.MountPropagation != propagation) {
+			t.Errorf("--%s mount %s: readOnly=%v propagation=%v, want readOnly=%v propagation=%q", flag, m.Name, m.ReadOnly, m.MountPropagation, readOnly, propagation)
 		}
 	}
-	if len(mounted) != 3 {
-		t.Errorf("host paths mounted: %v, want exactly the three dirs", mounted)
+	const lock = "/run/xtables.lock"
+	if m, ok := mounts[lock]; !ok || m.MountPath != lock || m.ReadOnly || *hostPaths[m.Name].Type != corev1.HostPathFileOrCreate {
+		t.Errorf("the host's %s is not mounted writable at %s (FileOrCreate): %+v", lock, lock, m)
+	}
+	if len(mounts) != 5 {
+		t.Errorf("host paths mounted: %v, want exactly the four dirs and the xtables lock", mounts)
+	}
+	if err := repair.Mode(a["repair"]).Validate(); err != nil {
+		t.Errorf("--repair: %v", err)
 	}
 
 	// The plugin config file is the ConfigMap's key.
@@ -158,13 +184,32 @@ func TestRBACLeastPrivilege(t *testing.T) {
 	var binding rbacv1.ClusterRoleBinding
 	decode(t, "rbac.yaml", &role, &binding)
 	want := []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}},
 	}
 	if !reflect.DeepEqual(role.Rules, want) {
-		t.Errorf("ClusterRole rules = %+v, want only get pods, get+patch nodes, create events", role.Rules)
+		t.Errorf("ClusterRole rules = %+v, want only get+list+watch pods, get+patch nodes, create events", role.Rules)
 	}
+	bindsAgent(t, role, binding)
+}
+
+// TestRepairDeleteRBAC: the optional role for --repair=delete grants
+// delete on pods and nothing else, to the agent's service account.
+func TestRepairDeleteRBAC(t *testing.T) {
+	var role rbacv1.ClusterRole
+	var binding rbacv1.ClusterRoleBinding
+	decodeFrom(t, "../../deploy/plexus-node-repair-delete", "rbac.yaml", &role, &binding)
+	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"delete"}}}
+	if !reflect.DeepEqual(role.Rules, want) {
+		t.Errorf("ClusterRole rules = %+v, want only delete pods", role.Rules)
+	}
+	bindsAgent(t, role, binding)
+}
+
+// bindsAgent checks binding gives role to the agent's service account.
+func bindsAgent(t *testing.T, role rbacv1.ClusterRole, binding rbacv1.ClusterRoleBinding) {
+	t.Helper()
 	var sa corev1.ServiceAccount
 	decode(t, "serviceaccount.yaml", &sa)
 	if binding.RoleRef.Name != role.Name || len(binding.Subjects) != 1 ||

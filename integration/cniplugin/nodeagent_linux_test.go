@@ -245,3 +245,107 @@ func checkMeshedPod(t *testing.T, c *clustertest.Cluster, ns, name string) {
 		t.Errorf("pod %s: %v", name, err)
 	}
 }
+
+// TestNodeAgentRepairsPodStartedBeforeIt creates a meshed pod while
+// plexus-cni is not in the node's CNI config (so it starts without
+// redirect rules), then applies deploy/plexus-node: the agent's repair
+// (--repair=apply, the shipped default) must write exactly the default
+// rules into the pod's network namespace in place, within 30 s of the
+// agent being ready, and record a RedirectRepaired Event on the pod.
+func TestNodeAgentRepairsPodStartedBeforeIt(t *testing.T) {
+	env := clustercni.Read(t)
+	if os.Getenv("PLEXUS_NODE_BIN") == "" {
+		t.Skip("PLEXUS_NODE_BIN is not set (run `make test`)")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to read pods' network namespaces")
+	}
+	c := clustertest.Connect(t)
+	_, original := env.KeepNodeCNI(t)
+	if bytes.Contains(original, []byte(`"plexus-cni"`)) {
+		t.Fatalf("the node's primary CNI config already holds plexus-cni; a pod would get its rules at ADD:\n%s", original)
+	}
+	stateDir := filepath.Join(env.StateDir, "plexus-node-state")
+	t.Cleanup(func() { os.RemoveAll(stateDir) })
+	ns := c.Namespace(t, "repair", nil)
+	ctx := clustertest.Context(t, 5*time.Minute)
+
+	// The pod's controller does not matter in apply mode; a bare pod.
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "early"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{fakeProxy(), container("app", "serve", ":8080")}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := waitRunning(t, c, ns, "early")
+	netns := clustercni.PodNetns(t, string(pod.UID))
+	tables := plugin.NewNetnsTables(xtables.Auto, 10*time.Second, slog.New(slog.DiscardHandler))
+	current := func(ctx context.Context) (rules.State, error) {
+		st, err := tables.Current(ctx, netns, []rules.Family{rules.IPv4})
+		return st[rules.IPv4], err
+	}
+	before, err := current(ctx)
+	if err != nil {
+		t.Fatalf("reading the pod's rules: %v", err)
+	}
+	if err := rules.Compare(nil, before); err != nil {
+		t.Fatalf("the pod started with plexus rules although plexus-cni was not installed: %v", err)
+	}
+
+	applied := time.Now()
+	deployAgent(t, c, env, stateDir)
+	ready := time.Now()
+	t.Logf("agent ready %v after the DaemonSet was applied", ready.Sub(applied).Round(time.Millisecond))
+
+	want, err := rules.Build(podconfig.Defaults(), rules.IPv4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clustertest.WaitFor(t, 30*time.Second, "the pod's default redirect rules", func(ctx context.Context) (bool, error) {
+		st, err := current(ctx)
+		if err == nil {
+			err = rules.Compare(&want, st) // kept for the timeout message
+		}
+		return err == nil, err
+	})
+	t.Logf("rules in place %v after the agent was ready (%v after apply)",
+		time.Since(ready).Round(time.Millisecond), time.Since(applied).Round(time.Millisecond))
+
+	describe := metav1.ListOptions{FieldSelector: "involvedObject.kind=Pod,involvedObject.name=early,involvedObject.uid=" + string(pod.UID)}
+	clustertest.WaitFor(t, 30*time.Second, "a RedirectRepaired Event on the pod", func(ctx context.Context) (bool, error) {
+		evs, err := c.Client.CoreV1().Events(ns).List(ctx, describe)
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "RedirectRepaired" && e.Type == corev1.EventTypeNormal && e.Source.Component == "plexus-node" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+
+	// Repaired in place: the same pod, not restarted, one Event.
+	got, err := c.Client.CoreV1().Pods(ns).Get(ctx, "early", metav1.GetOptions{})
+	if err != nil || got.UID != pod.UID {
+		t.Fatalf("pod replaced or gone: %v", err)
+	}
+	for _, s := range got.Status.ContainerStatuses {
+		if s.RestartCount != 0 {
+			t.Errorf("container %s restarted %d times", s.Name, s.RestartCount)
+		}
+	}
+	evs, err := c.Client.CoreV1().Events(ns).List(ctx, describe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repaired := 0
+	for _, e := range evs.Items {
+		if e.Reason == "RedirectRepaired" {
+			repaired++
+		}
+	}
+	if repaired != 1 {
+		t.Errorf("%d RedirectRepaired Events, want exactly one", repaired)
+	}
+}

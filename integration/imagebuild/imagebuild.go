@@ -27,11 +27,19 @@ type File struct {
 	Source string // local file to copy; its mode bits are kept
 }
 
+// Symlink is a symbolic link placed into the image, e.g. the names a
+// multi-call binary answers to.
+type Symlink struct {
+	Path   string // absolute path inside the image
+	Target string // what the link points to, as ln -s takes it
+}
+
 // Config describes one image.
 type Config struct {
 	Tag        string
 	Output     string
 	Files      []File
+	Symlinks   []Symlink
 	Entrypoint []string
 	User       string
 }
@@ -47,10 +55,21 @@ func (c Config) Validate() error {
 	if len(c.Files) == 0 {
 		return errors.New("at least one file is required")
 	}
+	seen := map[string]bool{}
 	for _, f := range c.Files {
 		if !path.IsAbs(f.Path) {
 			return fmt.Errorf("image path %q must be absolute", f.Path)
 		}
+		seen[path.Clean(f.Path)] = true
+	}
+	for _, l := range c.Symlinks {
+		if !path.IsAbs(l.Path) || l.Target == "" {
+			return fmt.Errorf("symlink %s -> %q: want an absolute path and a target", l.Path, l.Target)
+		}
+		if seen[path.Clean(l.Path)] {
+			return fmt.Errorf("symlink %s is also a file or another symlink", l.Path)
+		}
+		seen[path.Clean(l.Path)] = true
 	}
 	return nil
 }
@@ -60,7 +79,7 @@ var epoch = time.Unix(0, 0)
 
 // Write builds the image and writes it to c.Output atomically.
 func Write(c Config) error {
-	layerTar, err := layer(c.Files)
+	layerTar, err := layer(c.Files, c.Symlinks)
 	if err != nil {
 		return err
 	}
@@ -80,7 +99,7 @@ func Write(c Config) error {
 		Config: v1.Config{
 			Entrypoint: c.Entrypoint,
 			User:       c.User,
-			Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
+			Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 		},
 	})
 	if err != nil {
@@ -102,14 +121,21 @@ func Write(c Config) error {
 	return os.Rename(tmp, c.Output)
 }
 
-// layer returns one tar stream holding every file, with parent directories
-// and a world-writable /tmp.
-func layer(files []File) ([]byte, error) {
+// layer returns one tar stream holding every file and symlink, with
+// parent directories and a world-writable /tmp.
+func layer(files []File, links []Symlink) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	dirs := map[string]bool{"tmp": true}
+	paths := make([]string, 0, len(files)+len(links))
 	for _, f := range files {
-		for d := path.Dir(strings.TrimPrefix(f.Path, "/")); d != "."; d = path.Dir(d) {
+		paths = append(paths, f.Path)
+	}
+	for _, l := range links {
+		paths = append(paths, l.Path)
+	}
+	for _, p := range paths {
+		for d := path.Dir(strings.TrimPrefix(p, "/")); d != "."; d = path.Dir(d) {
 			dirs[d] = true
 		}
 	}
@@ -130,6 +156,18 @@ func layer(files []File) ([]byte, error) {
 	}
 	for _, f := range files {
 		if err := addFile(tw, f); err != nil {
+			return nil, err
+		}
+	}
+	for _, l := range links {
+		hdr := &tar.Header{
+			Typeflag: tar.TypeSymlink,
+			Name:     strings.TrimPrefix(l.Path, "/"),
+			Linkname: l.Target,
+			Mode:     0o777,
+			ModTime:  epoch,
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
 			return nil, err
 		}
 	}

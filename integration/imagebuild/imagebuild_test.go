@@ -23,6 +23,7 @@ func TestWriteRoundTrip(t *testing.T) {
 		Tag:        "plexus.dev/app:test",
 		Output:     out,
 		Files:      []File{{Path: "/usr/local/bin/app", Source: src}},
+		Symlinks:   []Symlink{{Path: "/usr/sbin/app-save", Target: "../local/bin/app"}},
 		Entrypoint: []string{"/usr/local/bin/app", "serve"},
 		User:       "65532",
 	}
@@ -93,6 +94,12 @@ func TestWriteRoundTrip(t *testing.T) {
 	if entries["usr/local"] == nil {
 		t.Error("parent directory usr/local/ missing")
 	}
+	if l := entries["usr/sbin/app-save"]; l == nil || l.Typeflag != tar.TypeSymlink || l.Linkname != "../local/bin/app" {
+		t.Errorf("symlink usr/sbin/app-save: %+v", l)
+	}
+	if entries["usr/sbin"] == nil {
+		t.Error("the symlink's parent directory usr/sbin/ missing")
+	}
 }
 
 func TestValidate(t *testing.T) {
@@ -102,6 +109,9 @@ func TestValidate(t *testing.T) {
 		"no output":     func(c *Config) { c.Output = "" },
 		"no files":      func(c *Config) { c.Files = nil },
 		"relative path": func(c *Config) { c.Files = []File{{Path: "a", Source: "a"}} },
+		"relative link": func(c *Config) { c.Symlinks = []Symlink{{Path: "b", Target: "a"}} },
+		"empty target":  func(c *Config) { c.Symlinks = []Symlink{{Path: "/b"}} },
+		"link on file":  func(c *Config) { c.Symlinks = []Symlink{{Path: "/a", Target: "b"}} },
 	} {
 		c := good
 		mutate(&c)

@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -25,6 +26,7 @@ import (
 	"github.com/plexus-mesh/plexus/daemonset/agent"
 	"github.com/plexus-mesh/plexus/daemonset/nodeevents"
 	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
+	"github.com/plexus-mesh/plexus/daemonset/repair"
 )
 
 const usage = `usage: plexus-node <command> [flags]
@@ -69,8 +71,13 @@ func run(args []string, stderr io.Writer, log *slog.Logger) error {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		deps := agent.Deps{Registry: reg, Log: log, Listener: ln}
-		if deps.Taint, deps.Events, err = nodeClients(nodeName, log); err != nil {
+		if deps.Pods, err = apiClient(nodeName, log); err != nil {
 			return err
+		}
+		if deps.Pods != nil {
+			deps.Taint = &nodetaint.Remover{Client: deps.Pods, Node: nodeName}
+			deps.Events = &nodeevents.Recorder{Client: deps.Pods, Node: nodeName}
+			cfg.Repair.Node = nodeName
 		}
 		return agent.Run(ctx, cfg, deps)
 	case "install":
@@ -123,7 +130,10 @@ func parseRun(args []string, stderr io.Writer) (agent.RunConfig, string, error) 
 	fs.StringVar(&c.TokenSource, "token-file", filepath.Join(saDir, "token"), "service account token, kept fresh by the kubelet")
 	fs.DurationVar(&c.TokenSync, "token-sync", 0, "how often to copy a rotated token (default 1m)")
 	fs.StringVar(&c.Listen, "listen", ":9190", "address of /ready and /metrics")
-	fs.StringVar(&nodeName, "node-name", os.Getenv("NODE_NAME"), "this node, whose "+nodetaint.Key+" taint is removed when ready; empty: leave taints alone")
+	fs.StringVar(&nodeName, "node-name", os.Getenv("NODE_NAME"), "this node, whose "+nodetaint.Key+" taint is removed when ready and whose meshed pods are repaired; empty: neither")
+	fs.StringVar((*string)(&c.Repair.Mode), "repair", string(repair.Apply), "what to do with a meshed pod whose network namespace lacks the redirect rules: apply them, delete the pod, or off (only report)")
+	fs.DurationVar(&c.Repair.Resync, "repair-resync", time.Minute, "how often every meshed pod's rules are checked again")
+	fs.StringVar(&c.NetnsDir, "netns-dir", agent.DefaultNetnsDir, "host dir where the container runtime bind-mounts pods' network namespaces (reached under --root)")
 	if err := parse(fs, args); err != nil {
 		return c, "", err
 	}
@@ -169,22 +179,23 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// nodeClients use the agent's in-cluster service account to remove the
-// node's taint and record Events on it; both nil without a node name.
-func nodeClients(node string, log *slog.Logger) (*nodetaint.Remover, *nodeevents.Recorder, error) {
+// apiClient uses the agent's in-cluster service account to remove the
+// node's taint, record Events and repair the node's meshed pods; nil
+// without a node name.
+func apiClient(node string, log *slog.Logger) (kubernetes.Interface, error) {
 	if node == "" {
-		log.Info("no node name; not removing the " + nodetaint.Key + " taint nor recording Events")
-		return nil, nil, nil
+		log.Info("no node name; not removing the " + nodetaint.Key + " taint, recording Events nor repairing pods")
+		return nil, nil
 	}
 	rc, err := rest.InClusterConfig()
 	if err != nil {
-		return nil, nil, fmt.Errorf("API client for the node: %w", err)
+		return nil, fmt.Errorf("API client for the node: %w", err)
 	}
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, nil, fmt.Errorf("API client for the node: %w", err)
+		return nil, fmt.Errorf("API client for the node: %w", err)
 	}
-	return &nodetaint.Remover{Client: client, Node: node}, &nodeevents.Recorder{Client: client, Node: node}, nil
+	return client, nil
 }
 
 func inClusterServer() string {

@@ -1,0 +1,106 @@
+package plugin
+
+import (
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
+	"github.com/plexus-mesh/plexus/cni-plugin/rules"
+)
+
+func TestDecidePod(t *testing.T) {
+	conf := &NetConf{Kubeconfig: "/k", Proxy: ProxyConf{InboundPort: 5143}}
+	for _, tc := range []struct {
+		name   string
+		ns     string
+		pod    string
+		ann    map[string]string
+		mutate func(*corev1.Pod)
+		mesh   bool
+		reason string
+	}{
+		{"meshed", "app", "web-1", nil, withSidecar, true, "has a plexus-proxy"},
+		{"native sidecar", "app", "web-1", nil, withNativeSidecar, true, "has a plexus-proxy"},
+		{"no proxy", "app", "web-1", nil, nil, false, "has no plexus-proxy"},
+		{"excluded namespace", "kube-system", "dns", nil, withSidecar, false, "exclude_namespaces"},
+		{"node agent", NodeAgentNamespace, NodeAgentPodPrefix + "x7k2p", nil, withSidecar, false, "node agent"},
+		{"control plane is meshed", NodeAgentNamespace, "plexus-destination-1", nil, withSidecar, true, "has a plexus-proxy"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := DecidePod(conf, pod(tc.ns, tc.pod, tc.ann, tc.mutate))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Mesh != tc.mesh || !strings.Contains(d.Reason, tc.reason) {
+				t.Fatalf("DecidePod = %+v, want mesh=%v and a reason with %q", d, tc.mesh, tc.reason)
+			}
+			if d.Mesh && d.Config.InboundPort != 5143 {
+				t.Errorf("inbound port %d, want the plugin config's 5143", d.Config.InboundPort)
+			}
+		})
+	}
+
+	_, err := DecidePod(conf, pod("app", "web-1", map[string]string{"config.plexus.dev/skip-inbound-ports": "x"}, withSidecar))
+	if err == nil || errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "app/web-1") {
+		t.Errorf("bad annotation: err = %v, want one naming the pod and not ErrInvalidConfig", err)
+	}
+	bad := &NetConf{Kubeconfig: "/k", SkipOutboundPorts: "nope"}
+	if _, err := DecidePod(bad, pod("app", "web-1", nil, withSidecar)); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("bad plugin config: err = %v, want ErrInvalidConfig", err)
+	}
+}
+
+func TestFamilies(t *testing.T) {
+	for _, tc := range []struct {
+		ips  []string
+		want []rules.Family
+	}{
+		{nil, []rules.Family{rules.IPv4}},
+		{[]string{"10.0.0.1"}, []rules.Family{rules.IPv4}},
+		{[]string{"::ffff:10.0.0.1"}, []rules.Family{rules.IPv4}},
+		{[]string{"10.0.0.1", "fd00::1"}, []rules.Family{rules.IPv4, rules.IPv6}},
+		{[]string{"fd00::1"}, []rules.Family{rules.IPv4, rules.IPv6}},
+	} {
+		var addrs []netip.Addr
+		for _, s := range tc.ips {
+			addrs = append(addrs, netip.MustParseAddr(s))
+		}
+		if got := Families(addrs); !slices.Equal(got, tc.want) {
+			t.Errorf("Families(%v) = %v, want %v", tc.ips, got, tc.want)
+		}
+	}
+}
+
+func TestDiff(t *testing.T) {
+	meshed := Decision{Mesh: true, Config: podconfig.Defaults()}
+	fams := []rules.Family{rules.IPv4, rules.IPv6}
+	sets, err := Want(meshed, fams)
+	if err != nil || len(sets) != 2 {
+		t.Fatalf("Want = %v, %v", sets, err)
+	}
+	complete := map[rules.Family]rules.State{}
+	for _, rs := range sets {
+		complete[rs.Family] = rules.Saved(rs)
+	}
+	if err := Diff(meshed, fams, complete); err != nil {
+		t.Errorf("complete rules: %v", err)
+	}
+	onlyV4 := map[rules.Family]rules.State{rules.IPv4: complete[rules.IPv4]}
+	if err := Diff(meshed, fams, onlyV4); err == nil || !strings.Contains(err.Error(), "IPv6") {
+		t.Errorf("IPv6 missing: err = %v", err)
+	}
+	if err := Diff(Decision{}, fams, map[rules.Family]rules.State{}); err != nil {
+		t.Errorf("not meshed, no rules: %v", err)
+	}
+	if err := Diff(Decision{}, fams, complete); err == nil {
+		t.Error("not meshed but rules present: no error")
+	}
+	if got, err := Want(Decision{}, fams); err != nil || got != nil {
+		t.Errorf("Want(not meshed) = %v, %v", got, err)
+	}
+}
