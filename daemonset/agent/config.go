@@ -56,6 +56,13 @@ func (p *Paths) Validate() error {
 	return nil
 }
 
+// ReportSocketFile is the name, in the state dir, of the unix datagram
+// socket on which the agent receives the plugin's reports.
+const ReportSocketFile = "reports.sock"
+
+// ReportSocket is the report socket's host path.
+func (p *Paths) ReportSocket() string { return filepath.Join(p.StateDir, ReportSocketFile) }
+
 // At is path (a host path) as the agent reaches it, under Root.
 func (p *Paths) At(path string) string { return filepath.Join(p.Root, path) }
 

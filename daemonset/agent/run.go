@@ -13,11 +13,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/plexus-mesh/plexus/cni-plugin/pluginreport"
 	"github.com/plexus-mesh/plexus/daemonset/conflist"
 	"github.com/plexus-mesh/plexus/daemonset/guard"
 	"github.com/plexus-mesh/plexus/daemonset/install"
 	"github.com/plexus-mesh/plexus/daemonset/nodeevents"
 	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
+	"github.com/plexus-mesh/plexus/daemonset/pluginmetrics"
 )
 
 // Deps are what Run is handed rather than builds.
@@ -92,7 +94,8 @@ func Run(ctx context.Context, cfg RunConfig, deps Deps) error {
 		}
 		kubeconfig = creds.HostKubeconfigPath()
 	}
-	entry, err := buildEntry(cfg.PluginConfig, kubeconfig)
+	reportSocket := listenReports(ctx, cfg.Paths, reg, m, log)
+	entry, err := buildEntry(cfg.PluginConfig, kubeconfig, reportSocket)
 	if err != nil {
 		return err
 	}
@@ -120,6 +123,34 @@ func Run(ctx context.Context, cfg RunConfig, deps Deps) error {
 	default:
 	}
 	return nil
+}
+
+// listenReports starts counting the plugin's reports (pluginmetrics) on
+// the report socket in the state dir until ctx ends, and returns the
+// socket's host path for the conflist entry. Plugin metrics are not worth
+// failing the install for: when the socket cannot be made it logs, counts
+// an error of stage "report", and returns "" (the plugin sends nothing).
+func listenReports(ctx context.Context, paths Paths, reg prometheus.Registerer, m *Metrics, log *slog.Logger) string {
+	pm, err := pluginmetrics.NewMetrics(reg)
+	if err == nil {
+		err = os.MkdirAll(paths.At(paths.StateDir), 0o700)
+	}
+	var l *pluginreport.Listener
+	if err == nil {
+		l, err = pluginreport.Listen(paths.At(paths.ReportSocket()))
+	}
+	if err != nil {
+		m.Errors.WithLabelValues("report").Inc()
+		log.Error("no plugin ADD/DEL/CHECK metrics: cannot listen for the plugin's reports", "err", err)
+		return ""
+	}
+	go func() {
+		if err := pluginmetrics.Serve(ctx, l, pm, log); err != nil {
+			m.Errors.WithLabelValues("report").Inc()
+			log.Error("stopped receiving the plugin's reports", "err", err)
+		}
+	}()
+	return paths.ReportSocket()
 }
 
 // syncToken copies the rotated service account token for the plugin.
