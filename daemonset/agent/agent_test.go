@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -359,23 +360,44 @@ func TestRunRecordsInvalidConfigEvent(t *testing.T) {
 	})
 }
 
+// TestRunPutsBackRemovedBinary: the bin dir is watched, so a removed or
+// replaced binary is back within 1s, long before the 30s resync.
 func TestRunPutsBackRemovedBinary(t *testing.T) {
 	cfg, root := node(t, map[string]string{"10-flannel.conflist": flannel})
-	cfg.Resync = 100 * time.Millisecond
 	r := startRun(t, cfg, Deps{})
 	eventually(t, 3*time.Second, "/ready 200", func() bool { c, _ := get(t, r.url+"/ready"); return c == 200 })
-	bin := filepath.Join(root, DefaultCNIBinDir, install.PluginBinary)
-	if err := os.Remove(bin); err != nil {
+	time.Sleep(200 * time.Millisecond) // the patch the agent's own conflist write triggers
+	want, err := os.ReadFile(cfg.PluginBinary)
+	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Second, "binary back", func() bool {
-		fi, err := os.Stat(bin)
-		return err == nil && fi.Mode().Perm() == 0o755
-	})
-	eventually(t, time.Second, "metric", func() bool {
-		_, m := get(t, r.url+"/metrics")
-		return strings.Contains(m, `plexus_node_installs_total{what="binary"} 2`)
-	})
+	bin := filepath.Join(root, DefaultCNIBinDir, install.PluginBinary)
+	installs := 1
+	for _, change := range []struct {
+		what string
+		do   func() error
+	}{
+		{"removed", func() error { return os.Remove(bin) }},
+		// Same size, other content: a size check alone would miss it.
+		{"overwritten in place", func() error { return os.WriteFile(bin, bytes.ToUpper(want), 0o755) }},
+		{"made not executable", func() error { return os.Chmod(bin, 0o644) }},
+	} {
+		if err := change.do(); err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		eventually(t, time.Second, "binary back after it was "+change.what, func() bool {
+			fi, err := os.Stat(bin)
+			got, _ := os.ReadFile(bin)
+			return err == nil && fi.Mode().Perm() == 0o755 && bytes.Equal(got, want)
+		})
+		t.Logf("binary back %v after it was %s", time.Since(t0), change.what)
+		installs++
+		eventually(t, time.Second, "metric", func() bool {
+			_, m := get(t, r.url+"/metrics")
+			return strings.Contains(m, fmt.Sprintf(`plexus_node_installs_total{what="binary"} %d`, installs))
+		})
+	}
 }
 
 func TestRunCountsReports(t *testing.T) {

@@ -83,8 +83,7 @@ type RunConfig struct {
 
 	Listen string // address of /ready and /metrics
 	// Resync is how often the config and the binary are checked even
-	// without a change event (default 30s). A binary removed from the bin
-	// dir is put back at the next resync.
+	// without a change event (default 30s), in case events were lost.
 	Resync time.Duration
 }
 

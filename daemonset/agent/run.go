@@ -104,14 +104,14 @@ func Run(ctx context.Context, cfg RunConfig, deps Deps) error {
 		go syncToken(ctx, creds, cfg.TokenSync, m, log)
 	}
 	p := patcher(cfg.Paths, entry)
-	bin := binaryKeeper{src: cfg.PluginBinary, dir: cfg.At(cfg.CNIBinDir), m: m, log: log}
+	bin := &binaryKeeper{src: cfg.PluginBinary, dir: cfg.At(cfg.CNIBinDir), m: m, log: log}
 	patch := func() (conflist.Result, error) {
 		if err := bin.ensure(); err != nil {
 			return conflist.Result{}, err
 		}
 		return p.Patch()
 	}
-	gcfg := guard.Config{Dir: cfg.At(cfg.CNIConfDir), Patch: patch, Resync: cfg.Resync}
+	gcfg := guard.Config{Dir: cfg.At(cfg.CNIConfDir), Patch: patch, Resync: cfg.Resync, Binary: bin.path()}
 	if err := guard.Run(ctx, gcfg, ready); err != nil {
 		return fmt.Errorf("guarding the CNI config: %w", err)
 	}
@@ -220,21 +220,27 @@ func recordEvents(ctx context.Context, r *nodeevents.Recorder, events <-chan nod
 }
 
 // binaryKeeper puts the plugin binary back when it goes missing or is
-// replaced (a CNI reinstall, a k3s upgrade switching its bin dir). It
-// compares size and mode, not content, so a check costs one stat.
+// replaced (a CNI reinstall, a k3s upgrade switching its bin dir). The
+// guard calls it on every change to the file and at every resync. A check
+// costs two stats while the file is the one it last found right (same
+// inode, size, mtime and mode); anything else is compared by content.
 type binaryKeeper struct {
 	src, dir string
 	m        *Metrics
 	log      *slog.Logger
+	verified os.FileInfo // the installed file as last found equal to src
 }
 
-func (b binaryKeeper) ensure() error {
+func (b *binaryKeeper) path() string { return filepath.Join(b.dir, install.PluginBinary) }
+
+func (b *binaryKeeper) ensure() error {
 	want, err := os.Stat(b.src)
 	if err != nil {
 		return fmt.Errorf("plugin binary: %w", err)
 	}
-	got, err := os.Stat(filepath.Join(b.dir, install.PluginBinary))
-	if err == nil && got.Size() == want.Size() && got.Mode().Perm() == 0o755 {
+	got, err := os.Stat(b.path())
+	if err == nil && b.verified != nil && os.SameFile(got, b.verified) && got.Size() == want.Size() &&
+		got.ModTime().Equal(b.verified.ModTime()) && got.Mode().Perm() == 0o755 {
 		return nil
 	}
 	wrote, err := install.Binary(b.src, b.dir)
@@ -246,5 +252,6 @@ func (b binaryKeeper) ensure() error {
 		b.m.Installs.WithLabelValues("binary").Inc()
 		b.log.Warn("plugin binary was missing or changed; installed it again", "dir", b.dir)
 	}
+	b.verified, _ = os.Stat(b.path()) // on error: compare by content next time
 	return nil
 }
