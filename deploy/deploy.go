@@ -4,8 +4,9 @@ package deploy
 
 import "embed"
 
-// Manifests holds crds/*.yaml, plexus-control/*.yaml and plexus-node/*.yaml
-// (the kustomization.yaml files among them are not Kubernetes objects).
+// Manifests holds crds/*.yaml, plexus-control/*.yaml, plexus-node/*.yaml
+// and plexus-node-cleanup/*.yaml, which only an uninstall applies (the
+// kustomization.yaml files among them are not Kubernetes objects).
 //
-//go:embed crds/*.yaml plexus-control/*.yaml plexus-node/*.yaml
+//go:embed crds/*.yaml plexus-control/*.yaml plexus-node/*.yaml plexus-node-cleanup/*.yaml
 var Manifests embed.FS

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -33,6 +34,9 @@ type NetConf struct {
 	LogLevel          string    `json:"log_level,omitempty"`
 	LogFile           string    `json:"log_file,omitempty"`
 	Proxy             ProxyConf `json:"proxy"`
+	// ReportSocket is the node agent's unix datagram socket (a host path)
+	// that gets one report per ADD, DEL and CHECK; empty: no reports.
+	ReportSocket string `json:"report_socket,omitempty"`
 
 	// Cluster-wide skip lists, same syntax as the annotations; a pod's
 	// annotations add to them.
@@ -117,6 +121,9 @@ func (c *NetConf) Validate() error {
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err
+	}
+	if c.ReportSocket != "" && !filepath.IsAbs(c.ReportSocket) {
+		return fmt.Errorf(`"report_socket" %q is not an absolute path`, c.ReportSocket)
 	}
 	for _, ns := range c.Excluded() {
 		if ns == "" {

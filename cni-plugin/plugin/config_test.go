@@ -70,7 +70,8 @@ func TestParseConfAndPodBase(t *testing.T) {
 		}
 	}
 	for name, bad := range map[string]string{
-		"empty namespace": `{"kubeconfig":"/k","exclude_namespaces":[""]}`,
+		"empty namespace":                           `{"kubeconfig":"/k","exclude_namespaces":[""]}`,
+		"relative report socket":                    `{"kubeconfig":"/k","report_socket":"plexus/reports.sock"}`,
 		"uid 0 is unset, gid clash ok; ports clash": `{"kubeconfig":"/k","proxy":{"admin_port":4143}}`,
 	} {
 		conf, err := ParseConf([]byte(bad))

@@ -270,8 +270,10 @@ func Diff(d Decision, fams []rules.Family, states map[rules.Family]rules.State) 
 
 // Add installs the redirect rules for a meshed pod and passes prevResult
 // through unchanged.
-func (p *Plugin) Add(args *skel.CmdArgs) error {
+func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
 	start := time.Now()
+	rep := newReport("ADD", args)
+	defer func() { p.sendReport(rep, err) }()
 	conf, cerr := p.load(args, true)
 	if cerr != nil {
 		return cerr
@@ -293,6 +295,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		log.Error("ADD failed", "args", args.Args, "error", cerr)
 		return cerr
 	}
+	rep.decidedAfter(d.Mesh, decided)
 	if d.Mesh {
 		fams, err := families(conf.PrevResult)
 		if err != nil {
@@ -321,7 +324,9 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 
 // Del removes our rules if the network namespace still exists. It reads
 // no pod and never fails because the namespace or the pod is gone.
-func (p *Plugin) Del(args *skel.CmdArgs) error {
+func (p *Plugin) Del(args *skel.CmdArgs) (err error) {
+	rep := newReport("DEL", args)
+	defer func() { p.sendReport(rep, err) }()
 	conf, cerr := p.load(args, false)
 	if cerr != nil {
 		return cerr
@@ -335,7 +340,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		log.Info("DEL: no network namespace, nothing to do")
 		return nil
 	}
-	err := p.Tables(conf, log).Remove(context.Background(), args.Netns)
+	err = p.Tables(conf, log).Remove(context.Background(), args.Netns)
 	switch {
 	case errors.Is(err, ErrNetnsGone):
 		log.Info("DEL: network namespace already gone", "netns", args.Netns)
@@ -350,7 +355,9 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 
 // Check verifies that the namespace holds exactly the rules the pod should
 // have (none for a pod that is not meshed).
-func (p *Plugin) Check(args *skel.CmdArgs) error {
+func (p *Plugin) Check(args *skel.CmdArgs) (err error) {
+	rep := newReport("CHECK", args)
+	defer func() { p.sendReport(rep, err) }()
 	conf, cerr := p.load(args, true)
 	if cerr != nil {
 		return cerr

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -18,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/plexus-mesh/plexus/cni-plugin/pluginreport"
 	"github.com/plexus-mesh/plexus/daemonset/conflist"
 	"github.com/plexus-mesh/plexus/daemonset/install"
 	"github.com/plexus-mesh/plexus/daemonset/nodeevents"
@@ -359,23 +361,108 @@ func TestRunRecordsInvalidConfigEvent(t *testing.T) {
 	})
 }
 
+// TestRunPutsBackRemovedBinary: the bin dir is watched, so a removed or
+// replaced binary is back within 1s, long before the 30s resync.
 func TestRunPutsBackRemovedBinary(t *testing.T) {
 	cfg, root := node(t, map[string]string{"10-flannel.conflist": flannel})
-	cfg.Resync = 100 * time.Millisecond
 	r := startRun(t, cfg, Deps{})
 	eventually(t, 3*time.Second, "/ready 200", func() bool { c, _ := get(t, r.url+"/ready"); return c == 200 })
-	bin := filepath.Join(root, DefaultCNIBinDir, install.PluginBinary)
-	if err := os.Remove(bin); err != nil {
+	time.Sleep(200 * time.Millisecond) // the patch the agent's own conflist write triggers
+	want, err := os.ReadFile(cfg.PluginBinary)
+	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Second, "binary back", func() bool {
-		fi, err := os.Stat(bin)
-		return err == nil && fi.Mode().Perm() == 0o755
-	})
-	eventually(t, time.Second, "metric", func() bool {
+	bin := filepath.Join(root, DefaultCNIBinDir, install.PluginBinary)
+	installs := 1
+	for _, change := range []struct {
+		what string
+		do   func() error
+	}{
+		{"removed", func() error { return os.Remove(bin) }},
+		// Same size, other content: a size check alone would miss it.
+		{"overwritten in place", func() error { return os.WriteFile(bin, bytes.ToUpper(want), 0o755) }},
+		{"made not executable", func() error { return os.Chmod(bin, 0o644) }},
+	} {
+		if err := change.do(); err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		eventually(t, time.Second, "binary back after it was "+change.what, func() bool {
+			fi, err := os.Stat(bin)
+			got, _ := os.ReadFile(bin)
+			return err == nil && fi.Mode().Perm() == 0o755 && bytes.Equal(got, want)
+		})
+		t.Logf("binary back %v after it was %s", time.Since(t0), change.what)
+		installs++
+		eventually(t, time.Second, "metric", func() bool {
+			_, m := get(t, r.url+"/metrics")
+			return strings.Contains(m, fmt.Sprintf(`plexus_node_installs_total{what="binary"} %d`, installs))
+		})
+	}
+}
+
+func TestRunCountsReports(t *testing.T) {
+	cfg, root := node(t, map[string]string{"10-flannel.conflist": flannel})
+	r := startRun(t, cfg, Deps{})
+	eventually(t, 3*time.Second, "/ready 200", func() bool { c, _ := get(t, r.url+"/ready"); return c == 200 })
+	conf := filepath.Join(root, DefaultCNIConfDir, "10-flannel.conflist")
+	b, _ := os.ReadFile(conf)
+	if !strings.Contains(string(b), `"report_socket": "/var/lib/plexus/reports.sock"`) {
+		t.Fatalf("the entry does not name the report socket by its host path:\n%s", b)
+	}
+	sock := filepath.Join(root, DefaultStateDir, ReportSocketFile)
+	if fi, err := os.Lstat(sock); err != nil || fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("report socket %s: %v, %v; want a socket, mode 0600", sock, fi, err)
+	}
+	for _, rep := range []pluginreport.Report{
+		{Command: "ADD", Outcome: "success", ElapsedMS: 21.5, DecideMS: 11},
+		{Command: "ADD", Outcome: "error", Code: 101, ElapsedMS: 2000},
+	} {
+		if err := pluginreport.Send(sock, rep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, time.Second, "plugin metrics", func() bool {
 		_, m := get(t, r.url+"/metrics")
-		return strings.Contains(m, `plexus_node_installs_total{what="binary"} 2`)
+		return strings.Contains(m, `plexus_node_plugin_commands_total{command="ADD",outcome="success"} 1`) &&
+			strings.Contains(m, `plexus_node_plugin_errors_total{code="101",command="ADD"} 1`) &&
+			strings.Contains(m, `plexus_node_plugin_duration_seconds_bucket{command="ADD",le="0.03"} 1`) &&
+			strings.Contains(m, `plexus_node_plugin_duration_seconds_bucket{command="ADD",le="2.5"} 2`)
 	})
+
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Second, "socket removed on stop", func() bool { _, err := os.Lstat(sock); return os.IsNotExist(err) })
+	if b, _ := os.ReadFile(conf); !conflist.Contains(b) {
+		t.Fatal("stopping removed the plugin from the conflist")
+	}
+	// A killed agent leaves its socket; uninstall removes it with the rest.
+	l, err := pluginreport.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := Uninstall(cfg.Paths); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, DefaultStateDir)); !os.IsNotExist(err) {
+		t.Fatalf("state dir left after uninstall: %v", err)
+	}
+}
+
+func TestRunWithoutReportSocket(t *testing.T) {
+	cfg, root := node(t, map[string]string{"10-flannel.conflist": flannel})
+	cfg.StateDir = "/var/lib/" + strings.Repeat("p", 100) // too long for a socket path
+	r := startRun(t, cfg, Deps{})
+	eventually(t, 3*time.Second, "/ready 200", func() bool { c, _ := get(t, r.url+"/ready"); return c == 200 })
+	b, _ := os.ReadFile(filepath.Join(root, DefaultCNIConfDir, "10-flannel.conflist"))
+	if !conflist.Contains(b) || strings.Contains(string(b), "report_socket") {
+		t.Fatalf("want the entry without report_socket:\n%s", b)
+	}
+	if _, m := get(t, r.url+"/metrics"); !strings.Contains(m, `plexus_node_errors_total{stage="report"} 1`) {
+		t.Fatalf("no report error counted:\n%s", m)
+	}
 }
 
 // TestRunStartsRepair checks the wiring only (daemonset/repair tests the

@@ -61,6 +61,13 @@ func (p *Paths) Validate() error {
 	return nil
 }
 
+// ReportSocketFile is the name, in the state dir, of the unix datagram
+// socket on which the agent receives the plugin's reports.
+const ReportSocketFile = "reports.sock"
+
+// ReportSocket is the report socket's host path.
+func (p *Paths) ReportSocket() string { return filepath.Join(p.StateDir, ReportSocketFile) }
+
 // At is path (a host path) as the agent reaches it, under Root.
 func (p *Paths) At(path string) string { return filepath.Join(p.Root, path) }
 
@@ -81,8 +88,7 @@ type RunConfig struct {
 
 	Listen string // address of /ready and /metrics
 	// Resync is how often the config and the binary are checked even
-	// without a change event (default 30s). A binary removed from the bin
-	// dir is put back at the next resync.
+	// without a change event (default 30s), in case events were lost.
 	Resync time.Duration
 
 	// Repair configures the repair of meshed pods' rules, which runs when

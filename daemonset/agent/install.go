@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 
 	"github.com/plexus-mesh/plexus/daemonset/conflist"
@@ -23,7 +24,7 @@ func InstallImage(cfg ImageConfig) (ImageResult, error) {
 	if err := cfg.Validate(); err != nil {
 		return ImageResult{}, err
 	}
-	entry, err := buildEntry(cfg.PluginConfig, cfg.Kubeconfig)
+	entry, err := buildEntry(cfg.PluginConfig, cfg.Kubeconfig, "")
 	if err != nil {
 		return ImageResult{}, err
 	}
@@ -43,8 +44,8 @@ func InstallImage(cfg ImageConfig) (ImageResult, error) {
 
 // Uninstall removes, in this order, the plugin's entry from the primary
 // config (restoring it byte for byte when nothing else touched it since),
-// the credentials and the binary, so the runtime never calls a missing
-// plugin.
+// the report socket a killed agent may have left, the credentials and the
+// binary, so the runtime never calls a missing plugin.
 func Uninstall(paths Paths) error {
 	if err := paths.Validate(); err != nil {
 		return err
@@ -52,6 +53,9 @@ func Uninstall(paths Paths) error {
 	p := patcher(paths, nil)
 	if _, err := p.Unpatch(); err != nil {
 		return fmt.Errorf("removing plexus-cni from the CNI config: %w", err)
+	}
+	if err := os.Remove(paths.At(paths.ReportSocket())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing the plugin report socket: %w", err)
 	}
 	creds := &install.Credentials{Dir: paths.At(paths.StateDir)}
 	if err := creds.Remove(); err != nil {
@@ -67,7 +71,7 @@ func patcher(paths Paths, entry []byte) *conflist.Patcher {
 	return &conflist.Patcher{ConfDir: paths.At(paths.CNIConfDir), StateDir: paths.At(paths.StateDir), Entry: entry}
 }
 
-func buildEntry(configFile, kubeconfig string) ([]byte, error) {
+func buildEntry(configFile, kubeconfig, reportSocket string) ([]byte, error) {
 	var raw []byte
 	if configFile != "" {
 		var err error
@@ -75,5 +79,5 @@ func buildEntry(configFile, kubeconfig string) ([]byte, error) {
 			return nil, fmt.Errorf("reading plugin config: %w", err)
 		}
 	}
-	return pluginentry.Build(raw, kubeconfig)
+	return pluginentry.Build(raw, kubeconfig, reportSocket)
 }

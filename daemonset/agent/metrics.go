@@ -44,7 +44,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "plexus_node_errors_total",
-			Help: "Failed attempts, by stage (install, patch, token, taint, event, repair).",
+			Help: "Failed attempts, by stage (install, patch, token, taint, event, repair, report).",
 		}, []string{"stage"}),
 		TokenSyncs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "plexus_node_token_syncs_total",

@@ -17,6 +17,7 @@ import (
 	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
 	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
 
+	"github.com/plexus-mesh/plexus/cni-plugin/pluginreport"
 	"github.com/plexus-mesh/plexus/daemonset/conflist"
 	"github.com/plexus-mesh/plexus/daemonset/guard"
 	"github.com/plexus-mesh/plexus/daemonset/install"
@@ -24,6 +25,7 @@ import (
 	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
 	"github.com/plexus-mesh/plexus/daemonset/podnetns"
 	"github.com/plexus-mesh/plexus/daemonset/repair"
+	"github.com/plexus-mesh/plexus/daemonset/pluginmetrics"
 )
 
 // Deps are what Run is handed rather than builds.
@@ -101,7 +103,8 @@ func Run(ctx context.Context, cfg RunConfig, deps Deps) error {
 		}
 		kubeconfig = creds.HostKubeconfigPath()
 	}
-	entry, err := buildEntry(cfg.PluginConfig, kubeconfig)
+	reportSocket := listenReports(ctx, cfg.Paths, reg, m, log)
+	entry, err := buildEntry(cfg.PluginConfig, kubeconfig, reportSocket)
 	if err != nil {
 		return err
 	}
@@ -115,14 +118,14 @@ func Run(ctx context.Context, cfg RunConfig, deps Deps) error {
 		}
 	}
 	p := patcher(cfg.Paths, entry)
-	bin := binaryKeeper{src: cfg.PluginBinary, dir: cfg.At(cfg.CNIBinDir), m: m, log: log}
+	bin := &binaryKeeper{src: cfg.PluginBinary, dir: cfg.At(cfg.CNIBinDir), m: m, log: log}
 	patch := func() (conflist.Result, error) {
 		if err := bin.ensure(); err != nil {
 			return conflist.Result{}, err
 		}
 		return p.Patch()
 	}
-	gcfg := guard.Config{Dir: cfg.At(cfg.CNIConfDir), Patch: patch, Resync: cfg.Resync}
+	gcfg := guard.Config{Dir: cfg.At(cfg.CNIConfDir), Patch: patch, Resync: cfg.Resync, Binary: bin.path()}
 	if err := guard.Run(ctx, gcfg, ready); err != nil {
 		return fmt.Errorf("guarding the CNI config: %w", err)
 	}
@@ -173,6 +176,34 @@ func startRepair(ctx context.Context, cfg RunConfig, entry []byte, deps Deps, m 
 		}
 	}()
 	return nil
+}
+
+// listenReports starts counting the plugin's reports (pluginmetrics) on
+// the report socket in the state dir until ctx ends, and returns the
+// socket's host path for the conflist entry. Plugin metrics are not worth
+// failing the install for: when the socket cannot be made it logs, counts
+// an error of stage "report", and returns "" (the plugin sends nothing).
+func listenReports(ctx context.Context, paths Paths, reg prometheus.Registerer, m *Metrics, log *slog.Logger) string {
+	pm, err := pluginmetrics.NewMetrics(reg)
+	if err == nil {
+		err = os.MkdirAll(paths.At(paths.StateDir), 0o700)
+	}
+	var l *pluginreport.Listener
+	if err == nil {
+		l, err = pluginreport.Listen(paths.At(paths.ReportSocket()))
+	}
+	if err != nil {
+		m.Errors.WithLabelValues("report").Inc()
+		log.Error("no plugin ADD/DEL/CHECK metrics: cannot listen for the plugin's reports", "err", err)
+		return ""
+	}
+	go func() {
+		if err := pluginmetrics.Serve(ctx, l, pm, log); err != nil {
+			m.Errors.WithLabelValues("report").Inc()
+			log.Error("stopped receiving the plugin's reports", "err", err)
+		}
+	}()
+	return paths.ReportSocket()
 }
 
 // syncToken copies the rotated service account token for the plugin.
@@ -242,21 +273,27 @@ func recordEvents(ctx context.Context, r *nodeevents.Recorder, events <-chan nod
 }
 
 // binaryKeeper puts the plugin binary back when it goes missing or is
-// replaced (a CNI reinstall, a k3s upgrade switching its bin dir). It
-// compares size and mode, not content, so a check costs one stat.
+// replaced (a CNI reinstall, a k3s upgrade switching its bin dir). The
+// guard calls it on every change to the file and at every resync. A check
+// costs two stats while the file is the one it last found right (same
+// inode, size, mtime and mode); anything else is compared by content.
 type binaryKeeper struct {
 	src, dir string
 	m        *Metrics
 	log      *slog.Logger
+	verified os.FileInfo // the installed file as last found equal to src
 }
 
-func (b binaryKeeper) ensure() error {
+func (b *binaryKeeper) path() string { return filepath.Join(b.dir, install.PluginBinary) }
+
+func (b *binaryKeeper) ensure() error {
 	want, err := os.Stat(b.src)
 	if err != nil {
 		return fmt.Errorf("plugin binary: %w", err)
 	}
-	got, err := os.Stat(filepath.Join(b.dir, install.PluginBinary))
-	if err == nil && got.Size() == want.Size() && got.Mode().Perm() == 0o755 {
+	got, err := os.Stat(b.path())
+	if err == nil && b.verified != nil && os.SameFile(got, b.verified) && got.Size() == want.Size() &&
+		got.ModTime().Equal(b.verified.ModTime()) && got.Mode().Perm() == 0o755 {
 		return nil
 	}
 	wrote, err := install.Binary(b.src, b.dir)
@@ -268,5 +305,6 @@ func (b binaryKeeper) ensure() error {
 		b.m.Installs.WithLabelValues("binary").Inc()
 		b.log.Warn("plugin binary was missing or changed; installed it again", "dir", b.dir)
 	}
+	b.verified, _ = os.Stat(b.path()) // on error: compare by content next time
 	return nil
 }

@@ -1,7 +1,8 @@
 // Package guard keeps plexus-cni in the primary CNI config: it patches at
 // start, waits for the config if there is none yet, watches the conf dir
-// and re-patches when another component rewrites it, and backs off and
-// reports when it finds itself fighting that component.
+// (and the plugin binary) and patches again when another component
+// rewrites or removes them, and backs off and reports when it finds itself
+// fighting that component.
 package guard
 
 import (
@@ -35,6 +36,10 @@ type Observer interface {
 type Config struct {
 	Dir   string                          // the CNI conf dir to watch
 	Patch func() (conflist.Result, error) // usually (*conflist.Patcher).Patch
+	// Binary, if set, is the installed plugin binary: its dir is watched
+	// too, and a change to that one file (removal, replacement, a write)
+	// schedules a patch, which is expected to put the binary back.
+	Binary string
 
 	Debounce       time.Duration // settle time after a change (default 50ms)
 	Resync         time.Duration // patch this often regardless (default 30s)
@@ -50,6 +55,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Patch == nil {
 		return errors.New("guard: no patch function")
+	}
+	if c.Binary != "" && !filepath.IsAbs(c.Binary) {
+		return fmt.Errorf("guard: plugin binary %q is not an absolute path", c.Binary)
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
@@ -91,6 +99,10 @@ func Run(ctx context.Context, cfg Config, obs Observer) error {
 	if err := w.Add(cfg.Dir); err != nil {
 		return fmt.Errorf("guard: watching %s: %w", cfg.Dir, err)
 	}
+	bin := binWatch{w: w, path: cfg.Binary}
+	if err := bin.add(); err != nil {
+		return err
+	}
 	s := &state{cfg: cfg, obs: obs}
 	timer := time.NewTimer(0) // patch at once
 	defer timer.Stop()
@@ -115,7 +127,7 @@ func Run(ctx context.Context, cfg Config, obs Observer) error {
 			if !ok {
 				return errors.New("guard: watcher closed")
 			}
-			if conflist.IsCandidate(filepath.Base(ev.Name)) {
+			if bin.affected(ev) || conflist.IsCandidate(filepath.Base(ev.Name)) {
 				schedule(s.delay(time.Now()))
 			}
 		case err, ok := <-w.Errors:
@@ -137,6 +149,9 @@ func Run(ctx context.Context, cfg Config, obs Observer) error {
 			if retry := s.patch(now); retry > 0 {
 				schedule(retry)
 			}
+			// A bin dir that went is watched again once it is back; until
+			// then the resync and the patch retries cover it.
+			_ = bin.add()
 		}
 	}
 }
@@ -213,4 +228,38 @@ func (s *state) trim(now time.Time) {
 		i++
 	}
 	s.rewrites = s.rewrites[i:]
+}
+
+// binWatch watches the dir of the plugin binary for events on that one
+// file. When the dir itself goes (inotify drops the watch), add puts the
+// watch back once the dir exists again.
+type binWatch struct {
+	w       *fsnotify.Watcher
+	path    string // "" when not watching the binary
+	watched bool
+}
+
+// add watches the binary's dir unless it is already watched.
+func (b *binWatch) add() error {
+	if b.path == "" || b.watched {
+		return nil
+	}
+	dir := filepath.Dir(b.path)
+	if err := b.w.Add(dir); err != nil {
+		return fmt.Errorf("guard: watching the plugin binary's dir %s: %w", dir, err)
+	}
+	b.watched = true
+	return nil
+}
+
+// affected reports whether ev concerns the binary, and notes a lost watch.
+func (b *binWatch) affected(ev fsnotify.Event) bool {
+	if b.path == "" {
+		return false
+	}
+	if ev.Name == filepath.Dir(b.path) && ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 {
+		b.watched = false
+		return true
+	}
+	return ev.Name == b.path
 }

@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -71,12 +72,20 @@ func (r *recorder) snapshot() counts {
 }
 
 type fixture struct {
-	dir     string
-	rec     *recorder
-	patches atomic.Int32 // Patch calls
+	dir        string
+	bin        string // the watched plugin binary, if any
+	rec        *recorder
+	patches    atomic.Int32 // Patch calls
+	reinstalls atomic.Int32 // binaries put back by Patch
 }
 
-// start runs a guard over a fresh conf dir holding files.
+// plugin is the content of the fixture's plugin binary.
+const plugin = "#!/bin/sh\necho plexus-cni\n"
+
+// start runs a guard over a fresh conf dir holding files. With cfg.Binary
+// set to a file name, the guard also watches that binary in a fresh bin
+// dir, and each patch first puts it back when it is missing or differs, as
+// the agent's does.
 func start(t *testing.T, cfg Config, files map[string]string) *fixture {
 	t.Helper()
 	root := t.TempDir()
@@ -87,10 +96,21 @@ func start(t *testing.T, cfg Config, files map[string]string) *fixture {
 	for name, body := range files {
 		f.write(t, name, body)
 	}
+	if cfg.Binary != "" {
+		f.bin = filepath.Join(root, "bin", cfg.Binary)
+		cfg.Binary = f.bin
+		f.ensureBinary(t)
+	}
 	p := &conflist.Patcher{ConfDir: f.dir, StateDir: filepath.Join(root, "state"), Entry: []byte(entry)}
 	cfg.Dir = f.dir
 	cfg.Patch = func() (conflist.Result, error) {
 		f.patches.Add(1)
+		if f.bin != "" {
+			if b, err := os.ReadFile(f.bin); err != nil || string(b) != plugin {
+				f.reinstalls.Add(1)
+				f.ensureBinary(t)
+			}
+		}
 		return p.Patch()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -103,6 +123,21 @@ func start(t *testing.T, cfg Config, files map[string]string) *fixture {
 		}
 	})
 	return f
+}
+
+// ensureBinary writes the plugin binary (and its dir) by rename, as
+// install.Binary does.
+func (f *fixture) ensureBinary(t *testing.T) {
+	if err := os.MkdirAll(filepath.Dir(f.bin), 0o755); err != nil {
+		t.Error(err)
+	}
+	tmp := f.bin + ".tmp"
+	if err := os.WriteFile(tmp, []byte(plugin), 0o755); err != nil {
+		t.Error(err)
+	}
+	if err := os.Rename(tmp, f.bin); err != nil {
+		t.Error(err)
+	}
 }
 
 func (f *fixture) write(t *testing.T, name, body string) {
@@ -239,4 +274,85 @@ func TestAlreadyPatchedAtStartThenRewriteIsRepatch(t *testing.T) {
 	f.write(t, "10-flannel.conflist", flannel)
 	f.patchedWithin(t, time.Second)
 	waitFor(t, time.Second, "a re-patch", func() bool { s := f.rec.snapshot(); return s.repatch == 1 && s.patched == 1 })
+}
+
+func TestBinaryRemovedOrReplacedWithinOneSecond(t *testing.T) {
+	f := start(t, Config{Binary: "plexus-cni"}, map[string]string{"10-flannel.conflist": flannel})
+	f.patchedWithin(t, time.Second)
+	waitFor(t, time.Second, "ready", func() bool { return f.rec.snapshot().ready })
+	time.Sleep(200 * time.Millisecond) // the patch our own conflist write triggers
+	back := func(what string) {
+		t.Helper()
+		t0 := time.Now()
+		waitFor(t, time.Second, "the binary back after "+what, func() bool {
+			b, err := os.ReadFile(f.bin)
+			return err == nil && string(b) == plugin
+		})
+		t.Logf("binary back %v after %s", time.Since(t0), what)
+	}
+
+	if err := os.Remove(f.bin); err != nil {
+		t.Fatal(err)
+	}
+	back("removal")
+	// Replaced by rename (a CNI installer copying its own binaries).
+	tmp := filepath.Join(filepath.Dir(f.bin), ".other")
+	os.WriteFile(tmp, []byte("something else"), 0o755)
+	if err := os.Rename(tmp, f.bin); err != nil {
+		t.Fatal(err)
+	}
+	back("replacement")
+	// Overwritten in place.
+	if err := os.WriteFile(f.bin, []byte("truncated"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	back("overwrite")
+	if n := f.reinstalls.Load(); n != 3 {
+		t.Errorf("%d reinstalls, want 3", n)
+	}
+
+	// Other files in the bin dir are none of the guard's business.
+	time.Sleep(200 * time.Millisecond)
+	before := f.patches.Load()
+	for i := range 20 {
+		os.WriteFile(filepath.Join(filepath.Dir(f.bin), fmt.Sprintf("plugin-%d", i)), []byte("x"), 0o755)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := f.patches.Load() - before; n != 0 {
+		t.Errorf("%d patches after writes to other files of the bin dir, want 0", n)
+	}
+	if s := f.rec.snapshot(); s.patched != 1 || !s.ready || len(s.failures) != 0 {
+		t.Errorf("recorded %+v, want the one conflist install, ready, no failure", s)
+	}
+}
+
+func TestBinaryDirRemovedIsWatchedAgain(t *testing.T) {
+	f := start(t, Config{Binary: "plexus-cni"}, map[string]string{"10-flannel.conflist": flannel})
+	f.patchedWithin(t, time.Second)
+	time.Sleep(200 * time.Millisecond) // the patch our own conflist write triggers
+	if err := os.RemoveAll(filepath.Dir(f.bin)); err != nil {
+		t.Fatal(err)
+	}
+	// The patch this triggers puts dir and binary back (a real agent can
+	// only do that for the binary; the resync keeps trying for the dir).
+	waitFor(t, time.Second, "the binary back after its dir was removed", func() bool {
+		_, err := os.Stat(f.bin)
+		return err == nil
+	})
+	// And the new dir is watched.
+	time.Sleep(100 * time.Millisecond)
+	if err := os.Remove(f.bin); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Second, "the binary back after a removal from the new dir", func() bool {
+		_, err := os.Stat(f.bin)
+		return err == nil
+	})
+}
+
+func TestBinaryMustBeAbsolute(t *testing.T) {
+	cfg := Config{Dir: "/etc/cni/net.d", Patch: func() (conflist.Result, error) { return conflist.Result{}, nil }, Binary: "bin/plexus-cni"}
+	if err := cfg.Validate(); err == nil {
+		t.Fatal("relative binary path accepted")
+	}
 }

@@ -16,19 +16,27 @@ import (
 	"github.com/plexus-mesh/plexus/daemonset/repair"
 )
 
-const dir = "../../deploy/plexus-node"
+const (
+	dir        = "../../deploy/plexus-node"
+	cleanupDir = "../../deploy/plexus-node-cleanup"
+)
 
 // decode reads one YAML file of deploy/plexus-node into the typed objects,
 // rejecting unknown fields (a typo in a manifest fails here, not on a
 // cluster).
 func decode(t *testing.T, file string, into ...any) {
 	t.Helper()
-	decodeFrom(t, dir, file, into...)
+	decodeFile(t, filepath.Join(dir, file), into...)
 }
 
 func decodeFrom(t *testing.T, dir, file string, into ...any) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, file))
+	decodeFile(t, filepath.Join(dir, file), into...)
+}
+
+func decodeFile(t *testing.T, file string, into ...any) {
+	t.Helper()
+	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +159,7 @@ func TestDaemonSet(t *testing.T) {
 	if !found {
 		t.Errorf("--plugin-config=%s is not a key of ConfigMap %s", cfgPath, cm.Name)
 	}
-	if _, err := pluginentry.Build([]byte(cm.Data["plugin.json"]), "/var/lib/plexus/plexus-cni.kubeconfig"); err != nil {
+	if _, err := pluginentry.Build([]byte(cm.Data["plugin.json"]), "/var/lib/plexus/plexus-cni.kubeconfig", "/var/lib/plexus/reports.sock"); err != nil {
 		t.Errorf("ConfigMap plugin.json rejected by the plugin: %v", err)
 	}
 
@@ -215,5 +223,95 @@ func bindsAgent(t *testing.T, role rbacv1.ClusterRole, binding rbacv1.ClusterRol
 	if binding.RoleRef.Name != role.Name || len(binding.Subjects) != 1 ||
 		binding.Subjects[0].Name != sa.Name || binding.Subjects[0].Namespace != sa.Namespace {
 		t.Errorf("binding %+v does not bind %s to %s/%s", binding, role.Name, sa.Namespace, sa.Name)
+	}
+}
+
+// TestCleanupDaemonSet: the cleanup DaemonSet reaches exactly the agent's
+// host dirs, with the agent's image and flags, on every node, and cannot
+// be taken for the agent.
+func TestCleanupDaemonSet(t *testing.T) {
+	var agent, cleanup appsv1.DaemonSet
+	decode(t, "daemonset.yaml", &agent)
+	decodeFile(t, filepath.Join(cleanupDir, "daemonset.yaml"), &cleanup)
+	as, cs := agent.Spec.Template.Spec, cleanup.Spec.Template.Spec
+	if cleanup.Namespace != agent.Namespace || !strings.HasPrefix(cleanup.Name, agent.Name+"-") {
+		t.Errorf("cleanup is %s/%s; want %s/%s-* (the plugin skips pods named %s-*)", cleanup.Namespace, cleanup.Name, agent.Namespace, agent.Name, agent.Name)
+	}
+	for k, v := range agent.Spec.Selector.MatchLabels {
+		if cleanup.Spec.Template.Labels[k] == v {
+			t.Errorf("cleanup pods carry the agent's selector label %s=%s", k, v)
+		}
+	}
+	if !reflect.DeepEqual(cs.Tolerations, as.Tolerations) || cs.PriorityClassName != as.PriorityClassName || !cs.HostNetwork {
+		t.Errorf("cleanup tolerations %+v, priority %q, hostNetwork %v; want the agent's and host network", cs.Tolerations, cs.PriorityClassName, cs.HostNetwork)
+	}
+	if len(cs.InitContainers) != 1 || len(cs.Containers) != 1 {
+		t.Fatalf("want one init container and one container, got %d and %d", len(cs.InitContainers), len(cs.Containers))
+	}
+	ac, un, wait := as.Containers[0], cs.InitContainers[0], cs.Containers[0]
+	if un.Args[0] != "uninstall" || !reflect.DeepEqual(wait.Args, []string{"wait"}) {
+		t.Errorf("init args %v, container args %v; want uninstall, then wait", un.Args, wait.Args)
+	}
+	if un.Image != ac.Image || wait.Image != ac.Image {
+		t.Errorf("images %s, %s; want the agent's %s", un.Image, wait.Image, ac.Image)
+	}
+	want, got := args(ac), args(un)
+	for _, flag := range []string{"root", "cni-bin-dir", "cni-conf-dir", "state-dir"} {
+		if got[flag] != want[flag] {
+			t.Errorf("uninstall --%s=%q, agent --%s=%q", flag, got[flag], flag, want[flag])
+		}
+	}
+	if len(got) != 4 {
+		t.Errorf("uninstall flags %v, want only the four dir flags", un.Args)
+	}
+	// The agent's context without the capabilities only the repair needs.
+	wantSC := ac.SecurityContext.DeepCopy()
+	wantSC.Capabilities.Add = nil
+	gotSC := un.SecurityContext.DeepCopy()
+	if gotSC != nil && gotSC.Capabilities != nil && len(gotSC.Capabilities.Add) == 0 {
+		gotSC.Capabilities.Add = nil
+	}
+	if !reflect.DeepEqual(gotSC, wantSC) {
+		t.Errorf("uninstall securityContext %+v, want the agent's without added capabilities %+v", un.SecurityContext, wantSC)
+	}
+	if len(wait.VolumeMounts) != 0 || wait.SecurityContext == nil || wait.SecurityContext.RunAsNonRoot == nil || !*wait.SecurityContext.RunAsNonRoot {
+		t.Errorf("the waiting container needs no host dir and no root: %+v", wait)
+	}
+	// The same host paths, mounted at the same places: the dirs uninstall
+	// writes (the repair's netns dir and xtables lock it does not need).
+	uninstallDirs := map[string]bool{"cni-bin": true, "cni-conf": true, "state": true}
+	hostVols := map[string]corev1.Volume{}
+	for _, v := range as.Volumes {
+		if v.HostPath != nil && uninstallDirs[v.Name] {
+			hostVols[v.Name] = v
+		}
+	}
+	if len(hostVols) != len(uninstallDirs) {
+		t.Errorf("the agent mounts %d of the host dirs uninstall needs, want %d", len(hostVols), len(uninstallDirs))
+	}
+	n := 0
+	for _, v := range cs.Volumes {
+		if !reflect.DeepEqual(v, hostVols[v.Name]) {
+			t.Errorf("cleanup volume %+v, agent's %+v", v, hostVols[v.Name])
+		}
+		n++
+	}
+	if n != len(hostVols) {
+		t.Errorf("cleanup has %d volumes, the agent %d host dirs", n, len(hostVols))
+	}
+	agentMounts := map[string]string{}
+	for _, m := range ac.VolumeMounts {
+		agentMounts[m.Name] = m.MountPath
+	}
+	for _, m := range un.VolumeMounts {
+		if agentMounts[m.Name] != m.MountPath || m.ReadOnly {
+			t.Errorf("uninstall mounts %s at %s (read-only %v), the agent at %s", m.Name, m.MountPath, m.ReadOnly, agentMounts[m.Name])
+		}
+	}
+	if len(un.VolumeMounts) != len(hostVols) {
+		t.Errorf("uninstall mounts %d host dirs, want %d", len(un.VolumeMounts), len(hostVols))
+	}
+	if cs.AutomountServiceAccountToken == nil || *cs.AutomountServiceAccountToken {
+		t.Error("the cleanup pods get an API token they do not need")
 	}
 }

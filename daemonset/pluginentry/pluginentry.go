@@ -13,9 +13,11 @@ import (
 )
 
 // Build returns the entry: the keys of config (a JSON object, may be empty)
-// with "type" set to plexus-cni and "kubeconfig" set to kubeconfig. The
-// result is compact JSON the plugin itself accepts.
-func Build(config []byte, kubeconfig string) ([]byte, error) {
+// with "type" set to plexus-cni, "kubeconfig" set to kubeconfig and, when
+// not empty, "report_socket" set to reportSocket (the agent's socket for
+// the plugin's reports). The result is compact JSON the plugin itself
+// accepts.
+func Build(config []byte, kubeconfig, reportSocket string) ([]byte, error) {
 	m := map[string]json.RawMessage{}
 	if len(bytes.TrimSpace(config)) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(config))
@@ -38,6 +40,10 @@ func Build(config []byte, kubeconfig string) ([]byte, error) {
 	m["type"] = json.RawMessage(`"plexus-cni"`)
 	kc, _ := json.Marshal(kubeconfig)
 	m["kubeconfig"] = kc
+	if reportSocket != "" {
+		rs, _ := json.Marshal(reportSocket)
+		m["report_socket"] = rs
+	}
 	out, err := json.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("plugin config: %w", err)

@@ -7,7 +7,7 @@ import (
 )
 
 func TestBuild(t *testing.T) {
-	out, err := Build([]byte(`{"log_level":"debug","exclude_namespaces":["kube-system","infra"],"proxy":{"uid":3000}}`), "/var/lib/plexus/plexus-cni.kubeconfig")
+	out, err := Build([]byte(`{"log_level":"debug","exclude_namespaces":["kube-system","infra"],"proxy":{"uid":3000}}`), "/var/lib/plexus/plexus-cni.kubeconfig", "/var/lib/plexus/reports.sock")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -15,11 +15,16 @@ func TestBuild(t *testing.T) {
 	if err := json.Unmarshal(out, &m); err != nil {
 		t.Fatal(err)
 	}
-	if m["type"] != "plexus-cni" || m["kubeconfig"] != "/var/lib/plexus/plexus-cni.kubeconfig" || m["log_level"] != "debug" {
+	if m["type"] != "plexus-cni" || m["kubeconfig"] != "/var/lib/plexus/plexus-cni.kubeconfig" || m["log_level"] != "debug" ||
+		m["report_socket"] != "/var/lib/plexus/reports.sock" {
 		t.Fatalf("entry = %s", out)
 	}
-	if _, err := Build(nil, "/k"); err != nil {
-		t.Fatalf("empty config: %v", err)
+	out, err = Build([]byte(`{"report_socket":"/admin.sock"}`), "/k", "")
+	if err != nil || !strings.Contains(string(out), `"report_socket":"/admin.sock"`) {
+		t.Fatalf("no agent socket: the config's report_socket is kept: %s, %v", out, err)
+	}
+	if out, err := Build(nil, "/k", ""); err != nil || strings.Contains(string(out), "report_socket") {
+		t.Fatalf("empty config: %s, %v", out, err)
 	}
 }
 
@@ -32,8 +37,9 @@ func TestBuildRejects(t *testing.T) {
 		{`{"name":"x"}`, "/k", "name"},
 		{`{`, "/k", "plugin config"},
 		{`{}`, "", "kubeconfig"},
+		{`{"report_socket":"reports.sock"}`, "/k", "report_socket"},
 	} {
-		_, err := Build([]byte(tc.config), tc.kubeconfig)
+		_, err := Build([]byte(tc.config), tc.kubeconfig, "")
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Build(%s, %q) err = %v, want one mentioning %q", tc.config, tc.kubeconfig, err, tc.want)
 		}

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +37,9 @@ const (
 // TestNodeAgentInstallsPlugin applies deploy/plexus-node to the local
 // cluster (host paths pointed at the cluster's CNI dirs) and checks the
 // agent's whole life on a real node: it installs and patches, meshed pods
-// get rules, a hand-overwritten conflist is re-patched within a second,
+// get rules and their ADD shows in the agent's metrics, a removed binary
+// is back within a second, a hand-overwritten conflist is re-patched
+// within a second,
 // removing the DaemonSet (an upgrade) keeps the plugin, and `plexus-node
 // uninstall` leaves the conflist byte for byte as it was.
 func TestNodeAgentInstallsPlugin(t *testing.T) {
@@ -64,6 +69,38 @@ func TestNodeAgentInstallsPlugin(t *testing.T) {
 	ns := c.Namespace(t, "nodeagent", nil)
 	t.Run("meshed pod gets rules", func(t *testing.T) {
 		checkMeshedPod(t, c, ns, "meshed-1")
+	})
+
+	t.Run("the plugin's ADD is in the agent's metrics", func(t *testing.T) {
+		// The agent runs on the host network; its state dir holds the
+		// report socket the plugin sent the ADD above to.
+		if _, err := os.Lstat(filepath.Join(stateDir, "reports.sock")); err != nil {
+			t.Errorf("report socket: %v", err)
+		}
+		clustertest.WaitFor(t, 10*time.Second, "an ADD success in the agent's metrics", func(context.Context) (bool, error) {
+			resp, err := http.Get("http://127.0.0.1:9190/metrics")
+			if err != nil {
+				return false, nil
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			return err == nil && regexp.MustCompile(`(?m)^plexus_node_plugin_commands_total\{command="ADD",outcome="success"\} [1-9]`).Match(body), nil
+		})
+	})
+
+	t.Run("a removed binary is back within 1s", func(t *testing.T) {
+		bin := filepath.Join(env.BinDir, "plexus-cni")
+		if err := os.Remove(bin); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		clustertest.WaitFor(t, 5*time.Second, bin+" to be back", func(context.Context) (bool, error) {
+			_, err := os.Stat(bin)
+			return err == nil, nil
+		})
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("binary back after %s, want within 1s", took)
+		}
 	})
 
 	t.Run("re-patched within 1s after a hand overwrite", func(t *testing.T) {

@@ -16,19 +16,17 @@ import (
 	"github.com/plexus-mesh/plexus/integration/clustertest"
 )
 
-// TestPlexusctlInstallAndCheck installs all of Plexus the way a user does,
-// `plexusctl install | kubectl apply --server-side -f -`, waits for
-// `plexusctl check` to pass, then removes the node agent and expects
-// check to fail naming it.
-func TestPlexusctlInstallAndCheck(t *testing.T) {
-	env := clustercni.Read(t)
+// plexusctl runs $PLEXUSCTL_BIN against the cluster and returns its
+// standard output, with its standard error added when it fails.
+type plexusctl func(args ...string) (string, error)
+
+func newPlexusctl(t *testing.T, c *clustertest.Cluster) plexusctl {
+	t.Helper()
 	bin := os.Getenv("PLEXUSCTL_BIN")
 	if bin == "" {
 		t.Skip("PLEXUSCTL_BIN is not set (run `make test`)")
 	}
-	c := clustertest.Connect(t)
-	env.KeepNodeCNI(t)
-	ctl := func(args ...string) (string, error) {
+	return func(args ...string) (string, error) {
 		cmd := exec.Command(bin, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
@@ -38,6 +36,14 @@ func TestPlexusctlInstallAndCheck(t *testing.T) {
 		}
 		return string(out), nil
 	}
+}
+
+// installAll installs all of Plexus the way a user does, `plexusctl
+// install | kubectl apply --server-side -f -`, with the cluster's CNI
+// dirs, deletes it all when the test ends, and returns the output of the
+// first `plexusctl check` that passes.
+func installAll(t *testing.T, c *clustertest.Cluster, env clustercni.Env, ctl plexusctl) string {
+	t.Helper()
 	manifests, err := ctl("install", "--cni-bin-dir="+env.BinDir, "--cni-conf-dir="+env.ConfDir)
 	if err != nil {
 		t.Fatalf("plexusctl install: %v\n%s", err, manifests)
@@ -63,6 +69,18 @@ func TestPlexusctlInstallAndCheck(t *testing.T) {
 		last, err = ctl("check")
 		return err == nil, nil
 	})
+	return last
+}
+
+// TestPlexusctlInstallAndCheck installs all of Plexus the way a user does,
+// waits for `plexusctl check` to pass, then removes the node agent and
+// expects check to fail naming it.
+func TestPlexusctlInstallAndCheck(t *testing.T) {
+	env := clustercni.Read(t)
+	c := clustertest.Connect(t)
+	ctl := newPlexusctl(t, c)
+	env.KeepNodeCNI(t)
+	last := installAll(t, c, env, ctl)
 	for _, want := range []string{"✔", "plexus-identity", "plexus-destination", "plexus-injector"} {
 		if !strings.Contains(last, want) {
 			t.Errorf("plexusctl check output lacks %q:\n%s", want, last)

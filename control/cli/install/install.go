@@ -148,7 +148,14 @@ func (r Renderer) Render(cfg Config, w io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("install: %w", err)
 	}
-	objs, err := r.objects(cfg)
+	var id Identity
+	if !cfg.CRDsOnly {
+		var err error
+		if id, err = r.identity(cfg); err != nil {
+			return fmt.Errorf("install: %w", err)
+		}
+	}
+	objs, err := r.objects(cfg, id)
 	if err != nil {
 		return fmt.Errorf("install: %w", err)
 	}
@@ -169,8 +176,59 @@ func (r Renderer) Render(cfg Config, w io.Writer) error {
 	return nil
 }
 
-// objects returns the rendered objects in apply order.
-func (r Renderer) objects(cfg Config) ([]object, error) {
+// Ref names one object.
+type Ref struct {
+	APIVersion, Kind, Namespace, Name string
+}
+
+func (r Ref) String() string {
+	if r.Namespace == "" {
+		return r.Kind + " " + r.Name
+	}
+	return r.Kind + " " + r.Namespace + "/" + r.Name
+}
+
+// Inventory names every object Render writes for cfg, in apply order,
+// without making or reading the identity (uninstall needs only names).
+func (r Renderer) Inventory(cfg Config) ([]Ref, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("install: %w", err)
+	}
+	objs, err := r.objects(cfg, Identity{})
+	if err != nil {
+		return nil, fmt.Errorf("install: %w", err)
+	}
+	refs := make([]Ref, len(objs))
+	for i, o := range objs {
+		meta, _ := o["metadata"].(object)
+		refs[i] = Ref{APIVersion: str(o["apiVersion"]), Kind: kind(o), Namespace: str(meta["namespace"]), Name: str(meta["name"])}
+	}
+	return refs, nil
+}
+
+// NodeCleanup renders deploy/plexus-node-cleanup for cfg: the DaemonSet
+// that runs `plexus-node uninstall` on every node, with cfg's images and
+// CNI dirs applied as to the node agent's.
+func (r Renderer) NodeCleanup(cfg Config) (map[string]any, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("install: %w", err)
+	}
+	objs, err := load(r.Manifests, "plexus-node-cleanup")
+	if err != nil {
+		return nil, fmt.Errorf("install: %w", err)
+	}
+	if len(objs) != 1 || kind(objs[0]) != "DaemonSet" {
+		return nil, fmt.Errorf("install: plexus-node-cleanup holds %d objects, want one DaemonSet", len(objs))
+	}
+	if err := customize(objs[0], cfg); err != nil {
+		return nil, fmt.Errorf("install: %s: %w", describe(objs[0]), err)
+	}
+	return objs[0], nil
+}
+
+// objects returns the rendered objects in apply order, with id as the
+// identity issuer.
+func (r Renderer) objects(cfg Config, id Identity) ([]object, error) {
 	crds, err := load(r.Manifests, "crds")
 	if err != nil {
 		return nil, err
@@ -187,10 +245,6 @@ func (r Renderer) objects(cfg Config) ([]object, error) {
 		if node, err = load(r.Manifests, "plexus-node"); err != nil {
 			return nil, err
 		}
-	}
-	id, err := r.identity(cfg)
-	if err != nil {
-		return nil, err
 	}
 	objs := []object{namespace(cfg)}
 	objs = append(objs, crds...)

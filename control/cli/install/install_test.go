@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/plexus-mesh/plexus/deploy"
 )
 
@@ -187,5 +189,53 @@ func TestValidate(t *testing.T) {
 	}
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Errorf("default config: %v", err)
+	}
+}
+
+func TestInventoryNamesWhatRenderWrites(t *testing.T) {
+	for name, cfg := range goldenCases() {
+		refs, err := testRenderer().Inventory(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range refs {
+			got = append(got, r.String())
+		}
+		want := kinds(t, render(t, cfg))
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("%s: inventory\n%s\nrender\n%s", name, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+}
+
+func TestNodeCleanupFollowsConfig(t *testing.T) {
+	cfg := goldenCases()["custom"]
+	ds, err := testRenderer().NodeCleanup(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := yaml.Marshal(ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(b)
+	for _, want := range []string{
+		"name: plexus-node-cleanup",
+		"image: registry.example.org/mesh/plexus-node:v1.2.3",
+		"- --cni-bin-dir=/var/lib/rancher/k3s/data/current/bin",
+		"- --cni-conf-dir=/var/lib/rancher/k3s/agent/etc/cni/net.d",
+		"mountPath: /host/var/lib/rancher/k3s/data/current/bin",
+		"path: /var/lib/rancher/k3s/agent/etc/cni/net.d",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("cleanup DaemonSet lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "/opt/cni/bin") || strings.Contains(out, "plexus.dev/plexus-node") {
+		t.Errorf("cleanup DaemonSet keeps a default the config replaces:\n%s", out)
+	}
+	if _, err := testRenderer().NodeCleanup(Config{}); err == nil {
+		t.Error("invalid config accepted")
 	}
 }

@@ -1,6 +1,6 @@
 // Package plexusctl is the plexusctl command line: kubectl-like global
-// flags, the subcommands install, check, inject, uninject and stat, and
-// exit codes 0 (success), 1 (failure) and 2 (usage error).
+// flags, the subcommands install, uninstall, check, inject, uninject and
+// stat, and exit codes 0 (success), 1 (failure) and 2 (usage error).
 package plexusctl
 
 import (
@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -22,6 +23,7 @@ import (
 	"github.com/plexus-mesh/plexus/control/cli/install"
 	"github.com/plexus-mesh/plexus/control/cli/optin"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
+	"github.com/plexus-mesh/plexus/control/cli/uninstall"
 	"github.com/plexus-mesh/plexus/deploy"
 )
 
@@ -75,11 +77,12 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"install":  {"print the manifests for kubectl apply -f -", runInstall},
-		"check":    {"verify the installation in a cluster", runCheck},
-		"inject":   {"add plexus.dev/inject: enabled to manifests (files or - for stdin)", runOptin(optin.Inject)},
-		"uninject": {"remove plexus.dev/inject from manifests (files or - for stdin)", runOptin(optin.Uninject)},
-		"stat":     {"traffic statistics: stat ns|deploy|pod [NAME]", runStat},
+		"install":   {"print the manifests for kubectl apply -f -", runInstall},
+		"uninstall": {"remove plexus-cni from every node, then print the rest for kubectl delete -f - (or --delete it)", runUninstall},
+		"check":     {"verify the installation in a cluster", runCheck},
+		"inject":    {"add plexus.dev/inject: enabled to manifests (files or - for stdin)", runOptin(optin.Inject)},
+		"uninject":  {"remove plexus.dev/inject from manifests (files or - for stdin)", runOptin(optin.Uninject)},
+		"stat":      {"traffic statistics: stat ns|deploy|pod [NAME]", runStat},
 	}
 }
 
@@ -139,7 +142,7 @@ func usage(w io.Writer, fs *flag.FlagSet, cmds map[string]command) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-9s %s\n", n, cmds[n].summary)
+		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
 	}
 	fmt.Fprintln(w, "\nglobal flags:")
 	fs.PrintDefaults()
@@ -237,6 +240,31 @@ func runInstall(_ context.Context, g *globals, args []string, env Env) error {
 	}
 	r := install.Renderer{Manifests: deploy.Manifests, Generate: install.GenerateIdentity, Now: time.Now, ReadFile: os.ReadFile}
 	return r.Render(cfg, env.Stdout)
+}
+
+func runUninstall(ctx context.Context, g *globals, args []string, env Env) error {
+	cfg := uninstall.Config{Install: install.DefaultConfig()}
+	fs := newFlagSet("uninstall", g, env)
+	fs.StringVar(&cfg.Install.CNIBinDir, "cni-bin-dir", cfg.Install.CNIBinDir, "host directory of the CNI plugin binaries (used only when the node agent's DaemonSet is gone; otherwise its own)")
+	fs.StringVar(&cfg.Install.CNIConfDir, "cni-conf-dir", cfg.Install.CNIConfDir, "host directory of the CNI configuration (likewise)")
+	fs.StringVar(&cfg.Install.ImageRegistry, "image-registry", cfg.Install.ImageRegistry, "registry (and path) of the plexus-node image for the cleanup (likewise)")
+	fs.StringVar(&cfg.Install.Version, "version", cfg.Install.Version, "tag of the plexus-node image for the cleanup (likewise)")
+	fs.BoolVar(&cfg.Install.NodeImageMode, "node-image-mode", false, "the CNI plugin is baked into the node images: leave the nodes alone")
+	fs.DurationVar(&cfg.Timeout, "timeout", uninstall.DefaultTimeout, "how long the nodes may take to remove plexus-cni")
+	fs.BoolVar(&cfg.Delete, "delete", false, "delete the rest through the API instead of printing it")
+	if err := parseConfig(fs, args, func() error { return cfg.Validate() }); err != nil {
+		return err
+	}
+	client, restCfg, _, err := connect(g)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	u := uninstall.Uninstaller{Client: client, Dynamic: dyn, Renderer: install.Renderer{Manifests: deploy.Manifests}, Progress: env.Stderr}
+	return u.Run(ctx, cfg, env.Stdout)
 }
 
 func runCheck(ctx context.Context, g *globals, args []string, env Env) error {

@@ -39,6 +39,10 @@ func TestExitCodes(t *testing.T) {
 		{"stat bad output", []string{"stat", "pod", "-o", "xml"}, ExitUsage, `unknown output format "xml"`},
 		{"stat no kubeconfig", []string{"--kubeconfig", missingKubeconfig, "stat", "pod"}, ExitFail, "kubeconfig"},
 		{"check no kubeconfig", []string{"check", "--kubeconfig=" + missingKubeconfig}, ExitFail, "kubeconfig"},
+		{"uninstall negative timeout", []string{"uninstall", "--timeout=-1s"}, ExitUsage, "timeout -1s is negative"},
+		{"uninstall bad dir", []string{"uninstall", "--cni-bin-dir=bin"}, ExitUsage, "CNI bin dir"},
+		{"uninstall no kubeconfig", []string{"uninstall", "--kubeconfig=" + missingKubeconfig}, ExitFail, "kubeconfig"},
+		{"help lists uninstall", []string{"-h"}, ExitOK, "uninstall  remove plexus-cni from every node"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := runMain(t, "", tc.args...)

@@ -1,6 +1,6 @@
 // Command plexus-node is the Plexus node agent: `run` in the DaemonSet,
 // `install --root` to bake the CNI plugin into a node image, `uninstall`
-// to remove it.
+// to remove it, and `wait` for the cleanup DaemonSet.
 package main
 
 import (
@@ -35,6 +35,8 @@ commands:
   run        install the CNI plugin and keep it last in the primary CNI config (DaemonSet)
   install    lay the plugin down into a node image root (no API calls)
   uninstall  remove the conflist entry, then the credentials, then the binary
+  wait       do nothing until SIGTERM (the cleanup DaemonSet's container, ready once
+             its init container has run uninstall)
 
 Run "plexus-node <command> -h" for a command's flags.
 `
@@ -100,7 +102,19 @@ func run(args []string, stderr io.Writer, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		return agent.Uninstall(paths)
+		if err := agent.Uninstall(paths); err != nil {
+			return err
+		}
+		log.Info("removed plexus-cni from this node", "conf_dir", paths.CNIConfDir, "bin_dir", paths.CNIBinDir, "state_dir", paths.StateDir)
+		return nil
+	case "wait":
+		if err := parse(flag.NewFlagSet("wait", flag.ContinueOnError), args[1:]); err != nil {
+			return err
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		<-ctx.Done()
+		return nil
 	case "-h", "--help", "help":
 		fmt.Fprint(stderr, usage)
 		return nil

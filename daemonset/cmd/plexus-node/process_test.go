@@ -132,3 +132,35 @@ func TestProcessRunSIGTERMLeavesPlugin(t *testing.T) {
 		}
 	}
 }
+
+// TestProcessWaitUntilSIGTERM: the cleanup DaemonSet's container stays
+// up (ready) until it is deleted, then exits at once and cleanly.
+func TestProcessWaitUntilSIGTERM(t *testing.T) {
+	bin := buildSelf(t)
+	if out, err := exec.Command(bin, "wait", "extra").CombinedOutput(); err == nil {
+		t.Fatalf("wait with an argument succeeded: %s", out)
+	}
+	cmd := exec.Command(bin, "wait")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		t.Fatalf("wait exited on its own: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("wait ignored SIGTERM")
+	}
+}
