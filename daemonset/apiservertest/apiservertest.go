@@ -28,6 +28,9 @@ import (
 // bindings.
 type Server struct {
 	URL string
+	// CAFile verifies the server's self-signed certificate (written by
+	// kube-apiserver into its --cert-dir once it serves).
+	CAFile string
 }
 
 // Static tokens and the agent's user name.
@@ -38,7 +41,7 @@ const (
 	NobodyToken = "nobody-token"
 )
 
-func kubeBin(t *testing.T) string {
+func kubeBin(t testing.TB) string {
 	t.Helper()
 	if d := os.Getenv("PLEXUS_KUBE_BIN"); d != "" {
 		return d
@@ -51,7 +54,7 @@ func kubeBin(t *testing.T) string {
 	return filepath.Dir(matches[len(matches)-1])
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -61,7 +64,7 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-func startProc(t *testing.T, dir, name string, bin string, args ...string) {
+func startProc(t testing.TB, dir, name string, bin string, args ...string) {
 	t.Helper()
 	logf, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
@@ -89,7 +92,7 @@ func startProc(t *testing.T, dir, name string, bin string, args ...string) {
 // Start runs etcd and kube-apiserver and waits until /readyz is ok. It
 // skips the test in -short mode or when the binaries are not found
 // (PLEXUS_KUBE_BIN, else ~/.cache/plexus/kube/*/bin).
-func Start(t *testing.T) *Server {
+func Start(t testing.TB) *Server {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts etcd and kube-apiserver")
@@ -134,7 +137,7 @@ func Start(t *testing.T) *Server {
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-account-key-file", saPub, "--service-account-signing-key-file", saKey,
 		"--profiling=false")
-	a := &Server{URL: fmt.Sprintf("https://127.0.0.1:%d", apiPort)}
+	a := &Server{URL: fmt.Sprintf("https://127.0.0.1:%d", apiPort), CAFile: filepath.Join(dir, "certs", "apiserver.crt")}
 	admin := a.Client(t, AdminToken)
 	deadline := time.Now().Add(90 * time.Second)
 	for {
@@ -152,7 +155,7 @@ func Start(t *testing.T) *Server {
 }
 
 // Client is a clientset authenticating with token.
-func (a *Server) Client(t *testing.T, token string) kubernetes.Interface {
+func (a *Server) Client(t testing.TB, token string) kubernetes.Interface {
 	t.Helper()
 	c, err := kubernetes.NewForConfig(&rest.Config{
 		Host:            a.URL,

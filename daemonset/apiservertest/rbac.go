@@ -16,7 +16,7 @@ import (
 // BindShippedRole creates the ClusterRole of deploy/plexus-node/rbac.yaml
 // and binds it to AgentUser, so a test acts with exactly the permissions
 // the node agent ships with.
-func (a *Server) BindShippedRole(t *testing.T) {
+func (a *Server) BindShippedRole(t testing.TB) {
 	t.Helper()
 	_, here, _, _ := runtime.Caller(0)
 	b, err := os.ReadFile(filepath.Join(filepath.Dir(here), "../../deploy/plexus-node/rbac.yaml"))
