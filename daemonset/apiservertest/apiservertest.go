@@ -18,8 +18,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/plexus-mesh/plexus/daemonset/install"
 )
 
 // Server is a real etcd + kube-apiserver on loopback, owned by one test
@@ -166,4 +170,43 @@ func (a *Server) Client(t testing.TB, token string) kubernetes.Interface {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// PluginKubeconfig writes the kubeconfig the node agent gives plexus-cni
+// (daemonset/install: the CA embedded, the token in a file beside it),
+// here for token, and returns its path.
+func (a *Server) PluginKubeconfig(t testing.TB, token string) string {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := os.ReadFile(a.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(dir, install.TokenFile)
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := install.Kubeconfig(a.URL, ca, tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, install.KubeconfigFile)
+	if err := os.WriteFile(path, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Namespace creates a namespace with the default service account that
+// admission requires of pods (no controller-manager runs here to create it).
+func (a *Server) Namespace(t testing.TB, name string) {
+	t.Helper()
+	admin := a.Client(t, AdminToken)
+	ctx := context.Background()
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().ServiceAccounts(name).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }

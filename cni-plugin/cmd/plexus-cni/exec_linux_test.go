@@ -18,12 +18,10 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/plexus-mesh/plexus/cni-plugin/addlog"
 	"github.com/plexus-mesh/plexus/daemonset/apiservertest"
-	"github.com/plexus-mesh/plexus/daemonset/install"
 	"github.com/plexus-mesh/plexus/integration/loadgen"
 )
 
@@ -187,16 +185,8 @@ func BenchmarkAddExec(b *testing.B) {
 	plugin, _ := buildBinaries(b)
 	api := apiservertest.Start(b)
 	api.BindShippedRole(b)
-	admin := api.Client(b, apiservertest.AdminToken)
-	ctx := context.Background()
 	const namespace, name = "plexus-bench", "web"
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	// No controller-manager creates the default service account here.
-	if _, err := admin.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		b.Fatal(err)
-	}
+	api.Namespace(b, namespace)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"config.plexus.dev/skip-outbound-ports": "25"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{
@@ -204,30 +194,11 @@ func BenchmarkAddExec(b *testing.B) {
 			{Name: "plexus-proxy", Image: "registry.invalid/proxy"},
 		}},
 	}
-	created, err := admin.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{})
+	created, err := api.Client(b, apiservertest.AdminToken).CoreV1().Pods(namespace).Create(context.Background(), pod, metav1.CreateOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
-
-	// The kubeconfig exactly as the node agent writes it: embedded CA and a
-	// token file.
-	dir := b.TempDir()
-	ca, err := os.ReadFile(api.CAFile)
-	if err != nil {
-		b.Fatal(err)
-	}
-	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte(apiservertest.AgentToken+"\n"), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	kc, err := install.Kubeconfig(api.URL, ca, tokenFile)
-	if err != nil {
-		b.Fatal(err)
-	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		b.Fatal(err)
-	}
+	kubeconfig := api.PluginKubeconfig(b, apiservertest.AgentToken)
 
 	dualStack := ipv6Available()
 	for _, mode := range []string{"nft", "legacy"} {
