@@ -21,7 +21,6 @@ import (
 
 	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
-	"github.com/plexus-mesh/plexus/control/meshpod"
 )
 
 // Plugin-specific CNI error codes (the spec reserves 0-99).
@@ -143,7 +142,7 @@ func (p *Plugin) Decide(ctx context.Context, log *slog.Logger, conf *NetConf, cn
 		return Decision{}, cniErr(types.ErrTryAgainLater, fmt.Sprintf(
 			"plexus-cni: pod %s/%s has UID %s but the runtime asked for UID %s (the pod was replaced)", namespace, name, pod.UID, uid), nil)
 	}
-	if !meshpod.IsMeshed(pod) {
+	if !isMeshed(pod) {
 		return Decision{Reason: "pod has no " + ProxyContainerName + " container"}, nil
 	}
 	base, err := conf.PodBase()

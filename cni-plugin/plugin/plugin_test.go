@@ -27,11 +27,31 @@ import (
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 )
 
-// fakeGetter reads pods from the fake clientset.
+// fakeGetter reads pods from the fake clientset and hands them, and its
+// API errors, through the JSON decoding HTTPPodGetter uses.
 type fakeGetter struct{ c *fake.Clientset }
 
-func (g fakeGetter) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
-	return g.c.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+func (g fakeGetter) GetPod(ctx context.Context, namespace, name string) (*Pod, error) {
+	p, err := g.c.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		st := status.Status()
+		st.Kind, st.APIVersion = "Status", "v1"
+		body, merr := json.Marshal(st)
+		if merr != nil {
+			return nil, merr
+		}
+		return nil, responseError(int(st.Code), "application/json", body)
+	}
+	if err != nil {
+		return nil, err
+	}
+	p.Kind, p.APIVersion = "Pod", "v1"
+	body, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	return decodePod("application/json", body)
 }
 
 // fakeTables records what the plugin asks of the network namespace.

@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,33 +9,86 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-
 	"github.com/plexus-mesh/plexus/cni-plugin/kubeconfig"
-	"github.com/plexus-mesh/plexus/control/meshpod"
 )
 
-// ProxyContainerName is the sidecar that marks a pod as meshed.
-const ProxyContainerName = meshpod.ProxyContainerName
+// ProxyContainerName is the sidecar that marks a pod as meshed
+// (control/meshpod.ProxyContainerName; a test holds them equal).
+const ProxyContainerName = "plexus-proxy"
+
+// Pod is what plexus-cni reads of a pod, decoded from the API server's
+// JSON; every other field is skipped. Names follow k8s.io/api/core/v1
+// (pod.UID, pod.Annotations, pod.Spec.InitContainers). The plugin does
+// without that package on purpose: its init and apimachinery's cost
+// milliseconds of CPU in every CNI call.
+type Pod struct {
+	ObjectMeta `json:"metadata"`
+	Spec       PodSpec `json:"spec"`
+}
+
+// ObjectMeta is the part of a pod's metadata the plugin uses.
+type ObjectMeta struct {
+	Namespace   string            `json:"namespace,omitempty"`
+	Name        string            `json:"name,omitempty"`
+	UID         string            `json:"uid,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// PodSpec lists the pod's containers.
+type PodSpec struct {
+	InitContainers []Container `json:"initContainers,omitempty"`
+	Containers     []Container `json:"containers,omitempty"`
+}
+
+// Container is a container's name and, for an init container, its
+// restart policy ("Always" makes it a native sidecar).
+type Container struct {
+	Name          string `json:"name"`
+	RestartPolicy string `json:"restartPolicy,omitempty"`
+}
+
+// isMeshed is control/meshpod.IsMeshed for a Pod (a test holds the two
+// equal): the pod runs a container named plexus-proxy, or an init
+// container of that name with restartPolicy Always. An init container
+// without it runs to completion before the app starts and does not count.
+func isMeshed(p *Pod) bool {
+	if p == nil {
+		return false
+	}
+	named := func(c Container) bool { return c.Name == ProxyContainerName }
+	sidecar := func(c Container) bool { return named(c) && c.RestartPolicy == "Always" }
+	return slices.ContainsFunc(p.Spec.Containers, named) || slices.ContainsFunc(p.Spec.InitContainers, sidecar)
+}
 
 // PodGetter reads one pod.
 type PodGetter interface {
-	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+	GetPod(ctx context.Context, namespace, name string) (*Pod, error)
 }
 
-// HTTPPodGetter reads a pod with one plain HTTP GET and decodes it with
-// k8s.io/api's generated protobuf code. It does without client-go on
-// purpose: client-go's package init, kubeconfig loading and transport
-// layers cost several milliseconds of CPU in every CNI call, for one
-// request. Failures are client-go's: *apierrors.StatusError for an API
-// error, the *url.Error of net/http for a network one.
+// APIError is a request the API server answered with an error: the HTTP
+// status code and, when it sent a Status object, its reason and message.
+type APIError struct {
+	Code    int
+	Reason  string // e.g. "NotFound", "Forbidden"; empty without a Status
+	Message string
+}
+
+func (e *APIError) Error() string {
+	if e.Message != "" {
+		return e.Message
+	}
+	return fmt.Sprintf("the API server answered %d %s", e.Code, http.StatusText(e.Code))
+}
+
+// HTTPPodGetter reads a pod with one plain HTTP GET. It does without
+// client-go on purpose: client-go's package init, kubeconfig loading and
+// transport layers cost milliseconds of CPU in every CNI call, for one
+// request. Failures are an *APIError when the server answered, else the
+// *url.Error of net/http.
 type HTTPPodGetter struct {
 	Config *kubeconfig.Config
 	Client *http.Client
@@ -52,22 +104,13 @@ func NewKubeconfigPodGetter(path string, timeout time.Duration) (PodGetter, erro
 	return &HTTPPodGetter{Config: kc, Client: kc.Client(timeout)}, nil
 }
 
-// maxPodBytes bounds the response read; etcd stores objects up to 1.5 MiB.
+// maxPodBytes bounds the answer read; etcd stores objects up to 1.5 MiB.
 const maxPodBytes = 4 << 20
 
-// Content types the API server speaks; protobuf is the cheaper to decode.
-const (
-	contentProtobuf = "application/vnd.kubernetes.protobuf"
-	contentJSON     = "application/json"
-)
-
-// protobufMagic starts every protobuf-encoded API object.
-var protobufMagic = []byte("k8s\x00")
-
 // GetPod performs one GET, with no retries of its own.
-func (g *HTTPPodGetter) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+func (g *HTTPPodGetter) GetPod(ctx context.Context, namespace, name string) (*Pod, error) {
 	for _, seg := range []string{namespace, name} {
-		if seg == "" || seg == "." || seg == ".." || strings.ContainsAny(seg, "/%") {
+		if seg == "" || seg == "." || seg == ".." || strings.ContainsAny(seg, "/%?#") {
 			return nil, fmt.Errorf("invalid pod namespace/name %q/%q", namespace, name)
 		}
 	}
@@ -75,7 +118,7 @@ func (g *HTTPPodGetter) GetPod(ctx context.Context, namespace, name string) (*co
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Accept", contentProtobuf+", "+contentJSON)
+	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "plexus-cni")
 	resp, err := g.Client.Do(req)
 	if err != nil {
@@ -87,60 +130,55 @@ func (g *HTTPPodGetter) GetPod(ctx context.Context, namespace, name string) (*co
 		return nil, fmt.Errorf("reading the API server's answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, responseError(resp, body, name)
+		return nil, responseError(resp.StatusCode, resp.Header.Get("Content-Type"), body)
 	}
-	pod := &corev1.Pod{}
-	if err := decode(resp.Header.Get("Content-Type"), body, pod); err != nil {
-		return nil, fmt.Errorf("decoding pod %s/%s: %w", namespace, name, err)
-	}
-	if pod.Kind != "" && pod.Kind != "Pod" {
-		return nil, fmt.Errorf("GET pod %s/%s returned a %s", namespace, name, pod.Kind)
-	}
-	return pod, nil
+	return decodePod(resp.Header.Get("Content-Type"), body)
 }
 
-// protoMessage is a generated k8s.io/api type.
-type protoMessage interface{ Unmarshal([]byte) error }
-
-// decode reads a Pod or Status as the API server encoded it.
-func decode(contentType string, body []byte, into interface {
-	protoMessage
-	GetObjectKind() schema.ObjectKind
-}) error {
-	mediaType, _, _ := mime.ParseMediaType(contentType)
-	switch mediaType {
-	case contentProtobuf:
-		if !bytes.HasPrefix(body, protobufMagic) {
-			return errors.New("protobuf answer without the k8s magic number")
-		}
-		var unk runtime.Unknown
-		if err := unk.Unmarshal(body[len(protobufMagic):]); err != nil {
-			return err
-		}
-		if err := into.Unmarshal(unk.Raw); err != nil {
-			return fmt.Errorf("%s: %w", unk.Kind, err)
-		}
-		into.GetObjectKind().SetGroupVersionKind(schema.FromAPIVersionAndKind(unk.APIVersion, unk.Kind))
-		return nil
-	case contentJSON:
-		return json.Unmarshal(body, into)
+// decodePod reads the JSON of a pod.
+func decodePod(contentType string, body []byte) (*Pod, error) {
+	if mt, _, _ := mime.ParseMediaType(contentType); mt != "application/json" {
+		return nil, fmt.Errorf("the API server answered with %q, not JSON", contentType)
 	}
-	return fmt.Errorf("unexpected content type %q", contentType)
+	var obj struct {
+		Kind string `json:"kind"`
+		Pod
+	}
+	if err := json.Unmarshal(body, &obj); err != nil {
+		return nil, fmt.Errorf("decoding the pod: %w", err)
+	}
+	if obj.Kind != "Pod" {
+		return nil, fmt.Errorf("the API server answered with a %q, not a Pod", obj.Kind)
+	}
+	return &obj.Pod, nil
 }
 
-// responseError turns a failed response into the error client-go would
-// return: the server's Status when it sent one, else a generic error
-// for the HTTP status code.
-func responseError(resp *http.Response, body []byte, name string) error {
-	var st metav1.Status
-	if decode(resp.Header.Get("Content-Type"), body, &st) == nil && st.Status == metav1.StatusFailure {
-		return &apierrors.StatusError{ErrStatus: st}
+// responseError reads a failed answer as client-go would: the server's
+// Status (reason and message) when it sent one, else the status code and,
+// for a text answer, the text.
+func responseError(code int, contentType string, body []byte) *APIError {
+	var st struct {
+		Status  string `json:"status"`
+		Reason  string `json:"reason"`
+		Message string `json:"message"`
+		Code    int    `json:"code"`
 	}
-	msg := "unknown"
-	if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(ct, "text/") || ct == "" {
-		msg = strings.TrimSpace(string(body))
+	mt, _, _ := mime.ParseMediaType(contentType)
+	if mt == "application/json" && json.Unmarshal(body, &st) == nil && st.Status == "Failure" {
+		e := &APIError{Code: st.Code, Reason: st.Reason, Message: st.Message}
+		if e.Code == 0 {
+			e.Code = code
+		}
+		return e
 	}
-	return apierrors.NewGenericServerResponse(resp.StatusCode, http.MethodGet, schema.GroupResource{Resource: "pods"}, name, msg, 0, true)
+	e := &APIError{Code: code}
+	if strings.HasPrefix(mt, "text/") {
+		const max = 512
+		if text := strings.TrimSpace(string(body)); text != "" {
+			e.Message = fmt.Sprintf("the API server answered %d %s: %s", code, http.StatusText(code), text[:min(len(text), max)])
+		}
+	}
+	return e
 }
 
 // Retry bounds the pod lookup.
@@ -164,12 +202,12 @@ func DefaultRetry() Retry {
 }
 
 // getPod performs the pod GET, retrying only errors that may pass.
-func getPod(ctx context.Context, g PodGetter, r Retry, namespace, name string) (*corev1.Pod, error) {
+func getPod(ctx context.Context, g PodGetter, r Retry, namespace, name string) (*Pod, error) {
 	backoff := r.Backoff
 	var err error
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, r.PerAttempt)
-		var pod *corev1.Pod
+		var pod *Pod
 		pod, err = g.GetPod(actx, namespace, name)
 		cancel()
 		if err == nil {
@@ -187,13 +225,22 @@ func getPod(ctx context.Context, g PodGetter, r Retry, namespace, name string) (
 	}
 }
 
-// transient reports whether a failed GET may succeed when repeated.
+// transientReasons and transientCodes are the API answers that may pass:
+// what client-go's apierrors.IsTimeout, IsServerTimeout, IsTooManyRequests,
+// IsServiceUnavailable and IsInternalError accept.
+var (
+	transientReasons = []string{"Timeout", "ServerTimeout", "TooManyRequests", "ServiceUnavailable", "InternalError"}
+	transientCodes   = []int{http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusServiceUnavailable, http.StatusGatewayTimeout}
+)
+
+// transient reports whether a failed GET may succeed when repeated:
+// the answers above, timeouts and network errors.
 func transient(err error) bool {
-	switch {
-	case apierrors.IsTimeout(err), apierrors.IsServerTimeout(err), apierrors.IsTooManyRequests(err),
-		apierrors.IsServiceUnavailable(err), apierrors.IsInternalError(err):
-		return true
-	case errors.Is(err, context.DeadlineExceeded):
+	var apiErr *APIError
+	if errors.As(err, &apiErr) {
+		return slices.Contains(transientReasons, apiErr.Reason) || slices.Contains(transientCodes, apiErr.Code)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
 	var netErr net.Error

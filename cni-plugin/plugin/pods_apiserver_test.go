@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/plexus-mesh/plexus/control/meshpod"
 	"github.com/plexus-mesh/plexus/daemonset/apiservertest"
 )
 
@@ -49,8 +48,8 @@ func TestPodGetterAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pod.UID != created.UID || pod.Annotations["config.plexus.dev/skip-outbound-ports"] != "25" || !meshpod.IsMeshed(pod) {
-		t.Fatalf("read pod uid=%s annotations=%v meshed=%v, want uid %s, the annotation, meshed", pod.UID, pod.Annotations, meshpod.IsMeshed(pod), created.UID)
+	if pod.UID != string(created.UID) || pod.Annotations["config.plexus.dev/skip-outbound-ports"] != "25" || !isMeshed(pod) {
+		t.Fatalf("read pod uid=%s annotations=%v meshed=%v, want uid %s, the annotation, meshed", pod.UID, pod.Annotations, isMeshed(pod), created.UID)
 	}
 
 	_, err = getPod(ctx, g, retry, "app", "gone")
