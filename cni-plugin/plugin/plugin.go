@@ -203,8 +203,11 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	ctx := context.Background()
 	tables := p.Tables(conf, log)
 	var prepare func()
-	if pr, ok := tables.(interface{ Prepare() }); ok {
-		prepare = pr.Prepare // overlap the iptables probe with the pod lookup
+	if pr, ok := tables.(Preparer); ok {
+		defer pr.Release()
+		if fams, err := families(conf.PrevResult); err == nil {
+			prepare = func() { pr.Prepare(args.Netns, fams) } // start iptables-restore during the pod lookup
+		}
 	}
 	d, cerr := p.Decide(ctx, log, conf, args.Args, prepare)
 	decided := time.Since(start)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -81,4 +83,78 @@ func BenchmarkDetect(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestPendingRestore starts iptables-restore in a fresh namespace before
+// its input: unfed it holds no xtables lock, cancelled it changes nothing,
+// fed it applies the script.
+func TestPendingRestore(t *testing.T) {
+	for _, mode := range []Mode{NFT, Legacy} {
+		t.Run(string(mode), func(t *testing.T) {
+			requireRootAnd(t, mode)
+			tools, err := Detect(mode, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, _ := tools.For(rules.IPv4)
+			rs, err := rules.Build(podconfig.Defaults(), rules.IPv4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := testutils.NewNS()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = n.Close(); _ = testutils.UnmountNS(n) })
+			start := func() *Pending {
+				var p *Pending
+				if err := n.Do(func(ns.NetNS) error { p, err = r.StartRestore(); return err }); err != nil {
+					t.Fatal(err)
+				}
+				return p
+			}
+			save := func() string {
+				var out string
+				if err := n.Do(func(ns.NetNS) error { out, err = r.Save(context.Background()); return err }); err != nil {
+					t.Fatal(err)
+				}
+				return out
+			}
+
+			cancelled := start()
+			fed := start()
+			time.Sleep(50 * time.Millisecond) // both are up and reading their input
+			if mode == Legacy {
+				requireLockFree(t)
+			}
+			cancelled.Cancel()
+			if s := save(); strings.Contains(s, rules.ChainOutput) {
+				t.Fatalf("a cancelled restore changed the table:\n%s", s)
+			}
+			if err := cancelled.Restore(context.Background(), rules.RenderCreate(rs)); err == nil {
+				t.Fatal("a cancelled restore accepted input")
+			}
+			if err := fed.Restore(context.Background(), rules.RenderCreate(rs)); err != nil {
+				t.Fatal(err)
+			}
+			if s := save(); !strings.Contains(s, "-j "+rules.ChainOutput) {
+				t.Fatalf("the fed restore did not apply:\n%s", s)
+			}
+			fed.Cancel() // no-op after Restore
+		})
+	}
+}
+
+// requireLockFree fails if anyone holds the xtables lock.
+func requireLockFree(t *testing.T) {
+	t.Helper()
+	f, err := os.OpenFile("/run/xtables.lock", os.O_RDONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatalf("the xtables lock is held while iptables-restore waits for input: %v", err)
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -125,7 +124,7 @@ func (r *Runner) RestorePath() string { return r.restore }
 
 // Save returns `iptables-save -t nat` of the current network namespace.
 func (r *Runner) Save(ctx context.Context) (string, error) {
-	out, err := r.run(ctx, r.save, nil, "-t", "nat")
+	out, err := r.run(ctx, r.save, "-t", "nat")
 	if err != nil {
 		return "", err
 	}
@@ -136,23 +135,17 @@ func (r *Runner) Save(ctx context.Context) (string, error) {
 // it as one transaction: either every line takes effect or none does. When
 // it fails because the binaries are too old, the error says so.
 func (r *Runner) Restore(ctx context.Context, script string) error {
-	wait := strconv.Itoa(int(r.cfg.LockWait / time.Second))
-	_, err := r.run(ctx, r.restore, strings.NewReader(script), "--noflush", "--wait", wait)
+	p, err := r.StartRestore()
 	if err != nil {
-		if verr := r.CheckVersion(); verr != nil {
-			return fmt.Errorf("%w (%w)", err, verr)
-		}
+		return err
 	}
-	return err
+	return p.Restore(ctx, script)
 }
 
-func (r *Runner) run(ctx context.Context, bin string, stdin *strings.Reader, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.LockWait+5*time.Second)
+func (r *Runner) run(ctx context.Context, bin string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout())
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
-	if stdin != nil {
-		cmd.Stdin = stdin
-	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
