@@ -158,3 +158,17 @@ func requireLockFree(t *testing.T) {
 	}
 	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 }
+
+// BenchmarkCheckVersion times go-iptables' detection (one `iptables
+// --version`), which ADD no longer runs.
+func BenchmarkCheckVersion(b *testing.B) {
+	r, err := New(Config{Family: rules.IPv4, Mode: Auto, LockWait: 5 * time.Second})
+	if err != nil {
+		b.Skip(err)
+	}
+	for b.Loop() {
+		if err := r.CheckVersion(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
