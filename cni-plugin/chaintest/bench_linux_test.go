@@ -17,6 +17,8 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/plexus-mesh/plexus/cni-plugin/addlog"
 )
 
 // BenchmarkAdd measures CNI ADD for meshed pods: for each pod, ADD of the
@@ -65,7 +67,10 @@ func BenchmarkAdd(b *testing.B) {
 	b.ReportMetric(ms(percentile(primaryCPU, 50)), "primary-cpu-p50-ms")
 	b.ReportMetric(ms(percentile(oursCPU, 50)), "plexus-cpu-p50-ms")
 	b.ReportMetric(float64(len(ours)), "pods")
-	inDecide, inTotal := loggedTimes(b, e.logFile)
+	inDecide, inTotal, err := addlog.Times(e.logFile)
+	if err != nil {
+		b.Fatal(err)
+	}
 	if os.Getenv("PLEXUS_CNI_BENCH_SHOWLOG") != "" {
 		data, _ := os.ReadFile(e.logFile)
 		b.Logf("plexus-cni log:\n%s", data)
@@ -182,35 +187,6 @@ func (e *env) plexusConfWithPrev(prev types.Result) ([]byte, error) {
 	conf["name"] = e.chain.Name
 	conf["prevResult"] = json.RawMessage(rb)
 	return json.Marshal(conf)
-}
-
-// loggedTimes reads decide_ms and elapsed_ms of every "ADD done" line.
-func loggedTimes(b *testing.B, path string) (decide, total []time.Duration) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	field := func(line, key string) (time.Duration, bool) {
-		_, rest, ok := strings.Cut(line, " "+key+"=")
-		if !ok {
-			return 0, false
-		}
-		v, _, _ := strings.Cut(rest, " ")
-		f, err := strconv.ParseFloat(v, 64)
-		return time.Duration(f * float64(time.Millisecond)), err == nil
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if !strings.Contains(line, `msg="ADD done"`) || !strings.Contains(line, "mesh=true") {
-			continue
-		}
-		if d, ok := field(line, "decide_ms"); ok {
-			decide = append(decide, d)
-		}
-		if d, ok := field(line, "elapsed_ms"); ok {
-			total = append(total, d)
-		}
-	}
-	return decide, total
 }
 
 func percentile(ds []time.Duration, p float64) time.Duration {

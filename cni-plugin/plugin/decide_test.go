@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"encoding/json"
 	"errors"
 	"net/netip"
 	"slices"
@@ -32,7 +33,7 @@ func TestDecidePod(t *testing.T) {
 		{"control plane is meshed", NodeAgentNamespace, "plexus-destination-1", nil, withSidecar, true, "has a plexus-proxy"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := DecidePod(conf, pod(tc.ns, tc.pod, tc.ann, tc.mutate))
+			d, err := DecidePod(conf, asPod(t, pod(tc.ns, tc.pod, tc.ann, tc.mutate)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -45,12 +46,12 @@ func TestDecidePod(t *testing.T) {
 		})
 	}
 
-	_, err := DecidePod(conf, pod("app", "web-1", map[string]string{"config.plexus.dev/skip-inbound-ports": "x"}, withSidecar))
+	_, err := DecidePod(conf, asPod(t, pod("app", "web-1", map[string]string{"config.plexus.dev/skip-inbound-ports": "x"}, withSidecar)))
 	if err == nil || errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "app/web-1") {
 		t.Errorf("bad annotation: err = %v, want one naming the pod and not ErrInvalidConfig", err)
 	}
 	bad := &NetConf{Kubeconfig: "/k", SkipOutboundPorts: "nope"}
-	if _, err := DecidePod(bad, pod("app", "web-1", nil, withSidecar)); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := DecidePod(bad, asPod(t, pod("app", "web-1", nil, withSidecar))); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("bad plugin config: err = %v, want ErrInvalidConfig", err)
 	}
 }
@@ -103,4 +104,20 @@ func TestDiff(t *testing.T) {
 	if got, err := Want(Decision{}, fams); err != nil || got != nil {
 		t.Errorf("Want(not meshed) = %v, %v", got, err)
 	}
+}
+
+// asPod hands p to the plugin as the API server would: as JSON.
+func asPod(t *testing.T, p *corev1.Pod) *Pod {
+	t.Helper()
+	p = p.DeepCopy()
+	p.Kind, p.APIVersion = "Pod", "v1"
+	body, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodePod("application/json", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }

@@ -28,7 +28,11 @@ func New(stdout io.Writer) *Plugin {
 	}
 }
 
+// probeBinaries finds the IPv4 binaries and checks their version.
 func probeBinaries(conf *NetConf) error {
-	_, err := xtables.New(xtables.Config{Family: rules.IPv4, Mode: conf.Mode(), LockWait: LockWait})
-	return err
+	r, err := xtables.New(xtables.Config{Family: rules.IPv4, Mode: conf.Mode(), LockWait: LockWait})
+	if err != nil {
+		return err
+	}
+	return r.CheckVersion()
 }

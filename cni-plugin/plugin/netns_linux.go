@@ -20,6 +20,10 @@ import (
 type NetnsTables struct {
 	log    *slog.Logger
 	detect func() (*xtables.Tools, error)
+
+	preparing sync.WaitGroup
+	netns     string                            // where pending runs
+	pending   map[rules.Family]*xtables.Pending // started by Prepare, not yet fed
 }
 
 // NewNetnsTables returns tables for the given backend; the binaries are
@@ -31,9 +35,54 @@ func NewNetnsTables(mode xtables.Mode, lockWait time.Duration, log *slog.Logger)
 	}
 }
 
-// Prepare starts detecting the iptables binaries in the background, so the
-// probe overlaps with the pod lookup.
-func (t *NetnsTables) Prepare() { go func() { _, _ = t.detect() }() }
+// Prepare starts, in the background, one iptables-restore per family in
+// netns, so that their start overlaps the pod lookup; Apply feeds them.
+// Call Release when done. A failure here only costs the head start: Apply
+// starts its own processes and reports the error.
+func (t *NetnsTables) Prepare(netns string, fams []rules.Family) {
+	t.preparing.Go(func() {
+		start := time.Now()
+		pending := map[rules.Family]*xtables.Pending{}
+		tools, err := t.tools()
+		if err == nil {
+			err = t.in(netns, func() error {
+				for _, fam := range fams {
+					r, err := tools.For(fam)
+					if err != nil {
+						return err
+					}
+					if pending[fam], err = r.StartRestore(); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+		t.netns, t.pending = netns, pending
+		t.log.Debug("started iptables-restore ahead of the rules", "families", len(pending), "start_ms", ms(time.Since(start)), "error", err)
+	})
+}
+
+// Release ends the processes Prepare started that Apply did not feed,
+// which leaves the namespace unchanged.
+func (t *NetnsTables) Release() {
+	t.preparing.Wait()
+	for _, p := range t.pending {
+		p.Cancel()
+	}
+	t.pending = nil
+}
+
+// takePending returns the process Prepare started for fam in netns, if any.
+func (t *NetnsTables) takePending(netns string, fam rules.Family) *xtables.Pending {
+	t.preparing.Wait()
+	if netns != t.netns {
+		return nil
+	}
+	p := t.pending[fam]
+	delete(t.pending, fam)
+	return p
+}
 
 // ErrNetnsGone is returned when the network namespace no longer exists.
 var ErrNetnsGone = errors.New("network namespace is gone")
@@ -51,45 +100,64 @@ func (t *NetnsTables) in(netns string, fn func() error) error {
 }
 
 // Apply installs every rule set, all or nothing: each family is one
-// iptables-restore transaction, the families are applied concurrently (each
-// from its own thread in the namespace), and if one fails the others are
-// removed again.
+// iptables-restore transaction, and if one fails the others are removed
+// again. The families' processes start together (or were started by
+// Prepare) and are then fed one after the other: nft transactions of two
+// families in one namespace at once conflict and one is redone, which
+// costs more CPU than it saves.
 func (t *NetnsTables) Apply(ctx context.Context, netns string, sets []rules.RuleSet) error {
 	start := time.Now()
 	tools, err := t.tools()
 	if err != nil {
 		return err
 	}
-	t.log.Debug("iptables tools ready", "wait_ms", ms(time.Since(start)))
+	runners := make([]*xtables.Runner, len(sets))
+	pending := make([]*xtables.Pending, len(sets))
 	errs := make([]error, len(sets))
-	var wg sync.WaitGroup
+	prepared := 0
 	for i, rs := range sets {
-		wg.Go(func() {
-			errs[i] = t.in(netns, func() error {
-				r, err := tools.For(rs.Family)
-				if err == nil {
-					err = t.applyOne(ctx, r, rs)
-				}
-				if err != nil {
-					return fmt.Errorf("%s: %w", rs.Family, err)
-				}
-				return nil
-			})
-		})
+		if pending[i] = t.takePending(netns, rs.Family); pending[i] != nil {
+			prepared++
+		}
+		runners[i], errs[i] = tools.For(rs.Family)
 	}
-	wg.Wait()
+	t.log.Debug("iptables tools ready", "wait_ms", ms(time.Since(start)), "prepared", prepared)
+	err = t.in(netns, func() error {
+		for i := range sets {
+			if pending[i] == nil && errs[i] == nil {
+				pending[i], errs[i] = runners[i].StartRestore()
+			}
+		}
+		for i, rs := range sets {
+			if errs[i] != nil {
+				if pending[i] != nil {
+					pending[i].Cancel()
+				}
+				continue
+			}
+			errs[i] = t.applyOne(ctx, runners[i], pending[i], rs)
+		}
+		return nil
+	})
+	if err != nil {
+		for _, p := range pending {
+			if p != nil {
+				p.Cancel()
+			}
+		}
+		return err
+	}
+	for i, rs := range sets {
+		if errs[i] != nil {
+			errs[i] = fmt.Errorf("%s: %w", rs.Family, errs[i])
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		for i, rs := range sets {
 			if errs[i] != nil {
 				continue
 			}
-			rerr := t.in(netns, func() error {
-				r, err := tools.For(rs.Family)
-				if err == nil {
-					err = removeWith(ctx, r)
-				}
-				return err
-			})
+			rerr := t.in(netns, func() error { return removeWith(ctx, runners[i]) })
 			if rerr != nil {
 				t.log.Error("rolling back rules after a failed apply", "family", rs.Family.String(), "error", rerr)
 			}
@@ -99,13 +167,14 @@ func (t *NetnsTables) Apply(ctx context.Context, netns string, sets []rules.Rule
 	return nil
 }
 
-// applyOne first tries the create-only script, which needs no
-// iptables-save and succeeds in a fresh pod; if our chains already exist
-// (a repeated ADD) it replaces them based on the saved state.
-func (t *NetnsTables) applyOne(ctx context.Context, r *xtables.Runner, rs rules.RuleSet) error {
+// applyOne feeds the create-only script, which needs no iptables-save and
+// succeeds in a fresh pod, to pending (a started iptables-restore); if our
+// chains already exist (a repeated ADD) it replaces them based on the
+// saved state.
+func (t *NetnsTables) applyOne(ctx context.Context, r *xtables.Runner, pending *xtables.Pending, rs rules.RuleSet) error {
 	script := rules.RenderCreate(rs)
 	start := time.Now()
-	createErr := r.Restore(ctx, script)
+	createErr := pending.Restore(ctx, script)
 	t.log.Debug("applied rules", "family", rs.Family.String(), "backend", r.Backend(), "restore_ms", ms(time.Since(start)), "error", createErr, "script", script)
 	if createErr == nil {
 		return nil

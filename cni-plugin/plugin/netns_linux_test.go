@@ -92,3 +92,55 @@ func TestApplyIsAllOrNothingAcrossFamilies(t *testing.T) {
 		t.Fatalf("Remove on a missing netns: %v, want ErrNetnsGone", err)
 	}
 }
+
+// TestPrepareThenApplyOrRelease starts iptables-restore for both families
+// before the rules are known: applied, the rules land (from the processes
+// started early, says the debug log); released unfed, nothing changes.
+// Without Prepare, or prepared for another namespace, Apply starts its own.
+func TestPrepareThenApplyOrRelease(t *testing.T) {
+	n := rootNetns(t)
+	var logged strings.Builder
+	log := slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	v4, _ := rules.Build(podconfig.Defaults(), rules.IPv4)
+	v6, _ := rules.Build(podconfig.Defaults(), rules.IPv6)
+	fams := []rules.Family{rules.IPv4, rules.IPv6}
+
+	released := NewNetnsTables(xtables.Auto, 5*time.Second, log)
+	released.Prepare(n.Path(), fams)
+	released.Release()
+	for _, bin := range []string{"iptables-save", "ip6tables-save"} {
+		if out := saveIn(t, n, bin); strings.Contains(out, "PLEXUS") {
+			t.Fatalf("%s after Prepare and Release:\n%s", bin, out)
+		}
+	}
+
+	applied := NewNetnsTables(xtables.Auto, 5*time.Second, log)
+	applied.Prepare(n.Path(), fams)
+	if err := applied.Apply(context.Background(), n.Path(), []rules.RuleSet{v4, v6}); err != nil {
+		t.Fatal(err)
+	}
+	applied.Release()
+	for _, bin := range []string{"iptables-save", "ip6tables-save"} {
+		if out := saveIn(t, n, bin); strings.Count(out, "plexus/") != len(v4.Rules)+len(v4.Hooks) {
+			t.Fatalf("%s after Prepare and Apply:\n%s", bin, out)
+		}
+	}
+	if !strings.Contains(logged.String(), "prepared=2") {
+		t.Fatalf("the rule sets were not applied by the processes started early; log:\n%s", logged.String())
+	}
+
+	// Prepared for another namespace: Apply starts its own processes.
+	logged.Reset()
+	other := NewNetnsTables(xtables.Auto, 5*time.Second, log)
+	other.Prepare("/var/run/netns/plexus-no-such-netns", fams)
+	if err := other.Remove(context.Background(), n.Path()); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Apply(context.Background(), n.Path(), []rules.RuleSet{v4}); err != nil {
+		t.Fatal(err)
+	}
+	other.Release()
+	if !strings.Contains(logged.String(), "prepared=0") {
+		t.Fatalf("processes prepared for another namespace were used; log:\n%s", logged.String())
+	}
+}

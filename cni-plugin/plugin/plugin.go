@@ -21,8 +21,6 @@ import (
 
 	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
-	"github.com/plexus-mesh/plexus/control/meshpod"
-	corev1 "k8s.io/api/core/v1"
 )
 
 // Plugin-specific CNI error codes (the spec reserves 0-99).
@@ -162,11 +160,11 @@ var ErrInvalidConfig = errors.New("invalid plugin config")
 // Decision carries its settings (plugin config, then annotations). A
 // malformed annotation is an error naming the pod; an unusable plugin
 // config wraps ErrInvalidConfig.
-func DecidePod(conf *NetConf, pod *corev1.Pod) (Decision, error) {
+func DecidePod(conf *NetConf, pod *Pod) (Decision, error) {
 	if reason := skippedByName(conf, pod.Namespace, pod.Name); reason != "" {
 		return Decision{Reason: reason}, nil
 	}
-	if !meshpod.IsMeshed(pod) {
+	if !isMeshed(pod) {
 		return Decision{Reason: "pod has no " + ProxyContainerName + " container"}, nil
 	}
 	base, err := conf.PodBase()
@@ -286,8 +284,11 @@ func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
 	ctx := context.Background()
 	tables := p.Tables(conf, log)
 	var prepare func()
-	if pr, ok := tables.(interface{ Prepare() }); ok {
-		prepare = pr.Prepare // overlap the iptables probe with the pod lookup
+	if pr, ok := tables.(Preparer); ok {
+		defer pr.Release()
+		if fams, err := families(conf.PrevResult); err == nil {
+			prepare = func() { pr.Prepare(args.Netns, fams) } // start iptables-restore during the pod lookup
+		}
 	}
 	d, cerr := p.Decide(ctx, log, conf, args.Args, prepare)
 	decided := time.Since(start)

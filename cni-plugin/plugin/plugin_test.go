@@ -27,11 +27,31 @@ import (
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 )
 
-// fakeGetter reads pods from the fake clientset.
+// fakeGetter reads pods from the fake clientset and hands them, and its
+// API errors, through the JSON decoding HTTPPodGetter uses.
 type fakeGetter struct{ c *fake.Clientset }
 
-func (g fakeGetter) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
-	return g.c.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+func (g fakeGetter) GetPod(ctx context.Context, namespace, name string) (*Pod, error) {
+	p, err := g.c.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		st := status.Status()
+		st.Kind, st.APIVersion = "Status", "v1"
+		body, merr := json.Marshal(st)
+		if merr != nil {
+			return nil, merr
+		}
+		return nil, responseError(int(st.Code), "application/json", body)
+	}
+	if err != nil {
+		return nil, err
+	}
+	p.Kind, p.APIVersion = "Pod", "v1"
+	body, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	return decodePod("application/json", body)
 }
 
 // fakeTables records what the plugin asks of the network namespace.
@@ -444,5 +464,66 @@ func TestRetryValidate(t *testing.T) {
 	}
 	if (Retry{}).Validate() == nil {
 		t.Fatal("zero retry policy accepted")
+	}
+}
+
+// preparingTables is fakeTables that also records Prepare and Release.
+type preparingTables struct {
+	*fakeTables
+	client        *fake.Clientset
+	prepared      []string // "netns families GETs-so-far" per Prepare
+	released      int
+	releasedFirst bool // Release came before Apply
+}
+
+func (p *preparingTables) Prepare(netns string, fams []rules.Family) {
+	p.prepared = append(p.prepared, fmt.Sprintf("%s %v gets=%d", netns, fams, getCount(p.client)))
+}
+
+func (p *preparingTables) Release() {
+	p.released++
+	p.releasedFirst = p.releasedFirst || len(p.applied) == 0
+}
+
+// TestAddPreparesDuringTheLookup checks that ADD lets the tables get ready
+// just before the pod GET, with the families it will apply, and always
+// releases them, after applying.
+func TestAddPreparesDuringTheLookup(t *testing.T) {
+	dual := fmt.Sprintf(prevResult100, "1.1.0", `,{"address":"fd00:244::5/64","interface":0}`)
+	for _, tc := range []struct {
+		name, ns, pod string
+		objs          []runtime.Object
+		wantPrepared  string
+		wantApplied   bool
+		wantErr       bool
+	}{
+		{name: "meshed", ns: "app", pod: "web", objs: []runtime.Object{pod("app", "web", nil, withSidecar)},
+			wantPrepared: "/var/run/netns/x [IPv4 IPv6] gets=0", wantApplied: true},
+		{name: "not meshed", ns: "app", pod: "web", objs: []runtime.Object{pod("app", "web", nil, nil)},
+			wantPrepared: "/var/run/netns/x [IPv4 IPv6] gets=0"},
+		{name: "pod not found", ns: "app", pod: "web", wantPrepared: "/var/run/netns/x [IPv4 IPv6] gets=0", wantErr: true},
+		{name: "excluded: no lookup, nothing to prepare", ns: "kube-system", pod: "dns"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.objs...)
+			pt := &preparingTables{fakeTables: h.tables, client: h.client}
+			h.p.Tables = func(*NetConf, *slog.Logger) Tables { return pt }
+			err := h.p.Add(cmdArgs(stdin(t, "1.1.0", nil, dual), tc.ns, tc.pod))
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("ADD: %v", err)
+			}
+			if got := strings.Join(pt.prepared, "; "); got != tc.wantPrepared {
+				t.Errorf("Prepare calls %q, want %q", got, tc.wantPrepared)
+			}
+			if pt.released != 1 {
+				t.Errorf("Release called %d times, want once", pt.released)
+			}
+			if applied := len(pt.applied) == 1; applied != tc.wantApplied {
+				t.Errorf("applied %d, want applied=%v", len(pt.applied), tc.wantApplied)
+			}
+			if tc.wantApplied && pt.releasedFirst {
+				t.Error("Release came before Apply")
+			}
+		})
 	}
 }

@@ -2,72 +2,183 @@ package plugin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"mime"
 	"net"
+	"net/http"
+	"slices"
+	"strings"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/meshpod"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+	"github.com/plexus-mesh/plexus/cni-plugin/kubeconfig"
 )
 
-// ProxyContainerName is the sidecar that marks a pod as meshed.
-const ProxyContainerName = meshpod.ProxyContainerName
+// ProxyContainerName is the sidecar that marks a pod as meshed
+// (control/meshpod.ProxyContainerName; a test holds them equal).
+const ProxyContainerName = "plexus-proxy"
+
+// Pod is what plexus-cni reads of a pod, decoded from the API server's
+// JSON; every other field is skipped. Names follow k8s.io/api/core/v1
+// (pod.UID, pod.Annotations, pod.Spec.InitContainers). The plugin does
+// without that package on purpose: its init and apimachinery's cost
+// milliseconds of CPU in every CNI call.
+type Pod struct {
+	ObjectMeta `json:"metadata"`
+	Spec       PodSpec `json:"spec"`
+}
+
+// ObjectMeta is the part of a pod's metadata the plugin uses.
+type ObjectMeta struct {
+	Namespace   string            `json:"namespace,omitempty"`
+	Name        string            `json:"name,omitempty"`
+	UID         string            `json:"uid,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// PodSpec lists the pod's containers.
+type PodSpec struct {
+	InitContainers []Container `json:"initContainers,omitempty"`
+	Containers     []Container `json:"containers,omitempty"`
+}
+
+// Container is a container's name and, for an init container, its
+// restart policy ("Always" makes it a native sidecar).
+type Container struct {
+	Name          string `json:"name"`
+	RestartPolicy string `json:"restartPolicy,omitempty"`
+}
+
+// isMeshed is control/meshpod.IsMeshed for a Pod (a test holds the two
+// equal): the pod runs a container named plexus-proxy, or an init
+// container of that name with restartPolicy Always. An init container
+// without it runs to completion before the app starts and does not count.
+func isMeshed(p *Pod) bool {
+	if p == nil {
+		return false
+	}
+	named := func(c Container) bool { return c.Name == ProxyContainerName }
+	sidecar := func(c Container) bool { return named(c) && c.RestartPolicy == "Always" }
+	return slices.ContainsFunc(p.Spec.Containers, named) || slices.ContainsFunc(p.Spec.InitContainers, sidecar)
+}
 
 // PodGetter reads one pod.
 type PodGetter interface {
-	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+	GetPod(ctx context.Context, namespace, name string) (*Pod, error)
 }
 
-// RESTPodGetter reads pods with a bare core/v1 REST client. It avoids the
-// generated clientset on purpose: that registers every API group at process
-// start, which costs several milliseconds on every CNI call.
-type RESTPodGetter struct {
-	Client rest.Interface
+// APIError is a request the API server answered with an error: the HTTP
+// status code and, when it sent a Status object, its reason and message.
+type APIError struct {
+	Code    int
+	Reason  string // e.g. "NotFound", "Forbidden"; empty without a Status
+	Message string
 }
 
-// GetPod performs one GET. client-go's own Retry-After retries are off:
-// the caller's bounded retry is the only loop.
-func (g RESTPodGetter) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
-	pod := &corev1.Pod{}
-	err := g.Client.Get().MaxRetries(0).Namespace(namespace).Resource("pods").Name(name).Do(ctx).Into(pod)
+func (e *APIError) Error() string {
+	if e.Message != "" {
+		return e.Message
+	}
+	return fmt.Sprintf("the API server answered %d %s", e.Code, http.StatusText(e.Code))
+}
+
+// HTTPPodGetter reads a pod with one plain HTTP GET. It does without
+// client-go on purpose: client-go's package init, kubeconfig loading and
+// transport layers cost milliseconds of CPU in every CNI call, for one
+// request. Failures are an *APIError when the server answered, else the
+// *url.Error of net/http.
+type HTTPPodGetter struct {
+	Config *kubeconfig.Config
+	Client *http.Client
+}
+
+// NewKubeconfigPodGetter builds a getter from a kubeconfig file; each GET
+// gives up after timeout.
+func NewKubeconfigPodGetter(path string, timeout time.Duration) (PodGetter, error) {
+	kc, err := kubeconfig.Load(path)
 	if err != nil {
 		return nil, err
 	}
-	return pod, nil
+	return &HTTPPodGetter{Config: kc, Client: kc.Client(timeout)}, nil
 }
 
-// NewKubeconfigPodGetter builds a getter from a kubeconfig file. Client-side
-// rate limiting is off (one request per process) and protobuf is used.
-func NewKubeconfigPodGetter(kubeconfig string, timeout time.Duration) (PodGetter, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+// maxPodBytes bounds the answer read; etcd stores objects up to 1.5 MiB.
+const maxPodBytes = 4 << 20
+
+// GetPod performs one GET, with no retries of its own.
+func (g *HTTPPodGetter) GetPod(ctx context.Context, namespace, name string) (*Pod, error) {
+	for _, seg := range []string{namespace, name} {
+		if seg == "" || seg == "." || seg == ".." || strings.ContainsAny(seg, "/%?#") {
+			return nil, fmt.Errorf("invalid pod namespace/name %q/%q", namespace, name)
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.Config.URL("/api/v1/namespaces/"+namespace+"/pods/"+name), nil)
 	if err != nil {
-		return nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
+		return nil, err
 	}
-	scheme := runtime.NewScheme()
-	if err := corev1.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("registering core/v1: %w", err)
-	}
-	cfg.Timeout = timeout
-	cfg.QPS = -1
-	cfg.UserAgent = "plexus-cni"
-	// One request per process: HTTP/1.1 avoids the HTTP/2 connection preface.
-	cfg.TLSClientConfig.NextProtos = []string{"http/1.1"}
-	cfg.APIPath = "/api"
-	cfg.GroupVersion = &corev1.SchemeGroupVersion
-	cfg.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
-	cfg.ContentType = runtime.ContentTypeProtobuf
-	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	client, err := rest.RESTClientFor(cfg)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "plexus-cni")
+	resp, err := g.Client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("building client from kubeconfig %s: %w", kubeconfig, err)
+		return nil, err
 	}
-	return RESTPodGetter{Client: client}, nil
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPodBytes))
+	if err != nil {
+		return nil, fmt.Errorf("reading the API server's answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, responseError(resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	return decodePod(resp.Header.Get("Content-Type"), body)
+}
+
+// decodePod reads the JSON of a pod.
+func decodePod(contentType string, body []byte) (*Pod, error) {
+	if mt, _, _ := mime.ParseMediaType(contentType); mt != "application/json" {
+		return nil, fmt.Errorf("the API server answered with %q, not JSON", contentType)
+	}
+	var obj struct {
+		Kind string `json:"kind"`
+		Pod
+	}
+	if err := json.Unmarshal(body, &obj); err != nil {
+		return nil, fmt.Errorf("decoding the pod: %w", err)
+	}
+	if obj.Kind != "Pod" {
+		return nil, fmt.Errorf("the API server answered with a %q, not a Pod", obj.Kind)
+	}
+	return &obj.Pod, nil
+}
+
+// responseError reads a failed answer as client-go would: the server's
+// Status (reason and message) when it sent one, else the status code and,
+// for a text answer, the text.
+func responseError(code int, contentType string, body []byte) *APIError {
+	var st struct {
+		Status  string `json:"status"`
+		Reason  string `json:"reason"`
+		Message string `json:"message"`
+		Code    int    `json:"code"`
+	}
+	mt, _, _ := mime.ParseMediaType(contentType)
+	if mt == "application/json" && json.Unmarshal(body, &st) == nil && st.Status == "Failure" {
+		e := &APIError{Code: st.Code, Reason: st.Reason, Message: st.Message}
+		if e.Code == 0 {
+			e.Code = code
+		}
+		return e
+	}
+	e := &APIError{Code: code}
+	if strings.HasPrefix(mt, "text/") {
+		const max = 512
+		if text := strings.TrimSpace(string(body)); text != "" {
+			e.Message = fmt.Sprintf("the API server answered %d %s: %s", code, http.StatusText(code), text[:min(len(text), max)])
+		}
+	}
+	return e
 }
 
 // Retry bounds the pod lookup.
@@ -91,12 +202,12 @@ func DefaultRetry() Retry {
 }
 
 // getPod performs the pod GET, retrying only errors that may pass.
-func getPod(ctx context.Context, g PodGetter, r Retry, namespace, name string) (*corev1.Pod, error) {
+func getPod(ctx context.Context, g PodGetter, r Retry, namespace, name string) (*Pod, error) {
 	backoff := r.Backoff
 	var err error
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, r.PerAttempt)
-		var pod *corev1.Pod
+		var pod *Pod
 		pod, err = g.GetPod(actx, namespace, name)
 		cancel()
 		if err == nil {
@@ -114,13 +225,22 @@ func getPod(ctx context.Context, g PodGetter, r Retry, namespace, name string) (
 	}
 }
 
-// transient reports whether a failed GET may succeed when repeated.
+// transientReasons and transientCodes are the API answers that may pass:
+// what client-go's apierrors.IsTimeout, IsServerTimeout, IsTooManyRequests,
+// IsServiceUnavailable and IsInternalError accept.
+var (
+	transientReasons = []string{"Timeout", "ServerTimeout", "TooManyRequests", "ServiceUnavailable", "InternalError"}
+	transientCodes   = []int{http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusServiceUnavailable, http.StatusGatewayTimeout}
+)
+
+// transient reports whether a failed GET may succeed when repeated:
+// the answers above, timeouts and network errors.
 func transient(err error) bool {
-	switch {
-	case apierrors.IsTimeout(err), apierrors.IsServerTimeout(err), apierrors.IsTooManyRequests(err),
-		apierrors.IsServiceUnavailable(err), apierrors.IsInternalError(err):
-		return true
-	case errors.Is(err, context.DeadlineExceeded):
+	var apiErr *APIError
+	if errors.As(err, &apiErr) {
+		return slices.Contains(transientReasons, apiErr.Reason) || slices.Contains(transientCodes, apiErr.Code)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
 	var netErr net.Error

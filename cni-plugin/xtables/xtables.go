@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -66,28 +65,17 @@ type Runner struct {
 	backend string
 }
 
-// New detects the binaries for cfg. It runs `iptables --version` once
-// (through go-iptables) to learn the version, because iptables-restore
-// honours --wait only from 1.6.2 on.
+// New finds the binaries for cfg by a path lookup alone: no process is
+// started, so finding them costs an ADD nothing. The version check (go-iptables'
+// detection, which runs `iptables --version`) is CheckVersion, run by STATUS
+// and by a failed Restore to explain itself.
 func New(cfg Config) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	base, proto := "iptables", goipt.ProtocolIPv4
-	if cfg.Family == rules.IPv6 {
-		base, proto = "ip6tables", goipt.ProtocolIPv6
-	}
-	if cfg.Mode == Legacy || cfg.Mode == NFT {
-		base += "-" + string(cfg.Mode)
-	}
-	ipt, err := goipt.New(goipt.IPFamily(proto), goipt.Path(base))
-	if err != nil {
-		return nil, fmt.Errorf("detecting %s: %w", base, err)
-	}
-	if v1, v2, v3 := ipt.GetIptablesVersion(); !versionAtLeast(v1, v2, v3, 1, 6, 2) {
-		return nil, fmt.Errorf("%s is version %d.%d.%d; at least 1.6.2 is needed for iptables-restore --wait", base, v1, v2, v3)
-	}
+	base := cfg.base()
 	r := &Runner{cfg: cfg}
+	var err error
 	if r.restore, err = exec.LookPath(base + "-restore"); err != nil {
 		return nil, fmt.Errorf("finding %s-restore: %w", base, err)
 	}
@@ -98,6 +86,36 @@ func New(cfg Config) (*Runner, error) {
 	return r, nil
 }
 
+// base is the name of the family's iptables command for the backend.
+func (c Config) base() string {
+	base := "iptables"
+	if c.Family == rules.IPv6 {
+		base = "ip6tables"
+	}
+	if c.Mode == Legacy || c.Mode == NFT {
+		base += "-" + string(c.Mode)
+	}
+	return base
+}
+
+// CheckVersion detects the family's iptables command with go-iptables (one
+// `iptables --version`) and fails unless it is at least 1.6.2, the first
+// version whose iptables-restore honours --wait.
+func (r *Runner) CheckVersion() error {
+	base, proto := r.cfg.base(), goipt.ProtocolIPv4
+	if r.cfg.Family == rules.IPv6 {
+		proto = goipt.ProtocolIPv6
+	}
+	ipt, err := goipt.New(goipt.IPFamily(proto), goipt.Path(base))
+	if err != nil {
+		return fmt.Errorf("detecting %s: %w", base, err)
+	}
+	if v1, v2, v3 := ipt.GetIptablesVersion(); !versionAtLeast(v1, v2, v3, 1, 6, 2) {
+		return fmt.Errorf("%s is version %d.%d.%d; at least 1.6.2 is needed for iptables-restore --wait", base, v1, v2, v3)
+	}
+	return nil
+}
+
 // Backend names the backend in use ("nft", "legacy" or "unknown").
 func (r *Runner) Backend() string { return r.backend }
 
@@ -106,7 +124,7 @@ func (r *Runner) RestorePath() string { return r.restore }
 
 // Save returns `iptables-save -t nat` of the current network namespace.
 func (r *Runner) Save(ctx context.Context) (string, error) {
-	out, err := r.run(ctx, r.save, nil, "-t", "nat")
+	out, err := r.run(ctx, r.save, "-t", "nat")
 	if err != nil {
 		return "", err
 	}
@@ -114,20 +132,20 @@ func (r *Runner) Save(ctx context.Context) (string, error) {
 }
 
 // Restore feeds script to `iptables-restore --noflush --wait`, which applies
-// it as one transaction: either every line takes effect or none does.
+// it as one transaction: either every line takes effect or none does. When
+// it fails because the binaries are too old, the error says so.
 func (r *Runner) Restore(ctx context.Context, script string) error {
-	wait := strconv.Itoa(int(r.cfg.LockWait / time.Second))
-	_, err := r.run(ctx, r.restore, strings.NewReader(script), "--noflush", "--wait", wait)
-	return err
+	p, err := r.StartRestore()
+	if err != nil {
+		return err
+	}
+	return p.Restore(ctx, script)
 }
 
-func (r *Runner) run(ctx context.Context, bin string, stdin *strings.Reader, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.LockWait+5*time.Second)
+func (r *Runner) run(ctx context.Context, bin string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout())
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
-	if stdin != nil {
-		cmd.Stdin = stdin
-	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

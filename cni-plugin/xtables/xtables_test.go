@@ -1,9 +1,11 @@
 package xtables
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,6 +77,9 @@ func TestDetectOnThisMachine(t *testing.T) {
 	if err != nil || r.RestorePath() == "" || r.Backend() == "" {
 		t.Fatalf("IPv4 runner %+v, %v", r, err)
 	}
+	if err := r.CheckVersion(); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := Detect(Mode("nope"), 5*time.Second); err == nil {
 		t.Fatal("invalid mode accepted")
 	}
@@ -126,4 +131,34 @@ func TestResolveOnThisMachine(t *testing.T) {
 		t.Fatalf("Resolve(auto) = %s, %v", m, err)
 	}
 	t.Logf("auto resolves to %s: %s", m, reason)
+}
+
+// TestOldIptablesIsExplained puts an iptables 1.6.1 (shell scripts) first
+// in PATH: finding it starts no process and succeeds, and the failing
+// restore's error names the version and what is needed.
+func TestOldIptablesIsExplained(t *testing.T) {
+	dir := t.TempDir()
+	for name, script := range map[string]string{
+		"iptables":         "echo 'iptables v1.6.1'",
+		"iptables-save":    "exit 0",
+		"iptables-restore": "echo \"iptables-restore: unrecognized option '--wait'\" >&2; exit 2",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"+script+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", dir)
+	r, err := New(Config{Family: rules.IPv4, Mode: Auto, LockWait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.CheckVersion(); err == nil || !strings.Contains(err.Error(), "version 1.6.1") {
+		t.Fatalf("CheckVersion: %v", err)
+	}
+	err = r.Restore(context.Background(), "*nat\nCOMMIT\n")
+	for _, want := range []string{"unrecognized option '--wait'", "version 1.6.1", "at least 1.6.2"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Restore error %v lacks %q", err, want)
+		}
+	}
 }

@@ -1,6 +1,8 @@
 // Package meshpod answers whether a pod is part of the mesh: whether it runs
-// the plexus-proxy sidecar. It imports only k8s.io/api/core/v1 so that small
-// binaries (the CNI plugin) can use it.
+// the plexus-proxy sidecar. It imports only k8s.io/api/core/v1. The CNI
+// plugin links nothing of k8s.io (its init costs milliseconds per call) and
+// applies the same rule to its own minimal pod type; a test of
+// cni-plugin/plugin holds the two equal.
 package meshpod
 
 import (

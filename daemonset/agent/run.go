@@ -23,9 +23,9 @@ import (
 	"github.com/plexus-mesh/plexus/daemonset/install"
 	"github.com/plexus-mesh/plexus/daemonset/nodeevents"
 	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
+	"github.com/plexus-mesh/plexus/daemonset/pluginmetrics"
 	"github.com/plexus-mesh/plexus/daemonset/podnetns"
 	"github.com/plexus-mesh/plexus/daemonset/repair"
-	"github.com/plexus-mesh/plexus/daemonset/pluginmetrics"
 )
 
 // Deps are what Run is handed rather than builds.

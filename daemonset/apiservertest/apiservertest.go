@@ -18,8 +18,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/plexus-mesh/plexus/daemonset/install"
 )
 
 // Server is a real etcd + kube-apiserver on loopback, owned by one test
@@ -28,6 +32,9 @@ import (
 // bindings.
 type Server struct {
 	URL string
+	// CAFile verifies the server's self-signed certificate (written by
+	// kube-apiserver into its --cert-dir once it serves).
+	CAFile string
 }
 
 // Static tokens and the agent's user name.
@@ -38,7 +45,7 @@ const (
 	NobodyToken = "nobody-token"
 )
 
-func kubeBin(t *testing.T) string {
+func kubeBin(t testing.TB) string {
 	t.Helper()
 	if d := os.Getenv("PLEXUS_KUBE_BIN"); d != "" {
 		return d
@@ -51,7 +58,7 @@ func kubeBin(t *testing.T) string {
 	return filepath.Dir(matches[len(matches)-1])
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -61,7 +68,7 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-func startProc(t *testing.T, dir, name string, bin string, args ...string) {
+func startProc(t testing.TB, dir, name string, bin string, args ...string) {
 	t.Helper()
 	logf, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
@@ -89,7 +96,7 @@ func startProc(t *testing.T, dir, name string, bin string, args ...string) {
 // Start runs etcd and kube-apiserver and waits until /readyz is ok. It
 // skips the test in -short mode or when the binaries are not found
 // (PLEXUS_KUBE_BIN, else ~/.cache/plexus/kube/*/bin).
-func Start(t *testing.T) *Server {
+func Start(t testing.TB) *Server {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts etcd and kube-apiserver")
@@ -134,7 +141,7 @@ func Start(t *testing.T) *Server {
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-account-key-file", saPub, "--service-account-signing-key-file", saKey,
 		"--profiling=false")
-	a := &Server{URL: fmt.Sprintf("https://127.0.0.1:%d", apiPort)}
+	a := &Server{URL: fmt.Sprintf("https://127.0.0.1:%d", apiPort), CAFile: filepath.Join(dir, "certs", "apiserver.crt")}
 	admin := a.Client(t, AdminToken)
 	deadline := time.Now().Add(90 * time.Second)
 	for {
@@ -152,7 +159,7 @@ func Start(t *testing.T) *Server {
 }
 
 // Client is a clientset authenticating with token.
-func (a *Server) Client(t *testing.T, token string) kubernetes.Interface {
+func (a *Server) Client(t testing.TB, token string) kubernetes.Interface {
 	t.Helper()
 	c, err := kubernetes.NewForConfig(&rest.Config{
 		Host:            a.URL,
@@ -163,4 +170,43 @@ func (a *Server) Client(t *testing.T, token string) kubernetes.Interface {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// PluginKubeconfig writes the kubeconfig the node agent gives plexus-cni
+// (daemonset/install: the CA embedded, the token in a file beside it),
+// here for token, and returns its path.
+func (a *Server) PluginKubeconfig(t testing.TB, token string) string {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := os.ReadFile(a.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(dir, install.TokenFile)
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := install.Kubeconfig(a.URL, ca, tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, install.KubeconfigFile)
+	if err := os.WriteFile(path, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Namespace creates a namespace with the default service account that
+// admission requires of pods (no controller-manager runs here to create it).
+func (a *Server) Namespace(t testing.TB, name string) {
+	t.Helper()
+	admin := a.Client(t, AdminToken)
+	ctx := context.Background()
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().ServiceAccounts(name).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -16,14 +16,14 @@ import (
 // BindShippedRole creates the ClusterRole of deploy/plexus-node/rbac.yaml
 // and binds it to AgentUser, so a test acts with exactly the permissions
 // the node agent ships with.
-func (a *Server) BindShippedRole(t *testing.T) {
+func (a *Server) BindShippedRole(t testing.TB) {
 	t.Helper()
 	a.BindRole(t, "plexus-node/rbac.yaml")
 }
 
 // BindRole creates the ClusterRole that is the first document of file (a
 // path under deploy/) and binds it to AgentUser.
-func (a *Server) BindRole(t *testing.T, file string) {
+func (a *Server) BindRole(t testing.TB, file string) {
 	t.Helper()
 	_, here, _, _ := runtime.Caller(0)
 	b, err := os.ReadFile(filepath.Join(filepath.Dir(here), "../../deploy", file))

@@ -6,6 +6,7 @@ package repair
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -200,7 +201,11 @@ func (r *Repairer) Sync(ctx context.Context, pod *corev1.Pod) (Outcome, error) {
 	if r.skipReason(pod) != "" {
 		return Skipped, nil
 	}
-	d, err := plugin.DecidePod(r.deps.Plugin, pod)
+	pp, err := pluginPod(pod)
+	if err != nil {
+		return "", err
+	}
+	d, err := plugin.DecidePod(r.deps.Plugin, pp)
 	if err != nil {
 		return "", err
 	}
@@ -333,4 +338,19 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// pluginPod is pod as the plugin reads it: the plugin decodes the API
+// server's JSON into its own minimal Pod (it links nothing of k8s.io), so
+// the repair hands it the same JSON and decides exactly as the plugin does.
+func pluginPod(pod *corev1.Pod) (*plugin.Pod, error) {
+	b, err := json.Marshal(pod)
+	if err != nil {
+		return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	var p plugin.Pod
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return &p, nil
 }

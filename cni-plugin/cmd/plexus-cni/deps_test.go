@@ -9,7 +9,10 @@ import (
 )
 
 // TestNoHeavyDependencies keeps the plugin binary small and quick to start:
-// gRPC and Prometheus must never be linked into it.
+// gRPC and Prometheus must never be linked into it, nor anything of
+// k8s.io/ (client-go, api, apimachinery, klog), whose package init alone
+// costs milliseconds of every CNI call (the pod GET is plain net/http
+// decoding a minimal plugin.Pod, see plugin.HTTPPodGetter).
 func TestNoHeavyDependencies(t *testing.T) {
 	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
 	out, err := exec.Command(gobin, "list", "-deps", ".").Output()
@@ -21,7 +24,7 @@ func TestNoHeavyDependencies(t *testing.T) {
 		t.Fatalf("go list -deps returned an implausible list (%d packages, no skel)", len(deps))
 	}
 	for _, d := range deps {
-		for _, banned := range []string{"google.golang.org/grpc", "github.com/prometheus/"} {
+		for _, banned := range []string{"google.golang.org/grpc", "github.com/prometheus/", "k8s.io/"} {
 			if strings.HasPrefix(d, banned) {
 				t.Errorf("plexus-cni links %s (banned prefix %s)", d, banned)
 			}
