@@ -51,12 +51,19 @@ kill_pods() {
 	kill -KILL $procs 2>/dev/null || true
 }
 
-# kill_shims kills the containerd shims serving this cluster's containerd.
+# kill_shims kills the containerd shims serving this cluster's containerd,
+# and orphaned shims whose containerd socket is gone (a run killed before
+# its cluster-down, possibly from another checkout).
 kill_shims() {
-	local pid
+	local pid addr
 	for pid in $(pgrep -f "containerd-shim.*-address $CONTAINERD_SOCK" 2>/dev/null); do
 		kill -KILL "$pid" 2>/dev/null || true
 	done
+	for pid in $(pgrep -f "containerd-shim.*-address " 2>/dev/null); do
+		addr=$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -A1 -x -- -address | tail -n +2)
+		[ -n "$addr" ] && [ ! -S "$addr" ] && kill -KILL "$pid" 2>/dev/null
+	done
+	return 0
 }
 
 remove_chains() {
@@ -100,6 +107,26 @@ orphan_pod_netns() {
 		ino=$(stat -L -c %i "$f" 2>/dev/null) || continue
 		grep -qxF "$ino" <<<"$used" || echo "$f"
 	done
+}
+
+# remove_stale_runtime_files removes what an earlier run killed before its
+# cluster-down left in the runtime's fixed directories, which that run's
+# successor then counted as the host's own: libcni results of this
+# cluster's network (and containerd's loopback results of the same
+# sandboxes), and shim sockets no process is bound to any more.
+remove_stale_runtime_files() {
+	local f id
+	for f in /var/lib/cni/results/plexus-local-*-eth0; do
+		[ -e "$f" ] || continue
+		id=${f#/var/lib/cni/results/plexus-local-}
+		id=${id%-eth0}
+		rm -f "$f" "/var/lib/cni/results/cni-loopback-$id-lo"
+	done
+	for f in /run/containerd/s/*; do
+		[ -S "$f" ] || continue
+		grep -qF " $f" /proc/net/unix || rm -f "$f"
+	done
+	return 0
 }
 
 unmount_under() {
@@ -151,6 +178,7 @@ if [ -f "$STATE_DIR/foreign.before" ]; then
 		grep -qxF "$d" "$STATE_DIR/foreign.before" || rmdir -p "$d" 2>/dev/null
 	done
 fi
+remove_stale_runtime_files
 unmount_under "$RUN_DIR"
 unmount_under "$STATE_DIR"
 
