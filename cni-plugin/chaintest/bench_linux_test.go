@@ -24,10 +24,19 @@ import (
 // BenchmarkAdd measures CNI ADD for meshed pods: for each pod, ADD of the
 // primary plugin alone (bridge + host-local, through libcni) and then ADD of
 // plexus-cni alone with the primary's result as prevResult, which includes
-// process start, the pod GET through the node-netns forwarder, and the
-// iptables transaction(s). Each iteration attaches PLEXUS_CNI_BENCH_PODS pods
-// (default 100) and reports medians and p99s as custom metrics.
+// process start, the pod lookup, and the iptables transaction(s). Each
+// iteration attaches PLEXUS_CNI_BENCH_PODS pods (default 100) and reports
+// medians and p99s as custom metrics. Two lookups in one run: lookup=api
+// reads each pod with a GET through the node-netns forwarder (no node
+// agent, as in node-image mode without one); lookup=agent asks the node
+// agent's pod socket first, served by the agent's own handler over an
+// informer (daemonset/podlookup), as on a node running the DaemonSet.
 func BenchmarkAdd(b *testing.B) {
+	b.Run("lookup=api", func(b *testing.B) { benchAdd(b, false) })
+	b.Run("lookup=agent", func(b *testing.B) { benchAdd(b, true) })
+}
+
+func benchAdd(b *testing.B, agent bool) {
 	e := newEnv(b, nil)
 	pods := 100
 	if v := os.Getenv("PLEXUS_CNI_BENCH_PODS"); v != "" {
@@ -36,6 +45,10 @@ func BenchmarkAdd(b *testing.B) {
 			b.Fatalf("PLEXUS_CNI_BENCH_PODS=%q", v)
 		}
 		pods = n
+	}
+	var lookups *agentLookups
+	if agent {
+		lookups = e.serveAgentLookups(b)
 	}
 	pluginPath := filepath.Join(pluginDir, "plexus-cni")
 	var primary, ours, primaryCPU, oursCPU []time.Duration
@@ -48,6 +61,9 @@ func BenchmarkAdd(b *testing.B) {
 			names[i] = fmt.Sprintf("bench-%d-%d", round, i)
 			e.createPod(names[i], true, nil)
 		}
+		if lookups != nil {
+			lookups.waitFor(b, names)
+		}
 		b.StartTimer()
 		for i, name := range names {
 			m := e.benchOne(b, pluginPath, name, i == 0)
@@ -55,6 +71,11 @@ func BenchmarkAdd(b *testing.B) {
 			ours = append(ours, m.ours)
 			primaryCPU = append(primaryCPU, m.primaryCPU)
 			oursCPU = append(oursCPU, m.oursCPU)
+		}
+	}
+	if lookups != nil {
+		if hits := lookups.hits(); hits != float64(len(ours)) {
+			b.Fatalf("the node agent answered %v of %d lookups; the benchmark would not measure the agent path", hits, len(ours))
 		}
 	}
 	p50p, p99p := percentile(primary, 50), percentile(primary, 99)

@@ -37,6 +37,10 @@ type NetConf struct {
 	// ReportSocket is the node agent's unix datagram socket (a host path)
 	// that gets one report per ADD, DEL and CHECK; empty: no reports.
 	ReportSocket string `json:"report_socket,omitempty"`
+	// PodSocket is the node agent's unix stream socket that answers pod
+	// lookups from its informer cache (AgentPodPath); empty, or a pod the
+	// agent does not hold: the pod is read from the API server.
+	PodSocket string `json:"pod_socket,omitempty"`
 
 	// Cluster-wide skip lists, same syntax as the annotations; a pod's
 	// annotations add to them.
@@ -124,6 +128,9 @@ func (c *NetConf) Validate() error {
 	}
 	if c.ReportSocket != "" && !filepath.IsAbs(c.ReportSocket) {
 		return fmt.Errorf(`"report_socket" %q is not an absolute path`, c.ReportSocket)
+	}
+	if c.PodSocket != "" && !filepath.IsAbs(c.PodSocket) {
+		return fmt.Errorf(`"pod_socket" %q is not an absolute path`, c.PodSocket)
 	}
 	for _, ns := range c.Excluded() {
 		if ns == "" {

@@ -104,8 +104,10 @@ func (p *Plugin) load(args *skel.CmdArgs, validate bool) (*NetConf, *types.Error
 
 // Decide determines whether the pod named in CNI_ARGS is meshed. Pods that
 // are not Kubernetes pods, pods in excluded namespaces and node agent pods
-// are decided without any API call; otherwise the pod is read with one GET,
-// and beforeGet (if not nil) is called just before it.
+// are decided without any API call; otherwise the pod comes from the node
+// agent's cache when the config names its pod socket and the agent holds
+// it, else from one GET (with bounded retries). beforeGet (if not nil) is
+// called just before the lookup.
 func (p *Plugin) Decide(ctx context.Context, log *slog.Logger, conf *NetConf, cniArgs string, beforeGet func()) (Decision, *types.Error) {
 	var ka k8sArgs
 	ka.IgnoreUnknown = true
@@ -119,24 +121,28 @@ func (p *Plugin) Decide(ctx context.Context, log *slog.Logger, conf *NetConf, cn
 	if reason := skippedByName(conf, namespace, name); reason != "" {
 		return Decision{Reason: reason}, nil
 	}
-	getter, err := p.Pods(conf)
-	if err != nil {
-		return Decision{}, cniErr(types.ErrPluginNotAvailable, "plexus-cni: cannot reach the Kubernetes API", err)
-	}
 	if beforeGet != nil {
 		beforeGet()
 	}
-	getStart := time.Now()
-	pod, err := getPod(ctx, getter, p.Retry, namespace, name)
-	log.Debug("pod GET", "get_ms", ms(time.Since(getStart)), "error", err)
-	if err != nil {
-		code := ErrCodeAPI
-		if transient(err) {
-			code = types.ErrTryAgainLater
+	uid := string(ka.K8S_POD_UID)
+	pod := podFromAgent(ctx, log, conf.PodSocket, namespace, name, uid)
+	if pod == nil {
+		getter, err := p.Pods(conf)
+		if err != nil {
+			return Decision{}, cniErr(types.ErrPluginNotAvailable, "plexus-cni: cannot reach the Kubernetes API", err)
 		}
-		return Decision{}, cniErr(code, "plexus-cni: reading the pod from the Kubernetes API failed", err)
+		getStart := time.Now()
+		pod, err = getPod(ctx, getter, p.Retry, namespace, name)
+		log.Debug("pod GET", "get_ms", ms(time.Since(getStart)), "error", err)
+		if err != nil {
+			code := ErrCodeAPI
+			if transient(err) {
+				code = types.ErrTryAgainLater
+			}
+			return Decision{}, cniErr(code, "plexus-cni: reading the pod from the Kubernetes API failed", err)
+		}
 	}
-	if uid := string(ka.K8S_POD_UID); uid != "" && uid != string(pod.UID) {
+	if uid != "" && uid != string(pod.UID) {
 		return Decision{}, cniErr(types.ErrTryAgainLater, fmt.Sprintf(
 			"plexus-cni: pod %s/%s has UID %s but the runtime asked for UID %s (the pod was replaced)", namespace, name, pod.UID, uid), nil)
 	}

@@ -109,25 +109,39 @@ const maxPodBytes = 4 << 20
 
 // GetPod performs one GET, with no retries of its own.
 func (g *HTTPPodGetter) GetPod(ctx context.Context, namespace, name string) (*Pod, error) {
+	if err := validPodName(namespace, name); err != nil {
+		return nil, err
+	}
+	return fetchPod(ctx, g.Client, g.Config.URL("/api/v1/namespaces/"+namespace+"/pods/"+name))
+}
+
+// validPodName refuses a namespace or name that would change the URL path.
+func validPodName(namespace, name string) error {
 	for _, seg := range []string{namespace, name} {
 		if seg == "" || seg == "." || seg == ".." || strings.ContainsAny(seg, "/%?#") {
-			return nil, fmt.Errorf("invalid pod namespace/name %q/%q", namespace, name)
+			return fmt.Errorf("invalid pod namespace/name %q/%q", namespace, name)
 		}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.Config.URL("/api/v1/namespaces/"+namespace+"/pods/"+name), nil)
+	return nil
+}
+
+// fetchPod GETs url and decodes the pod it answers with; any other answer
+// is an *APIError.
+func fetchPod(ctx context.Context, client *http.Client, url string) (*Pod, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "plexus-cni")
-	resp, err := g.Client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPodBytes))
 	if err != nil {
-		return nil, fmt.Errorf("reading the API server's answer: %w", err)
+		return nil, fmt.Errorf("reading the answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, responseError(resp.StatusCode, resp.Header.Get("Content-Type"), body)

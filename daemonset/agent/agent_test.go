@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
 	"github.com/plexus-mesh/plexus/cni-plugin/pluginreport"
 	"github.com/plexus-mesh/plexus/daemonset/conflist"
 	"github.com/plexus-mesh/plexus/daemonset/install"
@@ -488,5 +490,33 @@ func TestRunStartsRepair(t *testing.T) {
 	eventually(t, 5*time.Second, "the meshed pod checked, its namespace not found", func() bool {
 		_, m := get(t, r.url+"/metrics")
 		return strings.Contains(m, "plexus_node_pods_checked_total 1") && !strings.Contains(m, `plexus_node_repairs_total{action="failed"} 0`)
+	})
+}
+
+// TestRunAnswersPodLookups: an agent with an API client serves the
+// plugin's pod lookups from its node's informer on the pod socket and
+// names that socket in the conflist entry.
+func TestRunAnswersPodLookups(t *testing.T) {
+	cfg, root := node(t, map[string]string{"10-flannel.conflist": flannel})
+	cfg.Repair = repair.Config{Mode: repair.Off, Node: "n1", Resync: time.Minute}
+	cfg.NetnsDir = "/run/netns-none"
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-1", UID: "u-1"},
+		Spec:       corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "plexus-proxy"}}},
+	}
+	startRun(t, cfg, Deps{Pods: fake.NewClientset(pod)})
+	conflist := filepath.Join(root, DefaultCNIConfDir, "10-flannel.conflist")
+	eventually(t, 5*time.Second, "the conflist entry naming the pod socket", func() bool {
+		b, _ := os.ReadFile(conflist)
+		var list struct{ Plugins []map[string]any }
+		if json.Unmarshal(b, &list) != nil || len(list.Plugins) == 0 {
+			return false
+		}
+		return list.Plugins[len(list.Plugins)-1]["pod_socket"] == filepath.Join(DefaultStateDir, PodSocketFile)
+	})
+	g := plugin.NewAgentPodGetter(filepath.Join(root, DefaultStateDir, PodSocketFile), time.Second)
+	eventually(t, 5*time.Second, "the pod from the agent's cache", func() bool {
+		got, err := g.GetPod(context.Background(), "shop", "web-1")
+		return err == nil && got.UID == "u-1"
 	})
 }

@@ -68,6 +68,13 @@ const ReportSocketFile = "reports.sock"
 // ReportSocket is the report socket's host path.
 func (p *Paths) ReportSocket() string { return filepath.Join(p.StateDir, ReportSocketFile) }
 
+// PodSocketFile is the name, in the state dir, of the unix stream socket
+// on which the agent answers the plugin's pod lookups (podlookup).
+const PodSocketFile = "pods.sock"
+
+// PodSocket is the pod lookup socket's host path.
+func (p *Paths) PodSocket() string { return filepath.Join(p.StateDir, PodSocketFile) }
+
 // At is path (a host path) as the agent reaches it, under Root.
 func (p *Paths) At(path string) string { return filepath.Join(p.Root, path) }
 

@@ -24,7 +24,7 @@ func InstallImage(cfg ImageConfig) (ImageResult, error) {
 	if err := cfg.Validate(); err != nil {
 		return ImageResult{}, err
 	}
-	entry, err := buildEntry(cfg.PluginConfig, cfg.Kubeconfig, "")
+	entry, err := buildEntry(cfg.PluginConfig, cfg.Kubeconfig, pluginentry.Sockets{})
 	if err != nil {
 		return ImageResult{}, err
 	}
@@ -44,7 +44,7 @@ func InstallImage(cfg ImageConfig) (ImageResult, error) {
 
 // Uninstall removes, in this order, the plugin's entry from the primary
 // config (restoring it byte for byte when nothing else touched it since),
-// the report socket a killed agent may have left, the credentials and the
+// the sockets a killed agent may have left, the credentials and the
 // binary, so the runtime never calls a missing plugin.
 func Uninstall(paths Paths) error {
 	if err := paths.Validate(); err != nil {
@@ -54,8 +54,10 @@ func Uninstall(paths Paths) error {
 	if _, err := p.Unpatch(); err != nil {
 		return fmt.Errorf("removing plexus-cni from the CNI config: %w", err)
 	}
-	if err := os.Remove(paths.At(paths.ReportSocket())); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("removing the plugin report socket: %w", err)
+	for _, sock := range []string{paths.ReportSocket(), paths.PodSocket()} {
+		if err := os.Remove(paths.At(sock)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("removing the agent's socket: %w", err)
+		}
 	}
 	creds := &install.Credentials{Dir: paths.At(paths.StateDir)}
 	if err := creds.Remove(); err != nil {
@@ -71,7 +73,7 @@ func patcher(paths Paths, entry []byte) *conflist.Patcher {
 	return &conflist.Patcher{ConfDir: paths.At(paths.CNIConfDir), StateDir: paths.At(paths.StateDir), Entry: entry}
 }
 
-func buildEntry(configFile, kubeconfig, reportSocket string) ([]byte, error) {
+func buildEntry(configFile, kubeconfig string, sockets pluginentry.Sockets) ([]byte, error) {
 	var raw []byte
 	if configFile != "" {
 		var err error
@@ -79,5 +81,5 @@ func buildEntry(configFile, kubeconfig, reportSocket string) ([]byte, error) {
 			return nil, fmt.Errorf("reading plugin config: %w", err)
 		}
 	}
-	return pluginentry.Build(raw, kubeconfig, reportSocket)
+	return pluginentry.Build(raw, kubeconfig, sockets)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
@@ -23,7 +24,9 @@ import (
 	"github.com/plexus-mesh/plexus/daemonset/install"
 	"github.com/plexus-mesh/plexus/daemonset/nodeevents"
 	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
+	"github.com/plexus-mesh/plexus/daemonset/pluginentry"
 	"github.com/plexus-mesh/plexus/daemonset/pluginmetrics"
+	"github.com/plexus-mesh/plexus/daemonset/podlookup"
 	"github.com/plexus-mesh/plexus/daemonset/podnetns"
 	"github.com/plexus-mesh/plexus/daemonset/repair"
 )
@@ -103,8 +106,17 @@ func Run(ctx context.Context, cfg RunConfig, deps Deps) error {
 		}
 		kubeconfig = creds.HostKubeconfigPath()
 	}
-	reportSocket := listenReports(ctx, cfg.Paths, reg, m, log)
-	entry, err := buildEntry(cfg.PluginConfig, kubeconfig, reportSocket)
+	sockets := pluginentry.Sockets{Report: listenReports(ctx, cfg.Paths, reg, m, log)}
+	var nodePods informers.SharedInformerFactory
+	if deps.Pods != nil {
+		rcfg := cfg.Repair
+		if err := rcfg.Validate(); err != nil {
+			return err
+		}
+		nodePods = repair.NodeFactory(deps.Pods, rcfg.Node, rcfg.Resync)
+		sockets.Pods = listenPodLookups(ctx, cfg.Paths, nodePods, reg, m, log)
+	}
+	entry, err := buildEntry(cfg.PluginConfig, kubeconfig, sockets)
 	if err != nil {
 		return err
 	}
@@ -113,7 +125,7 @@ func Run(ctx context.Context, cfg RunConfig, deps Deps) error {
 		go syncToken(ctx, creds, cfg.TokenSync, m, log)
 	}
 	if deps.Pods != nil {
-		if err := startRepair(ctx, cfg, entry, deps, m); err != nil {
+		if err := startRepair(ctx, cfg, entry, deps, nodePods, m); err != nil {
 			return err
 		}
 	}
@@ -142,7 +154,7 @@ func Run(ctx context.Context, cfg RunConfig, deps Deps) error {
 // startRepair checks the repair's config and runs it in the background
 // with the plugin's own settings (entry). A node whose iptables backend
 // cannot be read runs without repair: installing the plugin matters more.
-func startRepair(ctx context.Context, cfg RunConfig, entry []byte, deps Deps, m *Metrics) error {
+func startRepair(ctx context.Context, cfg RunConfig, entry []byte, deps Deps, nodePods informers.SharedInformerFactory, m *Metrics) error {
 	log := deps.Log.With("component", "repair")
 	conf, err := plugin.ParseConf(entry)
 	if err != nil {
@@ -156,7 +168,7 @@ func startRepair(ctx context.Context, cfg RunConfig, entry []byte, deps Deps, m 
 	if err != nil {
 		return fmt.Errorf("repair: %w", err)
 	}
-	rdeps := repair.Deps{Client: deps.Pods, Plugin: conf, Netns: finder, Metrics: rm, Log: log}
+	rdeps := repair.Deps{Client: deps.Pods, Factory: nodePods, Plugin: conf, Netns: finder, Metrics: rm, Log: log}
 	rcfg := cfg.Repair
 	if err := rcfg.Validate(); err != nil {
 		return err
@@ -204,6 +216,37 @@ func listenReports(ctx context.Context, paths Paths, reg prometheus.Registerer, 
 		}
 	}()
 	return paths.ReportSocket()
+}
+
+// listenPodLookups answers the plugin's pod lookups (podlookup) from the
+// node's pod informer on the pod socket in the state dir until ctx ends,
+// and returns the socket's host path for the conflist entry. Like the
+// reports, not worth failing the install for: when the socket cannot be
+// made it logs, counts an error of stage "lookup", and returns "" (the
+// plugin then reads every pod from the API server).
+func listenPodLookups(ctx context.Context, paths Paths, nodePods informers.SharedInformerFactory, reg prometheus.Registerer, m *Metrics, log *slog.Logger) string {
+	pm, err := podlookup.NewMetrics(reg)
+	if err == nil {
+		err = os.MkdirAll(paths.At(paths.StateDir), 0o700)
+	}
+	var l net.Listener
+	if err == nil {
+		l, err = podlookup.Listen(paths.At(paths.PodSocket()))
+	}
+	if err != nil {
+		m.Errors.WithLabelValues("lookup").Inc()
+		log.Error("the plugin will read every pod from the API server: cannot listen for its pod lookups", "err", err)
+		return ""
+	}
+	h := podlookup.Handler(nodePods.Core().V1().Pods().Lister(), pm)
+	nodePods.Start(ctx.Done())
+	go func() {
+		if err := podlookup.Serve(ctx, l, h); err != nil {
+			m.Errors.WithLabelValues("lookup").Inc()
+			log.Error("stopped answering the plugin's pod lookups", "err", err)
+		}
+	}()
+	return paths.PodSocket()
 }
 
 // syncToken copies the rotated service account token for the plugin.

@@ -159,7 +159,8 @@ func TestDaemonSet(t *testing.T) {
 	if !found {
 		t.Errorf("--plugin-config=%s is not a key of ConfigMap %s", cfgPath, cm.Name)
 	}
-	if _, err := pluginentry.Build([]byte(cm.Data["plugin.json"]), "/var/lib/plexus/plexus-cni.kubeconfig", "/var/lib/plexus/reports.sock"); err != nil {
+	if _, err := pluginentry.Build([]byte(cm.Data["plugin.json"]), "/var/lib/plexus/plexus-cni.kubeconfig",
+		pluginentry.Sockets{Report: "/var/lib/plexus/reports.sock", Pods: "/var/lib/plexus/pods.sock"}); err != nil {
 		t.Errorf("ConfigMap plugin.json rejected by the plugin: %v", err)
 	}
 

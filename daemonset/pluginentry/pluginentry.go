@@ -12,12 +12,17 @@ import (
 	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
 )
 
+// Sockets are the node agent's sockets the plugin talks to; empty: none.
+type Sockets struct {
+	Report string // "report_socket": the plugin's ADD/DEL/CHECK reports
+	Pods   string // "pod_socket": pod lookups from the agent's cache
+}
+
 // Build returns the entry: the keys of config (a JSON object, may be empty)
-// with "type" set to plexus-cni, "kubeconfig" set to kubeconfig and, when
-// not empty, "report_socket" set to reportSocket (the agent's socket for
-// the plugin's reports). The result is compact JSON the plugin itself
-// accepts.
-func Build(config []byte, kubeconfig, reportSocket string) ([]byte, error) {
+// with "type" set to plexus-cni, "kubeconfig" set to kubeconfig and, for
+// each socket that is not empty, its key set to it. The result is compact
+// JSON the plugin itself accepts.
+func Build(config []byte, kubeconfig string, sockets Sockets) ([]byte, error) {
 	m := map[string]json.RawMessage{}
 	if len(bytes.TrimSpace(config)) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(config))
@@ -40,9 +45,10 @@ func Build(config []byte, kubeconfig, reportSocket string) ([]byte, error) {
 	m["type"] = json.RawMessage(`"plexus-cni"`)
 	kc, _ := json.Marshal(kubeconfig)
 	m["kubeconfig"] = kc
-	if reportSocket != "" {
-		rs, _ := json.Marshal(reportSocket)
-		m["report_socket"] = rs
+	for key, path := range map[string]string{"report_socket": sockets.Report, "pod_socket": sockets.Pods} {
+		if path != "" {
+			m[key], _ = json.Marshal(path)
+		}
 	}
 	out, err := json.Marshal(m)
 	if err != nil {

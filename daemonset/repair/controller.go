@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -33,10 +34,10 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		return err
 	}
 	cfg = r.cfg
-	factory := informers.NewSharedInformerFactoryWithOptions(deps.Client, cfg.Resync,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.Node).String()
-		}))
+	factory := deps.Factory
+	if factory == nil {
+		factory = NodeFactory(deps.Client, cfg.Node, cfg.Resync)
+	}
 	pods := factory.Core().V1().Pods()
 	informer, lister := pods.Informer(), pods.Lister()
 	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -88,6 +89,17 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		<-done
 	}
 	return nil
+}
+
+// NodeFactory is the informer factory for the pods bound to node (a field
+// selector on spec.nodeName: the agent never lists other nodes' pods),
+// resynced every resync. The agent shares it between the repair and the
+// plugin's pod lookups (daemonset/podlookup), so the node has one watch.
+func NodeFactory(client kubernetes.Interface, node string, resync time.Duration) informers.SharedInformerFactory {
+	return informers.NewSharedInformerFactoryWithOptions(client, resync,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
+		}))
 }
 
 // next processes one queued pod; false when the queue is shut down.

@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
@@ -112,6 +113,9 @@ type Namespaces interface {
 // Deps are what the repair is handed.
 type Deps struct {
 	Client kubernetes.Interface
+	// Factory, if not nil, is the NodeFactory of Config.Node to take the
+	// pod informer from (shared with other users); nil: Run builds one.
+	Factory informers.SharedInformerFactory
 	// Plugin is the plugin's conflist entry as the agent installs it: the
 	// same excluded namespaces, ports and skip lists as the plugin.
 	Plugin  *plugin.NetConf

@@ -88,6 +88,23 @@ func TestNodeAgentInstallsPlugin(t *testing.T) {
 		})
 	})
 
+	t.Run("the plugin read the pod from the agent's cache", func(t *testing.T) {
+		// The plugin on the host asked the agent in its pod through the
+		// pod socket in the shared state dir, not the API server.
+		if _, err := os.Lstat(filepath.Join(stateDir, "pods.sock")); err != nil {
+			t.Errorf("pod socket: %v", err)
+		}
+		resp, err := http.Get("http://127.0.0.1:9190/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if !regexp.MustCompile(`(?m)^plexus_node_pod_lookups_total\{result="hit"\} [1-9]`).Match(body) {
+			t.Errorf("no pod lookup answered from the agent's cache:\n%s", regexp.MustCompile(`(?m)^plexus_node_pod_lookups.*$`).FindAll(body, -1))
+		}
+	})
+
 	t.Run("a removed binary is back within 1s", func(t *testing.T) {
 		bin := filepath.Join(env.BinDir, "plexus-cni")
 		if err := os.Remove(bin); err != nil {
