@@ -137,7 +137,7 @@ func ipv6Available() bool {
 func newEnv(t testing.TB, extraPlexus map[string]any) *env {
 	t.Helper()
 	refDir, kubeconfig := requireEnv(t)
-	e := &env{t: t, dualStack: ipv6Available(), uids: map[string]string{}}
+	e := &env{t: t, dualStack: ipv6Available() && os.Getenv("PLEXUS_CNI_BENCH_IPV4_ONLY") == "", uids: map[string]string{}}
 	tmp := t.TempDir()
 
 	e.node = newNS(t)
