@@ -185,6 +185,12 @@ func Patch(pod *corev1.Pod, ns *corev1.Namespace, cfg Config) ([]Op, error) {
 	return p.ops, nil
 }
 
+// proxyCores is the proxy's worker threads for a CPU limit: the limit
+// rounded up to whole cores, 1 to 64 (without a limit the proxy runs one).
+func proxyCores(limit resource.Quantity) int {
+	return int(min(max((limit.MilliValue()+999)/1000, 1), 64))
+}
+
 // container is the plexus-proxy container for a pod with settings s.
 func (c Config) container(s settings) corev1.Container {
 	r := s.redirect
@@ -211,6 +217,9 @@ func (c Config) container(s settings) corev1.Container {
 	}
 	if v, ok := s.annotations[podconfig.AnnotationOpaquePorts]; ok {
 		env = append(env, corev1.EnvVar{Name: "PLEXUS_PROXY_OPAQUE_PORTS", Value: v})
+	}
+	if s.cpuLimit != nil {
+		env = append(env, corev1.EnvVar{Name: "PLEXUS_PROXY_CORES", Value: strconv.Itoa(proxyCores(*s.cpuLimit))})
 	}
 	admin, redirected := intstr.FromString("plexus-admin"), intstr.FromInt32(RedirectProbePort)
 	probe := func(port intstr.IntOrString, path string, period, failures int32) *corev1.Probe {

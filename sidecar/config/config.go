@@ -35,6 +35,7 @@ const (
 	EnvTrustAnchors    = "PLEXUS_PROXY_TRUST_ANCHORS"
 	EnvInboundPolicy   = "PLEXUS_PROXY_INBOUND_POLICY"
 	EnvControlNS       = "PLEXUS_PROXY_CONTROL_NAMESPACE"
+	EnvCores           = "PLEXUS_PROXY_CORES"
 )
 
 // Inbound policies (annotation config.plexus.dev/inbound-policy).
@@ -55,6 +56,8 @@ const (
 	DefaultShutdownGrace = 20 * time.Second
 	DefaultTokenFile     = "/var/run/secrets/plexus.dev/identity/token"
 	DefaultControlNS     = "plexus-system"
+	DefaultCores         = 1
+	maxCores             = 64
 )
 
 // Control-plane service accounts; with the control namespace and trust
@@ -109,6 +112,12 @@ type Config struct {
 	// ControlNamespace is where the control plane runs; it gives the
 	// expected identities of the identity and destination services.
 	ControlNamespace string
+	// Cores is how many threads run Go code at once (GOMAXPROCS): 1 by
+	// default, like linkerd2-proxy's single worker, because a sidecar
+	// serves one pod and the wake-ups of a second thread cost more
+	// latency than it buys (integration/BENCHMARKS.md). The injector sets
+	// it from the proxy's CPU limit.
+	Cores int
 }
 
 // Default returns the configuration used when no variable is set.
@@ -127,6 +136,7 @@ func Default() Config {
 		TokenFile:        DefaultTokenFile,
 		InboundPolicy:    PolicyPermissive,
 		ControlNamespace: DefaultControlNS,
+		Cores:            DefaultCores,
 	}
 }
 
@@ -246,6 +256,14 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	str(EnvTrustAnchors, &c.TrustAnchorsPEM)
 	str(EnvInboundPolicy, &c.InboundPolicy)
 	str(EnvControlNS, &c.ControlNamespace)
+	if v, ok := get(EnvCores); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: want a whole number of cores: %w", EnvCores, v, err))
+		} else {
+			c.Cores = n
+		}
+	}
 	return c, errors.Join(errs...)
 }
 
@@ -282,6 +300,9 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownGrace < 0 {
 		errs = append(errs, fmt.Errorf("%s: must not be negative, got %s", EnvShutdownGrace, c.ShutdownGrace))
+	}
+	if c.Cores < 1 || c.Cores > maxCores {
+		errs = append(errs, fmt.Errorf("%s: want 1 to %d, got %d", EnvCores, maxCores, c.Cores))
 	}
 	errs = append(errs, c.validateIdentity()...)
 	return errors.Join(errs...)

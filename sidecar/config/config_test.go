@@ -84,6 +84,7 @@ func TestFromEnvErrorsNameTheVariable(t *testing.T) {
 		EnvShutdownGrace: "x",
 		EnvLogLevel:      "loud",
 		EnvRedirectProbe: "-1",
+		EnvCores:         "two",
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := FromEnv(env(map[string]string{name: val}))
@@ -104,6 +105,8 @@ func TestValidate(t *testing.T) {
 		"zero detect":                  {func(c *Config) { c.DetectTimeout = 0 }, EnvDetectTimeout},
 		"negative idle":                {func(c *Config) { c.IdleTimeout = -time.Second }, EnvIdleTimeout},
 		"negative grace":               {func(c *Config) { c.ShutdownGrace = -time.Second }, EnvShutdownGrace},
+		"no cores":                     {func(c *Config) { c.Cores = 0 }, EnvCores},
+		"too many cores":               {func(c *Config) { c.Cores = 65 }, EnvCores},
 		"destination without identity": {func(c *Config) { c.DestinationAddr = "x:8086" }, EnvDestinationAddr},
 		"mtls policy without identity": {func(c *Config) { c.InboundPolicy = PolicyMTLS }, EnvInboundPolicy},
 		"bad policy":                   {func(c *Config) { c.InboundPolicy = "strict" }, EnvInboundPolicy},
