@@ -1,10 +1,12 @@
 package metrics
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -39,22 +41,36 @@ func (m *Metrics) TrackConn(c net.Conn, direction, target, peer string, t TLS) *
 	}
 }
 
-// Read counts bytes read.
+// Read counts bytes read; a connection the peer broke (reset) ends in
+// failure.
 func (c *Conn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		c.read.Add(float64(n))
 	}
+	if err != nil && broken(err) {
+		c.Fail()
+	}
 	return n, err
 }
 
-// Write counts bytes written.
+// Write counts bytes written; a connection the peer broke ends in failure.
 func (c *Conn) Write(p []byte) (int, error) {
 	n, err := c.Conn.Write(p)
 	if n > 0 {
 		c.write.Add(float64(n))
 	}
+	if err != nil && broken(err) {
+		c.Fail()
+	}
 	return n, err
+}
+
+// broken reports errors that mean the connection failed, as opposed to
+// ending (EOF) or being closed or timed out by the proxy itself.
+func broken(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ETIMEDOUT) || errors.Is(err, syscall.EHOSTUNREACH)
 }
 
 // Fail marks the connection as ending in failure; it counts if called before the first Close.

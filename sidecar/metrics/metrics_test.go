@@ -140,3 +140,39 @@ request_total{authority="a",client_id="spiffe://td/ns/b/sa/y",direction="inbound
 		t.Errorf("inbound_refused_total = %v", v)
 	}
 }
+
+// TestResetConnCountsAsFailure: a connection the peer resets is counted
+// as a failed close without anyone calling Fail; one that ends with EOF
+// is a success.
+func TestResetConnCountsAsFailure(t *testing.T) {
+	m := New(prometheus.NewRegistry(), 10)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, reset := range []bool{true, false} {
+		client, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		server, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reset {
+			server.(*net.TCPConn).SetLinger(0) // close sends RST
+		}
+		server.Close()
+		c := m.TrackConn(client, Outbound, "t", PeerDst, TLS{})
+		if _, err := io.ReadAll(c); (err != nil) != reset {
+			t.Errorf("reset=%v: read err = %v", reset, err)
+		}
+		c.Close()
+	}
+	for outcome, want := range map[string]float64{"failure": 1, "success": 1} {
+		if got := testutil.ToFloat64(m.tcpClose.WithLabelValues(Outbound, "t", PeerDst, "false", "", "", outcome)); got != want {
+			t.Errorf("tcp_close_total{outcome=%q} = %v, want %v", outcome, got, want)
+		}
+	}
+}
