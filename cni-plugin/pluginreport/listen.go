@@ -3,10 +3,11 @@ package pluginreport
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"time"
+
+	"github.com/plexus-mesh/plexus/cni-plugin/sockfile"
 )
 
 // ErrInvalid wraps every datagram Receive rejects.
@@ -24,13 +25,8 @@ type Listener struct {
 // as root). A socket file left at path by an earlier listener is replaced;
 // any other file there is an error.
 func Listen(path string) (*Listener, error) {
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode().Type() != fs.ModeSocket {
-			return nil, fmt.Errorf("plugin reports: %s exists and is not a socket", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("plugin reports: removing the old socket: %w", err)
-		}
+	if err := sockfile.Clear(path); err != nil {
+		return nil, fmt.Errorf("plugin reports: %w", err)
 	}
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -25,6 +24,7 @@ import (
 	listersv1 "k8s.io/client-go/listers/core/v1"
 
 	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
+	"github.com/plexus-mesh/plexus/cni-plugin/sockfile"
 )
 
 // Metrics count the lookups by result: hit (answered from the cache),
@@ -104,13 +104,8 @@ func writeStatus(w http.ResponseWriter, code int, reason, message string) {
 // Listen binds a unix stream socket at path with mode 0600, replacing a
 // socket a previous agent left; any other file there is an error.
 func Listen(path string) (net.Listener, error) {
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode().Type() != fs.ModeSocket {
-			return nil, fmt.Errorf("pod lookups: %s exists and is not a socket", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("pod lookups: removing the old socket: %w", err)
-		}
+	if err := sockfile.Clear(path); err != nil {
+		return nil, fmt.Errorf("pod lookups: %w", err)
 	}
 	l, err := net.Listen("unix", path)
 	if err != nil {
