@@ -190,63 +190,70 @@ func startRepair(ctx context.Context, cfg RunConfig, entry []byte, deps Deps, no
 	return nil
 }
 
-// listenReports starts counting the plugin's reports (pluginmetrics) on
-// the report socket in the state dir until ctx ends, and returns the
-// socket's host path for the conflist entry. Plugin metrics are not worth
-// failing the install for: when the socket cannot be made it logs, counts
-// an error of stage "report", and returns "" (the plugin sends nothing).
+// listenReports counts the plugin's reports (pluginmetrics) received on
+// the report socket until ctx ends, and returns the socket's host path for
+// the conflist entry ("" without one: the plugin then sends nothing).
 func listenReports(ctx context.Context, paths Paths, reg prometheus.Registerer, m *Metrics, log *slog.Logger) string {
-	pm, err := pluginmetrics.NewMetrics(reg)
-	if err == nil {
-		err = os.MkdirAll(paths.At(paths.StateDir), 0o700)
-	}
-	var l *pluginreport.Listener
-	if err == nil {
-		l, err = pluginreport.Listen(paths.At(paths.ReportSocket()))
-	}
-	if err != nil {
-		m.Errors.WithLabelValues("report").Inc()
-		log.Error("no plugin ADD/DEL/CHECK metrics: cannot listen for the plugin's reports", "err", err)
-		return ""
-	}
-	go func() {
-		if err := pluginmetrics.Serve(ctx, l, pm, log); err != nil {
-			m.Errors.WithLabelValues("report").Inc()
-			log.Error("stopped receiving the plugin's reports", "err", err)
-		}
-	}()
-	return paths.ReportSocket()
+	pm, merr := pluginmetrics.NewMetrics(reg)
+	return servePluginSocket(ctx, paths, paths.ReportSocket(), "report", "no plugin ADD/DEL/CHECK metrics", m, log,
+		func(path string) (func() error, error) {
+			if merr != nil {
+				return nil, merr
+			}
+			l, err := pluginreport.Listen(path)
+			if err != nil {
+				return nil, err
+			}
+			return func() error { return pluginmetrics.Serve(ctx, l, pm, log) }, nil
+		})
 }
 
 // listenPodLookups answers the plugin's pod lookups (podlookup) from the
-// node's pod informer on the pod socket in the state dir until ctx ends,
-// and returns the socket's host path for the conflist entry. Like the
-// reports, not worth failing the install for: when the socket cannot be
-// made it logs, counts an error of stage "lookup", and returns "" (the
-// plugin then reads every pod from the API server).
+// node's pod informer on the pod socket until ctx ends, and returns the
+// socket's host path for the conflist entry ("" without one: the plugin
+// then reads every pod from the API server).
 func listenPodLookups(ctx context.Context, paths Paths, nodePods informers.SharedInformerFactory, reg prometheus.Registerer, m *Metrics, log *slog.Logger) string {
-	pm, err := podlookup.NewMetrics(reg)
-	if err == nil {
-		err = os.MkdirAll(paths.At(paths.StateDir), 0o700)
-	}
-	var l net.Listener
-	if err == nil {
-		l, err = podlookup.Listen(paths.At(paths.PodSocket()))
-	}
+	pm, merr := podlookup.NewMetrics(reg)
+	return servePluginSocket(ctx, paths, paths.PodSocket(), "lookup", "the plugin will read every pod from the API server", m, log,
+		func(path string) (func() error, error) {
+			if merr != nil {
+				return nil, merr
+			}
+			l, err := podlookup.Listen(path)
+			if err != nil {
+				return nil, err
+			}
+			h := podlookup.Handler(nodePods.Core().V1().Pods().Lister(), pm)
+			nodePods.Start(ctx.Done())
+			return func() error { return podlookup.Serve(ctx, l, h) }, nil
+		})
+}
+
+// servePluginSocket starts one of the agent's sockets for the plugin, at
+// host path sock in the state dir: listen binds it and returns what serves
+// it until ctx ends. Neither socket is worth failing the install for: one
+// that cannot be made is logged (without says what the plugin does
+// without), counted as an error of stage, and "" is returned, so the
+// conflist entry leaves it out.
+func servePluginSocket(ctx context.Context, paths Paths, sock, stage, without string, m *Metrics, log *slog.Logger, listen func(path string) (func() error, error)) string {
+	serve, err := func() (func() error, error) {
+		if err := os.MkdirAll(paths.At(paths.StateDir), 0o700); err != nil {
+			return nil, err
+		}
+		return listen(paths.At(sock))
+	}()
 	if err != nil {
-		m.Errors.WithLabelValues("lookup").Inc()
-		log.Error("the plugin will read every pod from the API server: cannot listen for its pod lookups", "err", err)
+		m.Errors.WithLabelValues(stage).Inc()
+		log.Error(without+": cannot listen on the plugin's socket", "socket", sock, "err", err)
 		return ""
 	}
-	h := podlookup.Handler(nodePods.Core().V1().Pods().Lister(), pm)
-	nodePods.Start(ctx.Done())
 	go func() {
-		if err := podlookup.Serve(ctx, l, h); err != nil {
-			m.Errors.WithLabelValues("lookup").Inc()
-			log.Error("stopped answering the plugin's pod lookups", "err", err)
+		if err := serve(); err != nil {
+			m.Errors.WithLabelValues(stage).Inc()
+			log.Error("stopped serving the plugin's socket", "socket", sock, "err", err)
 		}
 	}()
-	return paths.PodSocket()
+	return sock
 }
 
 // syncToken copies the rotated service account token for the plugin.
