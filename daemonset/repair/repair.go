@@ -182,27 +182,17 @@ func New(cfg Config, deps Deps) (*Repairer, error) {
 	return &Repairer{cfg: cfg, deps: deps, warned: map[types.UID]bool{}}, nil
 }
 
-// skipReason says why pod is not checked at all, or "".
-func (r *Repairer) skipReason(pod *corev1.Pod) string {
-	switch {
-	case pod.Spec.NodeName != r.cfg.Node:
-		return "on another node"
-	case pod.DeletionTimestamp != nil:
-		return "terminating"
-	case pod.Spec.HostNetwork:
-		return "host network"
-	case pod.Status.Phase != corev1.PodRunning:
-		return "not running"
-	case len(meshpod.IPs(pod)) == 0:
-		return "no pod IP yet"
-	}
-	return ""
+// inScope says whether pod is one whose rules can be checked here: a
+// running, non-terminating pod of this node, on the pod network, with an IP.
+func (r *Repairer) inScope(pod *corev1.Pod) bool {
+	return pod.Spec.NodeName == r.cfg.Node && pod.DeletionTimestamp == nil && !pod.Spec.HostNetwork &&
+		pod.Status.Phase == corev1.PodRunning && len(meshpod.IPs(pod)) > 0
 }
 
 // Sync checks one pod and repairs it according to the mode. An error
 // means the check or the repair failed and should be retried.
 func (r *Repairer) Sync(ctx context.Context, pod *corev1.Pod) (Outcome, error) {
-	if r.skipReason(pod) != "" {
+	if !r.inScope(pod) {
 		return Skipped, nil
 	}
 	pp, err := pluginPod(pod)
@@ -229,7 +219,7 @@ func (r *Repairer) Sync(ctx context.Context, pod *corev1.Pod) (Outcome, error) {
 	}
 	diff := plugin.Diff(d, fams, states)
 	if diff == nil {
-		r.forgetWarning(pod.UID)
+		r.Forget(pod.UID)
 		return Correct, nil
 	}
 	what := describe(states)
@@ -262,7 +252,7 @@ func (r *Repairer) Sync(ctx context.Context, pod *corev1.Pod) (Outcome, error) {
 		return "", fmt.Errorf("pod %s/%s: rules in %s still differ after applying them: %w", pod.Namespace, pod.Name, netns, err)
 	}
 	r.deps.Metrics.Repairs.WithLabelValues(string(Applied)).Inc()
-	r.forgetWarning(pod.UID)
+	r.Forget(pod.UID)
 	log.Info("applied the meshed pod's redirect rules")
 	r.event(ctx, pod, corev1.EventTypeNormal, ReasonRepaired, fmt.Sprintf(
 		"the pod's redirect rules were %s; plexus-node on %s applied them", what, r.cfg.Node))
@@ -298,9 +288,6 @@ func (r *Repairer) Failed(ctx context.Context, pod *corev1.Pod, err error) {
 	r.warnOnce(ctx, pod, ReasonRepairFailed, truncate(err.Error(), 1000))
 }
 
-// Forget drops what is remembered about a deleted pod.
-func (r *Repairer) Forget(uid types.UID) { r.forgetWarning(uid) }
-
 func (r *Repairer) warnOnce(ctx context.Context, pod *corev1.Pod, reason, message string) {
 	r.mu.Lock()
 	done := r.warned[pod.UID]
@@ -311,7 +298,8 @@ func (r *Repairer) warnOnce(ctx context.Context, pod *corev1.Pod, reason, messag
 	}
 }
 
-func (r *Repairer) forgetWarning(uid types.UID) {
+// Forget drops what is remembered about a pod: repaired, or deleted.
+func (r *Repairer) Forget(uid types.UID) {
 	r.mu.Lock()
 	delete(r.warned, uid)
 	r.mu.Unlock()
