@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/plexus-mesh/plexus/control/cli/install"
 )
@@ -168,7 +169,7 @@ var agentSelector = labels.Set{"app.kubernetes.io/name": AgentDaemonSet}.String(
 // terminating could patch the entry back after the cleanup removed it.
 func (u Uninstaller) waitAgentGone(ctx context.Context, timeout time.Duration) error {
 	var left []string
-	err := u.poll(ctx, func() (bool, error) {
+	err := wait.PollUntilContextCancel(ctx, u.Poll, true, func(ctx context.Context) (bool, error) {
 		pods, err := u.Client.CoreV1().Pods(install.Namespace).List(ctx, metav1.ListOptions{LabelSelector: agentSelector})
 		if err != nil {
 			return false, fmt.Errorf("listing the node agent's pods: %w", err)
@@ -189,7 +190,7 @@ func (u Uninstaller) waitAgentGone(ctx context.Context, timeout time.Duration) e
 // should run on; on timeout the error names each node that is not.
 func (u Uninstaller) waitCleaned(ctx context.Context, timeout time.Duration) error {
 	var last *appsv1.DaemonSet
-	err := u.poll(ctx, func() (bool, error) {
+	err := wait.PollUntilContextCancel(ctx, u.Poll, true, func(ctx context.Context) (bool, error) {
 		ds, err := u.Client.AppsV1().DaemonSets(install.Namespace).Get(ctx, CleanupDaemonSet, metav1.GetOptions{})
 		if err != nil {
 			return false, fmt.Errorf("reading DaemonSet %s/%s: %w", install.Namespace, CleanupDaemonSet, err)
@@ -298,21 +299,4 @@ func firstLine(s string) string {
 		s = s[:300] + "…"
 	}
 	return s
-}
-
-// poll calls done every u.Poll until it is true, fails, or ctx ends.
-func (u Uninstaller) poll(ctx context.Context, done func() (bool, error)) error {
-	t := time.NewTicker(u.Poll)
-	defer t.Stop()
-	for {
-		ok, err := done()
-		if err != nil || ok {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
 }
