@@ -97,7 +97,7 @@ func TestNodeImageInstall(t *testing.T) {
 		checkNodeAuthorizer(t, c, kubeletKubeconfig)
 	})
 
-	pointRuntimeAt(t, map[string]string{env.BinDir: imageBin, env.ConfDir: imageConf})
+	pointRuntimeAt(t, env.ConfDir, map[string]string{env.BinDir: imageBin, env.ConfDir: imageConf})
 	ns := c.Namespace(t, "nodeimage", nil) // after the mounts: its pods' DEL runs through the image's config
 
 	t.Run("a meshed pod gets rules through the image's config", func(t *testing.T) {
@@ -144,13 +144,12 @@ func bakePrimaryCNI(t *testing.T, env clustercni.Env, primary string, conflist [
 
 // pointRuntimeAt bind-mounts each image dir over the node dir the
 // runtime's config names (node dir -> image dir) and makes containerd
-// reload its CNI config, as booting the image would; everything is undone
-// when the test ends. containerd watches the conf dir it opened at start,
-// whose inode the mount hides, so the reload is triggered through a
-// descriptor opened on it before mounting.
-func pointRuntimeAt(t *testing.T, mounts map[string]string) {
+// reload its CNI config from its conf dir conf, as booting the image
+// would; everything is undone when the test ends. containerd watches the
+// conf dir it opened at start, whose inode the mount hides, so the reload
+// is triggered through a descriptor opened on it before mounting.
+func pointRuntimeAt(t *testing.T, conf string, mounts map[string]string) {
 	t.Helper()
-	conf := os.Getenv("PLEXUS_CLUSTER_CNI_CONF_DIR")
 	confFd, err := unix.Open(conf, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatalf("opening %s: %v", conf, err)
@@ -205,10 +204,14 @@ func checkNodeAuthorizer(t *testing.T, c *clustertest.Cluster, kubeconfig string
 	}
 	ns := c.Namespace(t, "nodeauthz", nil)
 	ctx := clustertest.Context(t, time.Minute)
-	node := os.Getenv("PLEXUS_CLUSTER_NODE_NAME")
-	if node == "" {
-		node = "plexus-local"
+	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
+	if len(nodes.Items) != 1 {
+		t.Fatalf("want the local cluster's one node, got %d", len(nodes.Items))
+	}
+	node := nodes.Items[0].Name
 	for name, boundTo := range map[string]string{"here": node, "elsewhere": "plexus-elsewhere"} {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
