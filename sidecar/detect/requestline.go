@@ -28,7 +28,7 @@ const maxMethod = 32
 func ParseRequestLine(b []byte) (RequestLine, int, error) {
 	var rl RequestLine
 	i := 0
-	for i < len(b) && isTchar(b[i]) {
+	for i < len(b) && IsTchar(b[i]) {
 		i++
 		if i > maxMethod {
 			return rl, 0, errNotHTTP1
@@ -83,8 +83,8 @@ func ParseRequestLine(b []byte) (RequestLine, int, error) {
 	}
 }
 
-// isTchar reports whether c may appear in an HTTP token (RFC 9110 §5.6.2).
-func isTchar(c byte) bool {
+// IsTchar reports whether c may appear in an HTTP token (RFC 9110 §5.6.2).
+func IsTchar(c byte) bool {
 	switch {
 	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 		return true

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/plexus-mesh/plexus/control/spiffe"
@@ -85,6 +86,12 @@ type Options struct {
 	// Secure runs the mesh mTLS client handshake on a dialled upstream
 	// connection that must prove id. Needed when Route returns identities.
 	Secure func(ctx context.Context, c net.Conn, id spiffe.ID) (net.Conn, error)
+	// ReadHeaderTimeout bounds how long an HTTP/1 client on the fast path
+	// may take to send a request head once it started (slowloris).
+	ReadHeaderTimeout time.Duration
+	// ClientIdleTimeout closes a fast-path client connection that sends
+	// no new request for this long.
+	ClientIdleTimeout time.Duration
 }
 
 // Proxy is an http.Handler that forwards each request to the destination
@@ -101,6 +108,10 @@ type Proxy struct {
 	h2TLS *http.Transport
 	bufs  sync.Pool
 	tun   *forward.Joiner
+	// The HTTP/1.1 fast path (ServeHTTP1): its upstream pool (plaintext
+	// and mesh mTLS connections keyed apart) and its client connections.
+	h1pool  h1pool
+	h1conns h1conns
 }
 
 // New returns a Proxy.
@@ -116,6 +127,7 @@ func New(opts Options) *Proxy {
 		bufs: sync.Pool{New: func() any { return new([32 << 10]byte) }},
 		tun:  forward.New(opts.TunnelIdleTimeout),
 	}
+	p.h1pool.max, p.h1pool.timeout = opts.MaxIdleConnsPerHost, opts.IdleConnTimeout
 	mk := func(h2, secure bool) *http.Transport {
 		dial := p.dial
 		if secure {
@@ -148,6 +160,7 @@ func (p *Proxy) CloseIdle() {
 	for _, t := range []*http.Transport{p.h1, p.h2, p.h1TLS, p.h2TLS} {
 		t.CloseIdleConnections()
 	}
+	p.h1pool.closeIdle()
 }
 
 // dialError marks an error from connecting upstream.
@@ -163,7 +176,8 @@ func (e *tlsError) Error() string { return e.err.Error() }
 func (e *tlsError) Unwrap() error { return e.err }
 
 func (p *Proxy) dial(ctx context.Context, _, addr string) (net.Conn, error) {
-	return p.connect(ctx, addr, spiffe.ID{})
+	c, _, err := p.connect(ctx, addr, spiffe.ID{})
+	return c, err
 }
 
 // dialTLS dials the address of the request's route and runs the mesh
@@ -174,15 +188,29 @@ func (p *Proxy) dialTLS(ctx context.Context, _, addr string) (net.Conn, error) {
 	if !ok || rt.Identity.IsZero() || rt.Addr.String() != addr || p.opts.Secure == nil {
 		return nil, &dialError{fmt.Errorf("no mesh identity known for %s", addr)}
 	}
-	return p.connect(ctx, addr, rt.Identity)
+	c, _, err := p.connect(ctx, addr, rt.Identity)
+	return c, err
+}
+
+// dialUpstream opens a fast-path upstream connection for rt.
+func (p *Proxy) dialUpstream(rt Route) (*upstream, error) {
+	if !rt.Identity.IsZero() && p.opts.Secure == nil {
+		return nil, &dialError{fmt.Errorf("no mesh identity known for %s", rt.Addr)}
+	}
+	c, raw, err := p.connect(context.Background(), rt.Addr.String(), rt.Identity)
+	if err != nil {
+		return nil, err
+	}
+	return newUpstream(c, raw), nil
 }
 
 // connect dials addr (and, with id, runs the mesh handshake) within the
-// connect timeout.
-func (p *Proxy) connect(ctx context.Context, addr string, id spiffe.ID) (net.Conn, error) {
+// connect timeout. raw is the TCP socket under the connection, when the
+// dialer returned one.
+func (p *Proxy) connect(ctx context.Context, addr string, id spiffe.ID) (_ net.Conn, raw syscall.RawConn, _ error) {
 	dst, err := netip.ParseAddrPort(addr)
 	if err != nil {
-		return nil, &dialError{fmt.Errorf("destination %q: %w", addr, err)}
+		return nil, nil, &dialError{fmt.Errorf("destination %q: %w", addr, err)}
 	}
 	if p.opts.ConnectTimeout > 0 {
 		var cancel context.CancelFunc
@@ -191,17 +219,20 @@ func (p *Proxy) connect(ctx context.Context, addr string, id spiffe.ID) (net.Con
 	}
 	c, err := p.opts.Dial(ctx, dst)
 	if err != nil {
-		return nil, &dialError{err}
+		return nil, nil, &dialError{err}
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		raw, _ = tc.SyscallConn()
 	}
 	m, dir := p.opts.Metrics, p.opts.Direction
 	var t metrics.TLS
 	if !id.IsZero() {
 		if c, err = p.opts.Secure(ctx, c, id); err != nil {
-			return nil, &dialError{&tlsError{err}}
+			return nil, nil, &dialError{&tlsError{err}}
 		}
 		t = metrics.TLS{On: true, PeerID: m.PeerID(dir, id)}
 	}
-	return m.TrackConn(c, dir, m.Target(dir, dst), metrics.PeerDst, t), nil
+	return m.TrackConn(c, dir, m.Target(dir, dst), metrics.PeerDst, t), raw, nil
 }
 
 // ServeHTTP forwards r to its destination and copies the response back,

@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"time"
+
+	"github.com/plexus-mesh/plexus/sidecar/replay"
 )
 
 // Kind is what Peek found at the start of an inbound connection.
@@ -200,7 +202,7 @@ func (r *reader) vec16() (reader, bool) { return r.vec(r.u16()) }
 // decides for ALPN, and returns what it found with a connection that
 // replays every byte read. The read deadline is cleared again. A read
 // error other than timeout or EOF is returned.
-func Peek(c net.Conn, timeout time.Duration) (Kind, *Conn, error) {
+func Peek(c net.Conn, timeout time.Duration) (Kind, *replay.Conn, error) {
 	if err := c.SetReadDeadline(time.Now().Add(timeout)); err != nil {
 		return Other, nil, fmt.Errorf("peek: set deadline: %w", err)
 	}
@@ -229,29 +231,5 @@ func Peek(c net.Conn, timeout time.Duration) (Kind, *Conn, error) {
 	if err := c.SetReadDeadline(time.Time{}); err != nil {
 		return Other, nil, fmt.Errorf("peek: clear deadline: %w", err)
 	}
-	return kind, &Conn{Conn: c, data: buf}, nil
-}
-
-// Conn replays the bytes Peek read before reading from the connection.
-type Conn struct {
-	net.Conn
-	data []byte
-}
-
-// Read returns replayed bytes first.
-func (c *Conn) Read(p []byte) (int, error) {
-	if len(c.data) > 0 {
-		n := copy(p, c.data)
-		c.data = c.data[n:]
-		return n, nil
-	}
-	return c.Conn.Read(p)
-}
-
-// CloseWrite half-closes the underlying connection when it supports it.
-func (c *Conn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return fmt.Errorf("mtls: %T cannot half-close", c.Conn)
+	return kind, &replay.Conn{Conn: c, Data: buf}, nil
 }

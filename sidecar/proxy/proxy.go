@@ -137,6 +137,8 @@ func New(opts Options) *Proxy {
 			MaxIdleConnsPerHost: MaxIdleConnsPerHost,
 			TunnelIdleTimeout:   opts.Config.IdleTimeout,
 			Secure:              p.secure,
+			ReadHeaderTimeout:   opts.ReadHeaderTimeout,
+			ClientIdleTimeout:   opts.Config.IdleTimeout,
 		}
 		if dir == metrics.Outbound && opts.Resolver != nil {
 			hopts.Route = p.route
@@ -296,9 +298,18 @@ func (p *Proxy) handle(c *net.TCPConn, dir string) {
 		p.forwardOpaque(dc, src, dir, dst, target)
 		return
 	}
-	if !p.dirs[dir].ln.push(&httpConn{Conn: dc, dst: dst, tls: tl}) {
-		dc.Close() // shutting down
+	srv := p.dirs[dir]
+	toServer := func(c net.Conn) {
+		if !srv.ln.push(&httpConn{Conn: c, dst: dst, tls: tl}) {
+			c.Close() // shutting down
+		}
 	}
+	if proto == detect.HTTP1 {
+		// The fast path; what it does not handle goes to the server.
+		srv.proxy.ServeHTTP1(dc, dst, tl, toServer)
+		return
+	}
+	toServer(dc)
 }
 
 // inboundTLS, for an inbound connection with identity configured, peeks
@@ -454,10 +465,15 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var fast sync.WaitGroup
+			if d.proxy != nil {
+				fast.Go(func() { d.proxy.Shutdown(ctx) })
+			}
 			if err := d.server.Shutdown(ctx); err != nil {
 				d.server.Close()
 			}
 			<-d.done
+			fast.Wait()
 			if d.proxy != nil {
 				d.proxy.CloseIdle()
 			}
@@ -502,7 +518,7 @@ func (f failable) CloseWrite() error {
 // httpConn carries the original destination and the mesh TLS of the
 // connection into the HTTP server.
 type httpConn struct {
-	*detect.Conn
+	net.Conn
 	dst netip.AddrPort
 	tls metrics.TLS
 }

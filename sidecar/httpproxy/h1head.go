@@ -1,0 +1,428 @@
+package httpproxy
+
+import (
+	"bytes"
+	"errors"
+
+	"github.com/plexus-mesh/plexus/sidecar/detect"
+)
+
+// The HTTP/1.1 fast path (h1*.go) forwards plain keep-alive requests
+// without net/http: it parses each head itself, forwards it with the
+// hop-by-hop headers removed and relays bodies with their framing intact.
+// Anything it does not handle exactly as net/http would (see
+// reqHead.plain) goes to the net/http server instead, whole connection
+// and every byte already read.
+
+// maxConnTokens bounds the header names a Connection header may list on
+// the fast path; more goes to net/http.
+const maxConnTokens = 8
+
+// headEnd returns the length of the head at the start of b (through the
+// empty line), or -1 when b holds no complete head yet. Lines may end in
+// CRLF or a bare LF.
+func headEnd(b []byte) int {
+	for i := 0; ; {
+		j := bytes.IndexByte(b[i:], '\n')
+		if j < 0 {
+			return -1
+		}
+		k := i + j + 1
+		switch {
+		case k < len(b) && b[k] == '\n':
+			return k + 1
+		case k+1 < len(b) && b[k] == '\r' && b[k+1] == '\n':
+			return k + 2
+		}
+		i = k
+	}
+}
+
+// headerLines calls f with each header line of head (after its first line)
+// without its CRLF, stopping at the empty line or when f returns false.
+// It reports false when a line does not end in CRLF.
+func headerLines(head []byte, f func(line []byte) bool) bool {
+	i := bytes.IndexByte(head, '\n') + 1
+	for i < len(head) {
+		j := bytes.IndexByte(head[i:], '\n')
+		if j < 1 || head[i+j-1] != '\r' {
+			return false
+		}
+		line := head[i : i+j-1]
+		i += j + 1
+		if len(line) == 0 {
+			return true
+		}
+		if !f(line) {
+			return true
+		}
+	}
+	return true
+}
+
+// splitHeader splits "Name: value" into the name and the value with
+// optional whitespace trimmed; ok is false when the line is not a valid
+// field (RFC 9112 §5: a token, a colon, a value of visible characters,
+// spaces and tabs).
+func splitHeader(line []byte) (name, value []byte, ok bool) {
+	colon := bytes.IndexByte(line, ':')
+	if colon < 1 {
+		return nil, nil, false
+	}
+	for _, c := range line[:colon] {
+		if !detect.IsTchar(c) {
+			return nil, nil, false
+		}
+	}
+	value = line[colon+1:]
+	for _, c := range value {
+		if (c < ' ' && c != '\t') || c == 0x7f {
+			return nil, nil, false
+		}
+	}
+	return line[:colon], bytes.Trim(value, " \t"), true
+}
+
+// is reports whether the header name b is s, ignoring ASCII case; s is
+// lower case.
+func is(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range len(b) {
+		c := b[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != s[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// hopByHopName reports the hop-by-hop headers removeHopByHop drops, except
+// Trailer: the fast path relays trailers verbatim, so it keeps their
+// announcement.
+func hopByHopName(name []byte) bool {
+	switch len(name) {
+	case 2:
+		return is(name, "te")
+	case 7:
+		return is(name, "upgrade")
+	case 10:
+		return is(name, "connection") || is(name, "keep-alive")
+	case 16:
+		return is(name, "proxy-connection")
+	case 17:
+		return is(name, "transfer-encoding")
+	}
+	return false
+}
+
+// tokens calls f with each comma-separated token of a header value,
+// trimmed; empty ones are skipped.
+func tokens(v []byte, f func(tok []byte)) {
+	for len(v) > 0 {
+		tok := v
+		if i := bytes.IndexByte(v, ','); i >= 0 {
+			tok, v = v[:i], v[i+1:]
+		} else {
+			v = nil
+		}
+		if tok = bytes.Trim(tok, " \t"); len(tok) > 0 {
+			f(tok)
+		}
+	}
+}
+
+// parseLength parses a Content-Length value: digits only, no sign, at
+// most 18 of them.
+func parseLength(v []byte) (int64, bool) {
+	if len(v) == 0 || len(v) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// addLength takes one Content-Length field into length, counting fields
+// in seen; false when it is invalid or disagrees with an earlier one.
+func addLength(length *int64, seen *int, v []byte) bool {
+	n, ok := parseLength(v)
+	if !ok || (*seen > 0 && n != *length) {
+		return false
+	}
+	*length = n
+	*seen++
+	return true
+}
+
+// connHeaders is what the Connection header of a head says.
+type connHeaders struct {
+	close   bool
+	upgrade bool
+	names   [maxConnTokens][]byte // other listed headers, to drop
+	n       int
+	tooMany bool
+}
+
+func (ch *connHeaders) add(v []byte) {
+	tokens(v, func(tok []byte) {
+		switch {
+		case is(tok, "close"):
+			ch.close = true
+		case is(tok, "upgrade"):
+			ch.upgrade = true
+		case is(tok, "keep-alive"):
+		case ch.n == maxConnTokens:
+			ch.tooMany = true
+		default:
+			ch.names[ch.n] = tok
+			ch.n++
+		}
+	})
+}
+
+// listed reports whether the Connection header named this header.
+func (ch *connHeaders) listed(name []byte) bool {
+	for _, n := range ch.names[:ch.n] {
+		if bytes.EqualFold(n, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// reqHead is a parsed request head on the fast path.
+type reqHead struct {
+	raw           []byte // the whole head, request line to empty line
+	method        []byte
+	host          []byte
+	contentLength int64 // -1: none
+	chunked       bool
+	teTrailers    bool
+	grpc          bool
+	conn          connHeaders
+	// plain is false for anything the fast path leaves to net/http: not
+	// HTTP/1.1, a target not in origin form, Upgrade or Expect, a missing
+	// or repeated Host, framing other than one Content-Length or exactly
+	// "chunked", a bare LF, an invalid or folded field.
+	plain bool
+}
+
+// parseRequest parses the request head raw (as found by headEnd).
+func parseRequest(raw []byte) reqHead {
+	h := reqHead{raw: raw, contentLength: -1}
+	rl, n, err := detect.ParseRequestLine(raw)
+	if err != nil || rl.Minor != '1' || len(rl.Target) == 0 || rl.Target[0] != '/' || raw[n-2] != '\r' {
+		return h
+	}
+	h.method = rl.Method
+	hosts, lengths, te := 0, 0, 0
+	valid := true
+	ok := headerLines(raw, func(line []byte) bool {
+		name, v, good := splitHeader(line)
+		if !good {
+			valid = false
+			return false
+		}
+		switch {
+		case is(name, "host"):
+			h.host = v
+			hosts++
+		case is(name, "content-length"):
+			if !addLength(&h.contentLength, &lengths, v) {
+				valid = false
+				return false
+			}
+		case is(name, "transfer-encoding"):
+			te++
+			h.chunked = is(v, "chunked")
+		case is(name, "connection"):
+			h.conn.add(v)
+		case is(name, "te"):
+			tokens(v, func(tok []byte) {
+				if t, _, _ := bytes.Cut(tok, []byte(";")); is(bytes.TrimRight(t, " \t"), "trailers") {
+					h.teTrailers = true
+				}
+			})
+		case is(name, "upgrade"), is(name, "expect"):
+			valid = false
+			return false
+		case is(name, "content-type"):
+			h.grpc = len(v) >= 16 && is(v[:16], "application/grpc")
+		}
+		return true
+	})
+	h.plain = ok && valid && hosts == 1 && !h.conn.upgrade && !h.conn.tooMany &&
+		(te == 0 || (te == 1 && h.chunked && lengths == 0))
+	return h
+}
+
+// hasBody reports whether the request carries a body.
+func (h *reqHead) hasBody() bool { return h.chunked || h.contentLength > 0 }
+
+// idempotent reports whether the request may be sent again after a reused
+// upstream connection failed without answering (net/http's rule).
+func (h *reqHead) idempotent() bool {
+	m := string(h.method)
+	return m == "GET" || m == "HEAD" || m == "OPTIONS" || m == "TRACE"
+}
+
+// appendUpstream appends the head to send upstream: the request line and
+// every end-to-end header as received, then the framing and TE the proxy
+// owns.
+func (h *reqHead) appendUpstream(b []byte) []byte {
+	i := bytes.IndexByte(h.raw, '\n') + 1
+	b = append(b, h.raw[:i]...)
+	headerLines(h.raw, func(line []byte) bool {
+		name, _, _ := splitHeader(line)
+		if !hopByHopName(name) && !h.conn.listed(name) {
+			b = append(b, line...)
+			b = append(b, '\r', '\n')
+		}
+		return true
+	})
+	if h.teTrailers {
+		b = append(b, "Te: trailers\r\n"...)
+	}
+	if h.chunked {
+		b = append(b, "Transfer-Encoding: chunked\r\n"...)
+	}
+	return append(b, '\r', '\n')
+}
+
+// errBadResponse marks a response head the proxy cannot relay.
+var errBadResponse = errors.New("malformed HTTP/1 response from upstream")
+
+// resHead is a parsed response head.
+type resHead struct {
+	raw           []byte
+	status        int
+	reason        []byte
+	minor         byte
+	contentLength int64 // -1: none
+	chunked       bool
+	grpcStatus    []byte
+	conn          connHeaders
+}
+
+// parseResponse parses a response head as found by headEnd. Lines may end
+// in a bare LF (net/http's client accepts them too).
+func parseResponse(raw []byte) (resHead, error) {
+	h := resHead{raw: raw, contentLength: -1}
+	nl := bytes.IndexByte(raw, '\n')
+	line := bytes.TrimSuffix(raw[:nl], []byte("\r"))
+	if len(line) < 12 || string(line[:7]) != "HTTP/1." || line[8] != ' ' ||
+		(len(line) > 12 && line[12] != ' ') {
+		return h, errBadResponse
+	}
+	h.minor = line[7]
+	for _, c := range line[9:12] {
+		if c < '0' || c > '9' {
+			return h, errBadResponse
+		}
+		h.status = h.status*10 + int(c-'0')
+	}
+	if h.status < 100 {
+		return h, errBadResponse
+	}
+	if len(line) > 13 {
+		h.reason = line[13:]
+	}
+	var err error
+	lengths := 0
+	forEachLine(raw[nl+1:], func(line []byte) bool {
+		name, v, ok := splitHeader(line)
+		if !ok {
+			err = errBadResponse
+			return false
+		}
+		switch {
+		case is(name, "content-length"):
+			if !addLength(&h.contentLength, &lengths, v) {
+				err = errBadResponse
+				return false
+			}
+		case is(name, "transfer-encoding"):
+			// The last coding decides; chunked anywhere else is invalid,
+			// so anything but "chunked" last is read until close.
+			h.chunked = false
+			tokens(v, func(tok []byte) { h.chunked = is(tok, "chunked") })
+		case is(name, "connection"):
+			h.conn.add(v)
+		case is(name, "grpc-status"):
+			h.grpcStatus = v
+		}
+		return true
+	})
+	if h.chunked {
+		h.contentLength = -1
+	}
+	return h, err
+}
+
+// forEachLine calls f with each line of b (CRLF or LF ended), stopping at
+// the empty line or when f returns false.
+func forEachLine(b []byte, f func(line []byte) bool) {
+	for len(b) > 0 {
+		j := bytes.IndexByte(b, '\n')
+		if j < 0 {
+			return
+		}
+		line := bytes.TrimSuffix(b[:j], []byte("\r"))
+		b = b[j+1:]
+		if len(line) == 0 || !f(line) {
+			return
+		}
+	}
+}
+
+// bodyless reports a response that has no body whatever its headers say.
+func (h *resHead) bodyless(method []byte) bool {
+	return string(method) == "HEAD" || h.status == 204 || h.status == 304 || h.status < 200
+}
+
+// untilClose reports a response body delimited by the connection's end.
+func (h *resHead) untilClose(method []byte) bool {
+	return !h.bodyless(method) && !h.chunked && h.contentLength < 0
+}
+
+// reusable reports whether the upstream connection may carry another
+// request after this response.
+func (h *resHead) reusable(method []byte) bool {
+	return h.minor == '1' && !h.conn.close && !h.untilClose(method)
+}
+
+// appendClient appends the head to send the client: an HTTP/1.1 status
+// line with the upstream's code and reason, the end-to-end headers, the
+// framing, and Connection: close when the proxy will close.
+func (h *resHead) appendClient(b []byte, method []byte, closing bool) []byte {
+	b = append(b, "HTTP/1.1 "...)
+	b = append(b, byte('0'+h.status/100), byte('0'+h.status/10%10), byte('0'+h.status%10), ' ')
+	b = append(b, h.reason...)
+	b = append(b, '\r', '\n')
+	forEachLine(h.raw[bytes.IndexByte(h.raw, '\n')+1:], func(line []byte) bool {
+		name, _, _ := splitHeader(line)
+		if hopByHopName(name) || h.conn.listed(name) || (h.chunked && is(name, "content-length")) {
+			return true
+		}
+		b = append(b, line...)
+		b = append(b, '\r', '\n')
+		return true
+	})
+	if h.chunked && h.status >= 200 {
+		b = append(b, "Transfer-Encoding: chunked\r\n"...)
+	}
+	if closing && h.status >= 200 {
+		b = append(b, "Connection: close\r\n"...)
+	}
+	return append(b, '\r', '\n')
+}

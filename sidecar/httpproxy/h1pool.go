@@ -1,0 +1,146 @@
+package httpproxy
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/plexus-mesh/plexus/control/spiffe"
+)
+
+// probeIdleAfter: a pooled connection idle at least this long is checked
+// for a close by its server (a FIN or RST waiting) before it is reused.
+// Servers close idle keep-alive connections after seconds (Node.js: 5 s),
+// so a connection idle for less is not worth the system call.
+const probeIdleAfter = 250 * time.Millisecond
+
+// upstream is one fast-path connection to a destination.
+type upstream struct {
+	c      net.Conn
+	raw    syscall.RawConn // the TCP socket under c; nil if the dialer gave no TCPConn
+	rd     *h1reader
+	wr     h1writer
+	idleAt time.Time
+	reused bool
+}
+
+func newUpstream(c net.Conn, raw syscall.RawConn) *upstream {
+	return &upstream{c: c, raw: raw, rd: newReader(c, h1ReadBuf), wr: h1writer{c: c}}
+}
+
+func (u *upstream) close() { u.c.Close() }
+
+// alive reports whether nothing (no FIN, RST or stray byte) is waiting on
+// an idle connection, peeking without blocking.
+func (u *upstream) alive() bool {
+	if u.raw == nil {
+		return true
+	}
+	var one [1]byte
+	ok := false
+	err := u.raw.Read(func(fd uintptr) bool {
+		_, _, err := syscall.Recvfrom(int(fd), one[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		ok = errors.Is(err, syscall.EAGAIN)
+		return true
+	})
+	return err == nil && ok
+}
+
+// poolKey names the upstream connections one request may reuse: same
+// address and same mesh identity (zero: plaintext).
+type poolKey struct {
+	addr netip.AddrPort
+	id   spiffe.ID
+}
+
+// h1pool keeps idle fast-path upstream connections, newest first.
+type h1pool struct {
+	max     int
+	timeout time.Duration
+
+	mu       sync.Mutex
+	idle     map[poolKey][]*upstream
+	sweeping bool
+}
+
+// get returns an idle connection for k that still looks usable, or nil.
+func (p *h1pool) get(k poolKey) *upstream {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	list := p.idle[k]
+	for len(list) > 0 {
+		u := list[len(list)-1]
+		list = list[:len(list)-1]
+		idle := time.Since(u.idleAt)
+		if (p.timeout > 0 && idle > p.timeout) || (idle >= probeIdleAfter && !u.alive()) {
+			u.close()
+			continue
+		}
+		p.idle[k] = list
+		u.reused = true
+		return u
+	}
+	delete(p.idle, k)
+	return nil
+}
+
+// put keeps u for reuse, or closes it when k's pool is full.
+func (p *h1pool) put(k poolKey, u *upstream) {
+	u.idleAt = time.Now()
+	u.rd.got = 0
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.idle == nil {
+		p.idle = map[poolKey][]*upstream{}
+	}
+	if len(p.idle[k]) >= p.max {
+		u.close()
+		return
+	}
+	p.idle[k] = append(p.idle[k], u)
+	if p.timeout > 0 && !p.sweeping {
+		p.sweeping = true
+		time.AfterFunc(p.timeout, p.sweep)
+	}
+}
+
+// sweep closes connections idle longer than the timeout and runs again
+// while any remain.
+func (p *h1pool) sweep() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, list := range p.idle {
+		kept := list[:0]
+		for _, u := range list {
+			if time.Since(u.idleAt) > p.timeout {
+				u.close()
+			} else {
+				kept = append(kept, u)
+			}
+		}
+		if len(kept) == 0 {
+			delete(p.idle, k)
+		} else {
+			p.idle[k] = kept
+		}
+	}
+	p.sweeping = len(p.idle) > 0
+	if p.sweeping {
+		time.AfterFunc(p.timeout, p.sweep)
+	}
+}
+
+// closeIdle closes every idle connection.
+func (p *h1pool) closeIdle() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, list := range p.idle {
+		for _, u := range list {
+			u.close()
+		}
+		delete(p.idle, k)
+	}
+}
