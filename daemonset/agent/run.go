@@ -44,12 +44,15 @@ type Deps struct {
 	// Pods, if not nil, is the API client of the repair of meshed pods'
 	// rules (RunConfig.Repair); nil: no repair.
 	Pods kubernetes.Interface
+	// Owner, if not nil, is checked when Run ends: if the agent's
+	// DaemonSet is gone or being deleted, the plugin is uninstalled.
+	Owner *Owner
 }
 
 // Run installs the plugin and keeps it in place until ctx ends, serving
 // /ready and /metrics. Ending leaves the plugin installed (an upgrade's
-// SIGTERM must not open a window without redirection); removal is
-// Uninstall's job.
+// SIGTERM must not open a window without redirection) unless Deps.Owner
+// says the DaemonSet itself is being removed: then it uninstalls.
 func Run(ctx context.Context, cfg RunConfig, deps Deps) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -140,6 +143,11 @@ func Run(ctx context.Context, cfg RunConfig, deps Deps) error {
 	gcfg := guard.Config{Dir: cfg.At(cfg.CNIConfDir), Patch: patch, Resync: cfg.Resync, Binary: bin.path()}
 	if err := guard.Run(ctx, gcfg, ready); err != nil {
 		return fmt.Errorf("guarding the CNI config: %w", err)
+	}
+	if deps.Owner != nil {
+		if err := leaveOrRemove(deps.Owner, cfg.Paths, log); err != nil {
+			return err
+		}
 	}
 	select {
 	case err := <-srvDone:
@@ -356,5 +364,28 @@ func (b *binaryKeeper) ensure() error {
 		b.log.Warn("plugin binary was missing or changed; installed it again", "dir", b.dir)
 	}
 	b.verified, _ = os.Stat(b.path()) // on error: compare by content next time
+	return nil
+}
+
+// leaveOrRemove runs at shutdown: the plugin stays for an upgrade or a
+// restarted pod, and is uninstalled when the DaemonSet is being removed.
+// When the API cannot say, it stays (a wrong removal would let pods start
+// without redirection).
+func leaveOrRemove(o *Owner, paths Paths, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	removed, err := o.Removed(ctx)
+	if err != nil {
+		log.Warn("leaving the plugin installed: cannot tell whether the DaemonSet is being removed", "err", err)
+		return nil
+	}
+	if !removed {
+		log.Info("leaving the plugin installed for the next agent", "daemonset", o.Namespace+"/"+o.Name)
+		return nil
+	}
+	if err := Uninstall(paths); err != nil {
+		return fmt.Errorf("DaemonSet %s/%s removed, uninstalling the plugin: %w", o.Namespace, o.Name, err)
+	}
+	log.Info("DaemonSet removed: uninstalled the plugin from this node", "daemonset", o.Namespace+"/"+o.Name)
 	return nil
 }

@@ -191,7 +191,9 @@ func TestDaemonSet(t *testing.T) {
 func TestRBACLeastPrivilege(t *testing.T) {
 	var role rbacv1.ClusterRole
 	var binding rbacv1.ClusterRoleBinding
-	decode(t, "rbac.yaml", &role, &binding)
+	var own rbacv1.Role
+	var ownBinding rbacv1.RoleBinding
+	decode(t, "rbac.yaml", &role, &binding, &own, &ownBinding)
 	want := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch"}},
@@ -201,6 +203,20 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		t.Errorf("ClusterRole rules = %+v, want only get+list+watch pods, get+patch nodes, create events", role.Rules)
 	}
 	bindsAgent(t, role, binding)
+
+	// In its own namespace, the agent may read its own DaemonSet, nothing else.
+	var ds appsv1.DaemonSet
+	decode(t, "daemonset.yaml", &ds)
+	wantOwn := []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, ResourceNames: []string{ds.Name}, Verbs: []string{"get"}}}
+	if !reflect.DeepEqual(own.Rules, wantOwn) || own.Namespace != ds.Namespace {
+		t.Errorf("Role %s/%s rules = %+v, want only get of DaemonSet %s/%s", own.Namespace, own.Name, own.Rules, ds.Namespace, ds.Name)
+	}
+	var sa corev1.ServiceAccount
+	decode(t, "serviceaccount.yaml", &sa)
+	if ownBinding.Namespace != ds.Namespace || ownBinding.RoleRef.Kind != "Role" || ownBinding.RoleRef.Name != own.Name ||
+		len(ownBinding.Subjects) != 1 || ownBinding.Subjects[0].Name != sa.Name || ownBinding.Subjects[0].Namespace != sa.Namespace {
+		t.Errorf("RoleBinding %+v does not bind Role %s to %s/%s", ownBinding, own.Name, sa.Namespace, sa.Name)
+	}
 }
 
 // TestRepairDeleteRBAC: the optional role for --repair=delete grants

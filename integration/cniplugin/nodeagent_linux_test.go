@@ -25,6 +25,7 @@ import (
 	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
+	"github.com/plexus-mesh/plexus/daemonset/install"
 	"github.com/plexus-mesh/plexus/integration/clustercni"
 	"github.com/plexus-mesh/plexus/integration/clustertest"
 )
@@ -130,7 +131,7 @@ func TestNodeAgentInstallsPlugin(t *testing.T) {
 		checkMeshedPod(t, c, ns, "meshed-2")
 	})
 
-	t.Run("deleting the DaemonSet keeps the plugin", func(t *testing.T) {
+	t.Run("deleting the DaemonSet removes the plugin and pods still start", func(t *testing.T) {
 		err := c.Client.AppsV1().DaemonSets(agentNamespace).Delete(ctx, "plexus-node", metav1.DeleteOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -139,14 +140,31 @@ func TestNodeAgentInstallsPlugin(t *testing.T) {
 			pods, err := c.Client.CoreV1().Pods(agentNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=plexus-node"})
 			return err == nil && len(pods.Items) == 0, err
 		})
-		waitPatched(t, primary, time.Second)
-		if _, err := os.Stat(filepath.Join(env.BinDir, "plexus-cni")); err != nil {
-			t.Errorf("plugin binary removed with the DaemonSet: %v", err)
+		// The agent's last act: its DaemonSet is gone, so it uninstalled
+		// rather than leave a plugin whose token died with its pod.
+		got, err := os.ReadFile(primary)
+		if err != nil {
+			t.Fatal(err)
 		}
-		checkMeshedPod(t, c, ns, "meshed-3")
+		if !bytes.Equal(got, original) {
+			t.Errorf("conflist after the DaemonSet was deleted differs from before install:\n--- before\n%s\n--- after\n%s", original, got)
+		}
+		for _, gone := range []string{filepath.Join(env.BinDir, "plexus-cni"), filepath.Join(stateDir, install.KubeconfigFile)} {
+			if _, err := os.Stat(gone); !os.IsNotExist(err) {
+				t.Errorf("%s still there after the DaemonSet was deleted (err=%v)", gone, err)
+			}
+		}
+		_, err = c.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "after-removal"},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{container("app", "serve", ":8080")}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitRunning(t, c, ns, "after-removal")
 	})
 
-	t.Run("uninstall restores the conflist byte for byte", func(t *testing.T) {
+	t.Run("uninstall after that is a no-op that keeps the conflist byte for byte", func(t *testing.T) {
 		out, err := exec.Command(agentBin, "uninstall", "--root=/", "--cni-bin-dir="+env.BinDir,
 			"--cni-conf-dir="+env.ConfDir, "--state-dir="+stateDir).CombinedOutput()
 		if err != nil {

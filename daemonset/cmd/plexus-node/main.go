@@ -60,7 +60,7 @@ func run(args []string, stderr io.Writer, log *slog.Logger) error {
 	}
 	switch args[0] {
 	case "run":
-		cfg, nodeName, err := parseRun(args[1:], stderr)
+		cfg, nodeName, owner, err := parseRun(args[1:], stderr)
 		if err != nil {
 			return err
 		}
@@ -75,6 +75,9 @@ func run(args []string, stderr io.Writer, log *slog.Logger) error {
 		deps := agent.Deps{Registry: reg, Log: log, Listener: ln}
 		if deps.Pods, err = apiClient(nodeName, log); err != nil {
 			return err
+		}
+		if deps.Pods != nil && owner.Namespace != "" {
+			deps.Owner = &agent.Owner{Client: deps.Pods, Namespace: owner.Namespace, Name: owner.Name}
 		}
 		if deps.Pods != nil {
 			deps.Taint = &nodetaint.Remover{Client: deps.Pods, Node: nodeName}
@@ -130,9 +133,10 @@ func pathFlags(fs *flag.FlagSet, p *agent.Paths, root string) {
 	fs.StringVar(&p.StateDir, "state-dir", agent.DefaultStateDir, "root-only dir on the host for credentials and the conflist record")
 }
 
-func parseRun(args []string, stderr io.Writer) (agent.RunConfig, string, error) {
+func parseRun(args []string, stderr io.Writer) (agent.RunConfig, string, agent.Owner, error) {
 	var c agent.RunConfig
 	var nodeName string
+	var owner agent.Owner
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	pathFlags(fs, &c.Paths, "/host")
@@ -148,10 +152,12 @@ func parseRun(args []string, stderr io.Writer) (agent.RunConfig, string, error) 
 	fs.StringVar((*string)(&c.Repair.Mode), "repair", string(repair.Apply), "what to do with a meshed pod whose network namespace lacks the redirect rules: apply them, delete the pod, or off (only report)")
 	fs.DurationVar(&c.Repair.Resync, "repair-resync", time.Minute, "how often every meshed pod's rules are checked again")
 	fs.StringVar(&c.NetnsDir, "netns-dir", agent.DefaultNetnsDir, "host dir where the container runtime bind-mounts pods' network namespaces (reached under --root)")
+	fs.StringVar(&owner.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the agent's DaemonSet; with --node-name, the plugin is uninstalled when the agent stops because its DaemonSet is being deleted; empty: never")
+	fs.StringVar(&owner.Name, "daemonset", "plexus-node", "name of the agent's DaemonSet")
 	if err := parse(fs, args); err != nil {
-		return c, "", err
+		return c, "", owner, err
 	}
-	return c, nodeName, c.Validate()
+	return c, nodeName, owner, c.Validate()
 }
 
 func parseImage(args []string, stderr io.Writer) (agent.ImageConfig, error) {
