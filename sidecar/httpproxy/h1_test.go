@@ -388,3 +388,43 @@ func testLog() *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
+
+// TestFastPathRetryDialsPastOtherDeadConnections: a server restart closes
+// every pooled connection; the retry of a GET must not take another dead
+// one from the pool.
+func TestFastPathRetryDialsPastOtherDeadConnections(t *testing.T) {
+	var serve atomic.Bool // false: answer one request, then wait for the next and drop it
+	up := upstreamServer(t, func(c net.Conn, r *bufio.Reader) {
+		for {
+			if _, err := readRequest(r); err != nil {
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			if !serve.Load() {
+				r.ReadByte() // the next request arrives, then the connection dies
+				return
+			}
+		}
+	})
+	f := startFast(t, up.addr)
+	// Three idle pooled connections, from three concurrent clients.
+	var conns [3]net.Conn
+	var readers [3]*bufio.Reader
+	for i := range conns {
+		conns[i], readers[i] = f.dial(t)
+		io.WriteString(conns[i], "GET / HTTP/1.1\r\nHost: svc\r\n\r\n")
+	}
+	for i := range conns {
+		res, err := http.ReadResponse(readers[i], nil)
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("warm-up %d: %v %v", i, res, err)
+		}
+		io.ReadAll(res.Body)
+	}
+	time.Sleep(50 * time.Millisecond) // all three back in the pool
+	serve.Store(true)                 // the "restarted" server answers new connections
+	res, body := get(t, conns[0], readers[0], "GET", "")
+	if res.StatusCode != 200 || body != "ok" {
+		t.Errorf("GET after the pool died: %d %q (%s), want 200 on a new connection", res.StatusCode, body, res.Header.Get(ErrorHeader))
+	}
+}

@@ -147,7 +147,12 @@ func (hc *h1conn) forward(req *reqHead) bool {
 	}
 	key := poolKey{addr: rt.Addr, id: rt.Identity}
 	for attempt := 0; ; attempt++ {
-		up := p.h1pool.get(key)
+		var up *upstream
+		if attempt == 0 {
+			// A retry always dials: the pool may hold more connections
+			// the same server closed (a restart closes them all).
+			up = p.h1pool.get(key)
+		}
 		if up == nil {
 			var err error
 			if up, err = p.dialUpstream(rt); err != nil {
@@ -172,14 +177,7 @@ func (hc *h1conn) forward(req *reqHead) bool {
 			}
 			return hc.fail(req, rec, err, replayable)
 		}
-		keep := hc.relay(up, req, res, rec)
-		hc.up.Store(nil)
-		if keep.upstream {
-			p.h1pool.put(key, up)
-		} else {
-			up.close()
-		}
-		return keep.client
+		return hc.relay(up, key, req, res, rec)
 	}
 }
 
@@ -251,11 +249,10 @@ func (hc *h1conn) exchange(up *upstream, req *reqHead, replayable bool) (resHead
 	}
 }
 
-// keep says which connections survive a response.
-type keep struct{ client, upstream bool }
-
-// relay writes the response head and body to the client.
-func (hc *h1conn) relay(up *upstream, req *reqHead, res resHead, rec metrics.Request) keep {
+// relay writes the response head and body to the client, and returns
+// the upstream connection to the pool (key) when it can carry another
+// request. It reports whether the client connection may go on.
+func (hc *h1conn) relay(up *upstream, key poolKey, req *reqHead, res resHead, rec metrics.Request) bool {
 	p := hc.p
 	rec.Headers(res.status)
 	closing := req.conn.close || res.untilClose(req.method) || p.h1conns.draining.Load()
@@ -274,17 +271,10 @@ func (hc *h1conn) relay(up *upstream, req *reqHead, res resHead, rec metrics.Req
 	default:
 		err = cp.copyUntilEOF()
 	}
+	hc.up.Store(nil)
 	grpc := string(res.grpcStatus)
-	if err == nil {
-		// Counted before the last write, as under net/http (whose handler
-		// returns before the server flushes): whoever reads the metrics
-		// after the response sees it.
-		rec.Done(res.status, grpc, "")
-		if err = hc.wr.flush(); err != nil {
-			return keep{}
-		}
-	}
 	if err != nil {
+		up.close()
 		reason := ReasonUpstreamReset
 		var de *dstError
 		if errors.As(err, &de) {
@@ -294,12 +284,21 @@ func (hc *h1conn) relay(up *upstream, req *reqHead, res resHead, rec metrics.Req
 		rec.Done(res.status, grpc, reason)
 		// Closing the client without the rest of the body tells it the
 		// response broke.
-		return keep{}
+		return false
 	}
-	return keep{
-		client:   !closing,
-		upstream: res.reusable(req.method) && len(up.rd.buffered()) == 0,
+	// The response is read in full, so the upstream connection is free
+	// before the last write to the client: a client's next request finds
+	// it in the pool.
+	if res.reusable(req.method) && len(up.rd.buffered()) == 0 {
+		p.h1pool.put(key, up)
+	} else {
+		up.close()
 	}
+	// Counted before the last write, as under net/http (whose handler
+	// returns before the server flushes): whoever reads the metrics after
+	// the response sees it.
+	rec.Done(res.status, grpc, "")
+	return hc.wr.flush() == nil && !closing
 }
 
 // fail answers a request the proxy could not forward, as Proxy.fail does
