@@ -221,8 +221,10 @@ func (p *Proxy) connect(ctx context.Context, addr string, id spiffe.ID) (_ net.C
 	if err != nil {
 		return nil, nil, &dialError{err}
 	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		raw, _ = tc.SyscallConn()
+	if sc, ok := c.(interface {
+		SyscallConn() (syscall.RawConn, error)
+	}); ok {
+		raw, _ = sc.SyscallConn()
 	}
 	m, dir := p.opts.Metrics, p.opts.Direction
 	var t metrics.TLS

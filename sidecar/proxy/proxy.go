@@ -25,6 +25,7 @@ import (
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 	"github.com/plexus-mesh/plexus/sidecar/mtls"
 	"github.com/plexus-mesh/plexus/sidecar/origdst"
+	"github.com/plexus-mesh/plexus/sidecar/sockio"
 )
 
 // Options configure a Proxy.
@@ -111,6 +112,14 @@ func New(opts Options) *Proxy {
 		opts.Dial = func(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
 			return d.DialContext(ctx, "tcp", dst.String())
 		}
+	}
+	dial := opts.Dial
+	opts.Dial = func(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
+		c, err := dial(ctx, dst)
+		if tc, ok := c.(*net.TCPConn); ok && err == nil {
+			return sockio.Wrap(tc), nil
+		}
+		return c, err
 	}
 	if opts.ReadHeaderTimeout == 0 {
 		opts.ReadHeaderTimeout = DefaultReadHeaderTimeout
@@ -258,16 +267,17 @@ func (p *Proxy) handle(c *net.TCPConn, dir string) {
 		c.Close()
 		return
 	}
+	raw := sockio.Wrap(c) // c itself stays tracked: closing it closes raw
 	if p.probe != nil && dir == metrics.Inbound && dst.Port() == p.opts.Config.RedirectProbePort {
 		p.probed.Store(true)
 		m.RedirectProbe()
-		if !p.probe.ln.push(c) {
+		if !p.probe.ln.push(raw) {
 			c.Close()
 		}
 		return
 	}
 	target := m.Target(dir, dst)
-	conn, tl, undecided, ok := p.inboundTLS(c, dir, dst)
+	conn, tl, undecided, ok := p.inboundTLS(raw, dir, dst)
 	if !ok {
 		return
 	}
@@ -318,7 +328,7 @@ func (p *Proxy) handle(c *net.TCPConn, dir string) {
 // under the mtls policy, otherwise returned as is (every peeked byte
 // replayed). undecided means the client sent nothing decisive in time:
 // forward it as opaque. ok is false when c was closed.
-func (p *Proxy) inboundTLS(c *net.TCPConn, dir string, dst netip.AddrPort) (conn net.Conn, tl metrics.TLS, undecided, ok bool) {
+func (p *Proxy) inboundTLS(c net.Conn, dir string, dst netip.AddrPort) (conn net.Conn, tl metrics.TLS, undecided, ok bool) {
 	if dir != metrics.Inbound || p.tlsConf == nil {
 		return c, tl, false, true
 	}
