@@ -60,7 +60,9 @@ kill_shims() {
 		kill -KILL "$pid" 2>/dev/null || true
 	done
 	for pid in $(pgrep -f "containerd-shim.*-address " 2>/dev/null); do
-		addr=$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -A1 -x -- -address | tail -n +2)
+		# A shim may exit between pgrep and here: the redirection's own
+		# error is silenced too.
+		addr=$( { tr '\0' '\n' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -A1 -x -- -address | tail -n +2)
 		[ -n "$addr" ] && [ ! -S "$addr" ] && kill -KILL "$pid" 2>/dev/null
 	done
 	return 0
