@@ -3,6 +3,8 @@ package httpproxy
 import (
 	"context"
 	"errors"
+	"io"
+	"maps"
 	"net"
 	"net/http"
 	"strconv"
@@ -63,30 +65,50 @@ func grpcCode(status int) int {
 	return 14 // UNAVAILABLE
 }
 
-// fail answers a request the proxy could not forward. gRPC requests get a
-// trailers-only HTTP 200 response with grpc-status, as gRPC clients expect.
-func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, rec metrics.Request, grpc bool, err error) {
+// answer is the response the proxy sends itself for a request it could
+// not forward: the same on the net/http path and the HTTP/1.1 fast path.
+type answer struct {
+	status     int    // on the wire (200 for gRPC)
+	reason     string // plexus-proxy-error and the metrics' error label
+	grpcStatus string // "" unless gRPC
+	header     http.Header
+	body       string
+}
+
+// failure decides the answer to err. gRPC requests get a trailers-only
+// HTTP 200 response with grpc-status, as gRPC clients expect. For
+// ReasonClientGone there is nobody to answer; status is for the metrics.
+func failure(err error, grpc bool) answer {
 	status, reason := classify(err)
-	p.opts.Log.Debug("request failed", "direction", p.opts.Direction, "host", r.Host, "reason", reason, "err", err)
+	a := answer{status: status, reason: reason, header: http.Header{}}
 	if reason == ReasonClientGone {
-		rec.Done(status, "", reason)
-		return
+		return a
 	}
-	h := w.Header()
-	h.Set(ErrorHeader, reason)
+	a.header.Set(ErrorHeader, reason)
+	msg := "plexus-proxy: " + reason
 	if grpc {
-		code := strconv.Itoa(grpcCode(status))
-		h.Set("Content-Type", "application/grpc")
-		h.Set("Grpc-Status", code)
-		h.Set("Grpc-Message", "plexus-proxy: "+reason)
-		rec.Headers(http.StatusOK)
-		w.WriteHeader(http.StatusOK)
-		rec.Done(http.StatusOK, code, reason)
+		a.status, a.grpcStatus = http.StatusOK, strconv.Itoa(grpcCode(status))
+		a.header.Set("Content-Type", "application/grpc")
+		a.header.Set("Grpc-Status", a.grpcStatus)
+		a.header.Set("Grpc-Message", msg)
+		return a
+	}
+	a.header.Set("Content-Type", "text/plain; charset=utf-8")
+	a.body = msg + "\n"
+	return a
+}
+
+// fail answers a request the proxy could not forward.
+func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, rec metrics.Request, grpc bool, err error) {
+	a := failure(err, grpc)
+	p.opts.Log.Debug("request failed", "direction", p.opts.Direction, "host", r.Host, "reason", a.reason, "err", err)
+	if a.reason == ReasonClientGone {
+		rec.Done(a.status, "", a.reason)
 		return
 	}
-	h.Set("Content-Type", "text/plain; charset=utf-8")
-	rec.Headers(status)
-	w.WriteHeader(status)
-	w.Write([]byte("plexus-proxy: " + reason + "\n"))
-	rec.Done(status, "", reason)
+	maps.Copy(w.Header(), a.header)
+	rec.Headers(a.status)
+	w.WriteHeader(a.status)
+	io.WriteString(w, a.body)
+	rec.Done(a.status, a.grpcStatus, a.reason)
 }

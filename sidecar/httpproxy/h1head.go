@@ -266,6 +266,10 @@ func parseRequest(raw []byte) reqHead {
 	return h
 }
 
+// length is the bytes of the request, head and body, once its body is
+// known to be buffered (Content-Length framing or none).
+func (h *reqHead) length() int { return len(h.raw) + int(max(h.contentLength, 0)) }
+
 // hasBody reports whether the request carries a body.
 func (h *reqHead) hasBody() bool { return h.chunked || h.contentLength > 0 }
 

@@ -127,3 +127,21 @@ func TestChunkSize(t *testing.T) {
 		}
 	}
 }
+
+// TestHopByHopNameFollowsTheList: the fast path's switch drops exactly
+// the names removeHopByHop drops, except Trailer (relayed with the
+// trailers), whatever their case.
+func TestHopByHopNameFollowsTheList(t *testing.T) {
+	for _, k := range hopByHop {
+		for _, name := range []string{k, strings.ToLower(k), strings.ToUpper(k)} {
+			if got, want := hopByHopName([]byte(name)), k != "Trailer"; got != want {
+				t.Errorf("hopByHopName(%q) = %v, want %v", name, got, want)
+			}
+		}
+	}
+	for _, name := range []string{"Host", "Content-Length", "Trailers", "Tee", "X-Connection"} {
+		if hopByHopName([]byte(name)) {
+			t.Errorf("hopByHopName(%q) = true", name)
+		}
+	}
+}

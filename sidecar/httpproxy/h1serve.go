@@ -3,6 +3,7 @@ package httpproxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -196,10 +197,9 @@ func (hc *h1conn) exchange(up *upstream, req *reqHead, replayable bool) (resHead
 		if req.contentLength > 0 {
 			up.wr.buf = append(up.wr.buf, hc.rd.buffered()[n:n+int(req.contentLength)]...)
 		}
-		if _, err := up.wr.c.Write(up.wr.buf); err != nil {
+		if err := up.wr.flush(); err != nil {
 			return resHead{}, errors.Join(errNotSent, err)
 		}
-		up.wr.buf = up.wr.buf[:0]
 	} else {
 		hc.rd.discard(len(req.raw))
 		cp := copier{r: hc.rd, w: &up.wr}
@@ -232,7 +232,7 @@ func (hc *h1conn) exchange(up *upstream, req *reqHead, replayable bool) (resHead
 		}
 		if res.status >= 200 {
 			if replayable {
-				hc.rd.discard(len(req.raw) + int(max(req.contentLength, 0)))
+				hc.rd.discard(req.length())
 			}
 			return res, nil
 		}
@@ -307,51 +307,33 @@ func (hc *h1conn) relay(up *upstream, key poolKey, req *reqHead, res resHead, re
 // (buffered), where it is skipped.
 func (hc *h1conn) fail(req *reqHead, rec metrics.Request, err error, buffered bool) bool {
 	p := hc.p
-	status, reason := classify(err)
-	p.opts.Log.Debug("request failed", "direction", p.opts.Direction, "host", string(req.host), "reason", reason, "err", err)
-	if reason == ReasonClientGone {
-		rec.Done(status, "", reason)
+	a := failure(err, req.grpc)
+	p.opts.Log.Debug("request failed", "direction", p.opts.Direction, "host", string(req.host), "reason", a.reason, "err", err)
+	if a.reason == ReasonClientGone {
+		rec.Done(a.status, "", a.reason)
 		return false
 	}
 	goOn := buffered && !req.conn.close && !p.h1conns.draining.Load()
 	if goOn {
-		hc.rd.discard(len(req.raw) + int(max(req.contentLength, 0)))
+		hc.rd.discard(req.length())
 	}
-	b := hc.wr.buf[:0]
-	b = append(b, "HTTP/1.1 "...)
-	grpcCodeText := ""
-	if req.grpc {
-		grpcCodeText = strconv.Itoa(grpcCode(status))
-		status = http.StatusOK
-	}
-	b = strconv.AppendInt(b, int64(status), 10)
-	b = append(b, ' ')
-	b = append(b, http.StatusText(status)...)
-	b = append(b, "\r\n"+ErrorHeader+": "...)
-	b = append(b, reason...)
-	msg := "plexus-proxy: " + reason
-	if req.grpc {
-		b = append(b, "\r\nContent-Type: application/grpc\r\nGrpc-Status: "...)
-		b = append(b, grpcCodeText...)
-		b = append(b, "\r\nGrpc-Message: "...)
-		b = append(b, msg...)
-		b = append(b, "\r\nContent-Length: 0\r\n"...)
-	} else {
-		b = append(b, "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: "...)
-		b = strconv.AppendInt(b, int64(len(msg)+1), 10)
-		b = append(b, "\r\n"...)
-	}
+	a.header.Set("Content-Length", strconv.Itoa(len(a.body)))
 	if !goOn {
-		b = append(b, "Connection: close\r\n"...)
+		a.header.Set("Connection", "close")
+	}
+	b := fmt.Appendf(hc.wr.buf[:0], "HTTP/1.1 %d %s\r\n", a.status, http.StatusText(a.status))
+	for k, vv := range a.header {
+		for _, v := range vv {
+			b = fmt.Appendf(b, "%s: %s\r\n", k, v)
+		}
 	}
 	b = append(b, "\r\n"...)
-	if !req.grpc && string(req.method) != "HEAD" {
-		b = append(b, msg...)
-		b = append(b, '\n')
+	if string(req.method) != "HEAD" {
+		b = append(b, a.body...)
 	}
 	hc.wr.buf = b
-	rec.Headers(status)
-	rec.Done(status, grpcCodeText, reason)
+	rec.Headers(a.status)
+	rec.Done(a.status, a.grpcStatus, a.reason)
 	return hc.wr.flush() == nil && goOn
 }
 

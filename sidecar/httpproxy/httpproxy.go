@@ -185,7 +185,7 @@ func (p *Proxy) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 // carries the values of the request that caused the dial.
 func (p *Proxy) dialTLS(ctx context.Context, _, addr string) (net.Conn, error) {
 	rt, ok := ctx.Value(routeKey{}).(Route)
-	if !ok || rt.Identity.IsZero() || rt.Addr.String() != addr || p.opts.Secure == nil {
+	if !ok || rt.Identity.IsZero() || rt.Addr.String() != addr {
 		return nil, &dialError{fmt.Errorf("no mesh identity known for %s", addr)}
 	}
 	c, _, err := p.connect(ctx, addr, rt.Identity)
@@ -194,9 +194,6 @@ func (p *Proxy) dialTLS(ctx context.Context, _, addr string) (net.Conn, error) {
 
 // dialUpstream opens a fast-path upstream connection for rt.
 func (p *Proxy) dialUpstream(rt Route) (*upstream, error) {
-	if !rt.Identity.IsZero() && p.opts.Secure == nil {
-		return nil, &dialError{fmt.Errorf("no mesh identity known for %s", rt.Addr)}
-	}
 	c, raw, err := p.connect(context.Background(), rt.Addr.String(), rt.Identity)
 	if err != nil {
 		return nil, err
@@ -211,6 +208,9 @@ func (p *Proxy) connect(ctx context.Context, addr string, id spiffe.ID) (_ net.C
 	dst, err := netip.ParseAddrPort(addr)
 	if err != nil {
 		return nil, nil, &dialError{fmt.Errorf("destination %q: %w", addr, err)}
+	}
+	if !id.IsZero() && p.opts.Secure == nil {
+		return nil, nil, &dialError{fmt.Errorf("mesh mTLS to %s requested without a way to run it", addr)}
 	}
 	if p.opts.ConnectTimeout > 0 {
 		var cancel context.CancelFunc

@@ -91,3 +91,18 @@ func TestClassify(t *testing.T) {
 		t.Error("grpc code mapping")
 	}
 }
+
+func TestFailureAnswer(t *testing.T) {
+	a := failure(&dialError{syscall.ECONNREFUSED}, false)
+	if a.status != 502 || a.header.Get(ErrorHeader) != ReasonConnectRefused || a.body != "plexus-proxy: connect-refused\n" || a.grpcStatus != "" {
+		t.Errorf("plain: %+v", a)
+	}
+	a = failure(&dialError{context.DeadlineExceeded}, true)
+	if a.status != 200 || a.grpcStatus != "4" || a.header.Get("Grpc-Status") != "4" || a.header.Get("Content-Type") != "application/grpc" || a.body != "" {
+		t.Errorf("gRPC: %+v", a)
+	}
+	// Nobody to answer: the metrics keep 499 even for gRPC.
+	if a = failure(context.Canceled, true); a.status != 499 || a.reason != ReasonClientGone {
+		t.Errorf("client gone: %+v", a)
+	}
+}
