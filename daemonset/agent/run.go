@@ -112,11 +112,10 @@ func Run(ctx context.Context, cfg RunConfig, deps Deps) error {
 	sockets := pluginentry.Sockets{Report: listenReports(ctx, cfg.Paths, reg, m, log)}
 	var nodePods informers.SharedInformerFactory
 	if deps.Pods != nil {
-		rcfg := cfg.Repair
-		if err := rcfg.Validate(); err != nil {
+		if err := cfg.Repair.Validate(); err != nil {
 			return err
 		}
-		nodePods = repair.NodeFactory(deps.Pods, rcfg.Node, rcfg.Resync)
+		nodePods = repair.NodeFactory(deps.Pods, cfg.Repair.Node, cfg.Repair.Resync)
 		sockets.Pods = listenPodLookups(ctx, cfg.Paths, nodePods, reg, m, log)
 	}
 	entry, err := buildEntry(cfg.PluginConfig, kubeconfig, sockets)
@@ -159,9 +158,10 @@ func Run(ctx context.Context, cfg RunConfig, deps Deps) error {
 	return nil
 }
 
-// startRepair checks the repair's config and runs it in the background
-// with the plugin's own settings (entry). A node whose iptables backend
-// cannot be read runs without repair: installing the plugin matters more.
+// startRepair runs the repair (cfg.Repair, validated by Run) in the
+// background with the plugin's own settings (entry). A node whose iptables
+// backend cannot be read runs without repair: installing the plugin
+// matters more.
 func startRepair(ctx context.Context, cfg RunConfig, entry []byte, deps Deps, nodePods informers.SharedInformerFactory, m *Metrics) error {
 	log := deps.Log.With("component", "repair")
 	conf, err := plugin.ParseConf(entry)
@@ -177,10 +177,6 @@ func startRepair(ctx context.Context, cfg RunConfig, entry []byte, deps Deps, no
 		return fmt.Errorf("repair: %w", err)
 	}
 	rdeps := repair.Deps{Client: deps.Pods, Factory: nodePods, Plugin: conf, Netns: finder, Metrics: rm, Log: log}
-	rcfg := cfg.Repair
-	if err := rcfg.Validate(); err != nil {
-		return err
-	}
 	go func() {
 		mode, reason, err := xtables.Resolve(ctx, conf.Mode())
 		if err != nil {
@@ -190,7 +186,7 @@ func startRepair(ctx context.Context, cfg RunConfig, entry []byte, deps Deps, no
 		}
 		log.Info("iptables backend for repairs", "backend", string(mode), "reason", reason)
 		rdeps.Tables = plugin.NewNetnsTables(mode, plugin.LockWait, log)
-		if err := repair.Run(ctx, rcfg, rdeps); err != nil {
+		if err := repair.Run(ctx, cfg.Repair, rdeps); err != nil {
 			m.Errors.WithLabelValues("repair").Inc()
 			log.Error("repair of meshed pods stopped", "err", err)
 		}

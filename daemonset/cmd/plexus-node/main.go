@@ -76,13 +76,14 @@ func run(args []string, stderr io.Writer, log *slog.Logger) error {
 		if deps.Pods, err = apiClient(nodeName, log); err != nil {
 			return err
 		}
-		if deps.Pods != nil && owner.Namespace != "" {
-			deps.Owner = &agent.Owner{Client: deps.Pods, Namespace: owner.Namespace, Name: owner.Name}
-		}
 		if deps.Pods != nil {
 			deps.Taint = &nodetaint.Remover{Client: deps.Pods, Node: nodeName}
 			deps.Events = &nodeevents.Recorder{Client: deps.Pods, Node: nodeName}
 			cfg.Repair.Node = nodeName
+			if owner.Namespace != "" {
+				owner.Client = deps.Pods
+				deps.Owner = &owner
+			}
 		}
 		return agent.Run(ctx, cfg, deps)
 	case "install":
