@@ -16,7 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/spiffe"
 	"github.com/plexus-mesh/plexus/sidecar/config"
 	"github.com/plexus-mesh/plexus/sidecar/detect"
 	"github.com/plexus-mesh/plexus/sidecar/discovery"
@@ -60,12 +59,6 @@ type Options struct {
 type Resolver interface {
 	Pick(ctx context.Context, dst netip.AddrPort) (discovery.Pick, error)
 }
-
-// OpaquePeekTimeout bounds how long the inbound side waits for a mesh
-// ClientHello on an opaque port before forwarding a silent
-// (server-speaks-first) plaintext client; a client proxy sends its hello
-// right after connecting.
-const OpaquePeekTimeout = time.Second
 
 // Limits the proxy applies to HTTP clients and upstreams.
 const (
@@ -322,47 +315,6 @@ func (p *Proxy) handle(c *net.TCPConn, dir string) {
 	toServer(dc)
 }
 
-// inboundTLS, for an inbound connection with identity configured, peeks
-// for a mesh ClientHello: mesh mTLS is terminated and the decrypted
-// stream returned with its client identity; other traffic is refused
-// under the mtls policy, otherwise returned as is (every peeked byte
-// replayed). undecided means the client sent nothing decisive in time:
-// forward it as opaque. ok is false when c was closed.
-func (p *Proxy) inboundTLS(c net.Conn, dir string, dst netip.AddrPort) (conn net.Conn, tl metrics.TLS, undecided, ok bool) {
-	if dir != metrics.Inbound || p.tlsConf == nil {
-		return c, tl, false, true
-	}
-	m, log := p.opts.Metrics, p.opts.Log
-	timeout := p.opts.Config.DetectTimeout
-	if p.opts.Config.OpaquePorts.Has(dst.Port()) {
-		timeout = min(timeout, OpaquePeekTimeout)
-	}
-	kind, pc, err := mtls.Peek(c, timeout)
-	if err != nil {
-		log.Debug("peek failed", "dst", dst, "src", c.RemoteAddr(), "err", err)
-		c.Close()
-		return nil, tl, false, false
-	}
-	if kind == mtls.Mesh {
-		ctx, cancel := context.WithTimeout(context.Background(), ConnectTimeout)
-		defer cancel()
-		tc, id, err := mtls.Server(ctx, pc, p.tlsConf)
-		if err != nil {
-			m.Refused(metrics.RefusedHandshake)
-			log.Info("refused inbound mesh connection: handshake failed", "dst", dst, "src", c.RemoteAddr(), "err", err)
-			return nil, tl, false, false
-		}
-		return tc, metrics.TLS{On: true, PeerID: m.PeerID(dir, id)}, false, true
-	}
-	if p.opts.Config.InboundPolicy == config.PolicyMTLS {
-		m.Refused(metrics.RefusedPlaintext)
-		log.Debug("refused inbound plaintext connection (inbound policy mtls)", "dst", dst, "src", c.RemoteAddr())
-		c.Close()
-		return nil, tl, false, false
-	}
-	return pc, tl, kind == mtls.Undecided, true
-}
-
 // route chooses the upstream of one outbound HTTP request.
 func (p *Proxy) route(ctx context.Context, dst netip.AddrPort) (httpproxy.Route, error) {
 	pk, err := p.opts.Resolver.Pick(ctx, dst)
@@ -377,65 +329,6 @@ func (p *Proxy) route(ctx context.Context, dst netip.AddrPort) (httpproxy.Route,
 		rt.Identity = pk.Identity
 	}
 	return rt, nil
-}
-
-// secure runs the mesh mTLS client handshake on c, expecting id.
-func (p *Proxy) secure(ctx context.Context, c net.Conn, id spiffe.ID) (net.Conn, error) {
-	if p.opts.Certs == nil {
-		c.Close()
-		return nil, errors.New("mesh mTLS requested without an identity")
-	}
-	return mtls.Client(ctx, c, p.opts.Certs, id)
-}
-
-// forwardOpaque dials dst (outbound with a resolver: an endpoint picked
-// for this connection, over mesh mTLS when it has an identity) and joins
-// it with src, whose metrics are mc.
-func (p *Proxy) forwardOpaque(src net.Conn, mc *metrics.Conn, dir string, dst netip.AddrPort, target string) {
-	m := p.opts.Metrics
-	ctx, cancel := context.WithTimeout(context.Background(), ConnectTimeout)
-	defer cancel()
-	addr, id := dst, spiffe.ID{}
-	if dir == metrics.Outbound && p.opts.Resolver != nil {
-		pk, err := p.opts.Resolver.Pick(ctx, dst)
-		if err != nil {
-			p.opts.Log.Info("opaque connection failed: no endpoint", "dst", dst, "err", err)
-			mc.Fail()
-			src.Close()
-			return
-		}
-		defer pk.Done()
-		addr = pk.Addr
-		if p.opts.Certs != nil {
-			id = pk.Identity
-		}
-	}
-	up, err := p.opts.Dial(ctx, addr)
-	var tl metrics.TLS
-	if err == nil && !id.IsZero() {
-		up, err = p.secure(ctx, up, id)
-		tl = metrics.TLS{On: true, PeerID: m.PeerID(dir, id)}
-	}
-	cancel()
-	if err != nil {
-		p.opts.Log.Debug("opaque connect failed", "direction", dir, "dst", dst, "endpoint", addr, "err", err)
-		mc.Fail()
-		src.Close()
-		return
-	}
-	if addr != dst {
-		target = m.Target(dir, addr)
-	}
-	upm := m.TrackConn(up, dir, target, metrics.PeerDst, tl)
-	if !p.track(upm) {
-		src.Close()
-		upm.Close()
-		return
-	}
-	defer p.untrack(upm)
-	if _, err := p.joiner.Join(failable{src, mc}, upm, forward.Counts{}); err != nil {
-		p.opts.Log.Debug("opaque connection ended", "direction", dir, "dst", dst, "err", err)
-	}
 }
 
 func (p *Proxy) track(cs ...net.Conn) bool {
@@ -507,22 +400,6 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.mu.Unlock()
 	<-drained
 	return ctx.Err()
-}
-
-// failable lets the joiner mark the accepted connection's metrics failed
-// through the detection wrapper.
-type failable struct {
-	net.Conn
-	mc *metrics.Conn
-}
-
-func (f failable) Fail() { f.mc.Fail() }
-
-func (f failable) CloseWrite() error {
-	if cw, ok := f.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return f.Conn.Close()
 }
 
 // httpConn carries the original destination and the mesh TLS of the
