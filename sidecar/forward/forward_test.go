@@ -12,26 +12,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-)
 
-// tcpPair returns the two ends of one loopback TCP connection.
-func tcpPair(t testing.TB) (a, b *net.TCPConn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c.(*net.TCPConn), s.(*net.TCPConn)
-}
+	"github.com/plexus-mesh/plexus/sidecar/internal/tcptest"
+)
 
 // setup returns the user-side client and server conns with a Join running
 // between them; done receives Join's outcome.
@@ -44,8 +27,8 @@ type joined struct {
 
 func setup(t testing.TB, j *Joiner) *joined {
 	t.Helper()
-	client, proxyIn := tcpPair(t)
-	proxyOut, server := tcpPair(t)
+	client, proxyIn := tcptest.Pair(t)
+	proxyOut, server := tcptest.Pair(t)
 	jd := &joined{client: client, server: server, res: make(chan Result, 1), err: make(chan error, 1)}
 	go func() {
 		r, err := j.Join(proxyIn, proxyOut, Counts{
@@ -261,8 +244,8 @@ func (f *failConn) Fail() { f.failed.Store(true) }
 
 func TestJoinMarksFailureOnResetOnly(t *testing.T) {
 	for _, reset := range []bool{false, true} {
-		client, proxyIn := tcpPair(t)
-		proxyOut, server := tcpPair(t)
+		client, proxyIn := tcptest.Pair(t)
+		proxyOut, server := tcptest.Pair(t)
 		a, b := &failConn{TCPConn: proxyIn}, &failConn{TCPConn: proxyOut}
 		done := make(chan struct{})
 		go func() { New(time.Minute).Join(a, b, Counts{}); close(done) }()

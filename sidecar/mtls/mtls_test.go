@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/sidecar/internal/tcptest"
 	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
 )
 
@@ -158,7 +159,7 @@ func TestPeekLeavesOtherTrafficIntact(t *testing.T) {
 		{"tls-none", nil, Other},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a, b := tcpPair(t)
+			a, b := tcptest.Pair(t)
 			var cerr chan error
 			if tc.send != nil {
 				go tc.send(a)
@@ -195,23 +196,4 @@ func TestPeekLeavesOtherTrafficIntact(t *testing.T) {
 			}
 		})
 	}
-}
-
-func tcpPair(t *testing.T) (net.Conn, net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	a, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
 }

@@ -9,30 +9,19 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/plexus-mesh/plexus/sidecar/internal/tcptest"
 )
 
 // pair returns a wrapped client connection and the server's end.
 func pair(t *testing.T) (*Conn, *net.TCPConn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(); s.Close() })
-	w, ok := Wrap(c.(*net.TCPConn)).(*Conn)
+	c, s := tcptest.Pair(t)
+	w, ok := Wrap(c).(*Conn)
 	if !ok {
 		t.Skip("raw socket calls not supported here")
 	}
-	return w, s.(*net.TCPConn)
+	return w, s
 }
 
 func TestLargeTransferBothWays(t *testing.T) {
