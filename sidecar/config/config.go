@@ -36,6 +36,12 @@ const (
 	EnvInboundPolicy   = "PLEXUS_PROXY_INBOUND_POLICY"
 	EnvControlNS       = "PLEXUS_PROXY_CONTROL_NAMESPACE"
 	EnvCores           = "PLEXUS_PROXY_CORES"
+
+	EnvMaxConnections        = "PLEXUS_PROXY_MAX_CONNECTIONS"
+	EnvBodyIdleTimeout       = "PLEXUS_PROXY_BODY_IDLE_TIMEOUT"
+	EnvResponseHeaderTimeout = "PLEXUS_PROXY_RESPONSE_HEADER_TIMEOUT"
+	EnvWriteTimeout          = "PLEXUS_PROXY_WRITE_TIMEOUT"
+	EnvMaxInformational      = "PLEXUS_PROXY_MAX_1XX_RESPONSES"
 )
 
 // Inbound policies (annotation config.plexus.dev/inbound-policy).
@@ -58,6 +64,18 @@ const (
 	DefaultControlNS     = "plexus-system"
 	DefaultCores         = 1
 	maxCores             = 64
+
+	// DefaultMaxConnections per direction: a silent connection held in
+	// protocol detection costs about 20 KB, so both directions full stay
+	// well inside the injector's 128 MiB memory limit.
+	DefaultMaxConnections        = 2048
+	DefaultBodyIdleTimeout       = time.Minute
+	DefaultResponseHeaderTimeout = 5 * time.Minute
+	DefaultWriteTimeout          = time.Minute
+	// DefaultMaxInformational is net/http's own limit, which its
+	// transport applies on the requests the fast path hands off.
+	DefaultMaxInformational = 5
+	maxInformational        = 100
 )
 
 // Control-plane service accounts; with the control namespace and trust
@@ -118,6 +136,23 @@ type Config struct {
 	// latency than it buys (integration/BENCHMARKS.md). The injector sets
 	// it from the proxy's CPU limit.
 	Cores int
+	// MaxConnections bounds the open connections of each direction's
+	// listener; a new one beyond it is closed at once and counted.
+	MaxConnections int
+	// BodyIdleTimeout: a request body that makes no progress for this
+	// long is answered 408 and both connections are closed. 0: no limit.
+	BodyIdleTimeout time.Duration
+	// ResponseHeaderTimeout: an upstream that sends no response headers
+	// this long after the request is answered 504 (not for gRPC, which
+	// carries its own deadline). 0: no limit.
+	ResponseHeaderTimeout time.Duration
+	// WriteTimeout: a write to a client or upstream that makes no
+	// progress for this long (the peer stopped reading) closes the
+	// connection. 0: no limit.
+	WriteTimeout time.Duration
+	// MaxInformational bounds the interim (1xx) responses relayed for one
+	// request; one more is answered 502.
+	MaxInformational int
 }
 
 // Default returns the configuration used when no variable is set.
@@ -137,6 +172,12 @@ func Default() Config {
 		InboundPolicy:    PolicyPermissive,
 		ControlNamespace: DefaultControlNS,
 		Cores:            DefaultCores,
+
+		MaxConnections:        DefaultMaxConnections,
+		BodyIdleTimeout:       DefaultBodyIdleTimeout,
+		ResponseHeaderTimeout: DefaultResponseHeaderTimeout,
+		WriteTimeout:          DefaultWriteTimeout,
+		MaxInformational:      DefaultMaxInformational,
 	}
 }
 
@@ -237,6 +278,9 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	dur(EnvDetectTimeout, &c.DetectTimeout)
 	dur(EnvIdleTimeout, &c.IdleTimeout)
 	dur(EnvShutdownGrace, &c.ShutdownGrace)
+	dur(EnvBodyIdleTimeout, &c.BodyIdleTimeout)
+	dur(EnvResponseHeaderTimeout, &c.ResponseHeaderTimeout)
+	dur(EnvWriteTimeout, &c.WriteTimeout)
 	if v, ok := get(EnvLogLevel); ok {
 		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
 			errs = append(errs, fmt.Errorf("%s=%q: want debug, info, warn or error: %w", EnvLogLevel, v, err))
@@ -256,14 +300,19 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	str(EnvTrustAnchors, &c.TrustAnchorsPEM)
 	str(EnvInboundPolicy, &c.InboundPolicy)
 	str(EnvControlNS, &c.ControlNamespace)
-	if v, ok := get(EnvCores); ok {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: want a whole number of cores: %w", EnvCores, v, err))
-		} else {
-			c.Cores = n
+	count := func(name, what string, dst *int) {
+		if v, ok := get(name); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: want a whole number of %s: %w", name, v, what, err))
+				return
+			}
+			*dst = n
 		}
 	}
+	count(EnvCores, "cores", &c.Cores)
+	count(EnvMaxConnections, "connections", &c.MaxConnections)
+	count(EnvMaxInformational, "responses", &c.MaxInformational)
 	return c, errors.Join(errs...)
 }
 
@@ -303,6 +352,20 @@ func (c Config) Validate() error {
 	}
 	if c.Cores < 1 || c.Cores > maxCores {
 		errs = append(errs, fmt.Errorf("%s: want 1 to %d, got %d", EnvCores, maxCores, c.Cores))
+	}
+	if c.MaxConnections < 1 {
+		errs = append(errs, fmt.Errorf("%s: want at least 1, got %d", EnvMaxConnections, c.MaxConnections))
+	}
+	if c.MaxInformational < 0 || c.MaxInformational > maxInformational {
+		errs = append(errs, fmt.Errorf("%s: want 0 to %d, got %d", EnvMaxInformational, maxInformational, c.MaxInformational))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{EnvBodyIdleTimeout, c.BodyIdleTimeout}, {EnvResponseHeaderTimeout, c.ResponseHeaderTimeout}, {EnvWriteTimeout, c.WriteTimeout}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s: must not be negative (0 turns it off), got %s", d.name, d.v))
+		}
 	}
 	errs = append(errs, c.validateIdentity()...)
 	return errors.Join(errs...)

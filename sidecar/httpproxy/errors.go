@@ -3,14 +3,10 @@ package httpproxy
 import (
 	"context"
 	"errors"
-	"io"
-	"maps"
 	"net"
 	"net/http"
 	"strconv"
 	"syscall"
-
-	"github.com/plexus-mesh/plexus/sidecar/metrics"
 )
 
 // Reasons the proxy puts in the plexus-proxy-error header and the error
@@ -26,7 +22,34 @@ const (
 	ReasonClientReset    = "client-reset"            // the client stopped reading the response body
 	ReasonNoEndpoints    = "no-endpoints"            // 503: destination knows the service but nothing is ready
 	ReasonTLS            = "tls-handshake"           // 502: the upstream proxy failed mesh mTLS (e.g. wrong identity)
+	ReasonBadRequest     = "bad-request"             // 400: the request's chunked body is malformed
+	ReasonRequestTimeout = "request-timeout"         // 408: the request body stalled
 )
+
+// clientError marks a failure of the client's own request: it went away,
+// sent a malformed body, or let its body stall.
+type clientError struct{ err error }
+
+func (e *clientError) Error() string { return "client: " + e.err.Error() }
+func (e *clientError) Unwrap() error { return e.err }
+
+// limitError marks a failure caused by one of the proxy's limits, named
+// by a metrics.Limit* value; it is counted when the request is answered.
+type limitError struct {
+	limit string
+	err   error
+}
+
+func (e *limitError) Error() string { return e.limit + " limit: " + e.err.Error() }
+func (e *limitError) Unwrap() error { return e.err }
+
+// countLimit counts the limit behind err, if one is.
+func (p *Proxy) countLimit(err error) {
+	var le *limitError
+	if errors.As(err, &le) {
+		p.opts.Metrics.LimitExceeded(p.opts.Direction, le.limit)
+	}
+}
 
 // classify maps a RoundTrip error to HTTP status and reason.
 func classify(err error) (int, string) {
@@ -35,7 +58,15 @@ func classify(err error) (int, string) {
 	var ne net.Error
 	timeout := errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 	var te *tlsError
+	var ce *clientError
+	client := errors.As(err, &ce)
 	switch {
+	case client && errors.Is(err, errBadChunk):
+		return http.StatusBadRequest, ReasonBadRequest
+	case client && timeout:
+		return http.StatusRequestTimeout, ReasonRequestTimeout
+	case client:
+		return 499, ReasonClientGone
 	case errors.Is(err, ErrNoEndpoints):
 		return http.StatusServiceUnavailable, ReasonNoEndpoints
 	case errors.As(err, &te):
@@ -59,8 +90,11 @@ func classify(err error) (int, string) {
 
 // grpcCode maps the HTTP status of a proxy error to a gRPC status code.
 func grpcCode(status int) int {
-	if status == http.StatusGatewayTimeout {
+	switch status {
+	case http.StatusGatewayTimeout, http.StatusRequestTimeout:
 		return 4 // DEADLINE_EXCEEDED
+	case http.StatusBadRequest:
+		return 13 // INTERNAL
 	}
 	return 14 // UNAVAILABLE
 }
@@ -96,19 +130,4 @@ func failure(err error, grpc bool) answer {
 	a.header.Set("Content-Type", "text/plain; charset=utf-8")
 	a.body = msg + "\n"
 	return a
-}
-
-// fail answers a request the proxy could not forward.
-func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, rec metrics.Request, grpc bool, err error) {
-	a := failure(err, grpc)
-	p.opts.Log.Debug("request failed", "direction", p.opts.Direction, "host", r.Host, "reason", a.reason, "err", err)
-	if a.reason == ReasonClientGone {
-		rec.Done(a.status, "", a.reason)
-		return
-	}
-	maps.Copy(w.Header(), a.header)
-	rec.Headers(a.status)
-	w.WriteHeader(a.status)
-	io.WriteString(w, a.body)
-	rec.Done(a.status, a.grpcStatus, a.reason)
 }

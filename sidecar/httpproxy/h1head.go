@@ -3,6 +3,7 @@ package httpproxy
 import (
 	"bytes"
 	"errors"
+	"strconv"
 
 	"github.com/plexus-mesh/plexus/sidecar/detect"
 )
@@ -120,6 +121,34 @@ func hopByHopName(name []byte) bool {
 	return false
 }
 
+// framingName reports the headers that frame a body, which the fast path
+// never forwards as received: it writes them itself from the framing it
+// parsed and relays the body by.
+func framingName(name []byte) bool {
+	return (len(name) == 14 && is(name, "content-length")) || (len(name) == 17 && is(name, "transfer-encoding"))
+}
+
+// dropped reports a header the fast path does not forward: a hop-by-hop
+// one, one the Connection header names (except Host, which is end to end
+// whatever a peer says), and the framing headers.
+func dropped(name []byte, ch *connHeaders) bool {
+	return hopByHopName(name) || framingName(name) || (ch.n > 0 && ch.listed(name) && !is(name, "host"))
+}
+
+// appendFraming appends the framing header of a body that is chunked, or
+// of length n (none when n < 0: no body, or one delimited by close).
+func appendFraming(b []byte, chunked bool, n int64) []byte {
+	switch {
+	case chunked:
+		return append(b, "Transfer-Encoding: chunked\r\n"...)
+	case n >= 0:
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, n, 10)
+		return append(b, '\r', '\n')
+	}
+	return b
+}
+
 // tokens calls f with each comma-separated token of a header value,
 // trimmed; empty ones are skipped.
 func tokens(v []byte, f func(tok []byte)) {
@@ -204,6 +233,7 @@ func (ch *connHeaders) listed(name []byte) bool {
 type reqHead struct {
 	raw           []byte // the whole head, request line to empty line
 	method        []byte
+	target        []byte
 	host          []byte
 	contentLength int64 // -1: none
 	chunked       bool
@@ -224,7 +254,7 @@ func parseRequest(raw []byte) reqHead {
 	if err != nil || rl.Minor != '1' || len(rl.Target) == 0 || rl.Target[0] != '/' || raw[n-2] != '\r' {
 		return h
 	}
-	h.method = rl.Method
+	h.method, h.target = rl.Method, rl.Target
 	hosts, lengths, te := 0, 0, 0
 	valid := true
 	ok := headerLines(raw, func(line []byte) bool {
@@ -266,19 +296,26 @@ func parseRequest(raw []byte) reqHead {
 	return h
 }
 
+// Get returns the first value of the named header, for the pipeline.
+func (h *reqHead) Get(name string) string {
+	var v []byte
+	headerLines(h.raw, func(line []byte) bool {
+		n, val, _ := splitHeader(line)
+		if bytes.EqualFold(n, []byte(name)) {
+			v = val
+			return false
+		}
+		return true
+	})
+	return string(v)
+}
+
 // length is the bytes of the request, head and body, once its body is
 // known to be buffered (Content-Length framing or none).
 func (h *reqHead) length() int { return len(h.raw) + int(max(h.contentLength, 0)) }
 
 // hasBody reports whether the request carries a body.
 func (h *reqHead) hasBody() bool { return h.chunked || h.contentLength > 0 }
-
-// idempotent reports whether the request may be sent again after a reused
-// upstream connection failed without answering (net/http's rule).
-func (h *reqHead) idempotent() bool {
-	m := string(h.method)
-	return m == "GET" || m == "HEAD" || m == "OPTIONS" || m == "TRACE"
-}
 
 // appendUpstream appends the head to send upstream: the request line and
 // every end-to-end header as received, then the framing and TE the proxy
@@ -288,7 +325,7 @@ func (h *reqHead) appendUpstream(b []byte) []byte {
 	b = append(b, h.raw[:i]...)
 	headerLines(h.raw, func(line []byte) bool {
 		name, _, _ := splitHeader(line)
-		if !hopByHopName(name) && !h.conn.listed(name) {
+		if !dropped(name, &h.conn) {
 			b = append(b, line...)
 			b = append(b, '\r', '\n')
 		}
@@ -297,9 +334,7 @@ func (h *reqHead) appendUpstream(b []byte) []byte {
 	if h.teTrailers {
 		b = append(b, "Te: trailers\r\n"...)
 	}
-	if h.chunked {
-		b = append(b, "Transfer-Encoding: chunked\r\n"...)
-	}
+	b = appendFraming(b, h.chunked, h.contentLength)
 	return append(b, '\r', '\n')
 }
 
@@ -335,14 +370,19 @@ func parseResponse(raw []byte) (resHead, error) {
 		}
 		h.status = h.status*10 + int(c-'0')
 	}
-	if h.status < 100 {
+	if h.status < 100 || h.minor < '0' || h.minor > '9' {
 		return h, errBadResponse
 	}
 	if len(line) > 13 {
 		h.reason = line[13:]
 	}
+	for _, c := range h.reason {
+		if !fieldByte(c) {
+			return h, errBadResponse
+		}
+	}
 	var err error
-	lengths := 0
+	lengths, codings := 0, 0
 	forEachLine(raw[nl+1:], func(line []byte) bool {
 		name, v, ok := splitHeader(line)
 		if !ok {
@@ -356,10 +396,14 @@ func parseResponse(raw []byte) (resHead, error) {
 				return false
 			}
 		case is(name, "transfer-encoding"):
-			// The last coding decides; chunked anywhere else is invalid,
-			// so anything but "chunked" last is read until close.
-			h.chunked = false
-			tokens(v, func(tok []byte) { h.chunked = is(tok, "chunked") })
+			// Like net/http's client, only one field saying exactly
+			// "chunked"; anything else is not relayed. HTTP/1.0 has no
+			// transfer codings (net/http would read until close).
+			if codings++; codings > 1 || !is(v, "chunked") || h.minor != '1' {
+				err = errBadResponse
+				return false
+			}
+			h.chunked = true
 		case is(name, "connection"):
 			h.conn.add(v)
 		case is(name, "grpc-status"):
@@ -368,6 +412,8 @@ func parseResponse(raw []byte) (resHead, error) {
 		return true
 	})
 	if h.chunked {
+		// RFC 9112 §6.3: chunked wins over Content-Length, which the
+		// proxy then does not forward (it writes the framing itself).
 		h.contentLength = -1
 	}
 	return h, err
@@ -415,15 +461,16 @@ func (h *resHead) appendClient(b []byte, method []byte, closing bool) []byte {
 	b = append(b, '\r', '\n')
 	forEachLine(h.raw[bytes.IndexByte(h.raw, '\n')+1:], func(line []byte) bool {
 		name, _, _ := splitHeader(line)
-		if hopByHopName(name) || h.conn.listed(name) || (h.chunked && is(name, "content-length")) {
-			return true
+		if !dropped(name, &h.conn) {
+			b = append(b, line...)
+			b = append(b, '\r', '\n')
 		}
-		b = append(b, line...)
-		b = append(b, '\r', '\n')
 		return true
 	})
-	if h.chunked && h.status >= 200 {
-		b = append(b, "Transfer-Encoding: chunked\r\n"...)
+	if h.status >= 200 && h.status != 204 {
+		// For HEAD and 304 the framing describes the body a GET would
+		// get; it is relayed all the same.
+		b = appendFraming(b, h.chunked, h.contentLength)
 	}
 	if closing && h.status >= 200 {
 		b = append(b, "Connection: close\r\n"...)

@@ -4,6 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/plexus-mesh/plexus/sidecar/detect"
 )
 
 // Buffer sizes of the HTTP/1.1 fast path.
@@ -25,18 +30,75 @@ var (
 	errBadChunk     = errors.New("malformed chunked body")
 )
 
-// h1reader buffers one side of a connection for the fast path.
+// h1reader buffers one side of a connection for the fast path. Every
+// read from the connection has a deadline: a fixed one (until), or a
+// rolling one that each read must beat (idleFor).
 type h1reader struct {
-	c    io.Reader
+	c    readConn
 	buf  []byte
 	r, w int
 	// got counts bytes read from c since reset (did the peer answer?).
 	got int
+	// idle, when not 0, is the rolling deadline; renewAt is when it is
+	// next pushed back (renewing on every read would cost a timer update
+	// each time).
+	idle    time.Duration
+	renewAt time.Time
 }
 
-func newReader(c io.Reader, size int) *h1reader {
+// readConn and writeConn are the parts of a net.Conn each side uses.
+type (
+	readConn interface {
+		io.Reader
+		SetReadDeadline(time.Time) error
+	}
+	writeConn interface {
+		io.Writer
+		SetWriteDeadline(time.Time) error
+	}
+)
+
+func newReader(c readConn, size int) *h1reader {
 	return &h1reader{c: c, buf: make([]byte, size)}
 }
+
+// until makes t the deadline of every read until the next until or
+// idleFor; zero t means none.
+func (b *h1reader) until(t time.Time) {
+	b.idle = 0
+	b.c.SetReadDeadline(t)
+}
+
+// idleFor makes each read wait at most about d (between 3/4 d and d) for
+// data; 0 means no deadline.
+func (b *h1reader) idleFor(d time.Duration) {
+	if d == 0 {
+		b.until(time.Time{})
+		return
+	}
+	b.idle, b.renewAt = d, time.Time{}
+}
+
+// read reads once from the connection under its deadline.
+func (b *h1reader) read(p []byte) (int, error) {
+	if b.idle > 0 {
+		renew(b.c.SetReadDeadline, b.idle, &b.renewAt)
+	}
+	n, err := b.c.Read(p)
+	b.got += n
+	return n, err
+}
+
+// renew pushes a rolling deadline d ahead when a quarter of it has passed.
+func renew(set func(time.Time) error, d time.Duration, renewAt *time.Time) {
+	if now := time.Now(); !now.Before(*renewAt) {
+		set(now.Add(d))
+		*renewAt = now.Add(d / 4)
+	}
+}
+
+// isTimeout reports a deadline that passed.
+func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
 
 func (b *h1reader) buffered() []byte { return b.buf[b.r:b.w] }
 
@@ -61,9 +123,8 @@ func (b *h1reader) fill(max int) error {
 		b.buf = nb
 	}
 	for {
-		n, err := b.c.Read(b.buf[b.w:])
+		n, err := b.read(b.buf[b.w:])
 		b.w += n
-		b.got += n
 		if n > 0 {
 			return nil
 		}
@@ -87,17 +148,28 @@ func (b *h1reader) head(max int) ([]byte, error) {
 	}
 }
 
-// h1writer batches writes to one side of a connection.
+// h1writer batches writes to one side of a connection. With idle set,
+// each write must make progress within about idle (3/4 idle to idle): a
+// peer that stops reading does not hold the connection forever.
 type h1writer struct {
-	c   io.Writer
-	buf []byte
+	c       writeConn
+	buf     []byte
+	idle    time.Duration
+	renewAt time.Time
+}
+
+func (w *h1writer) write(p []byte) (int, error) {
+	if w.idle > 0 {
+		renew(w.c.SetWriteDeadline, w.idle, &w.renewAt)
+	}
+	return w.c.Write(p)
 }
 
 func (w *h1writer) flush() error {
 	if len(w.buf) == 0 {
 		return nil
 	}
-	_, err := w.c.Write(w.buf)
+	_, err := w.write(w.buf)
 	w.buf = w.buf[:0]
 	return err
 }
@@ -153,10 +225,9 @@ func (c *copier) copyN(n int64) error {
 		return &dstError{err}
 	}
 	for n > 0 {
-		m, err := c.r.c.Read(c.buf[:min(n, int64(len(c.buf)))])
-		c.r.got += m
+		m, err := c.r.read(c.buf[:min(n, int64(len(c.buf)))])
 		if m > 0 {
-			if _, werr := c.w.c.Write(c.buf[:m]); werr != nil {
+			if _, werr := c.w.write(c.buf[:m]); werr != nil {
 				return &dstError{werr}
 			}
 			n -= int64(m)
@@ -172,8 +243,8 @@ func (c *copier) copyN(n int64) error {
 	return nil
 }
 
-// line relays one CRLF-terminated line of at most maxChunkLine bytes and
-// returns it without the CRLF.
+// line consumes one CRLF-terminated line of at most maxChunkLine bytes
+// and returns it without the CRLF; it is valid until the next read.
 func (c *copier) line() ([]byte, error) {
 	for {
 		b := c.r.buffered()
@@ -181,10 +252,8 @@ func (c *copier) line() ([]byte, error) {
 			if i == 0 || b[i-1] != '\r' {
 				return nil, &srcError{errBadChunk}
 			}
-			line := b[:i-1]
-			c.w.buf = append(c.w.buf, b[:i+1]...)
 			c.r.discard(i + 1)
-			return line, nil
+			return b[:i-1], nil
 		}
 		if len(b) >= maxChunkLine {
 			return nil, &srcError{errBadChunk}
@@ -195,8 +264,9 @@ func (c *copier) line() ([]byte, error) {
 	}
 }
 
-// copyChunked relays a chunked body verbatim: each chunk with its size
-// line, the last chunk, the trailers and the final CRLF (RFC 9112 §7.1).
+// copyChunked relays a chunked body (RFC 9112 §7.1): each chunk's data
+// verbatim under a size line the proxy writes itself (extensions are
+// checked, then dropped), the last chunk, the trailers and the final CRLF.
 func (c *copier) copyChunked() error {
 	for {
 		line, err := c.line()
@@ -207,6 +277,8 @@ func (c *copier) copyChunked() error {
 		if !ok {
 			return &srcError{errBadChunk}
 		}
+		c.w.buf = strconv.AppendInt(c.w.buf, size, 16)
+		c.w.buf = append(c.w.buf, '\r', '\n')
 		if size == 0 {
 			return c.trailers()
 		}
@@ -220,10 +292,12 @@ func (c *copier) copyChunked() error {
 		if len(end) != 0 {
 			return &srcError{errBadChunk}
 		}
+		c.w.buf = append(c.w.buf, '\r', '\n')
 	}
 }
 
-// trailers relays the trailer section through its empty line.
+// trailers relays the trailer section through its empty line; each field
+// must be valid.
 func (c *copier) trailers() error {
 	total := 0
 	for {
@@ -231,14 +305,18 @@ func (c *copier) trailers() error {
 		if err != nil {
 			return err
 		}
+		if len(line) > 0 {
+			if total += len(line); total > maxTrailers {
+				return &srcError{errBadChunk}
+			}
+			if _, _, ok := splitHeader(line); !ok {
+				return &srcError{errBadChunk}
+			}
+		}
+		c.w.buf = append(c.w.buf, line...)
+		c.w.buf = append(c.w.buf, '\r', '\n')
 		if len(line) == 0 {
 			return nil
-		}
-		if total += len(line); total > maxTrailers {
-			return &srcError{errBadChunk}
-		}
-		if _, _, ok := splitHeader(line); !ok {
-			return &srcError{errBadChunk}
 		}
 	}
 }
@@ -251,9 +329,9 @@ func (c *copier) copyUntilEOF() error {
 		return &dstError{err}
 	}
 	for {
-		m, err := c.r.c.Read(c.buf)
+		m, err := c.r.read(c.buf)
 		if m > 0 {
-			if _, werr := c.w.c.Write(c.buf[:m]); werr != nil {
+			if _, werr := c.w.write(c.buf[:m]); werr != nil {
 				return &dstError{werr}
 			}
 		}
@@ -266,30 +344,104 @@ func (c *copier) copyUntilEOF() error {
 	}
 }
 
-// chunkSize parses a chunk-size line: hex digits, then optional
-// extensions after ';' (ignored).
+// chunkSize parses a chunk-size line: at most 15 hex digits, then
+// optional whitespace and extensions, which must be well formed:
+// *( BWS ";" BWS token [ BWS "=" BWS ( token / quoted-string ) ] ).
 func chunkSize(line []byte) (int64, bool) {
-	if i := bytes.IndexByte(line, ';'); i >= 0 {
-		line = line[:i]
-	}
-	line = bytes.TrimRight(line, " \t")
-	if len(line) == 0 || len(line) > 15 {
-		return 0, false
-	}
 	var n int64
-	for _, c := range line {
-		var d byte
-		switch {
-		case '0' <= c && c <= '9':
-			d = c - '0'
-		case 'a' <= c && c <= 'f':
-			d = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			d = c - 'A' + 10
-		default:
-			return 0, false
+	i := 0
+	for ; i < len(line); i++ {
+		d, ok := hexDigit(line[i])
+		if !ok {
+			break
 		}
 		n = n<<4 | int64(d)
 	}
-	return n, true
+	if i == 0 || i > 15 {
+		return 0, false
+	}
+	return n, validChunkExt(line[i:])
 }
+
+func hexDigit(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+// validChunkExt reports whether b is a well-formed chunk-ext (trailing
+// whitespace allowed, as net/http does).
+func validChunkExt(b []byte) bool {
+	for {
+		b = trimBWS(b)
+		if len(b) == 0 {
+			return true
+		}
+		if b[0] != ';' {
+			return false
+		}
+		b = trimBWS(b[1:])
+		n := tokenLen(b)
+		if n == 0 {
+			return false
+		}
+		b = trimBWS(b[n:])
+		if len(b) == 0 || b[0] != '=' {
+			continue
+		}
+		b = trimBWS(b[1:])
+		if len(b) > 0 && b[0] == '"' {
+			n = quotedLen(b)
+		} else {
+			n = tokenLen(b)
+		}
+		if n <= 0 {
+			return false
+		}
+		b = b[n:]
+	}
+}
+
+func trimBWS(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	return b
+}
+
+// tokenLen is the length of the token at the start of b.
+func tokenLen(b []byte) int {
+	n := 0
+	for n < len(b) && detect.IsTchar(b[n]) {
+		n++
+	}
+	return n
+}
+
+// quotedLen is the length of the quoted-string at the start of b (which
+// starts with a quote), or -1 when it is malformed or unterminated.
+func quotedLen(b []byte) int {
+	for i := 1; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1
+		case c == '\\':
+			if i++; i == len(b) || !fieldByte(b[i]) {
+				return -1
+			}
+		case !fieldByte(c):
+			return -1
+		}
+	}
+	return -1
+}
+
+// fieldByte reports HTAB, SP, VCHAR or obs-text: what a field value,
+// quoted-string or reason phrase may hold.
+func fieldByte(c byte) bool { return c == '\t' || (c >= ' ' && c != 0x7f) }

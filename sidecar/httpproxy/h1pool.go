@@ -11,40 +11,56 @@ import (
 	"github.com/plexus-mesh/plexus/control/spiffe"
 )
 
-// probeIdleAfter: a pooled connection idle at least this long is checked
-// for a close by its server (a FIN or RST waiting) before it is reused.
-// Servers close idle keep-alive connections after seconds (Node.js: 5 s),
-// so a connection idle for less is not worth the system call.
-const probeIdleAfter = 250 * time.Millisecond
-
 // upstream is one fast-path connection to a destination.
 type upstream struct {
 	c      net.Conn
 	raw    syscall.RawConn // the TCP socket under c; nil if the dialer gave no TCPConn
+	secure bool            // c is mesh TLS over raw
+	key    poolKey
 	rd     *h1reader
 	wr     h1writer
 	idleAt time.Time
 	reused bool
 }
 
-func newUpstream(c net.Conn, raw syscall.RawConn) *upstream {
-	return &upstream{c: c, raw: raw, rd: newReader(c, h1ReadBuf), wr: h1writer{c: c}}
+func newUpstream(c net.Conn, raw syscall.RawConn, secure bool, writeTimeout time.Duration) *upstream {
+	return &upstream{c: c, raw: raw, secure: secure, rd: newReader(c, h1ReadBuf), wr: h1writer{c: c, idle: writeTimeout}}
 }
 
 func (u *upstream) close() { u.c.Close() }
 
-// alive reports whether nothing (no FIN, RST or stray byte) is waiting on
-// an idle connection, peeking without blocking.
-func (u *upstream) alive() bool {
-	if u.raw == nil {
-		return true
+// clean reports whether an idle connection can carry a new request:
+// nothing waits on it — no stray byte of a response nobody asked for, no
+// FIN or RST — in our buffer, in the socket, or decrypted inside TLS.
+// Checked before every reuse: a stray response would otherwise answer the
+// next request, possibly another client's.
+func (u *upstream) clean() bool {
+	if len(u.rd.buffered()) > 0 {
+		return false
 	}
+	if u.raw != nil && !socketEmpty(u.raw) {
+		return false
+	}
+	if u.secure {
+		// A read that cannot wait returns what TLS holds decrypted, or
+		// a record already read whole; else it times out at once.
+		var one [1]byte
+		u.c.SetReadDeadline(time.Unix(1, 0))
+		n, err := u.c.Read(one[:])
+		return n == 0 && isTimeout(err)
+	}
+	return true
+}
+
+// socketEmpty reports whether nothing (no byte, FIN or RST) is waiting on
+// the socket, peeking without blocking (through Control, which unlike
+// Read ignores a read deadline that has passed).
+func socketEmpty(raw syscall.RawConn) bool {
 	var one [1]byte
 	ok := false
-	err := u.raw.Read(func(fd uintptr) bool {
+	err := raw.Control(func(fd uintptr) {
 		_, _, err := syscall.Recvfrom(int(fd), one[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		ok = errors.Is(err, syscall.EAGAIN)
-		return true
 	})
 	return err == nil && ok
 }
@@ -74,8 +90,7 @@ func (p *h1pool) get(k poolKey) *upstream {
 	for len(list) > 0 {
 		u := list[len(list)-1]
 		list = list[:len(list)-1]
-		idle := time.Since(u.idleAt)
-		if (p.timeout > 0 && idle > p.timeout) || (idle >= probeIdleAfter && !u.alive()) {
+		if (p.timeout > 0 && time.Since(u.idleAt) > p.timeout) || !u.clean() {
 			u.close()
 			continue
 		}

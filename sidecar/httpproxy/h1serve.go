@@ -10,22 +10,41 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 	"github.com/plexus-mesh/plexus/sidecar/replay"
 )
 
+// ClientConn is a client connection for the proxy to serve.
+type ClientConn struct {
+	net.Conn
+	// Raw is the TCP socket under Conn (under TLS, if any), used to notice
+	// a client that leaves while its request waits; nil: not noticed
+	// until the response is written.
+	Raw syscall.RawConn
+	Dst netip.AddrPort // the original destination
+	TLS metrics.TLS    // the mesh TLS Conn arrived with
+}
+
 // h1conn is one client connection served by the fast path.
 type h1conn struct {
-	p    *Proxy
-	c    net.Conn
-	dst  netip.AddrPort
-	tls  metrics.TLS
-	rd   *h1reader
-	wr   h1writer
-	idle atomic.Bool              // waiting for the next request
-	up   atomic.Pointer[upstream] // in use, for Shutdown to cut
+	p     *Proxy
+	c     net.Conn
+	dst   netip.AddrPort
+	tls   metrics.TLS
+	rd    *h1reader
+	wr    h1writer
+	head  reqHead
+	req   Request
+	x     exchange
+	watch clientWatch
+	idle  atomic.Bool              // waiting for the next request
+	up    atomic.Pointer[upstream] // in use, for Shutdown and the watch to cut
+	// own is the idle upstream connection kept for this client alone
+	// (Options.IsolateClients).
+	own *upstream
 }
 
 // h1conns tracks the fast path's client connections for Shutdown.
@@ -54,28 +73,31 @@ func (s *h1conns) remove(hc *h1conn) {
 	delete(s.set, hc)
 }
 
-// ServeHTTP1 serves the HTTP/1.1 requests a client sends on c to dst, one
-// at a time, until the client closes, a timeout or error, or Shutdown.
-// The first request the fast path does not handle (see reqHead.plain)
-// passes to handoff with the rest of the connection, every byte already
-// read replayed first. t is the mesh TLS c arrived with.
-func (p *Proxy) ServeHTTP1(c net.Conn, dst netip.AddrPort, t metrics.TLS, handoff func(net.Conn)) {
-	hc := &h1conn{p: p, c: c, dst: dst, tls: t, rd: newReader(c, h1ReadBuf), wr: h1writer{c: c}}
+// ServeHTTP1 serves the HTTP/1.1 requests a client sends on cc, one at a
+// time, until the client closes, a timeout or error, or Shutdown; then it
+// closes cc and returns nil. The first request the fast path does not
+// handle (see reqHead.plain) is not served: ServeHTTP1 returns the
+// connection for net/http's server, with every byte already read
+// replayed first.
+func (p *Proxy) ServeHTTP1(cc ClientConn) (handoff net.Conn) {
+	hc := &h1conn{p: p, c: cc.Conn, dst: cc.Dst, tls: cc.TLS, rd: newReader(cc.Conn, h1ReadBuf),
+		wr: h1writer{c: cc.Conn, idle: p.opts.WriteTimeout}}
+	hc.watch.hc, hc.watch.raw = hc, cc.Raw
 	if !p.h1conns.add(hc) {
-		c.Close()
-		return
+		cc.Close()
+		return nil
 	}
 	defer p.h1conns.remove(hc)
+	defer hc.dropOwn()
 	for {
 		ok, handOff := hc.next()
 		if handOff {
-			c.SetReadDeadline(time.Time{})
-			handoff(&replay.Conn{Conn: c, Data: append([]byte(nil), hc.rd.buffered()...)})
-			return
+			hc.c.SetReadDeadline(time.Time{})
+			return &replay.Conn{Conn: hc.c, Data: append([]byte(nil), hc.rd.buffered()...)}
 		}
 		if !ok {
-			c.Close()
-			return
+			hc.c.Close()
+			return nil
 		}
 	}
 }
@@ -90,7 +112,7 @@ func (hc *h1conn) next() (ok, handOff bool) {
 			return false, false
 		}
 		if o.ClientIdleTimeout > 0 {
-			hc.c.SetReadDeadline(time.Now().Add(o.ClientIdleTimeout))
+			hc.rd.until(time.Now().Add(o.ClientIdleTimeout))
 		}
 		err := hc.rd.fill(h1ReadBuf)
 		hc.idle.Store(false)
@@ -99,7 +121,7 @@ func (hc *h1conn) next() (ok, handOff bool) {
 		}
 	}
 	if headEnd(hc.rd.buffered()) < 0 && o.ReadHeaderTimeout > 0 {
-		hc.c.SetReadDeadline(time.Now().Add(o.ReadHeaderTimeout))
+		hc.rd.until(time.Now().Add(o.ReadHeaderTimeout))
 	}
 	raw, err := hc.rd.head(h1ReadBuf)
 	if errors.Is(err, errHeadTooLarge) {
@@ -108,162 +130,187 @@ func (hc *h1conn) next() (ok, handOff bool) {
 	if err != nil {
 		return false, false
 	}
-	req := parseRequest(raw)
-	if !req.plain {
+	hc.head = parseRequest(raw)
+	if !hc.head.plain {
 		return false, true
 	}
-	if req.hasBody() {
-		hc.c.SetReadDeadline(time.Time{}) // a body may take its time, as under net/http
-	}
-	return hc.forward(&req), false
+	// A body must keep coming; the head's deadline no longer applies.
+	hc.rd.idleFor(o.BodyIdleTimeout)
+	return hc.forward(&hc.head), false
 }
 
 // bodyBuffered reports whether the request's whole body (if any) is
 // already in the read buffer after its head; such a request can be sent
 // again, and skipped without reading.
-func (hc *h1conn) bodyBuffered(req *reqHead) bool {
-	return !req.hasBody() || (!req.chunked && int64(len(hc.rd.buffered())-len(req.raw)) >= req.contentLength)
+func (hc *h1conn) bodyBuffered(h *reqHead) bool {
+	return !h.hasBody() || (!h.chunked && int64(len(hc.rd.buffered())-len(h.raw)) >= h.contentLength)
 }
 
-// forward sends one request upstream and relays the response; it reports
-// whether the client connection may carry another request.
-func (hc *h1conn) forward(req *reqHead) bool {
-	p, m, dir := hc.p, hc.p.opts.Metrics, hc.p.opts.Direction
-	rt := Route{Addr: hc.dst}
-	var routeErr error
-	if p.opts.Route != nil {
-		rt, routeErr = p.opts.Route(context.Background(), hc.dst)
-		if rt.Done != nil {
-			defer rt.Done()
-		}
+// forward takes one request through the pipeline and relays the outcome;
+// it reports whether the client connection may carry another request.
+func (hc *h1conn) forward(h *reqHead) bool {
+	p := hc.p
+	r := &hc.req
+	*r = Request{
+		Direction: p.opts.Direction, Dst: hc.dst, TLS: hc.tls,
+		Method: methodString(h.method), Authority: string(h.host), Path: string(h.target), Header: h,
+		ContentLength: h.contentLength, Chunked: h.chunked, GRPC: h.grpc,
+		Replayable: hc.bodyBuffered(h),
 	}
-	tl := hc.tls
-	if !rt.Identity.IsZero() {
-		tl = metrics.TLS{On: true, PeerID: m.PeerID(dir, rt.Identity)}
+	x := &hc.x
+	err := p.begin(context.Background(), x, r)
+	defer x.end()
+	if err != nil {
+		return hc.answer(h, x.fail(err))
 	}
-	rec := m.StartRequest(dir, m.Target(dir, hc.dst), m.Authority(dir, string(req.host)), tl)
-	replayable := hc.bodyBuffered(req)
-	if routeErr != nil {
-		return hc.fail(req, rec, routeErr, replayable)
+	key := poolKey{addr: x.endpoint.Addr, id: x.endpoint.Identity}
+	var up *upstream
+	var res resHead
+	err = x.attempt(func(n int) error {
+		var err error
+		up, res, err = hc.try(h, key, n)
+		return err
+	})
+	if err != nil {
+		return hc.answer(h, x.fail(err))
 	}
-	key := poolKey{addr: rt.Addr, id: rt.Identity}
-	for attempt := 0; ; attempt++ {
-		var up *upstream
-		if attempt == 0 {
-			// A retry always dials: the pool may hold more connections
-			// the same server closed (a restart closes them all).
-			up = p.h1pool.get(key)
-		}
-		if up == nil {
-			var err error
-			if up, err = p.dialUpstream(rt); err != nil {
-				return hc.fail(req, rec, err, replayable)
-			}
-		}
-		hc.up.Store(up)
-		res, err := hc.exchange(up, req, replayable)
-		if err != nil {
-			hc.up.Store(nil)
-			up.close()
-			var se *srcError
-			if errors.As(err, &se) {
-				// The client broke off its own request body.
-				rec.Done(499, "", ReasonClientGone)
-				return false
-			}
-			if attempt == 0 && up.reused && up.rd.got == 0 && replayable &&
-				(req.idempotent() || errors.Is(err, errNotSent)) {
-				p.opts.Log.Debug("pooled connection failed before answering; sending again", "direction", dir, "endpoint", rt.Addr, "err", err)
-				continue // a pooled connection its server had closed
-			}
-			return hc.fail(req, rec, err, replayable)
-		}
-		return hc.relay(up, key, req, res, rec)
-	}
+	return hc.relay(up, key, h, res)
 }
 
-// errNotSent marks a request whose head could not be written upstream at
-// all: safe to send again whatever its method.
-var errNotSent = errors.New("request not sent")
+// try makes attempt n of the request: the first on a pooled connection
+// when there is one, a retry always on a new connection (the pool may
+// hold more connections a restarted server closed).
+func (hc *h1conn) try(h *reqHead, key poolKey, n int) (*upstream, resHead, error) {
+	var up *upstream
+	if n == 0 {
+		up = hc.pooled(key)
+	}
+	if up == nil {
+		var err error
+		if up, err = hc.p.dialUpstream(hc.x.endpoint); err != nil {
+			return nil, resHead{}, err
+		}
+	}
+	hc.up.Store(up)
+	res, err := hc.exchange(up, h)
+	if err != nil {
+		hc.up.Store(nil)
+		up.close()
+		if hc.watch.gone.Load() {
+			err = &clientError{err}
+		}
+		return nil, resHead{}, err
+	}
+	return up, res, nil
+}
+
+var errTooMany1xx = errors.New("too many interim (1xx) responses")
 
 // exchange writes the request (head and body) to up and reads the
-// response head, relaying any interim (1xx) responses to the client. A
+// response head, relaying interim (1xx) responses to the client. A
 // replayable request stays in the client buffer until the exchange
 // succeeds, so it can be sent again.
-func (hc *h1conn) exchange(up *upstream, req *reqHead, replayable bool) (resHead, error) {
-	up.wr.buf = req.appendUpstream(up.wr.buf[:0])
-	if replayable {
-		n := len(req.raw)
-		if req.contentLength > 0 {
-			up.wr.buf = append(up.wr.buf, hc.rd.buffered()[n:n+int(req.contentLength)]...)
+func (hc *h1conn) exchange(up *upstream, h *reqHead) (resHead, error) {
+	o, x := &hc.p.opts, &hc.x
+	up.wr.buf = h.appendUpstream(up.wr.buf[:0])
+	if x.req.Replayable {
+		n := len(h.raw)
+		if h.contentLength > 0 {
+			up.wr.buf = append(up.wr.buf, hc.rd.buffered()[n:n+int(h.contentLength)]...)
 		}
 		if err := up.wr.flush(); err != nil {
-			return resHead{}, errors.Join(errNotSent, err)
+			return resHead{}, limited(&attemptError{err: err, reused: up.reused}, metrics.LimitWriteStall)
 		}
-	} else {
-		hc.rd.discard(len(req.raw))
-		cp := copier{r: hc.rd, w: &up.wr}
-		buf := hc.p.bufs.Get().(*[32 << 10]byte)
-		cp.buf = buf[:]
-		var err error
-		if req.chunked {
-			err = cp.copyChunked()
-		} else {
-			err = cp.copyN(req.contentLength)
-		}
-		if err == nil {
-			if err = up.wr.flush(); err != nil {
-				err = &dstError{err}
-			}
-		}
-		hc.p.bufs.Put(buf)
-		if err != nil {
-			return resHead{}, err
-		}
+	} else if err := hc.sendBody(up, h); err != nil {
+		return resHead{}, err
 	}
-	for {
+	up.rd.until(x.deadline)
+	hc.watch.arm()
+	defer hc.watch.disarm()
+	for interim := 0; ; {
 		raw, err := up.rd.head(maxResponseHead)
 		if err != nil {
-			return resHead{}, err
+			err = &attemptError{err: err, reused: up.reused, sent: true, answered: up.rd.got > 0}
+			return resHead{}, limited(err, metrics.LimitResponseHeaders)
 		}
 		res, err := parseResponse(raw)
 		if err != nil {
 			return resHead{}, err
 		}
 		if res.status >= 200 {
-			if replayable {
-				hc.rd.discard(req.length())
+			if x.req.Replayable {
+				hc.rd.discard(h.length())
 			}
 			return res, nil
 		}
 		if res.status == http.StatusSwitchingProtocols {
 			return resHead{}, errUpgrade
 		}
-		// 1xx interim response (e.g. 103 Early Hints): relay it and wait
+		if interim++; interim > o.MaxInformational {
+			return resHead{}, &limitError{metrics.LimitInformational, errTooMany1xx}
+		}
+		// An interim response (e.g. 103 Early Hints): relay it and wait
 		// for the final one.
-		hc.wr.buf = res.appendClient(hc.wr.buf[:0], req.method, false)
+		hc.wr.buf = res.appendClient(hc.wr.buf[:0], h.method, false)
 		up.rd.discard(len(raw))
 		if err := hc.wr.flush(); err != nil {
-			return resHead{}, &srcError{err}
+			return resHead{}, &clientError{err}
 		}
 	}
 }
 
-// relay writes the response head and body to the client, and returns
-// the upstream connection to the pool (key) when it can carry another
-// request. It reports whether the client connection may go on.
-func (hc *h1conn) relay(up *upstream, key poolKey, req *reqHead, res resHead, rec metrics.Request) bool {
-	p := hc.p
-	rec.Headers(res.status)
-	closing := req.conn.close || res.untilClose(req.method) || p.h1conns.draining.Load()
-	hc.wr.buf = res.appendClient(hc.wr.buf[:0], req.method, closing)
+// sendBody streams a request body the client has not sent whole yet.
+func (hc *h1conn) sendBody(up *upstream, h *reqHead) error {
+	hc.rd.discard(len(h.raw))
+	buf := hc.p.bufs.Get().(*[32 << 10]byte)
+	defer hc.p.bufs.Put(buf)
+	cp := copier{r: hc.rd, w: &up.wr, buf: buf[:]}
+	var err error
+	if h.chunked {
+		err = cp.copyChunked()
+	} else {
+		err = cp.copyN(h.contentLength)
+	}
+	if err == nil {
+		if err = up.wr.flush(); err != nil {
+			err = &dstError{err}
+		}
+	}
+	var se *srcError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &se):
+		return limited(&clientError{se.err}, metrics.LimitRequestBodyIdle)
+	default:
+		return limited(&attemptError{err: err, reused: up.reused, sent: true, answered: up.rd.got > 0}, metrics.LimitWriteStall)
+	}
+}
+
+// limited marks err as caused by limit when it is a timeout.
+func limited(err error, limit string) error {
+	if isTimeout(err) {
+		return &limitError{limit, err}
+	}
+	return err
+}
+
+// relay writes the response head and body to the client, and keeps the
+// upstream connection (key) when it can carry another request. It reports
+// whether the client connection may go on.
+func (hc *h1conn) relay(up *upstream, key poolKey, h *reqHead, res resHead) bool {
+	p, x := hc.p, &hc.x
+	x.headers(res.status)
+	closing := h.conn.close || res.untilClose(h.method) || p.h1conns.draining.Load()
+	hc.wr.buf = res.appendClient(hc.wr.buf[:0], h.method, closing)
 	up.rd.discard(len(res.raw))
+	up.rd.idleFor(p.opts.IdleTimeout)
 	buf := p.bufs.Get().(*[32 << 10]byte)
 	defer p.bufs.Put(buf)
 	cp := copier{r: up.rd, w: &hc.wr, buf: buf[:]}
 	var err error
 	switch {
-	case res.bodyless(req.method):
+	case res.bodyless(h.method):
 	case res.chunked:
 		err = cp.copyChunked()
 	case res.contentLength >= 0:
@@ -275,13 +322,14 @@ func (hc *h1conn) relay(up *upstream, key poolKey, req *reqHead, res resHead, re
 	grpc := string(res.grpcStatus)
 	if err != nil {
 		up.close()
-		reason := ReasonUpstreamReset
+		reason, limit := ReasonUpstreamReset, metrics.LimitIdle
 		var de *dstError
 		if errors.As(err, &de) {
-			reason = ReasonClientReset
+			reason, limit = ReasonClientReset, metrics.LimitWriteStall
 		}
+		p.countLimit(limited(err, limit))
 		p.opts.Log.Debug("response body aborted", "direction", p.opts.Direction, "dst", hc.dst, "reason", reason, "err", err)
-		rec.Done(res.status, grpc, reason)
+		x.finish(res.status, grpc, reason)
 		// Closing the client without the rest of the body tells it the
 		// response broke.
 		return false
@@ -289,33 +337,73 @@ func (hc *h1conn) relay(up *upstream, key poolKey, req *reqHead, res resHead, re
 	// The response is read in full, so the upstream connection is free
 	// before the last write to the client: a client's next request finds
 	// it in the pool.
-	if res.reusable(req.method) && len(up.rd.buffered()) == 0 {
-		p.h1pool.put(key, up)
+	if res.reusable(h.method) && len(up.rd.buffered()) == 0 {
+		hc.keep(key, up)
 	} else {
 		up.close()
 	}
 	// Counted before the last write, as under net/http (whose handler
 	// returns before the server flushes): whoever reads the metrics after
 	// the response sees it.
-	rec.Done(res.status, grpc, "")
-	return hc.wr.flush() == nil && !closing
-}
-
-// fail answers a request the proxy could not forward, as Proxy.fail does
-// for net/http. It reports whether the client connection may go on: only
-// when the request, head and whole body, is still in the read buffer
-// (buffered), where it is skipped.
-func (hc *h1conn) fail(req *reqHead, rec metrics.Request, err error, buffered bool) bool {
-	p := hc.p
-	a := failure(err, req.grpc)
-	p.opts.Log.Debug("request failed", "direction", p.opts.Direction, "host", string(req.host), "reason", a.reason, "err", err)
-	if a.reason == ReasonClientGone {
-		rec.Done(a.status, "", a.reason)
+	x.finish(res.status, grpc, "")
+	if err := hc.wr.flush(); err != nil {
+		p.countLimit(limited(err, metrics.LimitWriteStall))
 		return false
 	}
-	goOn := buffered && !req.conn.close && !p.h1conns.draining.Load()
+	return !closing
+}
+
+// pooled returns an idle upstream connection for key that can carry a
+// request, or nil.
+func (hc *h1conn) pooled(key poolKey) *upstream {
+	if !hc.p.opts.IsolateClients {
+		return hc.p.h1pool.get(key)
+	}
+	u := hc.own
+	hc.own = nil
+	if u == nil {
+		return nil
+	}
+	if u.key != key || !u.clean() {
+		u.close()
+		return nil
+	}
+	u.reused = true
+	return u
+}
+
+// keep puts an upstream connection that can carry another request where
+// the next request will look for it.
+func (hc *h1conn) keep(key poolKey, u *upstream) {
+	u.key = key
+	if !hc.p.opts.IsolateClients {
+		hc.p.h1pool.put(key, u)
+		return
+	}
+	hc.dropOwn()
+	u.rd.got = 0
+	hc.own = u
+}
+
+func (hc *h1conn) dropOwn() {
+	if hc.own != nil {
+		hc.own.close()
+		hc.own = nil
+	}
+}
+
+// answer writes the answer the pipeline decided for a request that could
+// not be forwarded. It reports whether the client connection may go on:
+// only when the request, head and whole body, is still in the read buffer,
+// where it is skipped.
+func (hc *h1conn) answer(h *reqHead, a answer) bool {
+	p := hc.p
+	if a.reason == ReasonClientGone {
+		return false
+	}
+	goOn := hc.req.Replayable && !h.conn.close && !p.h1conns.draining.Load()
 	if goOn {
-		hc.rd.discard(req.length())
+		hc.rd.discard(h.length())
 	}
 	a.header.Set("Content-Length", strconv.Itoa(len(a.body)))
 	if !goOn {
@@ -328,12 +416,10 @@ func (hc *h1conn) fail(req *reqHead, rec metrics.Request, err error, buffered bo
 		}
 	}
 	b = append(b, "\r\n"...)
-	if string(req.method) != "HEAD" {
+	if string(h.method) != "HEAD" {
 		b = append(b, a.body...)
 	}
 	hc.wr.buf = b
-	rec.Headers(a.status)
-	rec.Done(a.status, a.grpcStatus, a.reason)
 	return hc.wr.flush() == nil && goOn
 }
 

@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/netip"
+	"net/textproto"
 	"sync"
 	"syscall"
 	"time"
@@ -46,8 +49,8 @@ func WithTLS(ctx context.Context, t metrics.TLS) context.Context {
 	return context.WithValue(ctx, tlsKey{}, t)
 }
 
-// Route is where one request goes.
-type Route struct {
+// Endpoint is where one request goes.
+type Endpoint struct {
 	Addr netip.AddrPort
 	// Identity is the identity the upstream proxy must prove over mesh
 	// mTLS; zero means plaintext.
@@ -56,11 +59,11 @@ type Route struct {
 	Done func()
 }
 
-// ErrNoEndpoints is wrapped by a Route error when the destination exists
+// ErrNoEndpoints is wrapped by a Balance error when the destination exists
 // but has no endpoint to send to (answered 503, reason no-endpoints).
 var ErrNoEndpoints = errors.New("no ready endpoints")
 
-type routeKey struct{}
+type endpointKey struct{}
 
 // Options configure a Proxy.
 type Options struct {
@@ -74,17 +77,23 @@ type Options struct {
 	ConnectTimeout time.Duration
 	// IdleConnTimeout closes pooled upstream connections idle this long.
 	IdleConnTimeout time.Duration
-	// TunnelIdleTimeout closes an Upgrade (WebSocket) tunnel with no bytes
-	// either way for this long.
-	TunnelIdleTimeout time.Duration
+	// IdleTimeout closes an Upgrade (WebSocket) tunnel with no bytes
+	// either way for this long, and a response body with no bytes from
+	// the upstream for this long.
+	IdleTimeout time.Duration
 	// MaxIdleConnsPerHost bounds the pool kept for each destination.
 	MaxIdleConnsPerHost int
-	// Route chooses the upstream of each request (outbound load
+	// IsolateClients keeps each fast-path client's upstream connections
+	// to itself instead of pooling them for every client: a response an
+	// upstream sends late can then reach no other client connection.
+	// The inbound side sets it (the upstream is the application).
+	IsolateClients bool
+	// Balance chooses the endpoint of each request (outbound load
 	// balancing, per request so keep-alive clients spread too). nil: the
 	// original destination, plaintext.
-	Route func(ctx context.Context, dst netip.AddrPort) (Route, error)
+	Balance func(ctx context.Context, dst netip.AddrPort) (Endpoint, error)
 	// Secure runs the mesh mTLS client handshake on a dialled upstream
-	// connection that must prove id. Needed when Route returns identities.
+	// connection that must prove id. Needed when Balance returns identities.
 	Secure func(ctx context.Context, c net.Conn, id spiffe.ID) (net.Conn, error)
 	// ReadHeaderTimeout bounds how long an HTTP/1 client on the fast path
 	// may take to send a request head once it started (slowloris).
@@ -92,6 +101,18 @@ type Options struct {
 	// ClientIdleTimeout closes a fast-path client connection that sends
 	// no new request for this long.
 	ClientIdleTimeout time.Duration
+	// BodyIdleTimeout bounds how long a request body may make no
+	// progress (answered 408 and both connections closed). 0: no limit.
+	BodyIdleTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for response headers after
+	// the request was sent (504), except for gRPC. 0: no limit.
+	ResponseHeaderTimeout time.Duration
+	// WriteTimeout bounds how long a write to a client or an upstream may
+	// make no progress (a peer that stopped reading). 0: no limit.
+	WriteTimeout time.Duration
+	// MaxInformational bounds the interim (1xx) responses relayed for one
+	// request; one more is answered 502.
+	MaxInformational int
 }
 
 // Proxy is an http.Handler that forwards each request to the destination
@@ -125,7 +146,7 @@ func New(opts Options) *Proxy {
 	p := &Proxy{
 		opts: opts,
 		bufs: sync.Pool{New: func() any { return new([32 << 10]byte) }},
-		tun:  forward.New(opts.TunnelIdleTimeout),
+		tun:  forward.New(opts.IdleTimeout),
 	}
 	p.h1pool.max, p.h1pool.timeout = opts.MaxIdleConnsPerHost, opts.IdleConnTimeout
 	mk := func(h2, secure bool) *http.Transport {
@@ -180,25 +201,25 @@ func (p *Proxy) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 	return c, err
 }
 
-// dialTLS dials the address of the request's route and runs the mesh
-// handshake expecting the route's identity. The transport's dial context
-// carries the values of the request that caused the dial.
+// dialTLS dials the request's endpoint and runs the mesh handshake
+// expecting the endpoint's identity. The transport's dial context carries
+// the values of the request that caused the dial.
 func (p *Proxy) dialTLS(ctx context.Context, _, addr string) (net.Conn, error) {
-	rt, ok := ctx.Value(routeKey{}).(Route)
-	if !ok || rt.Identity.IsZero() || rt.Addr.String() != addr {
+	ep, ok := ctx.Value(endpointKey{}).(Endpoint)
+	if !ok || ep.Identity.IsZero() || ep.Addr.String() != addr {
 		return nil, &dialError{fmt.Errorf("no mesh identity known for %s", addr)}
 	}
-	c, _, err := p.connect(ctx, addr, rt.Identity)
+	c, _, err := p.connect(ctx, addr, ep.Identity)
 	return c, err
 }
 
-// dialUpstream opens a fast-path upstream connection for rt.
-func (p *Proxy) dialUpstream(rt Route) (*upstream, error) {
-	c, raw, err := p.connect(context.Background(), rt.Addr.String(), rt.Identity)
+// dialUpstream opens a fast-path upstream connection to ep.
+func (p *Proxy) dialUpstream(ep Endpoint) (*upstream, error) {
+	c, raw, err := p.connect(context.Background(), ep.Addr.String(), ep.Identity)
 	if err != nil {
 		return nil, err
 	}
-	return newUpstream(c, raw), nil
+	return newUpstream(c, raw, !ep.Identity.IsZero(), p.opts.WriteTimeout), nil
 }
 
 // connect dials addr (and, with id, runs the mesh handshake) within the
@@ -237,63 +258,100 @@ func (p *Proxy) connect(ctx context.Context, addr string, id spiffe.ID) (_ net.C
 	return m.TrackConn(c, dir, m.Target(dir, dst), metrics.PeerDst, t), raw, nil
 }
 
-// ServeHTTP forwards r to its destination and copies the response back,
-// trailers included, flushing streamed bodies as they arrive.
+// ServeHTTP takes a request net/http's server parsed (HTTP/1 the fast path
+// handed off, and HTTP/2) through the pipeline, and copies the response
+// back, trailers included, flushing streamed bodies as they arrive.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	dir, m := p.opts.Direction, p.opts.Metrics
 	dst, ok := Destination(r.Context())
 	if !ok {
 		http.Error(w, "no destination", http.StatusInternalServerError)
 		return
 	}
-	rt := Route{Addr: dst}
-	var routeErr error
-	if p.opts.Route != nil {
-		rt, routeErr = p.opts.Route(r.Context(), dst)
-		if rt.Done != nil {
-			defer rt.Done()
-		}
-	}
 	tl, _ := r.Context().Value(tlsKey{}).(metrics.TLS)
-	if !rt.Identity.IsZero() {
-		tl = metrics.TLS{On: true, PeerID: m.PeerID(dir, rt.Identity)}
+	req := &Request{
+		Direction: p.opts.Direction, Dst: dst, TLS: tl,
+		Method: r.Method, Authority: r.Host, Path: r.URL.RequestURI(), Header: r.Header,
+		ContentLength: r.ContentLength, GRPC: isGRPC(r.Header),
 	}
-	rec := m.StartRequest(dir, m.Target(dir, dst), m.Authority(dir, r.Host), tl)
-	grpc := isGRPC(r.Header)
-	if routeErr != nil {
-		p.fail(w, r, rec, grpc, routeErr)
+	if r.ProtoMajor == 1 && r.ContentLength < 0 {
+		req.Chunked = true
+		// RFC 9112 §6.1: the request may also have carried a
+		// Content-Length (net/http drops it and frames by chunks), so
+		// the bytes after it cannot be trusted as a next request: close
+		// after answering, as the RFC requires.
+		w.Header().Set("Connection", "close")
+	}
+	var x exchange
+	err := p.begin(r.Context(), &x, req)
+	defer x.end()
+	if err != nil {
+		p.answerHTTP(w, r, x.fail(err))
 		return
 	}
 	upgrade := ""
 	if r.ProtoMajor == 1 {
 		upgrade = upgradeType(r.Header)
 	}
-
-	out := outgoing(r, rt.Addr, upgrade)
+	out := outgoing(r, x.endpoint.Addr, upgrade)
 	t := p.h1
 	switch {
-	case r.ProtoMajor == 2 && !rt.Identity.IsZero():
+	case r.ProtoMajor == 2 && !x.endpoint.Identity.IsZero():
 		t = p.h2TLS
 	case r.ProtoMajor == 2:
 		t = p.h2
-	case !rt.Identity.IsZero():
+	case !x.endpoint.Identity.IsZero():
 		t = p.h1TLS
 	}
-	if !rt.Identity.IsZero() {
-		out = out.WithContext(context.WithValue(out.Context(), routeKey{}, rt))
+	ctx := out.Context()
+	if !x.endpoint.Identity.IsZero() {
+		ctx = context.WithValue(ctx, endpointKey{}, x.endpoint)
 	}
-	res, err := t.RoundTrip(out)
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got1xxResponse: p.count1xx()})
+	if !x.deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, x.deadline)
+		defer cancel()
+	}
+	out = out.WithContext(ctx)
+	var res *http.Response
+	err = x.attempt(func(int) error {
+		// The transport makes its own retry on a pooled connection its
+		// server closed, by the same rule; this is one attempt for us.
+		var err error
+		res, err = t.RoundTrip(out)
+		return err
+	})
 	if err != nil {
-		p.fail(w, r, rec, grpc, err)
+		if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {
+			err = &limitError{metrics.LimitResponseHeaders, err}
+		}
+		p.answerHTTP(w, r, x.fail(err))
 		return
 	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
-		p.tunnel(w, r, res, rec, upgrade)
+		p.tunnel(w, r, res, &x, upgrade)
 		return
 	}
 	defer res.Body.Close()
-	rec.Headers(res.StatusCode)
+	x.headers(res.StatusCode)
+	p.relayHTTP(w, r, res, &x)
+}
 
+// count1xx returns a trace hook that fails the request (502) past the
+// interim response limit. net/http's transport stops at 5 whatever it says.
+func (p *Proxy) count1xx() func(int, textproto.MIMEHeader) error {
+	n := 0
+	return func(int, textproto.MIMEHeader) error {
+		if n++; n > p.opts.MaxInformational {
+			return &limitError{metrics.LimitInformational, errTooMany1xx}
+		}
+		return nil
+	}
+}
+
+// relayHTTP copies res to w: headers, body (with write deadlines) and
+// trailers.
+func (p *Proxy) relayHTTP(w http.ResponseWriter, r *http.Request, res *http.Response, x *exchange) {
 	removeHopByHop(res.Header)
 	h := w.Header()
 	for k, vv := range res.Header {
@@ -303,15 +361,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.Add("Trailer", k)
 	}
 	w.WriteHeader(res.StatusCode)
-
-	stream := res.ContentLength < 0
-	if err := p.copyBody(w, res.Body, stream); err != nil {
+	grpc := x.req.GRPC
+	if err := p.copyBody(w, res.Body, res.ContentLength < 0); err != nil {
 		var we *writeError
 		reason := ReasonUpstreamReset
 		if errors.As(err, &we) {
 			reason = ReasonClientReset
+			p.countLimit(limited(err, metrics.LimitWriteStall))
 		}
-		p.opts.Log.Debug("response body aborted", "direction", dir, "dst", dst, "reason", reason, "err", err)
+		p.opts.Log.Debug("response body aborted", "direction", p.opts.Direction, "dst", x.req.Dst, "reason", reason, "err", err)
 		if reason == ReasonUpstreamReset && grpc && r.ProtoMajor == 2 && grpcStatus(res) == "" {
 			// A gRPC stream whose server vanished: end it with status
 			// UNAVAILABLE in the trailers, which gRPC clients understand
@@ -319,10 +377,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h[http.TrailerPrefix+"Grpc-Status"] = []string{"14"}
 			h[http.TrailerPrefix+"Grpc-Message"] = []string{"plexus-proxy: " + reason}
 			h[http.TrailerPrefix+ErrorHeader] = []string{reason}
-			rec.Done(res.StatusCode, "14", reason)
+			x.finish(res.StatusCode, "14", reason)
 			return
 		}
-		rec.Done(res.StatusCode, grpcStatus(res), reason)
+		x.finish(res.StatusCode, grpcStatus(res), reason)
 		// Abort the client's stream (HTTP/2 RST_STREAM, HTTP/1 close
 		// without the final chunk) so it sees a failure, not a clean end.
 		panic(http.ErrAbortHandler)
@@ -331,7 +389,19 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for k, vv := range res.Trailer {
 		h[http.TrailerPrefix+k] = vv
 	}
-	rec.Done(res.StatusCode, grpcStatus(res), "")
+	x.finish(res.StatusCode, grpcStatus(res), "")
+}
+
+// answerHTTP writes the pipeline's answer through net/http.
+func (p *Proxy) answerHTTP(w http.ResponseWriter, r *http.Request, a answer) {
+	if a.reason == ReasonClientGone {
+		return
+	}
+	maps.Copy(w.Header(), a.header)
+	w.WriteHeader(a.status)
+	if r.Method != http.MethodHead {
+		io.WriteString(w, a.body)
+	}
 }
 
 // writeError marks a failure writing to the client.
@@ -342,13 +412,18 @@ func (e *writeError) Unwrap() error { return e.err }
 
 // copyBody copies body to w with a pooled buffer, flushing after each
 // chunk when stream is set (unknown length: gRPC, SSE, chunked streams).
+// Each write must make progress within about the write timeout.
 func (p *Proxy) copyBody(w http.ResponseWriter, body io.Reader, stream bool) error {
 	buf := p.bufs.Get().(*[32 << 10]byte)
 	defer p.bufs.Put(buf)
 	rc := http.NewResponseController(w)
+	var renewAt time.Time
 	for {
 		n, rerr := body.Read(buf[:])
 		if n > 0 {
+			if p.opts.WriteTimeout > 0 {
+				renew(rc.SetWriteDeadline, p.opts.WriteTimeout, &renewAt)
+			}
 			if _, err := w.Write(buf[:n]); err != nil {
 				return &writeError{err}
 			}

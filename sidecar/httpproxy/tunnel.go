@@ -5,40 +5,39 @@ import (
 	"net/http"
 
 	"github.com/plexus-mesh/plexus/sidecar/forward"
-	"github.com/plexus-mesh/plexus/sidecar/metrics"
 )
 
 // tunnel completes an HTTP/1 Upgrade (e.g. WebSocket): it relays the 101
 // response, then joins the client and upstream connections.
-func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, res *http.Response, rec metrics.Request, upgrade string) {
-	rec.Headers(res.StatusCode)
+func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, res *http.Response, x *exchange, upgrade string) {
 	back, ok := res.Body.(io.ReadWriteCloser)
 	if !ok || upgrade == "" || res.Header.Get("Upgrade") == "" {
 		res.Body.Close()
-		p.fail(w, r, rec, false, errUpgrade)
+		p.answerHTTP(w, r, x.fail(errUpgrade))
 		return
 	}
+	x.headers(res.StatusCode)
 	defer back.Close()
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		rec.Done(res.StatusCode, "", ReasonClientGone)
+		x.finish(res.StatusCode, "", ReasonClientGone)
 		return
 	}
 	defer conn.Close()
 	res.Body = nil
 	if err := res.Write(brw); err != nil {
-		rec.Done(res.StatusCode, "", ReasonClientGone)
+		x.finish(res.StatusCode, "", ReasonClientGone)
 		return
 	}
 	if err := brw.Flush(); err != nil {
-		rec.Done(res.StatusCode, "", ReasonClientGone)
+		x.finish(res.StatusCode, "", ReasonClientGone)
 		return
 	}
 	// Bytes the client sent after its request, already buffered by net/http.
 	if n := brw.Reader.Buffered(); n > 0 {
 		b, _ := brw.Reader.Peek(n)
 		if _, err := back.Write(b); err != nil {
-			rec.Done(res.StatusCode, "", ReasonUpstreamReset)
+			x.finish(res.StatusCode, "", ReasonUpstreamReset)
 			return
 		}
 	}
@@ -47,7 +46,7 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, res *http.Respons
 	if _, err := p.tun.Join(conn, back, forward.Counts{}); err != nil {
 		p.opts.Log.Debug("upgrade tunnel ended", "direction", p.opts.Direction, "host", r.Host, "err", err)
 	}
-	rec.Done(res.StatusCode, "", "")
+	x.finish(res.StatusCode, "", "")
 }
 
 type upgradeError struct{}

@@ -50,6 +50,7 @@ type Metrics struct {
 	tcpWrite  *prometheus.CounterVec
 	probes    prometheus.Counter
 	refused   *prometheus.CounterVec
+	limits    *prometheus.CounterVec
 
 	mu   sync.Mutex
 	seen map[string]map[string]struct{} // label kind+direction → values
@@ -92,11 +93,14 @@ func New(reg prometheus.Registerer, maxTargets int) *Metrics {
 			Name: "redirect_probe_total", Help: "Connections to the redirect probe port that arrived through the inbound REDIRECT rule.",
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "inbound_refused_total", Help: "Inbound connections closed before forwarding: plaintext under the mtls policy, or a failed mesh TLS handshake.",
+			Name: "inbound_refused_total", Help: "Inbound connections closed before forwarding: plaintext under the mtls policy, a failed mesh TLS handshake, or an original destination that is not the pod's.",
 		}, []string{"reason"}),
+		limits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "limit_exceeded_total", Help: "Times a resource limit or timeout of the proxy fired, by direction and limit.",
+		}, []string{"direction", "limit"}),
 		seen: map[string]map[string]struct{}{},
 	}
-	reg.MustRegister(m.requests, m.responses, m.latency, m.tcpOpen, m.tcpClose, m.tcpConns, m.tcpRead, m.tcpWrite, m.probes, m.refused)
+	reg.MustRegister(m.requests, m.responses, m.latency, m.tcpOpen, m.tcpClose, m.tcpConns, m.tcpRead, m.tcpWrite, m.probes, m.refused, m.limits)
 	return m
 }
 
@@ -108,7 +112,27 @@ func (m *Metrics) RedirectProbe() { m.probes.Inc() }
 const (
 	RefusedPlaintext = "plaintext"     // not mesh mTLS, and the inbound policy is mtls
 	RefusedHandshake = "tls-handshake" // offered our ALPN but the handshake failed
+	// RefusedNotLocal: redirected to the inbound port, but addressed to
+	// none of the pod's own addresses; forwarding it would make the proxy
+	// a relay.
+	RefusedNotLocal = "not-pod-address"
 )
+
+// Limits, the values of limit_exceeded_total's limit label: each is a
+// PLEXUS_PROXY_* setting (sidecar/README.md).
+const (
+	LimitConnections     = "connections"       // a new connection over the per-direction cap was closed
+	LimitRequestBodyIdle = "request-body-idle" // a request body made no progress in time
+	LimitResponseHeaders = "response-headers"  // the upstream sent no response headers in time
+	LimitWriteStall      = "write-stall"       // a peer read nothing of what the proxy wrote, in time
+	LimitInformational   = "1xx-responses"     // the upstream sent too many interim responses
+	LimitIdle            = "idle"              // a response body made no progress within the idle timeout
+)
+
+// LimitExceeded counts one firing of limit in direction.
+func (m *Metrics) LimitExceeded(direction, limit string) {
+	m.limits.WithLabelValues(direction, limit).Inc()
+}
 
 // Refused counts an inbound connection closed for reason.
 func (m *Metrics) Refused(reason string) { m.refused.WithLabelValues(reason).Inc() }

@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/plexus-mesh/plexus/sidecar/config"
@@ -21,6 +22,7 @@ import (
 	"github.com/plexus-mesh/plexus/sidecar/discovery"
 	"github.com/plexus-mesh/plexus/sidecar/forward"
 	"github.com/plexus-mesh/plexus/sidecar/httpproxy"
+	"github.com/plexus-mesh/plexus/sidecar/localaddr"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 	"github.com/plexus-mesh/plexus/sidecar/mtls"
 	"github.com/plexus-mesh/plexus/sidecar/origdst"
@@ -52,6 +54,10 @@ type Options struct {
 	// Resolver routes outbound connections (per connection) and requests
 	// (per request) to discovered endpoints; nil: original destination.
 	Resolver Resolver
+	// IsLocal reports whether an address is one of the pod's own; an
+	// inbound connection to any other is refused. The network namespace's
+	// interface addresses (localaddr.Set) when nil.
+	IsLocal func(netip.Addr) bool
 }
 
 // Resolver picks the endpoint for one outbound connection or request
@@ -79,6 +85,7 @@ type Proxy struct {
 	probe    *l7
 	probed   atomic.Bool
 	tlsConf  *tls.Config // inbound mesh mTLS; nil without identity
+	slots    map[string]*connSlots
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -117,6 +124,9 @@ func New(opts Options) *Proxy {
 	if opts.ReadHeaderTimeout == 0 {
 		opts.ReadHeaderTimeout = DefaultReadHeaderTimeout
 	}
+	if opts.IsLocal == nil {
+		opts.IsLocal = (&localaddr.Set{}).Has
+	}
 	p := &Proxy{
 		opts:      opts,
 		detector:  detect.New(opts.Config.DetectTimeout),
@@ -124,35 +134,45 @@ func New(opts Options) *Proxy {
 		dirs:      map[string]*l7{},
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[net.Conn]struct{}{},
+		slots:     map[string]*connSlots{},
 	}
 	if opts.Certs != nil {
 		p.tlsConf = mtls.ServerConfig(opts.Certs)
 	}
+	cfg := opts.Config
 	for _, dir := range []string{metrics.Inbound, metrics.Outbound} {
+		p.slots[dir] = &connSlots{max: int64(cfg.MaxConnections)}
 		hopts := httpproxy.Options{
-			Direction:           dir,
-			Metrics:             opts.Metrics,
-			Log:                 opts.Log,
-			Dial:                opts.Dial,
-			ConnectTimeout:      ConnectTimeout,
-			IdleConnTimeout:     min(PoolIdleTimeout, opts.Config.IdleTimeout),
-			MaxIdleConnsPerHost: MaxIdleConnsPerHost,
-			TunnelIdleTimeout:   opts.Config.IdleTimeout,
-			Secure:              p.secure,
-			ReadHeaderTimeout:   opts.ReadHeaderTimeout,
-			ClientIdleTimeout:   opts.Config.IdleTimeout,
+			Direction:             dir,
+			Metrics:               opts.Metrics,
+			Log:                   opts.Log,
+			Dial:                  opts.Dial,
+			ConnectTimeout:        ConnectTimeout,
+			IdleConnTimeout:       min(PoolIdleTimeout, cfg.IdleTimeout),
+			MaxIdleConnsPerHost:   MaxIdleConnsPerHost,
+			IdleTimeout:           cfg.IdleTimeout,
+			IsolateClients:        dir == metrics.Inbound,
+			Secure:                p.secure,
+			ReadHeaderTimeout:     opts.ReadHeaderTimeout,
+			ClientIdleTimeout:     cfg.IdleTimeout,
+			BodyIdleTimeout:       cfg.BodyIdleTimeout,
+			ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
+			WriteTimeout:          cfg.WriteTimeout,
+			MaxInformational:      cfg.MaxInformational,
 		}
 		if dir == metrics.Outbound && opts.Resolver != nil {
-			hopts.Route = p.route
+			hopts.Balance = p.balance
 		}
 		hp := httpproxy.New(hopts)
 		srv := &http.Server{
-			Handler:           hp,
-			ReadHeaderTimeout: opts.ReadHeaderTimeout,
-			IdleTimeout:       opts.Config.IdleTimeout,
-			MaxHeaderBytes:    MaxHeaderBytes,
-			ErrorLog:          slog.NewLogLogger(opts.Log.Handler(), slog.LevelDebug),
-			Protocols:         new(http.Protocols),
+			Handler: hp,
+			// OPTIONS * is for the destination to answer, not us.
+			DisableGeneralOptionsHandler: true,
+			ReadHeaderTimeout:            opts.ReadHeaderTimeout,
+			IdleTimeout:                  opts.Config.IdleTimeout,
+			MaxHeaderBytes:               MaxHeaderBytes,
+			ErrorLog:                     slog.NewLogLogger(opts.Log.Handler(), slog.LevelDebug),
+			Protocols:                    new(http.Protocols),
 			ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 				if hc, ok := c.(*httpConn); ok {
 					return httpproxy.WithTLS(httpproxy.WithDestination(ctx, hc.dst), hc.tls)
@@ -228,17 +248,33 @@ func (p *Proxy) Serve(ln net.Listener, direction string) error {
 			c.Close()
 			continue
 		}
+		slots := p.slots[direction]
+		if !slots.take() {
+			// Over the cap: refuse at once (a reset, so the client does
+			// not wait), and keep serving the connections already open.
+			p.opts.Metrics.LimitExceeded(direction, metrics.LimitConnections)
+			tc.SetLinger(0)
+			tc.Close()
+			continue
+		}
 		p.handlers.Add(1)
 		go func() {
 			defer p.handlers.Done()
-			p.handle(tc, direction)
+			p.handle(tc, direction, sync.OnceFunc(slots.give))
 		}()
 	}
 }
 
 // handle recovers the destination, detects the protocol and dispatches.
-func (p *Proxy) handle(c *net.TCPConn, dir string) {
+// release gives back the connection's slot once it is closed.
+func (p *Proxy) handle(c *net.TCPConn, dir string, release func()) {
 	m, log := p.opts.Metrics, p.opts.Log
+	handed := false // to the HTTP server, which releases on close
+	defer func() {
+		if !handed {
+			release()
+		}
+	}()
 	// Tracked until handed to the HTTP server, so Shutdown can cut
 	// connections still in detection or opaque forwarding.
 	if !p.track(c) {
@@ -257,6 +293,14 @@ func (p *Proxy) handle(c *net.TCPConn, dir string) {
 		// Not redirected: a client dialled the proxy port itself. Forwarding
 		// would connect back to us forever.
 		log.Debug("refusing connection addressed to the proxy itself", "direction", dir, "src", c.RemoteAddr())
+		c.Close()
+		return
+	}
+	if dir == metrics.Inbound && !p.opts.IsLocal(dst.Addr()) {
+		// Redirected to us but addressed elsewhere: forwarding it would
+		// make the proxy a relay to anywhere the pod can reach.
+		m.Refused(metrics.RefusedNotLocal)
+		log.Info("refused inbound connection: its destination is not one of the pod's addresses", "dst", dst, "src", c.RemoteAddr())
 		c.Close()
 		return
 	}
@@ -302,33 +346,44 @@ func (p *Proxy) handle(c *net.TCPConn, dir string) {
 		return
 	}
 	srv := p.dirs[dir]
-	toServer := func(c net.Conn) {
-		if !srv.ln.push(&httpConn{Conn: c, dst: dst, tls: tl}) {
-			c.Close() // shutting down
+	var hc net.Conn = dc
+	if proto == detect.HTTP1 {
+		// The fast path; a request it does not handle comes back with
+		// the rest of the connection, for the server.
+		if hc = srv.proxy.ServeHTTP1(httpproxy.ClientConn{Conn: dc, Raw: rawConn(c), Dst: dst, TLS: tl}); hc == nil {
+			return
 		}
 	}
-	if proto == detect.HTTP1 {
-		// The fast path; what it does not handle goes to the server.
-		srv.proxy.ServeHTTP1(dc, dst, tl, toServer)
+	if !srv.ln.push(&httpConn{Conn: hc, dst: dst, tls: tl, release: release}) {
+		hc.Close() // shutting down
 		return
 	}
-	toServer(dc)
+	handed = true
 }
 
-// route chooses the upstream of one outbound HTTP request.
-func (p *Proxy) route(ctx context.Context, dst netip.AddrPort) (httpproxy.Route, error) {
+// rawConn is c's socket, or nil.
+func rawConn(c *net.TCPConn) syscall.RawConn {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return raw
+}
+
+// balance chooses the endpoint of one outbound HTTP request.
+func (p *Proxy) balance(ctx context.Context, dst netip.AddrPort) (httpproxy.Endpoint, error) {
 	pk, err := p.opts.Resolver.Pick(ctx, dst)
 	if errors.Is(err, discovery.ErrNoEndpoints) {
-		return httpproxy.Route{}, fmt.Errorf("%w: %w", httpproxy.ErrNoEndpoints, err)
+		return httpproxy.Endpoint{}, fmt.Errorf("%w: %w", httpproxy.ErrNoEndpoints, err)
 	}
 	if err != nil {
-		return httpproxy.Route{}, err
+		return httpproxy.Endpoint{}, err
 	}
-	rt := httpproxy.Route{Addr: pk.Addr, Done: pk.Done}
+	ep := httpproxy.Endpoint{Addr: pk.Addr, Done: pk.Done}
 	if p.opts.Certs != nil {
-		rt.Identity = pk.Identity
+		ep.Identity = pk.Identity
 	}
-	return rt, nil
+	return ep, nil
 }
 
 func (p *Proxy) track(cs ...net.Conn) bool {
@@ -403,9 +458,33 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 }
 
 // httpConn carries the original destination and the mesh TLS of the
-// connection into the HTTP server.
+// connection into the HTTP server, and gives back the connection's slot
+// when the server closes it.
 type httpConn struct {
 	net.Conn
-	dst netip.AddrPort
-	tls metrics.TLS
+	dst     netip.AddrPort
+	tls     metrics.TLS
+	release func()
 }
+
+func (c *httpConn) Close() error {
+	c.release()
+	return c.Conn.Close()
+}
+
+// connSlots bounds the open connections of one direction
+// (PLEXUS_PROXY_MAX_CONNECTIONS).
+type connSlots struct {
+	n   atomic.Int64
+	max int64
+}
+
+func (s *connSlots) take() bool {
+	if s.n.Add(1) > s.max {
+		s.n.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (s *connSlots) give() { s.n.Add(-1) }

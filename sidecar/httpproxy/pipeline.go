@@ -1,0 +1,122 @@
+package httpproxy
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/plexus-mesh/plexus/sidecar/metrics"
+)
+
+// Every HTTP request goes through one chain of stages, whichever engine
+// received it: the HTTP/1.1 fast path (ServeHTTP1), or net/http's server
+// for the HTTP/1 requests the fast path hands off and for HTTP/2
+// (ServeHTTP). Each stage is written once, here:
+//
+//	route      which rules apply to the request        (today: none; routes come next)
+//	authorize  may this peer make it                   (today: all may; policy comes next)
+//	balance    which endpoint: discovery's pick, or the original destination
+//	attempt    send it, response headers due by the deadline; send again when retrySafe says so
+//	observe    metrics at request, response headers and end (tap plugs in here)
+//
+// The engines move bytes: they parse a Request, make one attempt when
+// asked, and relay the response, or the answer the pipeline decided.
+
+// exchange is one request's way through the stages.
+type exchange struct {
+	p        *Proxy
+	req      *Request
+	endpoint Endpoint
+	rec      metrics.Request
+	// deadline is when response headers are due; zero: no limit.
+	deadline time.Time
+	attempts int
+}
+
+// begin runs route, authorize and balance, and starts the metrics. A
+// non-nil error is the reason the request cannot be sent; answer it with
+// x.fail. x.end must be called either way.
+func (p *Proxy) begin(ctx context.Context, x *exchange, req *Request) error {
+	*x = exchange{p: p, req: req, endpoint: Endpoint{Addr: req.Dst}}
+	m, dir := p.opts.Metrics, req.Direction
+	// route and authorize: no rules yet, so every request takes the
+	// default route to its original destination and is allowed.
+	var err error
+	if p.opts.Balance != nil {
+		x.endpoint, err = p.opts.Balance(ctx, req.Dst)
+	}
+	tl := req.TLS
+	if !x.endpoint.Identity.IsZero() {
+		tl = metrics.TLS{On: true, PeerID: m.PeerID(dir, x.endpoint.Identity)}
+	}
+	x.rec = m.StartRequest(dir, m.Target(dir, req.Dst), m.Authority(dir, req.Authority), tl)
+	if t := p.opts.ResponseHeaderTimeout; t > 0 && !req.GRPC {
+		// gRPC carries its own deadline (grpc-timeout), and a server
+		// stream may rightly send no headers for a long time.
+		x.deadline = time.Now().Add(t)
+	}
+	return err
+}
+
+// attempt calls send until it succeeds or the retry rule says stop; n is
+// the attempt's number, from 0.
+func (x *exchange) attempt(send func(n int) error) error {
+	for {
+		err := send(x.attempts)
+		x.attempts++
+		if err == nil || !x.retrySafe(err) {
+			return err
+		}
+		x.p.opts.Log.Debug("pooled connection failed before answering; sending again",
+			"direction", x.req.Direction, "endpoint", x.endpoint.Addr, "err", err)
+	}
+}
+
+// attemptError says how far a failed attempt got, for the retry rule.
+type attemptError struct {
+	err      error
+	reused   bool // the connection came from the pool
+	sent     bool // some of the request was written
+	answered bool // the upstream sent something back
+}
+
+func (e *attemptError) Error() string { return e.err.Error() }
+func (e *attemptError) Unwrap() error { return e.err }
+
+// retrySafe is the retry rule: one more attempt, on a new connection,
+// for a request that failed on a pooled connection its server had closed
+// (nothing came back) when the request can be sent again: its body is
+// held, and either none of it was sent or the method is idempotent.
+func (x *exchange) retrySafe(err error) bool {
+	var ae *attemptError
+	return x.attempts == 1 && errors.As(err, &ae) && ae.reused && !ae.answered &&
+		x.req.Replayable && (!ae.sent || x.req.idempotent())
+}
+
+// headers records that response headers are ready.
+func (x *exchange) headers(status int) { x.rec.Headers(status) }
+
+// finish records the end of the response.
+func (x *exchange) finish(status int, grpcStatus, reason string) {
+	x.rec.Done(status, grpcStatus, reason)
+}
+
+// fail decides the answer to a request that could not be forwarded and
+// records it; the engine writes it (nothing, for ReasonClientGone).
+func (x *exchange) fail(err error) answer {
+	a := failure(err, x.req.GRPC)
+	x.p.opts.Log.Debug("request failed", "direction", x.req.Direction, "host", x.req.Authority, "reason", a.reason, "err", err)
+	x.p.countLimit(err)
+	if a.reason != ReasonClientGone {
+		x.rec.Headers(a.status)
+	}
+	x.rec.Done(a.status, a.grpcStatus, a.reason)
+	return a
+}
+
+// end releases what balance took (the endpoint's in-flight count).
+func (x *exchange) end() {
+	if x.endpoint.Done != nil {
+		x.endpoint.Done()
+	}
+}
