@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 )
@@ -67,16 +69,21 @@ type fast struct {
 	handed chan net.Conn
 }
 
-// startFast serves the fast path on a loopback listener, forwarding to dst.
-func startFast(t *testing.T, dst netip.AddrPort) *fast {
+// startFast serves the fast path on a loopback listener, forwarding to
+// dst, with options changed by mut.
+func startFast(t *testing.T, dst netip.AddrPort, mut ...func(*Options)) *fast {
 	t.Helper()
 	f := &fast{reg: prometheus.NewRegistry(), handed: make(chan net.Conn, 1)}
-	f.p = New(Options{
+	opts := Options{
 		Direction: metrics.Outbound, Metrics: metrics.New(f.reg, 100),
 		Log:            testLog(),
 		ConnectTimeout: time.Second, IdleConnTimeout: time.Minute, MaxIdleConnsPerHost: 4,
 		ReadHeaderTimeout: time.Second, ClientIdleTimeout: time.Minute, MaxInformational: 5,
-	})
+	}
+	for _, m := range mut {
+		m(&opts)
+	}
+	f.p = New(opts)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -374,7 +381,9 @@ func TestFastPathShutdownClosesIdleAndFinishesBusy(t *testing.T) {
 	}
 }
 
-func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// counter sums the samples of counter name whose labels include the
+// name-value pairs in labels.
+func counter(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -382,10 +391,19 @@ func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	var n float64
 	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				n += m.GetCounter().GetValue()
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
+					return l.GetName() == labels[i] && l.GetValue() == labels[i+1]
+				}) {
+					continue next
+				}
 			}
+			n += m.GetCounter().GetValue()
 		}
 	}
 	return n
