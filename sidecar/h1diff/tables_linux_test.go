@@ -52,3 +52,23 @@ func TestTables(t *testing.T) {
 		}
 	}
 }
+
+// TestREADMECarriesTheOutcomes checks that sidecar/README.md shows the
+// outcome tables of testdata/outcomes.md as they are; it needs no root.
+func TestREADMECarriesTheOutcomes(t *testing.T) {
+	golden, err := os.ReadFile(goldenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(readmeFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := withOutcomes(string(readme), string(golden))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want != string(readme) {
+		t.Errorf("%s does not carry the tables of %s: run go test ./sidecar/h1diff -update (as root)", readmeFile, goldenFile)
+	}
+}
