@@ -14,6 +14,7 @@ import (
 // Config is one benchmark run.
 type Config struct {
 	ProxyBin    string        // plexus-proxy binary
+	BaselineBin string        // optional second plexus-proxy binary, measured as plexus-before
 	Rates       []int         // fixed request rates, ascending
 	Duration    time.Duration // measured time per path and rate
 	Warmup      time.Duration // unmeasured time before each measurement
@@ -49,6 +50,10 @@ type path struct {
 	name     string
 	port     int
 	sidecars []*Sidecar
+	// start is set for a plexus pair that takes turns with the other
+	// build's pair (see turns_linux.go); last is its usage when last stopped.
+	start func() ([]*Sidecar, error)
+	last  []Usage
 }
 
 // Run sets up the topology, measures every path at every rate and at
@@ -68,11 +73,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer stopServer()
 
-	plexus, err := startPair(func(netns string) (*Sidecar, error) { return StartPlexus(cfg.ProxyBin, netns, cfg.LogDir) }, topo)
-	if err != nil {
-		return nil, err
+	var plexus []*Sidecar
+	if cfg.BaselineBin == "" {
+		plexus, err = startPair(func(netns string) (*Sidecar, error) { return StartPlexus(cfg.ProxyBin, netns, cfg.LogDir) }, topo)
+		if err != nil {
+			return nil, err
+		}
+		defer stopAll(plexus)
 	}
-	defer stopAll(plexus)
 	peer, err := startPair(func(netns string) (*Sidecar, error) {
 		if netns == topo.ClientNetns {
 			return StartNginx(netns, peerOutbound, fmt.Sprintf("%s:%d", serverAddr.Addr(), portPeer), cfg.LogDir)
@@ -84,32 +92,45 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer stopAll(peer)
 
-	paths := []path{{"direct", portDirect, nil}, {"plexus", portPlexus, plexus}, {"nginx", portPeer, peer}}
+	paths := []*path{{name: "direct", port: portDirect}, {name: "plexus", port: portPlexus, sidecars: plexus}, {name: "nginx", port: portPeer, sidecars: peer}}
+	rep := &Report{Duration: cfg.Duration}
+	if cfg.BaselineBin != "" {
+		paths = takeTurns(cfg, topo, paths)
+		rep.Notes = append(rep.Notes, turnsNote(cfg))
+	}
 	client := topo.Client(cfg.Workers)
 	for _, p := range paths {
-		if err := httpReady(ctx, client, URL(p.port)); err != nil {
+		if err := p.in(client, func() error { return httpReady(ctx, client, URL(p.port)) }); err != nil {
 			return nil, fmt.Errorf("path %s does not work: %w", p.name, err)
 		}
 	}
 
-	rep := &Report{Duration: cfg.Duration}
-	rep.Memory = append(rep.Memory, memoryRow("idle", plexus, peer))
-	for _, rate := range cfg.Rates {
-		for _, p := range paths {
-			res, err := measure(ctx, cfg, client, p, rate)
+	rep.Memory = append(rep.Memory, memoryRow("idle", paths))
+	for i, rate := range cfg.Rates {
+		results := make([]RateResult, len(paths))
+		for _, j := range order(paths, i) {
+			err := paths[j].in(client, func() (err error) {
+				results[j], err = measure(ctx, cfg, client, paths[j], rate)
+				return err
+			})
 			if err != nil {
 				return nil, err
 			}
-			rep.Rates = append(rep.Rates, res)
 		}
-		rep.Memory = append(rep.Memory, memoryRow(fmt.Sprintf("after %d req/s", rate), plexus, peer))
+		rep.Rates = append(rep.Rates, results...)
+		rep.Memory = append(rep.Memory, memoryRow(fmt.Sprintf("after %d req/s", rate), paths))
 	}
-	for _, p := range paths {
-		rps, res, err := loadgen.Saturate(ctx, loadgen.Config{URL: URL(p.port), Duration: cfg.SaturateFor, Workers: cfg.Workers, Client: client})
+	rep.Throughput = make([]Throughput, len(paths))
+	for _, j := range order(paths, len(cfg.Rates)) {
+		p := paths[j]
+		err := p.in(client, func() error {
+			rps, res, err := loadgen.Saturate(ctx, loadgen.Config{URL: URL(p.port), Duration: cfg.SaturateFor, Workers: cfg.Workers, Client: client})
+			rep.Throughput[j] = Throughput{Path: p.name, RPS: rps, Errors: res.Errors}
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
-		rep.Throughput = append(rep.Throughput, Throughput{Path: p.name, RPS: rps, Errors: res.Errors})
 	}
 	return rep, nil
 }
@@ -133,7 +154,7 @@ func stopAll(ss []*Sidecar) {
 	}
 }
 
-func measure(ctx context.Context, cfg Config, client *http.Client, p path, rate int) (RateResult, error) {
+func measure(ctx context.Context, cfg Config, client *http.Client, p *path, rate int) (RateResult, error) {
 	lc := loadgen.Config{URL: URL(p.port), Rate: rate, Duration: cfg.Warmup, Workers: cfg.Workers, Client: client}
 	if cfg.Warmup > 0 {
 		if _, err := loadgen.Run(ctx, lc); err != nil {
@@ -147,10 +168,14 @@ func measure(ctx context.Context, cfg Config, client *http.Client, p path, rate 
 		return RateResult{}, err
 	}
 	cpu := cpuOf(p.sidecars) - before
+	var perRequest time.Duration
+	if n := len(res.Latencies) + res.Errors; n > 0 {
+		perRequest = cpu / time.Duration(n)
+	}
 	return RateResult{
 		Path: p.name, Rate: rate, Latency: loadgen.Summarize(res.Latencies),
 		Errors: res.Errors, FirstErr: res.FirstErr,
-		SidecarCPU: float64(cpu) / float64(res.Elapsed),
+		SidecarCPU: float64(cpu) / float64(res.Elapsed), CPUPerRequest: perRequest,
 	}, nil
 }
 
@@ -164,15 +189,32 @@ func cpuOf(ss []*Sidecar) time.Duration {
 	return total
 }
 
-func memoryRow(when string, plexus, peer []*Sidecar) MemoryRow {
+// memoryRow reads the sidecars' usage now, or for a pair taking turns,
+// when it was last stopped.
+func memoryRow(when string, paths []*path) MemoryRow {
 	row := MemoryRow{When: when}
-	for _, s := range plexus {
-		u, _ := s.Usage()
-		row.Plexus = append(row.Plexus, u)
-	}
-	for _, s := range peer {
-		u, _ := s.Usage()
-		row.Peer = append(row.Peer, u)
+	for _, p := range paths {
+		us := p.last
+		if p.start == nil {
+			us = usageOf(p.sidecars)
+		}
+		switch p.name {
+		case "plexus":
+			row.Plexus = us
+		case "plexus-before":
+			row.Before = us
+		case "nginx":
+			row.Peer = us
+		}
 	}
 	return row
+}
+
+func usageOf(ss []*Sidecar) []Usage {
+	var us []Usage
+	for _, s := range ss {
+		u, _ := s.Usage()
+		us = append(us, u)
+	}
+	return us
 }

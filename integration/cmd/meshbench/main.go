@@ -1,6 +1,8 @@
 // Command meshbench measures the direct path, the Plexus proxy pair and an
 // nginx pair side by side on a pair of network namespaces it creates, and
-// prints the result as Markdown tables (see package meshbench).
+// prints the result as Markdown tables (see package meshbench). With
+// -baseline-proxy it also measures a second plexus-proxy build, as
+// plexus-before, taking turns with the first on the same ports.
 package main
 
 import (
@@ -29,6 +31,7 @@ func run() error {
 	var cfg meshbench.Config
 	var rates string
 	flag.StringVar(&cfg.ProxyBin, "proxy", "bin/plexus-proxy", "plexus-proxy binary")
+	flag.StringVar(&cfg.BaselineBin, "baseline-proxy", "", "a second plexus-proxy binary to compare against, measured as plexus-before (optional)")
 	flag.StringVar(&rates, "rates", "500,1000,2000", "fixed request rates, ascending")
 	flag.DurationVar(&cfg.Duration, "duration", 10*time.Second, "measured time per path and rate")
 	flag.DurationVar(&cfg.Warmup, "warmup", 2*time.Second, "unmeasured time before each measurement")
