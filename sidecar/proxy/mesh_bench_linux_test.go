@@ -69,6 +69,10 @@ func BenchmarkMeshHTTP1(b *testing.B) {
 				get()
 			}
 			lat := make([]time.Duration, 0, b.N)
+			var cpu0 time.Duration
+			if proxied {
+				cpu0 = cpuTime(b, m.client.cmd.Process.Pid) + cpuTime(b, m.server.cmd.Process.Pid)
+			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
@@ -87,6 +91,8 @@ func BenchmarkMeshHTTP1(b *testing.B) {
 				}
 			}
 			if proxied {
+				cpu := cpuTime(b, m.client.cmd.Process.Pid) + cpuTime(b, m.server.cmd.Process.Pid) - cpu0
+				b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "pair-cpu-µs/req")
 				b.ReportMetric(rssMB(b, m.client.cmd.Process.Pid), "client-proxy-RSS-MB")
 				b.ReportMetric(rssMB(b, m.server.cmd.Process.Pid), "server-proxy-RSS-MB")
 			}
@@ -111,6 +117,21 @@ func socat(b *testing.B, p *pod, port string) {
 		out, _ := p.ns.Command("ss", "-Hltn", "sport = :"+port).Output()
 		return strings.Contains(string(out), port)
 	})
+}
+
+// cpuTime is the user+system CPU time process pid has used (in clock
+// ticks of 10 ms, so measure over many requests).
+func cpuTime(b *testing.B, pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fields after the command name, which is in parentheses: utime and
+	// stime are the 12th and 13th.
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	ut, _ := strconv.Atoi(f[11])
+	st, _ := strconv.Atoi(f[12])
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
 func rssMB(b *testing.B, pid int) float64 {
