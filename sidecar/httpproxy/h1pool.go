@@ -1,7 +1,6 @@
 package httpproxy
 
 import (
-	"errors"
 	"net"
 	"net/netip"
 	"sync"
@@ -15,16 +14,22 @@ import (
 type upstream struct {
 	c      net.Conn
 	raw    syscall.RawConn // the TCP socket under c; nil if the dialer gave no TCPConn
-	secure bool            // c is mesh TLS over raw
+	nb     *nbConn         // under mesh TLS; nil in plaintext
 	key    poolKey
 	rd     *h1reader
 	wr     h1writer
 	idleAt time.Time
 	reused bool
+	// peek and empty: socketEmpty's check, built once (a closure made
+	// per call would be an allocation per request).
+	peek  func(fd uintptr)
+	empty bool
 }
 
-func newUpstream(c net.Conn, raw syscall.RawConn, secure bool, writeTimeout time.Duration) *upstream {
-	return &upstream{c: c, raw: raw, secure: secure, rd: newReader(c, h1ReadBuf), wr: h1writer{c: c, idle: writeTimeout}}
+func newUpstream(d dialed, writeTimeout time.Duration) *upstream {
+	u := &upstream{c: d.conn, raw: d.raw, nb: d.nb, rd: newReader(d.conn, h1ReadBuf), wr: h1writer{c: d.conn, idle: writeTimeout}}
+	u.peek = func(fd uintptr) { u.empty = peekEmpty(fd) }
+	return u
 }
 
 func (u *upstream) close() { u.c.Close() }
@@ -35,19 +40,13 @@ func (u *upstream) close() { u.c.Close() }
 // Checked before every reuse: a stray response would otherwise answer the
 // next request, possibly another client's.
 func (u *upstream) clean() bool {
-	if len(u.rd.buffered()) > 0 {
+	switch {
+	case len(u.rd.buffered()) > 0:
 		return false
-	}
-	if u.raw != nil && !socketEmpty(u.raw) {
-		return false
-	}
-	if u.secure {
-		// A read that cannot wait returns what TLS holds decrypted, or
-		// a record already read whole; else it times out at once.
-		var one [1]byte
-		u.c.SetReadDeadline(time.Unix(1, 0))
-		n, err := u.c.Read(one[:])
-		return n == 0 && isTimeout(err)
+	case u.nb != nil:
+		return u.nb.quiet(u.c)
+	case u.raw != nil:
+		return u.socketEmpty()
 	}
 	return true
 }
@@ -55,14 +54,9 @@ func (u *upstream) clean() bool {
 // socketEmpty reports whether nothing (no byte, FIN or RST) is waiting on
 // the socket, peeking without blocking (through Control, which unlike
 // Read ignores a read deadline that has passed).
-func socketEmpty(raw syscall.RawConn) bool {
-	var one [1]byte
-	ok := false
-	err := raw.Control(func(fd uintptr) {
-		_, _, err := syscall.Recvfrom(int(fd), one[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		ok = errors.Is(err, syscall.EAGAIN)
-	})
-	return err == nil && ok
+func (u *upstream) socketEmpty() bool {
+	u.empty = false
+	return u.raw.Control(u.peek) == nil && u.empty
 }
 
 // poolKey names the upstream connections one request may reuse: same

@@ -30,18 +30,19 @@ type ClientConn struct {
 
 // h1conn is one client connection served by the fast path.
 type h1conn struct {
-	p     *Proxy
-	c     net.Conn
-	dst   netip.AddrPort
-	tls   metrics.TLS
-	rd    *h1reader
-	wr    h1writer
-	head  reqHead
-	req   Request
-	x     exchange
-	watch clientWatch
-	idle  atomic.Bool              // waiting for the next request
-	up    atomic.Pointer[upstream] // in use, for Shutdown and the watch to cut
+	p      *Proxy
+	c      net.Conn
+	dst    netip.AddrPort
+	tls    metrics.TLS
+	rd     *h1reader
+	wr     h1writer
+	head   reqHead
+	req    Request
+	x      exchange
+	watch  clientWatch
+	series metrics.Series
+	idle   atomic.Bool              // waiting for the next request
+	up     atomic.Pointer[upstream] // in use, for Shutdown and the watch to cut
 	// own is the idle upstream connection kept for this client alone
 	// (Options.IsolateClients).
 	own *upstream
@@ -92,7 +93,7 @@ func (p *Proxy) ServeHTTP1(cc ClientConn) (handoff net.Conn) {
 	for {
 		ok, handOff := hc.next()
 		if handOff {
-			hc.c.SetReadDeadline(time.Time{})
+			hc.rd.until(time.Time{})
 			return &replay.Conn{Conn: hc.c, Data: append([]byte(nil), hc.rd.buffered()...)}
 		}
 		if !ok {
@@ -111,9 +112,7 @@ func (hc *h1conn) next() (ok, handOff bool) {
 		if hc.p.h1conns.draining.Load() {
 			return false, false
 		}
-		if o.ClientIdleTimeout > 0 {
-			hc.rd.until(time.Now().Add(o.ClientIdleTimeout))
-		}
+		hc.rd.due(o.ClientIdleTimeout)
 		err := hc.rd.fill(h1ReadBuf)
 		hc.idle.Store(false)
 		if err != nil {
@@ -121,7 +120,7 @@ func (hc *h1conn) next() (ok, handOff bool) {
 		}
 	}
 	if headEnd(hc.rd.buffered()) < 0 && o.ReadHeaderTimeout > 0 {
-		hc.rd.until(time.Now().Add(o.ReadHeaderTimeout))
+		hc.rd.due(o.ReadHeaderTimeout)
 	}
 	raw, err := hc.rd.head(h1ReadBuf)
 	if errors.Is(err, errHeadTooLarge) {
@@ -158,7 +157,7 @@ func (hc *h1conn) forward(h *reqHead) bool {
 		Replayable: hc.bodyBuffered(h),
 	}
 	x := &hc.x
-	err := p.begin(context.Background(), x, r)
+	err := p.begin(context.Background(), x, r, &hc.series)
 	defer x.end()
 	if err != nil {
 		return hc.answer(h, x.fail(err))
@@ -224,7 +223,7 @@ func (hc *h1conn) exchange(up *upstream, h *reqHead) (resHead, error) {
 	} else if err := hc.sendBody(up, h); err != nil {
 		return resHead{}, err
 	}
-	up.rd.until(x.deadline)
+	up.rd.due(x.headerTimeout)
 	hc.watch.arm()
 	defer hc.watch.disarm()
 	for interim := 0; ; {

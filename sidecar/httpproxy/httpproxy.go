@@ -197,8 +197,8 @@ func (e *tlsError) Error() string { return e.err.Error() }
 func (e *tlsError) Unwrap() error { return e.err }
 
 func (p *Proxy) dial(ctx context.Context, _, addr string) (net.Conn, error) {
-	c, _, err := p.connect(ctx, addr, spiffe.ID{})
-	return c, err
+	d, err := p.connect(ctx, addr, spiffe.ID{})
+	return d.conn, err
 }
 
 // dialTLS dials the request's endpoint and runs the mesh handshake
@@ -209,29 +209,36 @@ func (p *Proxy) dialTLS(ctx context.Context, _, addr string) (net.Conn, error) {
 	if !ok || ep.Identity.IsZero() || ep.Addr.String() != addr {
 		return nil, &dialError{fmt.Errorf("no mesh identity known for %s", addr)}
 	}
-	c, _, err := p.connect(ctx, addr, ep.Identity)
-	return c, err
+	d, err := p.connect(ctx, addr, ep.Identity)
+	return d.conn, err
 }
 
 // dialUpstream opens a fast-path upstream connection to ep.
 func (p *Proxy) dialUpstream(ep Endpoint) (*upstream, error) {
-	c, raw, err := p.connect(context.Background(), ep.Addr.String(), ep.Identity)
+	d, err := p.connect(context.Background(), ep.Addr.String(), ep.Identity)
 	if err != nil {
 		return nil, err
 	}
-	return newUpstream(c, raw, !ep.Identity.IsZero(), p.opts.WriteTimeout), nil
+	return newUpstream(d, p.opts.WriteTimeout), nil
+}
+
+// dialed is a new upstream connection: conn to use, raw its TCP socket
+// (nil if the dialer gave none), nb under mesh TLS (nil in plaintext).
+type dialed struct {
+	conn net.Conn
+	raw  syscall.RawConn
+	nb   *nbConn
 }
 
 // connect dials addr (and, with id, runs the mesh handshake) within the
-// connect timeout. raw is the TCP socket under the connection, when the
-// dialer returned one.
-func (p *Proxy) connect(ctx context.Context, addr string, id spiffe.ID) (_ net.Conn, raw syscall.RawConn, _ error) {
+// connect timeout.
+func (p *Proxy) connect(ctx context.Context, addr string, id spiffe.ID) (dialed, error) {
 	dst, err := netip.ParseAddrPort(addr)
 	if err != nil {
-		return nil, nil, &dialError{fmt.Errorf("destination %q: %w", addr, err)}
+		return dialed{}, &dialError{fmt.Errorf("destination %q: %w", addr, err)}
 	}
 	if !id.IsZero() && p.opts.Secure == nil {
-		return nil, nil, &dialError{fmt.Errorf("mesh mTLS to %s requested without a way to run it", addr)}
+		return dialed{}, &dialError{fmt.Errorf("mesh mTLS to %s requested without a way to run it", addr)}
 	}
 	if p.opts.ConnectTimeout > 0 {
 		var cancel context.CancelFunc
@@ -240,22 +247,28 @@ func (p *Proxy) connect(ctx context.Context, addr string, id spiffe.ID) (_ net.C
 	}
 	c, err := p.opts.Dial(ctx, dst)
 	if err != nil {
-		return nil, nil, &dialError{err}
+		return dialed{}, &dialError{err}
 	}
+	var d dialed
 	if sc, ok := c.(interface {
 		SyscallConn() (syscall.RawConn, error)
 	}); ok {
-		raw, _ = sc.SyscallConn()
+		d.raw, _ = sc.SyscallConn()
 	}
 	m, dir := p.opts.Metrics, p.opts.Direction
 	var t metrics.TLS
 	if !id.IsZero() {
+		if d.raw != nil {
+			d.nb = newNBConn(c, d.raw)
+			c = d.nb
+		}
 		if c, err = p.opts.Secure(ctx, c, id); err != nil {
-			return nil, nil, &dialError{&tlsError{err}}
+			return dialed{}, &dialError{&tlsError{err}}
 		}
 		t = metrics.TLS{On: true, PeerID: m.PeerID(dir, id)}
 	}
-	return m.TrackConn(c, dir, m.Target(dir, dst), metrics.PeerDst, t), raw, nil
+	d.conn = m.TrackConn(c, dir, m.Target(dir, dst), metrics.PeerDst, t)
+	return d, nil
 }
 
 // ServeHTTP takes a request net/http's server parsed (HTTP/1 the fast path
@@ -282,7 +295,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Connection", "close")
 	}
 	var x exchange
-	err := p.begin(r.Context(), &x, req)
+	err := p.begin(r.Context(), &x, req, nil)
 	defer x.end()
 	if err != nil {
 		p.answerHTTP(w, r, x.fail(err))

@@ -28,15 +28,19 @@ type exchange struct {
 	req      *Request
 	endpoint Endpoint
 	rec      metrics.Request
-	// deadline is when response headers are due; zero: no limit.
-	deadline time.Time
-	attempts int
+	// headerTimeout is how long after sending response headers are due
+	// (fast path); deadline is when, from the start (net/http); zero: no
+	// limit.
+	headerTimeout time.Duration
+	deadline      time.Time
+	attempts      int
 }
 
-// begin runs route, authorize and balance, and starts the metrics. A
+// begin runs route, authorize and balance, and starts the metrics (with
+// the series cache of the request's connection, when it has one). A
 // non-nil error is the reason the request cannot be sent; answer it with
 // x.fail. x.end must be called either way.
-func (p *Proxy) begin(ctx context.Context, x *exchange, req *Request) error {
+func (p *Proxy) begin(ctx context.Context, x *exchange, req *Request, series *metrics.Series) error {
 	*x = exchange{p: p, req: req, endpoint: Endpoint{Addr: req.Dst}}
 	m, dir := p.opts.Metrics, req.Direction
 	// route and authorize: no rules yet, so every request takes the
@@ -49,11 +53,11 @@ func (p *Proxy) begin(ctx context.Context, x *exchange, req *Request) error {
 	if !x.endpoint.Identity.IsZero() {
 		tl = metrics.TLS{On: true, PeerID: m.PeerID(dir, x.endpoint.Identity)}
 	}
-	x.rec = m.StartRequest(dir, m.Target(dir, req.Dst), m.Authority(dir, req.Authority), tl)
+	x.rec = m.StartRequest(dir, req.Dst, req.Authority, tl, series)
 	if t := p.opts.ResponseHeaderTimeout; t > 0 && !req.GRPC {
 		// gRPC carries its own deadline (grpc-timeout), and a server
 		// stream may rightly send no headers for a long time.
-		x.deadline = time.Now().Add(t)
+		x.headerTimeout, x.deadline = t, time.Now().Add(t)
 	}
 	return err
 }

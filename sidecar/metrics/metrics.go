@@ -223,20 +223,59 @@ type Request struct {
 	m      *Metrics
 	labels [6]string
 	start  time.Time
+	s      *Series
 }
 
-// StartRequest counts a request and returns its handle. target and
-// authority must come from Target and Authority.
-func (m *Metrics) StartRequest(direction, target, authority string, t TLS) Request {
+// Series remembers the labels and series of a connection's last request,
+// so the next request like it (a keep-alive client repeating itself, the
+// common case) skips bounding its labels and hashing them three times.
+// One connection's requests use it one at a time; it is not shared.
+type Series struct {
+	dst       netip.AddrPort
+	authority string
+	tls       TLS
+	labels    [6]string
+	requests  prometheus.Counter
+	status    int
+	latency   prometheus.Observer
+	done      doneKey
+	responses prometheus.Counter
+}
+
+type doneKey struct {
+	status          int
+	grpc, errReason string
+}
+
+// StartRequest counts a request to the original destination dst with the
+// Host authority and returns its handle. s, when not nil, caches the
+// series of a connection's requests.
+func (m *Metrics) StartRequest(direction string, dst netip.AddrPort, authority string, t TLS, s *Series) Request {
+	if s != nil && s.requests != nil && s.dst == dst && s.authority == authority && s.tls == t && s.labels[0] == direction {
+		s.requests.Inc()
+		return Request{m: m, labels: s.labels, start: time.Now(), s: s}
+	}
 	tls, client, server := t.values(direction)
-	r := Request{m: m, labels: [6]string{direction, target, authority, tls, client, server}, start: time.Now()}
-	m.requests.WithLabelValues(r.labels[:]...).Inc()
+	r := Request{m: m, start: time.Now(), s: s,
+		labels: [6]string{direction, m.Target(direction, dst), m.Authority(direction, authority), tls, client, server}}
+	c := m.requests.WithLabelValues(r.labels[:]...)
+	c.Inc()
+	if s != nil {
+		*s = Series{dst: dst, authority: authority, tls: t, labels: r.labels, requests: c}
+	}
 	return r
 }
 
 // Headers records response latency when response headers are ready.
 func (r Request) Headers(status int) {
 	ms := float64(time.Since(r.start)) / float64(time.Millisecond)
+	if s := r.s; s != nil {
+		if s.latency == nil || s.status != status {
+			s.status, s.latency = status, r.m.latency.WithLabelValues(append(r.labels[:], statusLabel(status))...)
+		}
+		s.latency.Observe(ms)
+		return
+	}
 	r.m.latency.WithLabelValues(append(r.labels[:], statusLabel(status))...).Observe(ms)
 }
 
@@ -245,11 +284,20 @@ func (r Request) Headers(status int) {
 // response stream broke. Classification follows Linkerd: failure for 5xx,
 // a non-zero grpc-status or a proxy error.
 func (r Request) Done(status int, grpcStatus, errReason string) {
+	key := doneKey{status, grpcStatus, errReason}
+	if s := r.s; s != nil && s.responses != nil && s.done == key {
+		s.responses.Inc()
+		return
+	}
 	class := "success"
 	if status >= 500 || (grpcStatus != "" && grpcStatus != "0") || errReason != "" {
 		class = "failure"
 	}
-	r.m.responses.WithLabelValues(append(r.labels[:], statusLabel(status), class, grpcLabel(grpcStatus), errReason)...).Inc()
+	c := r.m.responses.WithLabelValues(append(r.labels[:], statusLabel(status), class, grpcLabel(grpcStatus), errReason)...)
+	c.Inc()
+	if s := r.s; s != nil {
+		s.done, s.responses = key, c
+	}
 }
 
 func statusLabel(s int) string {

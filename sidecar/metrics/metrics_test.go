@@ -1,9 +1,12 @@
 package metrics
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
+
+	"github.com/prometheus/common/expfmt"
 	"strings"
 	"testing"
 
@@ -40,6 +43,8 @@ func TestTargetAndAuthorityAreBounded(t *testing.T) {
 	}
 }
 
+var tgt = netip.MustParseAddrPort("10.0.0.1:80")
+
 func TestRequestClassification(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := New(reg, 10)
@@ -47,24 +52,24 @@ func TestRequestClassification(t *testing.T) {
 		status       int
 		grpc, reason string
 	}{{200, "", ""}, {503, "", ""}, {200, "0", ""}, {200, "14", ""}, {200, "99", ""}, {502, "", "connect"}} {
-		r := m.StartRequest(Outbound, "t", "a", TLS{})
+		r := m.StartRequest(Outbound, tgt, "a", TLS{}, nil)
 		r.Headers(c.status)
 		r.Done(c.status, c.grpc, c.reason)
 	}
 	want := `
 # HELP response_total HTTP responses the proxy completed.
 # TYPE response_total counter
-response_total{authority="a",classification="failure",client_id="",direction="outbound",error="",grpc_status="",server_id="",status_code="503",target_addr="t",tls="false"} 1
-response_total{authority="a",classification="failure",client_id="",direction="outbound",error="",grpc_status="14",server_id="",status_code="200",target_addr="t",tls="false"} 1
-response_total{authority="a",classification="failure",client_id="",direction="outbound",error="",grpc_status="other",server_id="",status_code="200",target_addr="t",tls="false"} 1
-response_total{authority="a",classification="failure",client_id="",direction="outbound",error="connect",grpc_status="",server_id="",status_code="502",target_addr="t",tls="false"} 1
-response_total{authority="a",classification="success",client_id="",direction="outbound",error="",grpc_status="",server_id="",status_code="200",target_addr="t",tls="false"} 1
-response_total{authority="a",classification="success",client_id="",direction="outbound",error="",grpc_status="0",server_id="",status_code="200",target_addr="t",tls="false"} 1
+response_total{authority="a",classification="failure",client_id="",direction="outbound",error="",grpc_status="",server_id="",status_code="503",target_addr="10.0.0.1:80",tls="false"} 1
+response_total{authority="a",classification="failure",client_id="",direction="outbound",error="",grpc_status="14",server_id="",status_code="200",target_addr="10.0.0.1:80",tls="false"} 1
+response_total{authority="a",classification="failure",client_id="",direction="outbound",error="",grpc_status="other",server_id="",status_code="200",target_addr="10.0.0.1:80",tls="false"} 1
+response_total{authority="a",classification="failure",client_id="",direction="outbound",error="connect",grpc_status="",server_id="",status_code="502",target_addr="10.0.0.1:80",tls="false"} 1
+response_total{authority="a",classification="success",client_id="",direction="outbound",error="",grpc_status="",server_id="",status_code="200",target_addr="10.0.0.1:80",tls="false"} 1
+response_total{authority="a",classification="success",client_id="",direction="outbound",error="",grpc_status="0",server_id="",status_code="200",target_addr="10.0.0.1:80",tls="false"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "response_total"); err != nil {
 		t.Error(err)
 	}
-	if n := testutil.ToFloat64(m.requests.WithLabelValues(Outbound, "t", "a", "false", "", "")); n != 6 {
+	if n := testutil.ToFloat64(m.requests.WithLabelValues(Outbound, "10.0.0.1:80", "a", "false", "", "")); n != 6 {
 		t.Errorf("request_total = %v", n)
 	}
 	if n := testutil.CollectAndCount(m.latency); n != 3 { // status 200, 503, 502
@@ -124,13 +129,13 @@ func TestTLSLabelsAndBoundedIDs(t *testing.T) {
 	if got := m.PeerID(Outbound, spiffe.ID{}); got != "" {
 		t.Errorf("zero id = %q", got)
 	}
-	m.StartRequest(Outbound, "t", "a", TLS{On: true, PeerID: ids[0].String()})
-	m.StartRequest(Inbound, "t", "a", TLS{On: true, PeerID: ids[1].String()})
+	m.StartRequest(Outbound, tgt, "a", TLS{On: true, PeerID: ids[0].String()}, nil)
+	m.StartRequest(Inbound, tgt, "a", TLS{On: true, PeerID: ids[1].String()}, nil)
 	want := `
 # HELP request_total HTTP requests the proxy received.
 # TYPE request_total counter
-request_total{authority="a",client_id="",direction="outbound",server_id="spiffe://td/ns/a/sa/x",target_addr="t",tls="true"} 1
-request_total{authority="a",client_id="spiffe://td/ns/b/sa/y",direction="inbound",server_id="",target_addr="t",tls="true"} 1
+request_total{authority="a",client_id="",direction="outbound",server_id="spiffe://td/ns/a/sa/x",target_addr="10.0.0.1:80",tls="true"} 1
+request_total{authority="a",client_id="spiffe://td/ns/b/sa/y",direction="inbound",server_id="",target_addr="10.0.0.1:80",tls="true"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "request_total"); err != nil {
 		t.Error(err)
@@ -175,4 +180,68 @@ func TestResetConnCountsAsFailure(t *testing.T) {
 			t.Errorf("tcp_close_total{outcome=%q} = %v, want %v", outcome, got, want)
 		}
 	}
+}
+
+// A connection's Series gives the same counts as no cache, whatever
+// changes between its requests.
+func TestSeriesCountsAsWithoutCache(t *testing.T) {
+	cached, plain := prometheus.NewRegistry(), prometheus.NewRegistry()
+	mc, mp := New(cached, 10), New(plain, 10)
+	var s Series
+	other := netip.MustParseAddrPort("10.0.0.2:80")
+	for _, c := range []struct {
+		dst          netip.AddrPort
+		authority    string
+		tls          TLS
+		status       int
+		grpc, reason string
+	}{
+		{tgt, "a", TLS{}, 200, "", ""}, {tgt, "a", TLS{}, 200, "", ""}, {tgt, "a", TLS{}, 503, "", ""},
+		{tgt, "b", TLS{}, 200, "", ""}, {other, "b", TLS{}, 200, "", ""}, {other, "b", TLS{On: true}, 200, "0", ""},
+		{other, "b", TLS{On: true}, 200, "14", ""}, {tgt, "a", TLS{}, 502, "", "connect-refused"}, {tgt, "a", TLS{}, 200, "", ""},
+	} {
+		for _, m := range []struct {
+			m *Metrics
+			s *Series
+		}{{mc, &s}, {mp, nil}} {
+			r := m.m.StartRequest(Inbound, c.dst, c.authority, c.tls, m.s)
+			r.Headers(c.status)
+			r.Done(c.status, c.grpc, c.reason)
+		}
+	}
+	// Latency sums differ by timing; the sample counts per series must not.
+	if counts(t, cached) != counts(t, plain) {
+		t.Errorf("latency sample counts with the cache:\n%s\nwithout:\n%s", counts(t, cached), counts(t, plain))
+	}
+	for _, name := range []string{"request_total", "response_total"} {
+		want, _ := plain.Gather()
+		var text strings.Builder
+		for _, mf := range want {
+			if mf.GetName() == name {
+				expfmt.MetricFamilyToText(&text, mf)
+			}
+		}
+		if err := testutil.GatherAndCompare(cached, strings.NewReader(text.String()), name); err != nil {
+			t.Errorf("%s with the cache differs: %v", name, err)
+		}
+	}
+}
+
+// counts lists each response_latency_ms series with its sample count.
+func counts(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, mf := range mfs {
+		if mf.GetName() != "response_latency_ms" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			fmt.Fprintf(&b, "%v %d\n", m.GetLabel(), m.GetHistogram().GetSampleCount())
+		}
+	}
+	return b.String()
 }
