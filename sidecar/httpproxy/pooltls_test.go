@@ -59,7 +59,9 @@ func TestPooledTLSConnectionWithStrayDecryptedBytesIsNotReused(t *testing.T) {
 	addr := ln.Addr().(*net.TCPAddr).AddrPort()
 	id := spiffe.New("cluster.local", "ns", "sa")
 	f := startFast(t, addr, func(o *Options) {
-		o.Balance = func(context.Context, netip.AddrPort) (Endpoint, error) { return Endpoint{Addr: addr, Identity: id}, nil }
+		o.Balance = func(context.Context, netip.AddrPort) (Endpoint, error) {
+			return Endpoint{Addr: addr, Identity: id}, nil
+		}
 		o.Secure = func(ctx context.Context, c net.Conn, _ spiffe.ID) (net.Conn, error) {
 			tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true})
 			return tc, tc.HandshakeContext(ctx)
