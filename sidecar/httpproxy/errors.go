@@ -59,8 +59,11 @@ func classify(err error) (int, string) {
 	timeout := errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 	var te *tlsError
 	var ce *clientError
+	var we *writeError
 	client := errors.As(err, &ce)
 	switch {
+	case client && errors.As(err, &we):
+		return 499, ReasonClientGone // it stopped reading: nothing more can reach it
 	case client && errors.Is(err, errBadChunk):
 		return http.StatusBadRequest, ReasonBadRequest
 	case client && timeout:

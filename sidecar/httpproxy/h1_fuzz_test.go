@@ -39,7 +39,7 @@ func FuzzFastPathHeads(f *testing.F) {
 				if res.status < 100 || res.status > 999 {
 					t.Fatalf("status %d", res.status)
 				}
-				res.appendClient(nil, []byte("GET"), true)
+				res.appendClient(nil, true)
 			}
 		}
 		var out bytes.Buffer

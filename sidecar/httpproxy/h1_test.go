@@ -455,3 +455,27 @@ func TestFastPathRetryDialsPastOtherDeadConnections(t *testing.T) {
 		t.Errorf("GET after the pool died: %d %q (%s), want 200 on a new connection", res.StatusCode, body, res.Header.Get(ErrorHeader))
 	}
 }
+
+// The request's method decides the response's framing even when a
+// streamed request body reused the buffer its head was read into (here a
+// trailer "HEAD: x" lands where the method was).
+func TestMethodSurvivesAStreamedRequestBody(t *testing.T) {
+	up := upstreamServer(t, func(c net.Conn, r *bufio.Reader) {
+		if _, err := readRequest(r); err == nil {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n"+strings.Repeat("b", 20))
+		}
+		r.ReadByte()
+	})
+	f := startFast(t, up.addr)
+	c, r := f.dial(t)
+	io.WriteString(c, "POST / HTTP/1.1\r\nHost: svc\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n")
+	time.Sleep(50 * time.Millisecond) // the proxy reads the head, then waits for the trailers
+	io.WriteString(c, "HEAD: x\r\n\r\n")
+	res, err := http.ReadResponse(r, &http.Request{Method: "POST"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := io.ReadAll(res.Body); err != nil || len(b) != 20 {
+		t.Errorf("body %q (%v), want the 20 bytes the upstream sent", b, err)
+	}
+}

@@ -231,6 +231,9 @@ func (ch *connHeaders) listed(name []byte) bool {
 
 // reqHead is a parsed request head on the fast path.
 type reqHead struct {
+	// raw and the slices into it are valid until the next read of the
+	// connection's buffer (a streamed body reuses it): what is needed
+	// later is copied into the pipeline's Request.
 	raw           []byte // the whole head, request line to empty line
 	method        []byte
 	target        []byte
@@ -435,26 +438,27 @@ func forEachLine(b []byte, f func(line []byte) bool) {
 	}
 }
 
-// bodyless reports a response that has no body whatever its headers say.
-func (h *resHead) bodyless(method []byte) bool {
-	return string(method) == "HEAD" || h.status == 204 || h.status == 304 || h.status < 200
+// bodyless reports a response that has no body whatever its headers say
+// (head: it answers a HEAD request).
+func (h *resHead) bodyless(head bool) bool {
+	return head || h.status == 204 || h.status == 304 || h.status < 200
 }
 
 // untilClose reports a response body delimited by the connection's end.
-func (h *resHead) untilClose(method []byte) bool {
-	return !h.bodyless(method) && !h.chunked && h.contentLength < 0
+func (h *resHead) untilClose(head bool) bool {
+	return !h.bodyless(head) && !h.chunked && h.contentLength < 0
 }
 
 // reusable reports whether the upstream connection may carry another
 // request after this response.
-func (h *resHead) reusable(method []byte) bool {
-	return h.minor == '1' && !h.conn.close && !h.untilClose(method)
+func (h *resHead) reusable(head bool) bool {
+	return h.minor == '1' && !h.conn.close && !h.untilClose(head)
 }
 
 // appendClient appends the head to send the client: an HTTP/1.1 status
 // line with the upstream's code and reason, the end-to-end headers, the
 // framing, and Connection: close when the proxy will close.
-func (h *resHead) appendClient(b []byte, method []byte, closing bool) []byte {
+func (h *resHead) appendClient(b []byte, closing bool) []byte {
 	b = append(b, "HTTP/1.1 "...)
 	b = append(b, byte('0'+h.status/100), byte('0'+h.status/10%10), byte('0'+h.status%10), ' ')
 	b = append(b, h.reason...)

@@ -193,7 +193,7 @@ func (hc *h1conn) try(h *reqHead, key poolKey, n int) (*upstream, resHead, error
 	hc.up.Store(up)
 	res, err := hc.exchange(up, h)
 	if err != nil {
-		hc.up.Store(nil)
+		hc.up.Swap(nil)
 		up.close()
 		if hc.watch.gone.Load() {
 			err = &clientError{err}
@@ -250,10 +250,10 @@ func (hc *h1conn) exchange(up *upstream, h *reqHead) (resHead, error) {
 		}
 		// An interim response (e.g. 103 Early Hints): relay it and wait
 		// for the final one.
-		hc.wr.buf = res.appendClient(hc.wr.buf[:0], h.method, false)
+		hc.wr.buf = res.appendClient(hc.wr.buf[:0], false)
 		up.rd.discard(len(raw))
 		if err := hc.wr.flush(); err != nil {
-			return resHead{}, &clientError{err}
+			return resHead{}, limited(&clientError{&writeError{err}}, metrics.LimitWriteStall)
 		}
 	}
 }
@@ -300,8 +300,12 @@ func limited(err error, limit string) error {
 func (hc *h1conn) relay(up *upstream, key poolKey, h *reqHead, res resHead) bool {
 	p, x := hc.p, &hc.x
 	x.headers(res.status)
-	closing := h.conn.close || res.untilClose(h.method) || p.h1conns.draining.Load()
-	hc.wr.buf = res.appendClient(hc.wr.buf[:0], h.method, closing)
+	// res and h point into read buffers the body copy reuses: what is
+	// needed after it is taken now.
+	head := x.req.Method == http.MethodHead
+	grpc := string(res.grpcStatus)
+	closing := h.conn.close || res.untilClose(head) || p.h1conns.draining.Load()
+	hc.wr.buf = res.appendClient(hc.wr.buf[:0], closing)
 	up.rd.discard(len(res.raw))
 	up.rd.idleFor(p.opts.IdleTimeout)
 	buf := p.bufs.Get().(*[32 << 10]byte)
@@ -309,7 +313,7 @@ func (hc *h1conn) relay(up *upstream, key poolKey, h *reqHead, res resHead) bool
 	cp := copier{r: up.rd, w: &hc.wr, buf: buf[:]}
 	var err error
 	switch {
-	case res.bodyless(h.method):
+	case res.bodyless(head):
 	case res.chunked:
 		err = cp.copyChunked()
 	case res.contentLength >= 0:
@@ -317,8 +321,9 @@ func (hc *h1conn) relay(up *upstream, key poolKey, h *reqHead, res resHead) bool
 	default:
 		err = cp.copyUntilEOF()
 	}
-	hc.up.Store(nil)
-	grpc := string(res.grpcStatus)
+	// The watch may have closed the connection (its client left); then it
+	// took it, and it must not go back to the pool.
+	owned := hc.up.Swap(nil) == up
 	if err != nil {
 		up.close()
 		reason, limit := ReasonUpstreamReset, metrics.LimitIdle
@@ -336,7 +341,7 @@ func (hc *h1conn) relay(up *upstream, key poolKey, h *reqHead, res resHead) bool
 	// The response is read in full, so the upstream connection is free
 	// before the last write to the client: a client's next request finds
 	// it in the pool.
-	if res.reusable(h.method) && len(up.rd.buffered()) == 0 {
+	if owned && res.reusable(head) && len(up.rd.buffered()) == 0 {
 		hc.keep(key, up)
 	} else {
 		up.close()
@@ -415,7 +420,7 @@ func (hc *h1conn) answer(h *reqHead, a answer) bool {
 		}
 	}
 	b = append(b, "\r\n"...)
-	if string(h.method) != "HEAD" {
+	if hc.req.Method != http.MethodHead {
 		b = append(b, a.body...)
 	}
 	hc.wr.buf = b

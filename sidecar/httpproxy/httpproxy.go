@@ -319,12 +319,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !x.endpoint.Identity.IsZero() {
 		ctx = context.WithValue(ctx, endpointKey{}, x.endpoint)
 	}
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got1xxResponse: p.count1xx()})
-	if !x.deadline.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, x.deadline)
-		defer cancel()
-	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wait := headerWait{timeout: x.headerTimeout, cancel: cancel}
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got1xxResponse: p.count1xx(), WroteRequest: wait.start})
 	out = out.WithContext(ctx)
 	var res *http.Response
 	err = x.attempt(func(int) error {
@@ -334,10 +332,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		res, err = t.RoundTrip(out)
 		return err
 	})
+	if wait.stop() {
+		err = &limitError{metrics.LimitResponseHeaders, context.DeadlineExceeded}
+	}
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {
-			err = &limitError{metrics.LimitResponseHeaders, err}
-		}
 		p.answerHTTP(w, r, x.fail(err))
 		return
 	}
@@ -348,6 +346,48 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer res.Body.Close()
 	x.headers(res.StatusCode)
 	p.relayHTTP(w, r, res, &x)
+}
+
+// headerWait is the response-header timeout on the net/http path: it runs
+// from the moment the request is written (body included) until response
+// headers arrive, and then no longer (the request's context also covers
+// the response body, which may take as long as it takes).
+type headerWait struct {
+	timeout time.Duration
+	cancel  context.CancelFunc
+
+	mu       sync.Mutex
+	timer    *time.Timer
+	done     bool
+	timedOut bool
+}
+
+// start is the trace's WroteRequest hook.
+func (h *headerWait) start(httptrace.WroteRequestInfo) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.timeout > 0 && !h.done && h.timer == nil {
+		h.timer = time.AfterFunc(h.timeout, func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if !h.done {
+				h.timedOut = true
+				h.cancel()
+			}
+		})
+	}
+}
+
+// stop ends the wait once RoundTrip returned, and reports whether the
+// timeout had fired.
+func (h *headerWait) stop() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.done = true
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	return h.timedOut
 }
 
 // count1xx returns a trace hook that fails the request (502) past the

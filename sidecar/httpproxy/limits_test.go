@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -191,5 +192,36 @@ func eventually(t *testing.T, what string, check func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A request that timed out waiting for response headers is not sent
+// again (the retry rule is for connections that died, not slow ones).
+func TestTimedOutRequestIsNotSentAgain(t *testing.T) {
+	var slow atomic.Int32
+	up := upstreamServer(t, func(c net.Conn, r *bufio.Reader) {
+		for {
+			req, err := readRequest(r)
+			if err != nil {
+				return
+			}
+			if req.URL.Path == "/slow" {
+				slow.Add(1)
+				r.ReadByte() // never answer
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	f := startFast(t, up.addr, func(o *Options) { o.ResponseHeaderTimeout = 200 * time.Millisecond })
+	c, r := f.dial(t)
+	get(t, c, r, "GET", "") // the connection is now pooled, so /slow reuses it
+	io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: svc\r\n\r\n")
+	if res, err := http.ReadResponse(r, nil); err != nil || res.StatusCode != http.StatusGatewayTimeout {
+		t.Fatalf("slow upstream: %v %v, want 504", res, err)
+	}
+	time.Sleep(300 * time.Millisecond) // a retry would have arrived by now
+	if n := slow.Load(); n != 1 {
+		t.Errorf("the upstream got the timed-out request %d times, want 1", n)
 	}
 }

@@ -28,11 +28,9 @@ type exchange struct {
 	req      *Request
 	endpoint Endpoint
 	rec      metrics.Request
-	// headerTimeout is how long after sending response headers are due
-	// (fast path); deadline is when, from the start (net/http); zero: no
-	// limit.
+	// headerTimeout is how long after the request was sent its response
+	// headers are due; zero: no limit.
 	headerTimeout time.Duration
-	deadline      time.Time
 	attempts      int
 }
 
@@ -57,7 +55,7 @@ func (p *Proxy) begin(ctx context.Context, x *exchange, req *Request, series *me
 	if t := p.opts.ResponseHeaderTimeout; t > 0 && !req.GRPC {
 		// gRPC carries its own deadline (grpc-timeout), and a server
 		// stream may rightly send no headers for a long time.
-		x.headerTimeout, x.deadline = t, time.Now().Add(t)
+		x.headerTimeout = t
 	}
 	return err
 }
@@ -91,8 +89,15 @@ func (e *attemptError) Unwrap() error { return e.err }
 // for a request that failed on a pooled connection its server had closed
 // (nothing came back) when the request can be sent again: its body is
 // held, and either none of it was sent or the method is idempotent.
+// Never after a limit fired (a timeout would be waited out twice) or the
+// client left.
 func (x *exchange) retrySafe(err error) bool {
 	var ae *attemptError
+	var ce *clientError
+	var le *limitError
+	if errors.As(err, &ce) || errors.As(err, &le) || isTimeout(err) {
+		return false
+	}
 	return x.attempts == 1 && errors.As(err, &ae) && ae.reused && !ae.answered &&
 		x.req.Replayable && (!ae.sent || x.req.idempotent())
 }

@@ -58,7 +58,9 @@ func (w *clientWatch) check() {
 	for w.armed.Load() && w.gen.Load() == gen {
 		if peerClosed(w.raw) {
 			w.gone.Store(true)
-			if u := w.hc.up.Load(); u != nil {
+			// Swap: the connection is ours to close only while its
+			// request is in flight, never once back in a pool.
+			if u := w.hc.up.Swap(nil); u != nil {
 				u.close()
 			}
 			return

@@ -129,3 +129,24 @@ func TestResponseHeaderTimeoutOnHTTP2(t *testing.T) {
 		t.Errorf("limit_exceeded_total{limit=response-headers} = %v, want 1", n)
 	}
 }
+
+// The response-header timeout ends when headers arrive: a body that takes
+// longer is not cut (net/http path, HTTP/2 here).
+func TestResponseHeaderTimeoutDoesNotCutTheBody(t *testing.T) {
+	up := serveLoopback(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		time.Sleep(500 * time.Millisecond)
+		io.WriteString(w, "late body")
+	}), Protocols: h2cOnly()})
+	h := start(t, func(c *config.Config, _ *Options) { c.ResponseHeaderTimeout = 200 * time.Millisecond })
+	h.to(up)
+	res, err := h.client(true).Get("http://" + up + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if b, err := io.ReadAll(res.Body); err != nil || string(b) != "late body" {
+		t.Errorf("body %q (%v), want it whole", b, err)
+	}
+}
