@@ -319,10 +319,24 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !x.endpoint.Identity.IsZero() {
 		ctx = context.WithValue(ctx, endpointKey{}, x.endpoint)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	wait := headerWait{timeout: x.headerTimeout, cancel: cancel}
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got1xxResponse: p.count1xx(), WroteRequest: wait.start})
+	// Hooks only for the limits net/http does not apply itself: its
+	// transport stops at 5 interim responses, and knows no
+	// response-header timeout per request.
+	var wait headerWait
+	var trace httptrace.ClientTrace
+	if p.opts.MaxInformational < transport1xxLimit {
+		trace.Got1xxResponse = p.count1xx()
+	}
+	if x.headerTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		wait = headerWait{timeout: x.headerTimeout, cancel: cancel}
+		trace.WroteRequest = wait.start
+	}
+	if trace.Got1xxResponse != nil || trace.WroteRequest != nil {
+		ctx = httptrace.WithClientTrace(ctx, &trace)
+	}
 	out = out.WithContext(ctx)
 	var res *http.Response
 	err = x.attempt(func(int) error {
@@ -390,8 +404,12 @@ func (h *headerWait) stop() bool {
 	return h.timedOut
 }
 
+// transport1xxLimit is where net/http's transport stops reading interim
+// responses itself (its error is answered 502 like ours).
+const transport1xxLimit = 5
+
 // count1xx returns a trace hook that fails the request (502) past the
-// interim response limit. net/http's transport stops at 5 whatever it says.
+// interim response limit, when it is below net/http's own.
 func (p *Proxy) count1xx() func(int, textproto.MIMEHeader) error {
 	n := 0
 	return func(int, textproto.MIMEHeader) error {
