@@ -4,7 +4,6 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/plexus-mesh/plexus/control/spiffe"
@@ -13,23 +12,16 @@ import (
 // upstream is one fast-path connection to a destination.
 type upstream struct {
 	c      net.Conn
-	raw    syscall.RawConn // the TCP socket under c; nil if the dialer gave no TCPConn
-	nb     *nbConn         // under mesh TLS; nil in plaintext
+	nb     *nbConn // the socket under c (and its TLS); nil if the dialer gave none
 	key    poolKey
 	rd     *h1reader
 	wr     h1writer
 	idleAt time.Time
 	reused bool
-	// peek and empty: socketEmpty's check, built once (a closure made
-	// per call would be an allocation per request).
-	peek  func(fd uintptr)
-	empty bool
 }
 
 func newUpstream(d dialed, writeTimeout time.Duration) *upstream {
-	u := &upstream{c: d.conn, raw: d.raw, nb: d.nb, rd: newReader(d.conn, h1ReadBuf), wr: h1writer{c: d.conn, idle: writeTimeout}}
-	u.peek = func(fd uintptr) { u.empty = peekEmpty(fd) }
-	return u
+	return &upstream{c: d.conn, nb: d.nb, rd: newReader(d.conn, h1ReadBuf), wr: h1writer{c: d.conn, idle: writeTimeout}}
 }
 
 func (u *upstream) close() { u.c.Close() }
@@ -40,23 +32,7 @@ func (u *upstream) close() { u.c.Close() }
 // Checked before every reuse: a stray response would otherwise answer the
 // next request, possibly another client's.
 func (u *upstream) clean() bool {
-	switch {
-	case len(u.rd.buffered()) > 0:
-		return false
-	case u.nb != nil:
-		return u.nb.quiet(u.c)
-	case u.raw != nil:
-		return u.socketEmpty()
-	}
-	return true
-}
-
-// socketEmpty reports whether nothing (no byte, FIN or RST) is waiting on
-// the socket, peeking without blocking (through Control, which unlike
-// Read ignores a read deadline that has passed).
-func (u *upstream) socketEmpty() bool {
-	u.empty = false
-	return u.raw.Control(u.peek) == nil && u.empty
+	return len(u.rd.buffered()) == 0 && (u.nb == nil || u.nb.quiet(u.c))
 }
 
 // poolKey names the upstream connections one request may reuse: same

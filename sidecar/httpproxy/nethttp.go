@@ -1,0 +1,303 @@
+package httpproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptrace"
+	"net/netip"
+	"net/textproto"
+	"sync"
+	"time"
+
+	"github.com/plexus-mesh/plexus/sidecar/metrics"
+)
+
+// The net/http engine: the HTTP/1 requests the fast path hands off, and
+// HTTP/2, parsed by net/http's server and taken through the pipeline.
+
+// ServeHTTP takes a request net/http's server parsed (HTTP/1 the fast path
+// handed off, and HTTP/2) through the pipeline, and copies the response
+// back, trailers included, flushing streamed bodies as they arrive.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	dst, ok := Destination(r.Context())
+	if !ok {
+		http.Error(w, "no destination", http.StatusInternalServerError)
+		return
+	}
+	tl, _ := r.Context().Value(tlsKey{}).(metrics.TLS)
+	req := &Request{
+		Direction: p.opts.Direction, Dst: dst, TLS: tl,
+		Method: r.Method, Authority: r.Host, Path: r.URL.RequestURI(), Header: r.Header,
+		ContentLength: r.ContentLength, GRPC: isGRPC(r.Header),
+	}
+	if r.ProtoMajor == 1 && r.ContentLength < 0 {
+		req.Chunked = true
+		// RFC 9112 §6.1: the request may also have carried a
+		// Content-Length (net/http drops it and frames by chunks), so
+		// the bytes after it cannot be trusted as a next request: close
+		// after answering, as the RFC requires.
+		w.Header().Set("Connection", "close")
+	}
+	var x exchange
+	err := p.begin(r.Context(), &x, req, nil)
+	defer x.end()
+	if err != nil {
+		p.answerHTTP(w, r, x.fail(err))
+		return
+	}
+	upgrade := ""
+	if r.ProtoMajor == 1 {
+		upgrade = upgradeType(r.Header)
+	}
+	out := outgoing(r, x.endpoint.Addr, upgrade)
+	t := p.h1
+	switch {
+	case r.ProtoMajor == 2 && !x.endpoint.Identity.IsZero():
+		t = p.h2TLS
+	case r.ProtoMajor == 2:
+		t = p.h2
+	case !x.endpoint.Identity.IsZero():
+		t = p.h1TLS
+	}
+	ctx := out.Context()
+	if !x.endpoint.Identity.IsZero() {
+		ctx = context.WithValue(ctx, endpointKey{}, x.endpoint)
+	}
+	// Hooks only for the limits net/http does not apply itself: its
+	// transport stops at 5 interim responses, and knows no
+	// response-header timeout per request.
+	var wait headerWait
+	var trace httptrace.ClientTrace
+	if p.opts.MaxInformational < transport1xxLimit {
+		trace.Got1xxResponse = p.count1xx()
+	}
+	if x.headerTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		wait = headerWait{timeout: x.headerTimeout, cancel: cancel}
+		trace.WroteRequest = wait.start
+	}
+	if trace.Got1xxResponse != nil || trace.WroteRequest != nil {
+		ctx = httptrace.WithClientTrace(ctx, &trace)
+	}
+	out = out.WithContext(ctx)
+	var res *http.Response
+	err = x.attempt(func(int) error {
+		// The transport makes its own retry on a pooled connection its
+		// server closed, by the same rule; this is one attempt for us.
+		var err error
+		res, err = t.RoundTrip(out)
+		return err
+	})
+	if wait.stop() {
+		err = &limitError{metrics.LimitResponseHeaders, context.DeadlineExceeded}
+	}
+	if err != nil {
+		p.answerHTTP(w, r, x.fail(err))
+		return
+	}
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		p.tunnel(w, r, res, &x, upgrade)
+		return
+	}
+	defer res.Body.Close()
+	x.headers(res.StatusCode)
+	p.relayHTTP(w, r, res, &x)
+}
+
+// headerWait is the response-header timeout on the net/http path: it runs
+// from the moment the request is written (body included) until response
+// headers arrive, and then no longer (the request's context also covers
+// the response body, which may take as long as it takes).
+type headerWait struct {
+	timeout time.Duration
+	cancel  context.CancelFunc
+
+	mu       sync.Mutex
+	timer    *time.Timer
+	done     bool
+	timedOut bool
+}
+
+// start is the trace's WroteRequest hook.
+func (h *headerWait) start(httptrace.WroteRequestInfo) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.timeout > 0 && !h.done && h.timer == nil {
+		h.timer = time.AfterFunc(h.timeout, func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if !h.done {
+				h.timedOut = true
+				h.cancel()
+			}
+		})
+	}
+}
+
+// stop ends the wait once RoundTrip returned, and reports whether the
+// timeout had fired.
+func (h *headerWait) stop() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.done = true
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	return h.timedOut
+}
+
+// transport1xxLimit is where net/http's transport stops reading interim
+// responses itself (its error is answered 502 like ours).
+const transport1xxLimit = 5
+
+// count1xx returns a trace hook that fails the request (502) past the
+// interim response limit, when it is below net/http's own.
+func (p *Proxy) count1xx() func(int, textproto.MIMEHeader) error {
+	n := 0
+	return func(int, textproto.MIMEHeader) error {
+		if n++; n > p.opts.MaxInformational {
+			return &limitError{metrics.LimitInformational, errTooMany1xx}
+		}
+		return nil
+	}
+}
+
+// relayHTTP copies res to w: headers, body (with write deadlines) and
+// trailers.
+func (p *Proxy) relayHTTP(w http.ResponseWriter, r *http.Request, res *http.Response, x *exchange) {
+	removeHopByHop(res.Header)
+	h := w.Header()
+	for k, vv := range res.Header {
+		h[k] = vv
+	}
+	for k := range res.Trailer {
+		h.Add("Trailer", k)
+	}
+	w.WriteHeader(res.StatusCode)
+	grpc := x.req.GRPC
+	if err := p.copyBody(w, res.Body, res.ContentLength < 0); err != nil {
+		var we *writeError
+		reason := ReasonUpstreamReset
+		if errors.As(err, &we) {
+			reason = ReasonClientReset
+			p.countLimit(limited(err, metrics.LimitWriteStall))
+		}
+		p.opts.Log.Debug("response body aborted", "direction", p.opts.Direction, "dst", x.req.Dst, "reason", reason, "err", err)
+		if reason == ReasonUpstreamReset && grpc && r.ProtoMajor == 2 && grpcStatus(res) == "" {
+			// A gRPC stream whose server vanished: end it with status
+			// UNAVAILABLE in the trailers, which gRPC clients understand
+			// (an RST_STREAM would surface as INTERNAL).
+			h[http.TrailerPrefix+"Grpc-Status"] = []string{"14"}
+			h[http.TrailerPrefix+"Grpc-Message"] = []string{"plexus-proxy: " + reason}
+			h[http.TrailerPrefix+ErrorHeader] = []string{reason}
+			x.finish(res.StatusCode, "14", reason)
+			return
+		}
+		x.finish(res.StatusCode, grpcStatus(res), reason)
+		// Abort the client's stream (HTTP/2 RST_STREAM, HTTP/1 close
+		// without the final chunk) so it sees a failure, not a clean end.
+		panic(http.ErrAbortHandler)
+	}
+	// Announced or not, TrailerPrefix makes net/http send each as a trailer.
+	for k, vv := range res.Trailer {
+		h[http.TrailerPrefix+k] = vv
+	}
+	x.finish(res.StatusCode, grpcStatus(res), "")
+}
+
+// answerHTTP writes the pipeline's answer through net/http.
+func (p *Proxy) answerHTTP(w http.ResponseWriter, r *http.Request, a answer) {
+	if a.reason == ReasonClientGone {
+		return
+	}
+	maps.Copy(w.Header(), a.header)
+	w.WriteHeader(a.status)
+	if r.Method != http.MethodHead {
+		io.WriteString(w, a.body)
+	}
+}
+
+// writeError marks a failure writing to the client.
+type writeError struct{ err error }
+
+func (e *writeError) Error() string { return "write to client: " + e.err.Error() }
+func (e *writeError) Unwrap() error { return e.err }
+
+// copyBody copies body to w with a pooled buffer, flushing after each
+// chunk when stream is set (unknown length: gRPC, SSE, chunked streams).
+// Each write must make progress within about the write timeout.
+func (p *Proxy) copyBody(w http.ResponseWriter, body io.Reader, stream bool) error {
+	buf := p.bufs.Get().(*[32 << 10]byte)
+	defer p.bufs.Put(buf)
+	rc := http.NewResponseController(w)
+	var renewAt time.Time
+	for {
+		n, rerr := body.Read(buf[:])
+		if n > 0 {
+			if p.opts.WriteTimeout > 0 {
+				renew(rc.SetWriteDeadline, p.opts.WriteTimeout, &renewAt)
+			}
+			if _, err := w.Write(buf[:n]); err != nil {
+				return &writeError{err}
+			}
+			if stream {
+				if err := rc.Flush(); err != nil {
+					return &writeError{err}
+				}
+			}
+		}
+		if rerr == io.EOF {
+			return nil
+		}
+		if rerr != nil {
+			return fmt.Errorf("read upstream body: %w", rerr)
+		}
+	}
+}
+
+// outgoing builds the upstream request: same method, target, Host and
+// body; hop-by-hop headers removed; the URL pointed at dst.
+func outgoing(r *http.Request, dst netip.AddrPort, upgrade string) *http.Request {
+	u := *r.URL
+	u.Scheme, u.Host = "http", dst.String()
+	out := r.WithContext(r.Context()) // shallow copy; headers cloned below
+	out.URL = &u
+	out.RequestURI = ""
+	out.Header = r.Header.Clone()
+	if out.Header == nil {
+		out.Header = http.Header{}
+	}
+	removeHopByHop(out.Header)
+	if keepsTrailersTE(r.Header) {
+		out.Header.Set("Te", "trailers")
+	}
+	if upgrade != "" {
+		out.Header.Set("Connection", "Upgrade")
+		out.Header.Set("Upgrade", upgrade)
+	}
+	if r.ContentLength == 0 {
+		out.Body = nil
+	}
+	out.Close = false
+	return out
+}
+
+func isGRPC(h http.Header) bool {
+	ct := h.Get("Content-Type")
+	return len(ct) >= 16 && ct[:16] == "application/grpc"
+}
+
+// grpcStatus is grpc-status from the trailers, or from the headers of a
+// trailers-only response; "" when the response carries none.
+func grpcStatus(res *http.Response) string {
+	if s := res.Trailer.Get("Grpc-Status"); s != "" {
+		return s
+	}
+	return res.Header.Get("Grpc-Status")
+}
