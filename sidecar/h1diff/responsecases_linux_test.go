@@ -34,6 +34,9 @@ func closing(data ...string) script {
 }
 
 var responseCases = []responseCase{
+	{name: "http10-chunked", sends: "HTTP/1.0 response with TE chunked", script: closing("HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n8\r\nGET /r 0\r\n0\r\n\r\n")},
+	{name: "te-chunked-chunked", sends: "`Transfer-Encoding: chunked, chunked`", script: now("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n8\r\nGET /r 0\r\n0\r\n\r\n")},
+	{name: "te-two-fields", sends: "two `Transfer-Encoding: chunked` fields", script: now("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n8\r\nGET /r 0\r\n0\r\n\r\n")},
 	{name: "ok", sends: "a correct response", script: now(ok)},
 	{name: "extra-response", sends: "a second, unsolicited response in the same write", script: now(ok, extra)},
 	{name: "extra-garbage", sends: "garbage after the response, same write", script: now(ok, "garbage\r\n\r\n")},

@@ -19,6 +19,9 @@ func FuzzFastPathHeads(f *testing.F) {
 		"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: x\r\n\r\nabc",
 		"HTTP/1.0 204\nGrpc-Status: 0\n\n",
 		"5;x=y\r\nhello\r\n0\r\nX-T: 1\r\n\r\n",
+		"5 ; a = \"x\\\"y\"\r\nhello\r\n0\r\n\r\n",
+		"5;a=\"xy\r\nhello\r\n0\r\n\r\n",
+		"5;=x\r\nhello\r\n0\r\n\r\n",
 		"ffffffffffffffff\r\n",
 	} {
 		f.Add([]byte(s))

@@ -212,15 +212,15 @@ func hexDigit(c byte) (byte, bool) {
 	return 0, false
 }
 
-// validChunkExt reports whether b is a well-formed chunk-ext (trailing
-// whitespace allowed, as net/http does).
+// validChunkExt reports whether b is a well-formed chunk-ext. Whitespace
+// may end the line but not come before a ';' (RFC 9112 allows it there;
+// net/http's chunked reader does not, and the fast path accepts nothing
+// its reference refuses).
 func validChunkExt(b []byte) bool {
 	for {
-		b = trimBWS(b)
-		if len(b) == 0 {
+		if t := trimBWS(b); len(t) == 0 {
 			return true
-		}
-		if b[0] != ';' {
+		} else if len(t) != len(b) || b[0] != ';' {
 			return false
 		}
 		b = trimBWS(b[1:])

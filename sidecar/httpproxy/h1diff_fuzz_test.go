@@ -23,6 +23,10 @@ var headSeeds = []string{
 	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
 	"HTTP/1.0 204 No Content\nGrpc-Status: 0\n\n",
 	"HTTP/1.1 103 Early Hints\r\nLink: </s>\r\n\r\n",
+	"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+	"HTTP/1.1 200 \x01K\r\nContent-Length: 0\r\n\r\n",
 }
 
 // FuzzRequestHeadAgainstNetHTTP: whenever the fast path takes a request

@@ -116,12 +116,14 @@ func TestBadResponseHeads(t *testing.T) {
 }
 
 func TestChunkSize(t *testing.T) {
-	for in, want := range map[string]int64{"0": 0, "a": 10, "1F": 31, "10;ext=1": 16, "ff ": 255} {
+	for in, want := range map[string]int64{"0": 0, "a": 10, "1F": 31, "10;ext=1": 16, "ff ": 255,
+		"5;a": 5, "5;a=b;c": 5, "5; a = b": 5, `5;a="x;y"`: 5, `5;a="x\"y"`: 5, "5;a=b ": 5} {
 		if n, ok := chunkSize([]byte(in)); !ok || n != want {
 			t.Errorf("%q: %d %v, want %d", in, n, ok, want)
 		}
 	}
-	for _, in := range []string{"", "g", "-1", strings.Repeat("f", 16), ";x"} {
+	for _, in := range []string{"", "g", "-1", strings.Repeat("f", 16), ";x",
+		"5 ;a", "5;", "5;=x", `5;a="xy`, "5;a=\x01", "5;a b", "0x5"} {
 		if _, ok := chunkSize([]byte(in)); ok {
 			t.Errorf("%q accepted", in)
 		}
