@@ -12,6 +12,7 @@ package destinationpb
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -74,6 +75,193 @@ func (x ProtocolHint_Protocol) Number() protoreflect.EnumNumber {
 // Deprecated: Use ProtocolHint_Protocol.Descriptor instead.
 func (ProtocolHint_Protocol) EnumDescriptor() ([]byte, []int) {
 	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{6, 0}
+}
+
+type OutboundRoute_Protocol int32
+
+const (
+	OutboundRoute_HTTP OutboundRoute_Protocol = 0
+	OutboundRoute_GRPC OutboundRoute_Protocol = 1
+)
+
+// Enum value maps for OutboundRoute_Protocol.
+var (
+	OutboundRoute_Protocol_name = map[int32]string{
+		0: "HTTP",
+		1: "GRPC",
+	}
+	OutboundRoute_Protocol_value = map[string]int32{
+		"HTTP": 0,
+		"GRPC": 1,
+	}
+)
+
+func (x OutboundRoute_Protocol) Enum() *OutboundRoute_Protocol {
+	p := new(OutboundRoute_Protocol)
+	*p = x
+	return p
+}
+
+func (x OutboundRoute_Protocol) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OutboundRoute_Protocol) Descriptor() protoreflect.EnumDescriptor {
+	return file_control_api_destinationpb_destination_proto_enumTypes[1].Descriptor()
+}
+
+func (OutboundRoute_Protocol) Type() protoreflect.EnumType {
+	return &file_control_api_destinationpb_destination_proto_enumTypes[1]
+}
+
+func (x OutboundRoute_Protocol) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OutboundRoute_Protocol.Descriptor instead.
+func (OutboundRoute_Protocol) EnumDescriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{12, 0}
+}
+
+type PathMatch_Kind int32
+
+const (
+	PathMatch_EXACT  PathMatch_Kind = 0
+	PathMatch_PREFIX PathMatch_Kind = 1
+	PathMatch_REGEX  PathMatch_Kind = 2
+)
+
+// Enum value maps for PathMatch_Kind.
+var (
+	PathMatch_Kind_name = map[int32]string{
+		0: "EXACT",
+		1: "PREFIX",
+		2: "REGEX",
+	}
+	PathMatch_Kind_value = map[string]int32{
+		"EXACT":  0,
+		"PREFIX": 1,
+		"REGEX":  2,
+	}
+)
+
+func (x PathMatch_Kind) Enum() *PathMatch_Kind {
+	p := new(PathMatch_Kind)
+	*p = x
+	return p
+}
+
+func (x PathMatch_Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PathMatch_Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_control_api_destinationpb_destination_proto_enumTypes[2].Descriptor()
+}
+
+func (PathMatch_Kind) Type() protoreflect.EnumType {
+	return &file_control_api_destinationpb_destination_proto_enumTypes[2]
+}
+
+func (x PathMatch_Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PathMatch_Kind.Descriptor instead.
+func (PathMatch_Kind) EnumDescriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{15, 0}
+}
+
+type HeaderMatch_Kind int32
+
+const (
+	HeaderMatch_EXACT HeaderMatch_Kind = 0
+	HeaderMatch_REGEX HeaderMatch_Kind = 1
+)
+
+// Enum value maps for HeaderMatch_Kind.
+var (
+	HeaderMatch_Kind_name = map[int32]string{
+		0: "EXACT",
+		1: "REGEX",
+	}
+	HeaderMatch_Kind_value = map[string]int32{
+		"EXACT": 0,
+		"REGEX": 1,
+	}
+)
+
+func (x HeaderMatch_Kind) Enum() *HeaderMatch_Kind {
+	p := new(HeaderMatch_Kind)
+	*p = x
+	return p
+}
+
+func (x HeaderMatch_Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (HeaderMatch_Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_control_api_destinationpb_destination_proto_enumTypes[3].Descriptor()
+}
+
+func (HeaderMatch_Kind) Type() protoreflect.EnumType {
+	return &file_control_api_destinationpb_destination_proto_enumTypes[3]
+}
+
+func (x HeaderMatch_Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use HeaderMatch_Kind.Descriptor instead.
+func (HeaderMatch_Kind) EnumDescriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{16, 0}
+}
+
+type QueryMatch_Kind int32
+
+const (
+	QueryMatch_EXACT QueryMatch_Kind = 0
+	QueryMatch_REGEX QueryMatch_Kind = 1
+)
+
+// Enum value maps for QueryMatch_Kind.
+var (
+	QueryMatch_Kind_name = map[int32]string{
+		0: "EXACT",
+		1: "REGEX",
+	}
+	QueryMatch_Kind_value = map[string]int32{
+		"EXACT": 0,
+		"REGEX": 1,
+	}
+)
+
+func (x QueryMatch_Kind) Enum() *QueryMatch_Kind {
+	p := new(QueryMatch_Kind)
+	*p = x
+	return p
+}
+
+func (x QueryMatch_Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (QueryMatch_Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_control_api_destinationpb_destination_proto_enumTypes[4].Descriptor()
+}
+
+func (QueryMatch_Kind) Type() protoreflect.EnumType {
+	return &file_control_api_destinationpb_destination_proto_enumTypes[4]
+}
+
+func (x QueryMatch_Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use QueryMatch_Kind.Descriptor instead.
+func (QueryMatch_Kind) EnumDescriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{17, 0}
 }
 
 type GetDestination struct {
@@ -557,7 +745,7 @@ type DestinationProfile struct {
 	FullyQualifiedName string                 `protobuf:"bytes,1,opt,name=fully_qualified_name,json=fullyQualifiedName,proto3" json:"fully_qualified_name,omitempty"`
 	// The port is opaque: proxies skip protocol detection.
 	OpaqueProtocol bool `protobuf:"varint,2,opt,name=opaque_protocol,json=opaqueProtocol,proto3" json:"opaque_protocol,omitempty"`
-	// Empty for now; the routes issue defines them.
+	// Unused: routes are streamed by GetOutboundPolicy.
 	Routes        []*Route `protobuf:"bytes,3,rep,name=routes,proto3" json:"routes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -614,6 +802,7 @@ func (x *DestinationProfile) GetRoutes() []*Route {
 	return nil
 }
 
+// Route is unused; kept so old clients still decode DestinationProfile.
 type Route struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -658,11 +847,1764 @@ func (x *Route) GetName() string {
 	return ""
 }
 
+// ResourceRef names a Kubernetes object (and port) for metric labels:
+// parent_*, route_*, backend_* (Linkerd 2.16 names). The group of a
+// Service is "core".
+type ResourceRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Namespace     string                 `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name          string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Port          uint32                 `protobuf:"varint,5,opt,name=port,proto3" json:"port,omitempty"`
+	SectionName   string                 `protobuf:"bytes,6,opt,name=section_name,json=sectionName,proto3" json:"section_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResourceRef) Reset() {
+	*x = ResourceRef{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResourceRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResourceRef) ProtoMessage() {}
+
+func (x *ResourceRef) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResourceRef.ProtoReflect.Descriptor instead.
+func (*ResourceRef) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ResourceRef) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *ResourceRef) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ResourceRef) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ResourceRef) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ResourceRef) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *ResourceRef) GetSectionName() string {
+	if x != nil {
+		return x.SectionName
+	}
+	return ""
+}
+
+type OutboundPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Service and port; unset when the path is not a Service.
+	Parent *ResourceRef `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	// Where the routes came from: "default", "httproute" (HTTPRoutes and
+	// GRPCRoutes), or "serviceprofile".
+	Source string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	// In the order the control plane ranks them for equal matches (oldest
+	// route first, then namespace/name); the proxy ranks matches by
+	// specificity (Gateway API) and keeps this order for ties.
+	Routes []*OutboundRoute `protobuf:"bytes,3,rep,name=routes,proto3" json:"routes,omitempty"`
+	// The port is opaque: no routes apply.
+	Opaque        bool `protobuf:"varint,4,opt,name=opaque,proto3" json:"opaque,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OutboundPolicy) Reset() {
+	*x = OutboundPolicy{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutboundPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutboundPolicy) ProtoMessage() {}
+
+func (x *OutboundPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutboundPolicy.ProtoReflect.Descriptor instead.
+func (*OutboundPolicy) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *OutboundPolicy) GetParent() *ResourceRef {
+	if x != nil {
+		return x.Parent
+	}
+	return nil
+}
+
+func (x *OutboundPolicy) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *OutboundPolicy) GetRoutes() []*OutboundRoute {
+	if x != nil {
+		return x.Routes
+	}
+	return nil
+}
+
+func (x *OutboundPolicy) GetOpaque() bool {
+	if x != nil {
+		return x.Opaque
+	}
+	return false
+}
+
+type OutboundRoute struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// route_* labels. The default route: kind "default", name "http" or
+	// "grpc", no group or namespace.
+	Ref *ResourceRef `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// Which metric family counts it: outbound_http_route_* or
+	// outbound_grpc_route_*.
+	Protocol OutboundRoute_Protocol `protobuf:"varint,2,opt,name=protocol,proto3,enum=plexus.destination.v1.OutboundRoute_Protocol" json:"protocol,omitempty"`
+	// Host names the request's authority must match (exact, or "*.suffix");
+	// empty matches any.
+	Hostnames     []string        `protobuf:"bytes,3,rep,name=hostnames,proto3" json:"hostnames,omitempty"`
+	Rules         []*OutboundRule `protobuf:"bytes,4,rep,name=rules,proto3" json:"rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OutboundRoute) Reset() {
+	*x = OutboundRoute{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutboundRoute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutboundRoute) ProtoMessage() {}
+
+func (x *OutboundRoute) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutboundRoute.ProtoReflect.Descriptor instead.
+func (*OutboundRoute) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *OutboundRoute) GetRef() *ResourceRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *OutboundRoute) GetProtocol() OutboundRoute_Protocol {
+	if x != nil {
+		return x.Protocol
+	}
+	return OutboundRoute_HTTP
+}
+
+func (x *OutboundRoute) GetHostnames() []string {
+	if x != nil {
+		return x.Hostnames
+	}
+	return nil
+}
+
+func (x *OutboundRoute) GetRules() []*OutboundRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+type OutboundRule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Any one must match; none means every request.
+	Matches []*RouteMatch `protobuf:"bytes,1,rep,name=matches,proto3" json:"matches,omitempty"`
+	Filters []*Filter     `protobuf:"bytes,2,rep,name=filters,proto3" json:"filters,omitempty"`
+	// Weighted; one is chosen per request. None: the request is answered
+	// 500 (Gateway API).
+	Backends []*Backend `protobuf:"bytes,3,rep,name=backends,proto3" json:"backends,omitempty"`
+	Timeouts *Timeouts  `protobuf:"bytes,4,opt,name=timeouts,proto3" json:"timeouts,omitempty"`
+	// Unset: no retries.
+	Retry *RetryPolicy `protobuf:"bytes,5,opt,name=retry,proto3" json:"retry,omitempty"`
+	// ServiceProfile responseClasses, first match wins; none: 5xx (gRPC:
+	// a non-OK grpc-status) is a failure.
+	ResponseClasses []*ResponseClass `protobuf:"bytes,6,rep,name=response_classes,json=responseClasses,proto3" json:"response_classes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *OutboundRule) Reset() {
+	*x = OutboundRule{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutboundRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutboundRule) ProtoMessage() {}
+
+func (x *OutboundRule) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutboundRule.ProtoReflect.Descriptor instead.
+func (*OutboundRule) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *OutboundRule) GetMatches() []*RouteMatch {
+	if x != nil {
+		return x.Matches
+	}
+	return nil
+}
+
+func (x *OutboundRule) GetFilters() []*Filter {
+	if x != nil {
+		return x.Filters
+	}
+	return nil
+}
+
+func (x *OutboundRule) GetBackends() []*Backend {
+	if x != nil {
+		return x.Backends
+	}
+	return nil
+}
+
+func (x *OutboundRule) GetTimeouts() *Timeouts {
+	if x != nil {
+		return x.Timeouts
+	}
+	return nil
+}
+
+func (x *OutboundRule) GetRetry() *RetryPolicy {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
+func (x *OutboundRule) GetResponseClasses() []*ResponseClass {
+	if x != nil {
+		return x.ResponseClasses
+	}
+	return nil
+}
+
+// RouteMatch holds when every field set in it holds.
+type RouteMatch struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Path    *PathMatch             `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Headers []*HeaderMatch         `protobuf:"bytes,2,rep,name=headers,proto3" json:"headers,omitempty"`
+	Query   []*QueryMatch          `protobuf:"bytes,3,rep,name=query,proto3" json:"query,omitempty"`
+	// Empty: any method.
+	Method string `protobuf:"bytes,4,opt,name=method,proto3" json:"method,omitempty"`
+	// A ServiceProfile condition tree.
+	Condition     *Condition `protobuf:"bytes,5,opt,name=condition,proto3" json:"condition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteMatch) Reset() {
+	*x = RouteMatch{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteMatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteMatch) ProtoMessage() {}
+
+func (x *RouteMatch) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteMatch.ProtoReflect.Descriptor instead.
+func (*RouteMatch) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RouteMatch) GetPath() *PathMatch {
+	if x != nil {
+		return x.Path
+	}
+	return nil
+}
+
+func (x *RouteMatch) GetHeaders() []*HeaderMatch {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *RouteMatch) GetQuery() []*QueryMatch {
+	if x != nil {
+		return x.Query
+	}
+	return nil
+}
+
+func (x *RouteMatch) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *RouteMatch) GetCondition() *Condition {
+	if x != nil {
+		return x.Condition
+	}
+	return nil
+}
+
+type PathMatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          PathMatch_Kind         `protobuf:"varint,1,opt,name=kind,proto3,enum=plexus.destination.v1.PathMatch_Kind" json:"kind,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PathMatch) Reset() {
+	*x = PathMatch{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PathMatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PathMatch) ProtoMessage() {}
+
+func (x *PathMatch) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PathMatch.ProtoReflect.Descriptor instead.
+func (*PathMatch) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *PathMatch) GetKind() PathMatch_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return PathMatch_EXACT
+}
+
+func (x *PathMatch) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+type HeaderMatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  HeaderMatch_Kind       `protobuf:"varint,1,opt,name=kind,proto3,enum=plexus.destination.v1.HeaderMatch_Kind" json:"kind,omitempty"`
+	// Case-insensitive.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Value         string `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeaderMatch) Reset() {
+	*x = HeaderMatch{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeaderMatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeaderMatch) ProtoMessage() {}
+
+func (x *HeaderMatch) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeaderMatch.ProtoReflect.Descriptor instead.
+func (*HeaderMatch) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *HeaderMatch) GetKind() HeaderMatch_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return HeaderMatch_EXACT
+}
+
+func (x *HeaderMatch) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HeaderMatch) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+type QueryMatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  QueryMatch_Kind        `protobuf:"varint,1,opt,name=kind,proto3,enum=plexus.destination.v1.QueryMatch_Kind" json:"kind,omitempty"`
+	// Case-sensitive.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Value         string `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueryMatch) Reset() {
+	*x = QueryMatch{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryMatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryMatch) ProtoMessage() {}
+
+func (x *QueryMatch) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryMatch.ProtoReflect.Descriptor instead.
+func (*QueryMatch) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *QueryMatch) GetKind() QueryMatch_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return QueryMatch_EXACT
+}
+
+func (x *QueryMatch) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *QueryMatch) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+// Condition is a ServiceProfile request condition.
+type Condition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*Condition_Method
+	//	*Condition_PathRegex
+	//	*Condition_All
+	//	*Condition_Any
+	//	*Condition_Not
+	Kind          isCondition_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Condition) Reset() {
+	*x = Condition{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Condition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Condition) ProtoMessage() {}
+
+func (x *Condition) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Condition.ProtoReflect.Descriptor instead.
+func (*Condition) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Condition) GetKind() isCondition_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *Condition) GetMethod() string {
+	if x != nil {
+		if x, ok := x.Kind.(*Condition_Method); ok {
+			return x.Method
+		}
+	}
+	return ""
+}
+
+func (x *Condition) GetPathRegex() string {
+	if x != nil {
+		if x, ok := x.Kind.(*Condition_PathRegex); ok {
+			return x.PathRegex
+		}
+	}
+	return ""
+}
+
+func (x *Condition) GetAll() *Conditions {
+	if x != nil {
+		if x, ok := x.Kind.(*Condition_All); ok {
+			return x.All
+		}
+	}
+	return nil
+}
+
+func (x *Condition) GetAny() *Conditions {
+	if x != nil {
+		if x, ok := x.Kind.(*Condition_Any); ok {
+			return x.Any
+		}
+	}
+	return nil
+}
+
+func (x *Condition) GetNot() *Condition {
+	if x != nil {
+		if x, ok := x.Kind.(*Condition_Not); ok {
+			return x.Not
+		}
+	}
+	return nil
+}
+
+type isCondition_Kind interface {
+	isCondition_Kind()
+}
+
+type Condition_Method struct {
+	Method string `protobuf:"bytes,1,opt,name=method,proto3,oneof"`
+}
+
+type Condition_PathRegex struct {
+	// Matched against the whole path (anchored).
+	PathRegex string `protobuf:"bytes,2,opt,name=path_regex,json=pathRegex,proto3,oneof"`
+}
+
+type Condition_All struct {
+	All *Conditions `protobuf:"bytes,3,opt,name=all,proto3,oneof"`
+}
+
+type Condition_Any struct {
+	Any *Conditions `protobuf:"bytes,4,opt,name=any,proto3,oneof"`
+}
+
+type Condition_Not struct {
+	Not *Condition `protobuf:"bytes,5,opt,name=not,proto3,oneof"`
+}
+
+func (*Condition_Method) isCondition_Kind() {}
+
+func (*Condition_PathRegex) isCondition_Kind() {}
+
+func (*Condition_All) isCondition_Kind() {}
+
+func (*Condition_Any) isCondition_Kind() {}
+
+func (*Condition_Not) isCondition_Kind() {}
+
+type Conditions struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Conditions    []*Condition           `protobuf:"bytes,1,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Conditions) Reset() {
+	*x = Conditions{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Conditions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Conditions) ProtoMessage() {}
+
+func (x *Conditions) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Conditions.ProtoReflect.Descriptor instead.
+func (*Conditions) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Conditions) GetConditions() []*Condition {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
+}
+
+type Filter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*Filter_RequestHeaderModifier
+	//	*Filter_ResponseHeaderModifier
+	//	*Filter_RequestRedirect
+	//	*Filter_UrlRewrite
+	Kind          isFilter_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Filter) Reset() {
+	*x = Filter{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Filter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Filter) ProtoMessage() {}
+
+func (x *Filter) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Filter.ProtoReflect.Descriptor instead.
+func (*Filter) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *Filter) GetKind() isFilter_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *Filter) GetRequestHeaderModifier() *HeaderModifier {
+	if x != nil {
+		if x, ok := x.Kind.(*Filter_RequestHeaderModifier); ok {
+			return x.RequestHeaderModifier
+		}
+	}
+	return nil
+}
+
+func (x *Filter) GetResponseHeaderModifier() *HeaderModifier {
+	if x != nil {
+		if x, ok := x.Kind.(*Filter_ResponseHeaderModifier); ok {
+			return x.ResponseHeaderModifier
+		}
+	}
+	return nil
+}
+
+func (x *Filter) GetRequestRedirect() *RequestRedirect {
+	if x != nil {
+		if x, ok := x.Kind.(*Filter_RequestRedirect); ok {
+			return x.RequestRedirect
+		}
+	}
+	return nil
+}
+
+func (x *Filter) GetUrlRewrite() *URLRewrite {
+	if x != nil {
+		if x, ok := x.Kind.(*Filter_UrlRewrite); ok {
+			return x.UrlRewrite
+		}
+	}
+	return nil
+}
+
+type isFilter_Kind interface {
+	isFilter_Kind()
+}
+
+type Filter_RequestHeaderModifier struct {
+	RequestHeaderModifier *HeaderModifier `protobuf:"bytes,1,opt,name=request_header_modifier,json=requestHeaderModifier,proto3,oneof"`
+}
+
+type Filter_ResponseHeaderModifier struct {
+	ResponseHeaderModifier *HeaderModifier `protobuf:"bytes,2,opt,name=response_header_modifier,json=responseHeaderModifier,proto3,oneof"`
+}
+
+type Filter_RequestRedirect struct {
+	RequestRedirect *RequestRedirect `protobuf:"bytes,3,opt,name=request_redirect,json=requestRedirect,proto3,oneof"`
+}
+
+type Filter_UrlRewrite struct {
+	UrlRewrite *URLRewrite `protobuf:"bytes,4,opt,name=url_rewrite,json=urlRewrite,proto3,oneof"`
+}
+
+func (*Filter_RequestHeaderModifier) isFilter_Kind() {}
+
+func (*Filter_ResponseHeaderModifier) isFilter_Kind() {}
+
+func (*Filter_RequestRedirect) isFilter_Kind() {}
+
+func (*Filter_UrlRewrite) isFilter_Kind() {}
+
+type HeaderModifier struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Set           []*Header              `protobuf:"bytes,1,rep,name=set,proto3" json:"set,omitempty"`
+	Add           []*Header              `protobuf:"bytes,2,rep,name=add,proto3" json:"add,omitempty"`
+	Remove        []string               `protobuf:"bytes,3,rep,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeaderModifier) Reset() {
+	*x = HeaderModifier{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeaderModifier) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeaderModifier) ProtoMessage() {}
+
+func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeaderModifier.ProtoReflect.Descriptor instead.
+func (*HeaderModifier) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *HeaderModifier) GetSet() []*Header {
+	if x != nil {
+		return x.Set
+	}
+	return nil
+}
+
+func (x *HeaderModifier) GetAdd() []*Header {
+	if x != nil {
+		return x.Add
+	}
+	return nil
+}
+
+func (x *HeaderModifier) GetRemove() []string {
+	if x != nil {
+		return x.Remove
+	}
+	return nil
+}
+
+type Header struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Header) Reset() {
+	*x = Header{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Header) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Header) ProtoMessage() {}
+
+func (x *Header) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Header.ProtoReflect.Descriptor instead.
+func (*Header) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *Header) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Header) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+type PathModifier struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*PathModifier_Full
+	//	*PathModifier_Prefix
+	Kind          isPathModifier_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PathModifier) Reset() {
+	*x = PathModifier{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PathModifier) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PathModifier) ProtoMessage() {}
+
+func (x *PathModifier) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PathModifier.ProtoReflect.Descriptor instead.
+func (*PathModifier) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PathModifier) GetKind() isPathModifier_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *PathModifier) GetFull() string {
+	if x != nil {
+		if x, ok := x.Kind.(*PathModifier_Full); ok {
+			return x.Full
+		}
+	}
+	return ""
+}
+
+func (x *PathModifier) GetPrefix() string {
+	if x != nil {
+		if x, ok := x.Kind.(*PathModifier_Prefix); ok {
+			return x.Prefix
+		}
+	}
+	return ""
+}
+
+type isPathModifier_Kind interface {
+	isPathModifier_Kind()
+}
+
+type PathModifier_Full struct {
+	// ReplaceFullPath.
+	Full string `protobuf:"bytes,1,opt,name=full,proto3,oneof"`
+}
+
+type PathModifier_Prefix struct {
+	// ReplacePrefixMatch: replaces the matched path prefix.
+	Prefix string `protobuf:"bytes,2,opt,name=prefix,proto3,oneof"`
+}
+
+func (*PathModifier_Full) isPathModifier_Kind() {}
+
+func (*PathModifier_Prefix) isPathModifier_Kind() {}
+
+type RequestRedirect struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty: keep the request's.
+	Scheme   string        `protobuf:"bytes,1,opt,name=scheme,proto3" json:"scheme,omitempty"`
+	Hostname string        `protobuf:"bytes,2,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Path     *PathModifier `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	// 0: the scheme's default.
+	Port uint32 `protobuf:"varint,4,opt,name=port,proto3" json:"port,omitempty"`
+	// 301 or 302 (0: 302).
+	Status        uint32 `protobuf:"varint,5,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestRedirect) Reset() {
+	*x = RequestRedirect{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestRedirect) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestRedirect) ProtoMessage() {}
+
+func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestRedirect.ProtoReflect.Descriptor instead.
+func (*RequestRedirect) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RequestRedirect) GetScheme() string {
+	if x != nil {
+		return x.Scheme
+	}
+	return ""
+}
+
+func (x *RequestRedirect) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *RequestRedirect) GetPath() *PathModifier {
+	if x != nil {
+		return x.Path
+	}
+	return nil
+}
+
+func (x *RequestRedirect) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *RequestRedirect) GetStatus() uint32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+type URLRewrite struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hostname      string                 `protobuf:"bytes,1,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Path          *PathModifier          `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *URLRewrite) Reset() {
+	*x = URLRewrite{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *URLRewrite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*URLRewrite) ProtoMessage() {}
+
+func (x *URLRewrite) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use URLRewrite.ProtoReflect.Descriptor instead.
+func (*URLRewrite) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *URLRewrite) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *URLRewrite) GetPath() *PathModifier {
+	if x != nil {
+		return x.Path
+	}
+	return nil
+}
+
+type Backend struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// backend_* labels.
+	Ref    *ResourceRef `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	Weight uint32       `protobuf:"varint,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	// What to resolve for endpoints, as a Get path:
+	// "<svc>.<ns>.svc.<cluster-domain>:<port>". Empty with failure set.
+	Authority string    `protobuf:"bytes,3,opt,name=authority,proto3" json:"authority,omitempty"`
+	Filters   []*Filter `protobuf:"bytes,4,rep,name=filters,proto3" json:"filters,omitempty"`
+	// Set when the backend cannot be used (missing Service, unsupported
+	// kind): requests sent to it are answered 500 with this message.
+	Failure       string `protobuf:"bytes,5,opt,name=failure,proto3" json:"failure,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Backend) Reset() {
+	*x = Backend{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Backend) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Backend) ProtoMessage() {}
+
+func (x *Backend) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Backend.ProtoReflect.Descriptor instead.
+func (*Backend) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *Backend) GetRef() *ResourceRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *Backend) GetWeight() uint32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *Backend) GetAuthority() string {
+	if x != nil {
+		return x.Authority
+	}
+	return ""
+}
+
+func (x *Backend) GetFilters() []*Filter {
+	if x != nil {
+		return x.Filters
+	}
+	return nil
+}
+
+func (x *Backend) GetFailure() string {
+	if x != nil {
+		return x.Failure
+	}
+	return ""
+}
+
+type Timeouts struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The whole request, every attempt and the response body included.
+	Request *durationpb.Duration `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	// From the request sent until the response's end, per attempt.
+	Response *durationpb.Duration `protobuf:"bytes,2,opt,name=response,proto3" json:"response,omitempty"`
+	// No bytes either way for this long.
+	Idle          *durationpb.Duration `protobuf:"bytes,3,opt,name=idle,proto3" json:"idle,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Timeouts) Reset() {
+	*x = Timeouts{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Timeouts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Timeouts) ProtoMessage() {}
+
+func (x *Timeouts) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Timeouts.ProtoReflect.Descriptor instead.
+func (*Timeouts) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *Timeouts) GetRequest() *durationpb.Duration {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *Timeouts) GetResponse() *durationpb.Duration {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *Timeouts) GetIdle() *durationpb.Duration {
+	if x != nil {
+		return x.Idle
+	}
+	return nil
+}
+
+type RetryPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Retries after the first attempt.
+	Limit uint32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	// HTTP statuses that are retried (inclusive ranges).
+	HttpStatuses []*StatusRange `protobuf:"bytes,2,rep,name=http_statuses,json=httpStatuses,proto3" json:"http_statuses,omitempty"`
+	// gRPC status codes that are retried.
+	GrpcCodes []uint32 `protobuf:"varint,3,rep,packed,name=grpc_codes,json=grpcCodes,proto3" json:"grpc_codes,omitempty"`
+	// Per attempt; unset: none.
+	AttemptTimeout *durationpb.Duration `protobuf:"bytes,4,opt,name=attempt_timeout,json=attemptTimeout,proto3" json:"attempt_timeout,omitempty"`
+	Budget         *RetryBudget         `protobuf:"bytes,5,opt,name=budget,proto3" json:"budget,omitempty"`
+	// ServiceProfile isRetryable: retry what response_classes (or the
+	// default, 5xx) call a failure, instead of http_statuses.
+	Failures      bool `protobuf:"varint,6,opt,name=failures,proto3" json:"failures,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryPolicy) Reset() {
+	*x = RetryPolicy{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryPolicy) ProtoMessage() {}
+
+func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
+func (*RetryPolicy) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RetryPolicy) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetHttpStatuses() []*StatusRange {
+	if x != nil {
+		return x.HttpStatuses
+	}
+	return nil
+}
+
+func (x *RetryPolicy) GetGrpcCodes() []uint32 {
+	if x != nil {
+		return x.GrpcCodes
+	}
+	return nil
+}
+
+func (x *RetryPolicy) GetAttemptTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.AttemptTimeout
+	}
+	return nil
+}
+
+func (x *RetryPolicy) GetBudget() *RetryBudget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+func (x *RetryPolicy) GetFailures() bool {
+	if x != nil {
+		return x.Failures
+	}
+	return false
+}
+
+type StatusRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Min           uint32                 `protobuf:"varint,1,opt,name=min,proto3" json:"min,omitempty"`
+	Max           uint32                 `protobuf:"varint,2,opt,name=max,proto3" json:"max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusRange) Reset() {
+	*x = StatusRange{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusRange) ProtoMessage() {}
+
+func (x *StatusRange) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusRange.ProtoReflect.Descriptor instead.
+func (*StatusRange) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *StatusRange) GetMin() uint32 {
+	if x != nil {
+		return x.Min
+	}
+	return 0
+}
+
+func (x *StatusRange) GetMax() uint32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+// RetryBudget: retries <= ratio x requests + min_per_second x ttl, over ttl.
+type RetryBudget struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ratio         float64                `protobuf:"fixed64,1,opt,name=ratio,proto3" json:"ratio,omitempty"`
+	MinPerSecond  uint32                 `protobuf:"varint,2,opt,name=min_per_second,json=minPerSecond,proto3" json:"min_per_second,omitempty"`
+	Ttl           *durationpb.Duration   `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryBudget) Reset() {
+	*x = RetryBudget{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryBudget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryBudget) ProtoMessage() {}
+
+func (x *RetryBudget) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryBudget.ProtoReflect.Descriptor instead.
+func (*RetryBudget) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *RetryBudget) GetRatio() float64 {
+	if x != nil {
+		return x.Ratio
+	}
+	return 0
+}
+
+func (x *RetryBudget) GetMinPerSecond() uint32 {
+	if x != nil {
+		return x.MinPerSecond
+	}
+	return 0
+}
+
+func (x *RetryBudget) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+type ResponseClass struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Condition     *ResponseMatch         `protobuf:"bytes,1,opt,name=condition,proto3" json:"condition,omitempty"`
+	IsFailure     bool                   `protobuf:"varint,2,opt,name=is_failure,json=isFailure,proto3" json:"is_failure,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResponseClass) Reset() {
+	*x = ResponseClass{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResponseClass) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResponseClass) ProtoMessage() {}
+
+func (x *ResponseClass) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResponseClass.ProtoReflect.Descriptor instead.
+func (*ResponseClass) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ResponseClass) GetCondition() *ResponseMatch {
+	if x != nil {
+		return x.Condition
+	}
+	return nil
+}
+
+func (x *ResponseClass) GetIsFailure() bool {
+	if x != nil {
+		return x.IsFailure
+	}
+	return false
+}
+
+type ResponseMatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*ResponseMatch_Status
+	//	*ResponseMatch_All
+	//	*ResponseMatch_Any
+	//	*ResponseMatch_Not
+	Kind          isResponseMatch_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResponseMatch) Reset() {
+	*x = ResponseMatch{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResponseMatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResponseMatch) ProtoMessage() {}
+
+func (x *ResponseMatch) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResponseMatch.ProtoReflect.Descriptor instead.
+func (*ResponseMatch) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ResponseMatch) GetKind() isResponseMatch_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *ResponseMatch) GetStatus() *StatusRange {
+	if x != nil {
+		if x, ok := x.Kind.(*ResponseMatch_Status); ok {
+			return x.Status
+		}
+	}
+	return nil
+}
+
+func (x *ResponseMatch) GetAll() *ResponseMatches {
+	if x != nil {
+		if x, ok := x.Kind.(*ResponseMatch_All); ok {
+			return x.All
+		}
+	}
+	return nil
+}
+
+func (x *ResponseMatch) GetAny() *ResponseMatches {
+	if x != nil {
+		if x, ok := x.Kind.(*ResponseMatch_Any); ok {
+			return x.Any
+		}
+	}
+	return nil
+}
+
+func (x *ResponseMatch) GetNot() *ResponseMatch {
+	if x != nil {
+		if x, ok := x.Kind.(*ResponseMatch_Not); ok {
+			return x.Not
+		}
+	}
+	return nil
+}
+
+type isResponseMatch_Kind interface {
+	isResponseMatch_Kind()
+}
+
+type ResponseMatch_Status struct {
+	Status *StatusRange `protobuf:"bytes,1,opt,name=status,proto3,oneof"`
+}
+
+type ResponseMatch_All struct {
+	All *ResponseMatches `protobuf:"bytes,2,opt,name=all,proto3,oneof"`
+}
+
+type ResponseMatch_Any struct {
+	Any *ResponseMatches `protobuf:"bytes,3,opt,name=any,proto3,oneof"`
+}
+
+type ResponseMatch_Not struct {
+	Not *ResponseMatch `protobuf:"bytes,4,opt,name=not,proto3,oneof"`
+}
+
+func (*ResponseMatch_Status) isResponseMatch_Kind() {}
+
+func (*ResponseMatch_All) isResponseMatch_Kind() {}
+
+func (*ResponseMatch_Any) isResponseMatch_Kind() {}
+
+func (*ResponseMatch_Not) isResponseMatch_Kind() {}
+
+type ResponseMatches struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Matches       []*ResponseMatch       `protobuf:"bytes,1,rep,name=matches,proto3" json:"matches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResponseMatches) Reset() {
+	*x = ResponseMatches{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResponseMatches) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResponseMatches) ProtoMessage() {}
+
+func (x *ResponseMatches) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResponseMatches.ProtoReflect.Descriptor instead.
+func (*ResponseMatches) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ResponseMatches) GetMatches() []*ResponseMatch {
+	if x != nil {
+		return x.Matches
+	}
+	return nil
+}
+
 var File_control_api_destinationpb_destination_proto protoreflect.FileDescriptor
 
 const file_control_api_destinationpb_destination_proto_rawDesc = "" +
 	"\n" +
-	"+control/api/destinationpb/destination.proto\x12\x15plexus.destination.v1\"I\n" +
+	"+control/api/destinationpb/destination.proto\x12\x15plexus.destination.v1\x1a\x1egoogle/protobuf/duration.proto\"I\n" +
 	"\x0eGetDestination\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12#\n" +
 	"\rcontext_token\x18\x02 \x01(\tR\fcontextToken\"\xc9\x01\n" +
@@ -706,11 +2648,147 @@ const file_control_api_destinationpb_destination_proto_rawDesc = "" +
 	"\x0fopaque_protocol\x18\x02 \x01(\bR\x0eopaqueProtocol\x124\n" +
 	"\x06routes\x18\x03 \x03(\v2\x1c.plexus.destination.v1.RouteR\x06routes\"\x1b\n" +
 	"\x05Route\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name2\xbe\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xa0\x01\n" +
+	"\vResourceRef\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x12\x12\n" +
+	"\x04port\x18\x05 \x01(\rR\x04port\x12!\n" +
+	"\fsection_name\x18\x06 \x01(\tR\vsectionName\"\xba\x01\n" +
+	"\x0eOutboundPolicy\x12:\n" +
+	"\x06parent\x18\x01 \x01(\v2\".plexus.destination.v1.ResourceRefR\x06parent\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12<\n" +
+	"\x06routes\x18\x03 \x03(\v2$.plexus.destination.v1.OutboundRouteR\x06routes\x12\x16\n" +
+	"\x06opaque\x18\x04 \x01(\bR\x06opaque\"\x89\x02\n" +
+	"\rOutboundRoute\x124\n" +
+	"\x03ref\x18\x01 \x01(\v2\".plexus.destination.v1.ResourceRefR\x03ref\x12I\n" +
+	"\bprotocol\x18\x02 \x01(\x0e2-.plexus.destination.v1.OutboundRoute.ProtocolR\bprotocol\x12\x1c\n" +
+	"\thostnames\x18\x03 \x03(\tR\thostnames\x129\n" +
+	"\x05rules\x18\x04 \x03(\v2#.plexus.destination.v1.OutboundRuleR\x05rules\"\x1e\n" +
+	"\bProtocol\x12\b\n" +
+	"\x04HTTP\x10\x00\x12\b\n" +
+	"\x04GRPC\x10\x01\"\x88\x03\n" +
+	"\fOutboundRule\x12;\n" +
+	"\amatches\x18\x01 \x03(\v2!.plexus.destination.v1.RouteMatchR\amatches\x127\n" +
+	"\afilters\x18\x02 \x03(\v2\x1d.plexus.destination.v1.FilterR\afilters\x12:\n" +
+	"\bbackends\x18\x03 \x03(\v2\x1e.plexus.destination.v1.BackendR\bbackends\x12;\n" +
+	"\btimeouts\x18\x04 \x01(\v2\x1f.plexus.destination.v1.TimeoutsR\btimeouts\x128\n" +
+	"\x05retry\x18\x05 \x01(\v2\".plexus.destination.v1.RetryPolicyR\x05retry\x12O\n" +
+	"\x10response_classes\x18\x06 \x03(\v2$.plexus.destination.v1.ResponseClassR\x0fresponseClasses\"\x91\x02\n" +
+	"\n" +
+	"RouteMatch\x124\n" +
+	"\x04path\x18\x01 \x01(\v2 .plexus.destination.v1.PathMatchR\x04path\x12<\n" +
+	"\aheaders\x18\x02 \x03(\v2\".plexus.destination.v1.HeaderMatchR\aheaders\x127\n" +
+	"\x05query\x18\x03 \x03(\v2!.plexus.destination.v1.QueryMatchR\x05query\x12\x16\n" +
+	"\x06method\x18\x04 \x01(\tR\x06method\x12>\n" +
+	"\tcondition\x18\x05 \x01(\v2 .plexus.destination.v1.ConditionR\tcondition\"\x86\x01\n" +
+	"\tPathMatch\x129\n" +
+	"\x04kind\x18\x01 \x01(\x0e2%.plexus.destination.v1.PathMatch.KindR\x04kind\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"(\n" +
+	"\x04Kind\x12\t\n" +
+	"\x05EXACT\x10\x00\x12\n" +
+	"\n" +
+	"\x06PREFIX\x10\x01\x12\t\n" +
+	"\x05REGEX\x10\x02\"\x92\x01\n" +
+	"\vHeaderMatch\x12;\n" +
+	"\x04kind\x18\x01 \x01(\x0e2'.plexus.destination.v1.HeaderMatch.KindR\x04kind\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\tR\x05value\"\x1c\n" +
+	"\x04Kind\x12\t\n" +
+	"\x05EXACT\x10\x00\x12\t\n" +
+	"\x05REGEX\x10\x01\"\x90\x01\n" +
+	"\n" +
+	"QueryMatch\x12:\n" +
+	"\x04kind\x18\x01 \x01(\x0e2&.plexus.destination.v1.QueryMatch.KindR\x04kind\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\tR\x05value\"\x1c\n" +
+	"\x04Kind\x12\t\n" +
+	"\x05EXACT\x10\x00\x12\t\n" +
+	"\x05REGEX\x10\x01\"\xf2\x01\n" +
+	"\tCondition\x12\x18\n" +
+	"\x06method\x18\x01 \x01(\tH\x00R\x06method\x12\x1f\n" +
+	"\n" +
+	"path_regex\x18\x02 \x01(\tH\x00R\tpathRegex\x125\n" +
+	"\x03all\x18\x03 \x01(\v2!.plexus.destination.v1.ConditionsH\x00R\x03all\x125\n" +
+	"\x03any\x18\x04 \x01(\v2!.plexus.destination.v1.ConditionsH\x00R\x03any\x124\n" +
+	"\x03not\x18\x05 \x01(\v2 .plexus.destination.v1.ConditionH\x00R\x03notB\x06\n" +
+	"\x04kind\"N\n" +
+	"\n" +
+	"Conditions\x12@\n" +
+	"\n" +
+	"conditions\x18\x01 \x03(\v2 .plexus.destination.v1.ConditionR\n" +
+	"conditions\"\xef\x02\n" +
+	"\x06Filter\x12_\n" +
+	"\x17request_header_modifier\x18\x01 \x01(\v2%.plexus.destination.v1.HeaderModifierH\x00R\x15requestHeaderModifier\x12a\n" +
+	"\x18response_header_modifier\x18\x02 \x01(\v2%.plexus.destination.v1.HeaderModifierH\x00R\x16responseHeaderModifier\x12S\n" +
+	"\x10request_redirect\x18\x03 \x01(\v2&.plexus.destination.v1.RequestRedirectH\x00R\x0frequestRedirect\x12D\n" +
+	"\vurl_rewrite\x18\x04 \x01(\v2!.plexus.destination.v1.URLRewriteH\x00R\n" +
+	"urlRewriteB\x06\n" +
+	"\x04kind\"\x8a\x01\n" +
+	"\x0eHeaderModifier\x12/\n" +
+	"\x03set\x18\x01 \x03(\v2\x1d.plexus.destination.v1.HeaderR\x03set\x12/\n" +
+	"\x03add\x18\x02 \x03(\v2\x1d.plexus.destination.v1.HeaderR\x03add\x12\x16\n" +
+	"\x06remove\x18\x03 \x03(\tR\x06remove\"2\n" +
+	"\x06Header\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"F\n" +
+	"\fPathModifier\x12\x14\n" +
+	"\x04full\x18\x01 \x01(\tH\x00R\x04full\x12\x18\n" +
+	"\x06prefix\x18\x02 \x01(\tH\x00R\x06prefixB\x06\n" +
+	"\x04kind\"\xaa\x01\n" +
+	"\x0fRequestRedirect\x12\x16\n" +
+	"\x06scheme\x18\x01 \x01(\tR\x06scheme\x12\x1a\n" +
+	"\bhostname\x18\x02 \x01(\tR\bhostname\x127\n" +
+	"\x04path\x18\x03 \x01(\v2#.plexus.destination.v1.PathModifierR\x04path\x12\x12\n" +
+	"\x04port\x18\x04 \x01(\rR\x04port\x12\x16\n" +
+	"\x06status\x18\x05 \x01(\rR\x06status\"a\n" +
+	"\n" +
+	"URLRewrite\x12\x1a\n" +
+	"\bhostname\x18\x01 \x01(\tR\bhostname\x127\n" +
+	"\x04path\x18\x02 \x01(\v2#.plexus.destination.v1.PathModifierR\x04path\"\xc8\x01\n" +
+	"\aBackend\x124\n" +
+	"\x03ref\x18\x01 \x01(\v2\".plexus.destination.v1.ResourceRefR\x03ref\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\rR\x06weight\x12\x1c\n" +
+	"\tauthority\x18\x03 \x01(\tR\tauthority\x127\n" +
+	"\afilters\x18\x04 \x03(\v2\x1d.plexus.destination.v1.FilterR\afilters\x12\x18\n" +
+	"\afailure\x18\x05 \x01(\tR\afailure\"\xa5\x01\n" +
+	"\bTimeouts\x123\n" +
+	"\arequest\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\arequest\x125\n" +
+	"\bresponse\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bresponse\x12-\n" +
+	"\x04idle\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04idle\"\xa7\x02\n" +
+	"\vRetryPolicy\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\rR\x05limit\x12G\n" +
+	"\rhttp_statuses\x18\x02 \x03(\v2\".plexus.destination.v1.StatusRangeR\fhttpStatuses\x12\x1d\n" +
+	"\n" +
+	"grpc_codes\x18\x03 \x03(\rR\tgrpcCodes\x12B\n" +
+	"\x0fattempt_timeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0eattemptTimeout\x12:\n" +
+	"\x06budget\x18\x05 \x01(\v2\".plexus.destination.v1.RetryBudgetR\x06budget\x12\x1a\n" +
+	"\bfailures\x18\x06 \x01(\bR\bfailures\"1\n" +
+	"\vStatusRange\x12\x10\n" +
+	"\x03min\x18\x01 \x01(\rR\x03min\x12\x10\n" +
+	"\x03max\x18\x02 \x01(\rR\x03max\"v\n" +
+	"\vRetryBudget\x12\x14\n" +
+	"\x05ratio\x18\x01 \x01(\x01R\x05ratio\x12$\n" +
+	"\x0emin_per_second\x18\x02 \x01(\rR\fminPerSecond\x12+\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"r\n" +
+	"\rResponseClass\x12B\n" +
+	"\tcondition\x18\x01 \x01(\v2$.plexus.destination.v1.ResponseMatchR\tcondition\x12\x1d\n" +
+	"\n" +
+	"is_failure\x18\x02 \x01(\bR\tisFailure\"\x87\x02\n" +
+	"\rResponseMatch\x12<\n" +
+	"\x06status\x18\x01 \x01(\v2\".plexus.destination.v1.StatusRangeH\x00R\x06status\x12:\n" +
+	"\x03all\x18\x02 \x01(\v2&.plexus.destination.v1.ResponseMatchesH\x00R\x03all\x12:\n" +
+	"\x03any\x18\x03 \x01(\v2&.plexus.destination.v1.ResponseMatchesH\x00R\x03any\x128\n" +
+	"\x03not\x18\x04 \x01(\v2$.plexus.destination.v1.ResponseMatchH\x00R\x03notB\x06\n" +
+	"\x04kind\"Q\n" +
+	"\x0fResponseMatches\x12>\n" +
+	"\amatches\x18\x01 \x03(\v2$.plexus.destination.v1.ResponseMatchR\amatches2\xa3\x02\n" +
 	"\vDestination\x12M\n" +
 	"\x03Get\x12%.plexus.destination.v1.GetDestination\x1a\x1d.plexus.destination.v1.Update0\x01\x12`\n" +
 	"\n" +
-	"GetProfile\x12%.plexus.destination.v1.GetDestination\x1a).plexus.destination.v1.DestinationProfile0\x01B9Z7github.com/plexus-mesh/plexus/control/api/destinationpbb\x06proto3"
+	"GetProfile\x12%.plexus.destination.v1.GetDestination\x1a).plexus.destination.v1.DestinationProfile0\x01\x12c\n" +
+	"\x11GetOutboundPolicy\x12%.plexus.destination.v1.GetDestination\x1a%.plexus.destination.v1.OutboundPolicy0\x01B9Z7github.com/plexus-mesh/plexus/control/api/destinationpbb\x06proto3"
 
 var (
 	file_control_api_destinationpb_destination_proto_rawDescOnce sync.Once
@@ -724,44 +2802,120 @@ func file_control_api_destinationpb_destination_proto_rawDescGZIP() []byte {
 	return file_control_api_destinationpb_destination_proto_rawDescData
 }
 
-var file_control_api_destinationpb_destination_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_control_api_destinationpb_destination_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_control_api_destinationpb_destination_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_control_api_destinationpb_destination_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_control_api_destinationpb_destination_proto_goTypes = []any{
-	(ProtocolHint_Protocol)(0), // 0: plexus.destination.v1.ProtocolHint.Protocol
-	(*GetDestination)(nil),     // 1: plexus.destination.v1.GetDestination
-	(*Update)(nil),             // 2: plexus.destination.v1.Update
-	(*AddrSet)(nil),            // 3: plexus.destination.v1.AddrSet
-	(*WeightedAddr)(nil),       // 4: plexus.destination.v1.WeightedAddr
-	(*TcpAddress)(nil),         // 5: plexus.destination.v1.TcpAddress
-	(*TlsIdentity)(nil),        // 6: plexus.destination.v1.TlsIdentity
-	(*ProtocolHint)(nil),       // 7: plexus.destination.v1.ProtocolHint
-	(*NoEndpoints)(nil),        // 8: plexus.destination.v1.NoEndpoints
-	(*DestinationProfile)(nil), // 9: plexus.destination.v1.DestinationProfile
-	(*Route)(nil),              // 10: plexus.destination.v1.Route
-	nil,                        // 11: plexus.destination.v1.AddrSet.MetricLabelsEntry
-	nil,                        // 12: plexus.destination.v1.WeightedAddr.MetricLabelsEntry
+	(ProtocolHint_Protocol)(0),  // 0: plexus.destination.v1.ProtocolHint.Protocol
+	(OutboundRoute_Protocol)(0), // 1: plexus.destination.v1.OutboundRoute.Protocol
+	(PathMatch_Kind)(0),         // 2: plexus.destination.v1.PathMatch.Kind
+	(HeaderMatch_Kind)(0),       // 3: plexus.destination.v1.HeaderMatch.Kind
+	(QueryMatch_Kind)(0),        // 4: plexus.destination.v1.QueryMatch.Kind
+	(*GetDestination)(nil),      // 5: plexus.destination.v1.GetDestination
+	(*Update)(nil),              // 6: plexus.destination.v1.Update
+	(*AddrSet)(nil),             // 7: plexus.destination.v1.AddrSet
+	(*WeightedAddr)(nil),        // 8: plexus.destination.v1.WeightedAddr
+	(*TcpAddress)(nil),          // 9: plexus.destination.v1.TcpAddress
+	(*TlsIdentity)(nil),         // 10: plexus.destination.v1.TlsIdentity
+	(*ProtocolHint)(nil),        // 11: plexus.destination.v1.ProtocolHint
+	(*NoEndpoints)(nil),         // 12: plexus.destination.v1.NoEndpoints
+	(*DestinationProfile)(nil),  // 13: plexus.destination.v1.DestinationProfile
+	(*Route)(nil),               // 14: plexus.destination.v1.Route
+	(*ResourceRef)(nil),         // 15: plexus.destination.v1.ResourceRef
+	(*OutboundPolicy)(nil),      // 16: plexus.destination.v1.OutboundPolicy
+	(*OutboundRoute)(nil),       // 17: plexus.destination.v1.OutboundRoute
+	(*OutboundRule)(nil),        // 18: plexus.destination.v1.OutboundRule
+	(*RouteMatch)(nil),          // 19: plexus.destination.v1.RouteMatch
+	(*PathMatch)(nil),           // 20: plexus.destination.v1.PathMatch
+	(*HeaderMatch)(nil),         // 21: plexus.destination.v1.HeaderMatch
+	(*QueryMatch)(nil),          // 22: plexus.destination.v1.QueryMatch
+	(*Condition)(nil),           // 23: plexus.destination.v1.Condition
+	(*Conditions)(nil),          // 24: plexus.destination.v1.Conditions
+	(*Filter)(nil),              // 25: plexus.destination.v1.Filter
+	(*HeaderModifier)(nil),      // 26: plexus.destination.v1.HeaderModifier
+	(*Header)(nil),              // 27: plexus.destination.v1.Header
+	(*PathModifier)(nil),        // 28: plexus.destination.v1.PathModifier
+	(*RequestRedirect)(nil),     // 29: plexus.destination.v1.RequestRedirect
+	(*URLRewrite)(nil),          // 30: plexus.destination.v1.URLRewrite
+	(*Backend)(nil),             // 31: plexus.destination.v1.Backend
+	(*Timeouts)(nil),            // 32: plexus.destination.v1.Timeouts
+	(*RetryPolicy)(nil),         // 33: plexus.destination.v1.RetryPolicy
+	(*StatusRange)(nil),         // 34: plexus.destination.v1.StatusRange
+	(*RetryBudget)(nil),         // 35: plexus.destination.v1.RetryBudget
+	(*ResponseClass)(nil),       // 36: plexus.destination.v1.ResponseClass
+	(*ResponseMatch)(nil),       // 37: plexus.destination.v1.ResponseMatch
+	(*ResponseMatches)(nil),     // 38: plexus.destination.v1.ResponseMatches
+	nil,                         // 39: plexus.destination.v1.AddrSet.MetricLabelsEntry
+	nil,                         // 40: plexus.destination.v1.WeightedAddr.MetricLabelsEntry
+	(*durationpb.Duration)(nil), // 41: google.protobuf.Duration
 }
 var file_control_api_destinationpb_destination_proto_depIdxs = []int32{
-	3,  // 0: plexus.destination.v1.Update.add:type_name -> plexus.destination.v1.AddrSet
-	3,  // 1: plexus.destination.v1.Update.remove:type_name -> plexus.destination.v1.AddrSet
-	8,  // 2: plexus.destination.v1.Update.no_endpoints:type_name -> plexus.destination.v1.NoEndpoints
-	4,  // 3: plexus.destination.v1.AddrSet.addrs:type_name -> plexus.destination.v1.WeightedAddr
-	11, // 4: plexus.destination.v1.AddrSet.metric_labels:type_name -> plexus.destination.v1.AddrSet.MetricLabelsEntry
-	5,  // 5: plexus.destination.v1.WeightedAddr.addr:type_name -> plexus.destination.v1.TcpAddress
-	12, // 6: plexus.destination.v1.WeightedAddr.metric_labels:type_name -> plexus.destination.v1.WeightedAddr.MetricLabelsEntry
-	6,  // 7: plexus.destination.v1.WeightedAddr.tls_identity:type_name -> plexus.destination.v1.TlsIdentity
-	7,  // 8: plexus.destination.v1.WeightedAddr.protocol_hint:type_name -> plexus.destination.v1.ProtocolHint
+	7,  // 0: plexus.destination.v1.Update.add:type_name -> plexus.destination.v1.AddrSet
+	7,  // 1: plexus.destination.v1.Update.remove:type_name -> plexus.destination.v1.AddrSet
+	12, // 2: plexus.destination.v1.Update.no_endpoints:type_name -> plexus.destination.v1.NoEndpoints
+	8,  // 3: plexus.destination.v1.AddrSet.addrs:type_name -> plexus.destination.v1.WeightedAddr
+	39, // 4: plexus.destination.v1.AddrSet.metric_labels:type_name -> plexus.destination.v1.AddrSet.MetricLabelsEntry
+	9,  // 5: plexus.destination.v1.WeightedAddr.addr:type_name -> plexus.destination.v1.TcpAddress
+	40, // 6: plexus.destination.v1.WeightedAddr.metric_labels:type_name -> plexus.destination.v1.WeightedAddr.MetricLabelsEntry
+	10, // 7: plexus.destination.v1.WeightedAddr.tls_identity:type_name -> plexus.destination.v1.TlsIdentity
+	11, // 8: plexus.destination.v1.WeightedAddr.protocol_hint:type_name -> plexus.destination.v1.ProtocolHint
 	0,  // 9: plexus.destination.v1.ProtocolHint.protocol:type_name -> plexus.destination.v1.ProtocolHint.Protocol
-	10, // 10: plexus.destination.v1.DestinationProfile.routes:type_name -> plexus.destination.v1.Route
-	1,  // 11: plexus.destination.v1.Destination.Get:input_type -> plexus.destination.v1.GetDestination
-	1,  // 12: plexus.destination.v1.Destination.GetProfile:input_type -> plexus.destination.v1.GetDestination
-	2,  // 13: plexus.destination.v1.Destination.Get:output_type -> plexus.destination.v1.Update
-	9,  // 14: plexus.destination.v1.Destination.GetProfile:output_type -> plexus.destination.v1.DestinationProfile
-	13, // [13:15] is the sub-list for method output_type
-	11, // [11:13] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	14, // 10: plexus.destination.v1.DestinationProfile.routes:type_name -> plexus.destination.v1.Route
+	15, // 11: plexus.destination.v1.OutboundPolicy.parent:type_name -> plexus.destination.v1.ResourceRef
+	17, // 12: plexus.destination.v1.OutboundPolicy.routes:type_name -> plexus.destination.v1.OutboundRoute
+	15, // 13: plexus.destination.v1.OutboundRoute.ref:type_name -> plexus.destination.v1.ResourceRef
+	1,  // 14: plexus.destination.v1.OutboundRoute.protocol:type_name -> plexus.destination.v1.OutboundRoute.Protocol
+	18, // 15: plexus.destination.v1.OutboundRoute.rules:type_name -> plexus.destination.v1.OutboundRule
+	19, // 16: plexus.destination.v1.OutboundRule.matches:type_name -> plexus.destination.v1.RouteMatch
+	25, // 17: plexus.destination.v1.OutboundRule.filters:type_name -> plexus.destination.v1.Filter
+	31, // 18: plexus.destination.v1.OutboundRule.backends:type_name -> plexus.destination.v1.Backend
+	32, // 19: plexus.destination.v1.OutboundRule.timeouts:type_name -> plexus.destination.v1.Timeouts
+	33, // 20: plexus.destination.v1.OutboundRule.retry:type_name -> plexus.destination.v1.RetryPolicy
+	36, // 21: plexus.destination.v1.OutboundRule.response_classes:type_name -> plexus.destination.v1.ResponseClass
+	20, // 22: plexus.destination.v1.RouteMatch.path:type_name -> plexus.destination.v1.PathMatch
+	21, // 23: plexus.destination.v1.RouteMatch.headers:type_name -> plexus.destination.v1.HeaderMatch
+	22, // 24: plexus.destination.v1.RouteMatch.query:type_name -> plexus.destination.v1.QueryMatch
+	23, // 25: plexus.destination.v1.RouteMatch.condition:type_name -> plexus.destination.v1.Condition
+	2,  // 26: plexus.destination.v1.PathMatch.kind:type_name -> plexus.destination.v1.PathMatch.Kind
+	3,  // 27: plexus.destination.v1.HeaderMatch.kind:type_name -> plexus.destination.v1.HeaderMatch.Kind
+	4,  // 28: plexus.destination.v1.QueryMatch.kind:type_name -> plexus.destination.v1.QueryMatch.Kind
+	24, // 29: plexus.destination.v1.Condition.all:type_name -> plexus.destination.v1.Conditions
+	24, // 30: plexus.destination.v1.Condition.any:type_name -> plexus.destination.v1.Conditions
+	23, // 31: plexus.destination.v1.Condition.not:type_name -> plexus.destination.v1.Condition
+	23, // 32: plexus.destination.v1.Conditions.conditions:type_name -> plexus.destination.v1.Condition
+	26, // 33: plexus.destination.v1.Filter.request_header_modifier:type_name -> plexus.destination.v1.HeaderModifier
+	26, // 34: plexus.destination.v1.Filter.response_header_modifier:type_name -> plexus.destination.v1.HeaderModifier
+	29, // 35: plexus.destination.v1.Filter.request_redirect:type_name -> plexus.destination.v1.RequestRedirect
+	30, // 36: plexus.destination.v1.Filter.url_rewrite:type_name -> plexus.destination.v1.URLRewrite
+	27, // 37: plexus.destination.v1.HeaderModifier.set:type_name -> plexus.destination.v1.Header
+	27, // 38: plexus.destination.v1.HeaderModifier.add:type_name -> plexus.destination.v1.Header
+	28, // 39: plexus.destination.v1.RequestRedirect.path:type_name -> plexus.destination.v1.PathModifier
+	28, // 40: plexus.destination.v1.URLRewrite.path:type_name -> plexus.destination.v1.PathModifier
+	15, // 41: plexus.destination.v1.Backend.ref:type_name -> plexus.destination.v1.ResourceRef
+	25, // 42: plexus.destination.v1.Backend.filters:type_name -> plexus.destination.v1.Filter
+	41, // 43: plexus.destination.v1.Timeouts.request:type_name -> google.protobuf.Duration
+	41, // 44: plexus.destination.v1.Timeouts.response:type_name -> google.protobuf.Duration
+	41, // 45: plexus.destination.v1.Timeouts.idle:type_name -> google.protobuf.Duration
+	34, // 46: plexus.destination.v1.RetryPolicy.http_statuses:type_name -> plexus.destination.v1.StatusRange
+	41, // 47: plexus.destination.v1.RetryPolicy.attempt_timeout:type_name -> google.protobuf.Duration
+	35, // 48: plexus.destination.v1.RetryPolicy.budget:type_name -> plexus.destination.v1.RetryBudget
+	41, // 49: plexus.destination.v1.RetryBudget.ttl:type_name -> google.protobuf.Duration
+	37, // 50: plexus.destination.v1.ResponseClass.condition:type_name -> plexus.destination.v1.ResponseMatch
+	34, // 51: plexus.destination.v1.ResponseMatch.status:type_name -> plexus.destination.v1.StatusRange
+	38, // 52: plexus.destination.v1.ResponseMatch.all:type_name -> plexus.destination.v1.ResponseMatches
+	38, // 53: plexus.destination.v1.ResponseMatch.any:type_name -> plexus.destination.v1.ResponseMatches
+	37, // 54: plexus.destination.v1.ResponseMatch.not:type_name -> plexus.destination.v1.ResponseMatch
+	37, // 55: plexus.destination.v1.ResponseMatches.matches:type_name -> plexus.destination.v1.ResponseMatch
+	5,  // 56: plexus.destination.v1.Destination.Get:input_type -> plexus.destination.v1.GetDestination
+	5,  // 57: plexus.destination.v1.Destination.GetProfile:input_type -> plexus.destination.v1.GetDestination
+	5,  // 58: plexus.destination.v1.Destination.GetOutboundPolicy:input_type -> plexus.destination.v1.GetDestination
+	6,  // 59: plexus.destination.v1.Destination.Get:output_type -> plexus.destination.v1.Update
+	13, // 60: plexus.destination.v1.Destination.GetProfile:output_type -> plexus.destination.v1.DestinationProfile
+	16, // 61: plexus.destination.v1.Destination.GetOutboundPolicy:output_type -> plexus.destination.v1.OutboundPolicy
+	59, // [59:62] is the sub-list for method output_type
+	56, // [56:59] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_control_api_destinationpb_destination_proto_init() }
@@ -774,13 +2928,36 @@ func file_control_api_destinationpb_destination_proto_init() {
 		(*Update_Remove)(nil),
 		(*Update_NoEndpoints)(nil),
 	}
+	file_control_api_destinationpb_destination_proto_msgTypes[18].OneofWrappers = []any{
+		(*Condition_Method)(nil),
+		(*Condition_PathRegex)(nil),
+		(*Condition_All)(nil),
+		(*Condition_Any)(nil),
+		(*Condition_Not)(nil),
+	}
+	file_control_api_destinationpb_destination_proto_msgTypes[20].OneofWrappers = []any{
+		(*Filter_RequestHeaderModifier)(nil),
+		(*Filter_ResponseHeaderModifier)(nil),
+		(*Filter_RequestRedirect)(nil),
+		(*Filter_UrlRewrite)(nil),
+	}
+	file_control_api_destinationpb_destination_proto_msgTypes[23].OneofWrappers = []any{
+		(*PathModifier_Full)(nil),
+		(*PathModifier_Prefix)(nil),
+	}
+	file_control_api_destinationpb_destination_proto_msgTypes[32].OneofWrappers = []any{
+		(*ResponseMatch_Status)(nil),
+		(*ResponseMatch_All)(nil),
+		(*ResponseMatch_Any)(nil),
+		(*ResponseMatch_Not)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_api_destinationpb_destination_proto_rawDesc), len(file_control_api_destinationpb_destination_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   12,
+			NumEnums:      5,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

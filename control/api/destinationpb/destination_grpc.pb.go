@@ -22,8 +22,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Destination_Get_FullMethodName        = "/plexus.destination.v1.Destination/Get"
-	Destination_GetProfile_FullMethodName = "/plexus.destination.v1.Destination/GetProfile"
+	Destination_Get_FullMethodName               = "/plexus.destination.v1.Destination/Get"
+	Destination_GetProfile_FullMethodName        = "/plexus.destination.v1.Destination/GetProfile"
+	Destination_GetOutboundPolicy_FullMethodName = "/plexus.destination.v1.Destination/GetOutboundPolicy"
 )
 
 // DestinationClient is the client API for Destination service.
@@ -35,6 +36,13 @@ type DestinationClient interface {
 	Get(ctx context.Context, in *GetDestination, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Update], error)
 	// GetProfile streams the service profile for path.
 	GetProfile(ctx context.Context, in *GetDestination, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DestinationProfile], error)
+	// GetOutboundPolicy streams what a proxy does with requests to one
+	// Service port (path as for Get: a ClusterIP "ip:port" or
+	// "<svc>.<ns>.svc.<cluster-domain>:<port>"): its routes, from HTTPRoutes,
+	// GRPCRoutes or a ServiceProfile, or the default route. The first
+	// message answers at once; later ones replace it whole. A path that is
+	// not a Service gets a policy with no parent and the default route.
+	GetOutboundPolicy(ctx context.Context, in *GetDestination, opts ...grpc.CallOption) (grpc.ServerStreamingClient[OutboundPolicy], error)
 }
 
 type destinationClient struct {
@@ -83,6 +91,25 @@ func (c *destinationClient) GetProfile(ctx context.Context, in *GetDestination, 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Destination_GetProfileClient = grpc.ServerStreamingClient[DestinationProfile]
 
+func (c *destinationClient) GetOutboundPolicy(ctx context.Context, in *GetDestination, opts ...grpc.CallOption) (grpc.ServerStreamingClient[OutboundPolicy], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Destination_ServiceDesc.Streams[2], Destination_GetOutboundPolicy_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[GetDestination, OutboundPolicy]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Destination_GetOutboundPolicyClient = grpc.ServerStreamingClient[OutboundPolicy]
+
 // DestinationServer is the server API for Destination service.
 // All implementations must embed UnimplementedDestinationServer
 // for forward compatibility.
@@ -92,6 +119,13 @@ type DestinationServer interface {
 	Get(*GetDestination, grpc.ServerStreamingServer[Update]) error
 	// GetProfile streams the service profile for path.
 	GetProfile(*GetDestination, grpc.ServerStreamingServer[DestinationProfile]) error
+	// GetOutboundPolicy streams what a proxy does with requests to one
+	// Service port (path as for Get: a ClusterIP "ip:port" or
+	// "<svc>.<ns>.svc.<cluster-domain>:<port>"): its routes, from HTTPRoutes,
+	// GRPCRoutes or a ServiceProfile, or the default route. The first
+	// message answers at once; later ones replace it whole. A path that is
+	// not a Service gets a policy with no parent and the default route.
+	GetOutboundPolicy(*GetDestination, grpc.ServerStreamingServer[OutboundPolicy]) error
 	mustEmbedUnimplementedDestinationServer()
 }
 
@@ -107,6 +141,9 @@ func (UnimplementedDestinationServer) Get(*GetDestination, grpc.ServerStreamingS
 }
 func (UnimplementedDestinationServer) GetProfile(*GetDestination, grpc.ServerStreamingServer[DestinationProfile]) error {
 	return status.Error(codes.Unimplemented, "method GetProfile not implemented")
+}
+func (UnimplementedDestinationServer) GetOutboundPolicy(*GetDestination, grpc.ServerStreamingServer[OutboundPolicy]) error {
+	return status.Error(codes.Unimplemented, "method GetOutboundPolicy not implemented")
 }
 func (UnimplementedDestinationServer) mustEmbedUnimplementedDestinationServer() {}
 func (UnimplementedDestinationServer) testEmbeddedByValue()                     {}
@@ -151,6 +188,17 @@ func _Destination_GetProfile_Handler(srv interface{}, stream grpc.ServerStream) 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Destination_GetProfileServer = grpc.ServerStreamingServer[DestinationProfile]
 
+func _Destination_GetOutboundPolicy_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(GetDestination)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(DestinationServer).GetOutboundPolicy(m, &grpc.GenericServerStream[GetDestination, OutboundPolicy]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Destination_GetOutboundPolicyServer = grpc.ServerStreamingServer[OutboundPolicy]
+
 // Destination_ServiceDesc is the grpc.ServiceDesc for Destination service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -167,6 +215,11 @@ var Destination_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "GetProfile",
 			Handler:       _Destination_GetProfile_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "GetOutboundPolicy",
+			Handler:       _Destination_GetOutboundPolicy_Handler,
 			ServerStreams: true,
 		},
 	},
