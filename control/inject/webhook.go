@@ -3,19 +3,19 @@ package inject
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/plexus-mesh/plexus/control/admissionhttp"
 )
 
 // MaxReviewBytes bounds an AdmissionReview body (a pod is far smaller).
-const MaxReviewBytes = 3 << 20
+const MaxReviewBytes = admissionhttp.MaxReviewBytes
 
 // Metrics count the webhook's answers.
 type Metrics struct {
@@ -44,35 +44,7 @@ type Webhook struct {
 // is not one is answered with 400 naming the problem; a pod that cannot be
 // injected is denied with a message naming the bad setting.
 func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		http.Error(rw, "admission reviews are POSTed", http.StatusMethodNotAllowed)
-		return
-	}
-	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "application/json" {
-		w.count("error")
-		http.Error(rw, fmt.Sprintf("content type %q, want application/json", ct), http.StatusUnsupportedMediaType)
-		return
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, MaxReviewBytes+1))
-	if err != nil || len(body) > MaxReviewBytes {
-		w.count("error")
-		http.Error(rw, fmt.Sprintf("reading the review: body unreadable or over %d bytes", MaxReviewBytes), http.StatusBadRequest)
-		return
-	}
-	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
-		w.count("error")
-		http.Error(rw, fmt.Sprintf("not an AdmissionReview with a request: %v", err), http.StatusBadRequest)
-		return
-	}
-	resp := w.review(review.Request)
-	resp.UID = review.Request.UID
-	out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}
-	if out.APIVersion == "" {
-		out.APIVersion, out.Kind = "admission.k8s.io/v1", "AdmissionReview"
-	}
-	rw.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(rw).Encode(out)
+	admissionhttp.Serve(rw, r, w.review, func() { w.count("error") })
 }
 
 // review decides one request: allowed with a patch, allowed unchanged, or
