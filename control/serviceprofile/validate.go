@@ -1,10 +1,12 @@
 package serviceprofile
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -25,7 +27,7 @@ func Decode(raw []byte) (*ServiceProfile, error) {
 	var sp ServiceProfile
 	strict, err := kjson.UnmarshalStrict(raw, &sp)
 	if err != nil {
-		return nil, fmt.Errorf("decoding ServiceProfile: %w", err)
+		return nil, decodeError(raw, err)
 	}
 	if len(strict) > 0 {
 		errs := make([]error, 0, len(strict))
@@ -35,6 +37,80 @@ func Decode(raw []byte) (*ServiceProfile, error) {
 		return nil, errors.Join(errs...)
 	}
 	return &sp, nil
+}
+
+// decodeError names the field and value a decoding error is about where
+// it can: a value of the wrong type, or a weight that is no quantity.
+func decodeError(raw []byte, err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		v := te.Value
+		switch v {
+		case "number", "bool":
+			v += " " + literalBefore(raw, te.Offset)
+		case "string":
+			v = stringBefore(raw, te.Offset)
+		}
+		return fmt.Errorf("%s: Invalid value: %s: want %s", te.Field, v, jsonType(te.Type.Kind()))
+	}
+	var doc struct {
+		Spec struct {
+			DstOverrides []struct {
+				Weight json.RawMessage `json:"weight"`
+			} `json:"dstOverrides"`
+		} `json:"spec"`
+	}
+	if json.Unmarshal(raw, &doc) == nil {
+		for i, d := range doc.Spec.DstOverrides {
+			var q resource.Quantity
+			if qerr := json.Unmarshal(d.Weight, &q); qerr != nil {
+				return fmt.Errorf("spec.dstOverrides[%d].weight: Invalid value: %s: %w", i, d.Weight, qerr)
+			}
+		}
+	}
+	return fmt.Errorf("decoding ServiceProfile: %w", err)
+}
+
+// literalBefore returns the number or boolean literal that ends at off.
+func literalBefore(raw []byte, off int64) string {
+	if off <= 0 || off > int64(len(raw)) {
+		return ""
+	}
+	i := off
+	for i > 0 && !strings.ContainsRune(":,[ \t\r\n", rune(raw[i-1])) {
+		i--
+	}
+	return string(raw[i:off])
+}
+
+// stringBefore returns the JSON string literal that ends at off, quotes
+// included, or "string" if there is none.
+func stringBefore(raw []byte, off int64) string {
+	if off < 2 || off > int64(len(raw)) || raw[off-1] != '"' {
+		return "string"
+	}
+	for i := off - 2; i >= 0; i-- {
+		if raw[i] == '"' && (i == 0 || raw[i-1] != '\\') {
+			return string(raw[i:off])
+		}
+	}
+	return "string"
+}
+
+func jsonType(k reflect.Kind) string {
+	switch k {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Slice:
+		return "a list"
+	case reflect.Struct, reflect.Map, reflect.Pointer:
+		return "an object"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	}
+	return "an integer in the range of " + k.String()
 }
 
 // strictError rewrites `unknown field "a.b"` as "a.b: unknown field", the

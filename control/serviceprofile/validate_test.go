@@ -66,13 +66,25 @@ func TestDecodeStrict(t *testing.T) {
 			`{"spec":{"routes":[{"name":"a","name":"b"}]}}`,
 			[]string{"spec.routes[0].name: duplicate field"},
 		},
-		"wrong type": {
-			`{"spec":{"opaquePorts":["http"]}}`,
-			[]string{"opaquePorts", "string"},
+		"string for a port": {
+			`{"spec":{"opaquePorts":[80, "http"]}}`,
+			[]string{`spec.opaquePorts: Invalid value: "http": want an integer in the range of uint32`},
+		},
+		"port out of uint32": {
+			`{"spec":{"opaquePorts":[-1]}}`,
+			[]string{`spec.opaquePorts: Invalid value: number -1: want an integer`},
+		},
+		"number for a duration": {
+			`{"spec":{"retryBudget":{"retryRatio":0.2,"ttl":10}}}`,
+			[]string{`spec.retryBudget.ttl: Invalid value: number 10: want a string`},
+		},
+		"object for a list": {
+			`{"spec":{"routes":{"name":"r"}}}`,
+			[]string{`spec.routes: Invalid value: object: want a list`},
 		},
 		"bad weight": {
-			`{"spec":{"dstOverrides":[{"authority":"a.b.svc.cluster.local:80","weight":"lots"}]}}`,
-			[]string{"quantities must match"},
+			`{"spec":{"dstOverrides":[{"authority":"a.b.svc.cluster.local:80","weight":1},{"authority":"c.b.svc.cluster.local:80","weight":"lots"}]}}`,
+			[]string{`spec.dstOverrides[1].weight: Invalid value: "lots": quantities must match`},
 		},
 		"not JSON": {`{"spec":`, []string{"decoding ServiceProfile"}},
 	} {
