@@ -20,7 +20,7 @@ BINARIES := $(notdir $(COMMANDS))
 IMAGES := images/pause.tar images/testapp.tar images/demoapp.tar images/coredns.tar \
 	$(filter-out images/plexus-cni.tar images/plexusctl.tar,$(BINARIES:%=images/%.tar))
 
-.PHONY: all build images deps cluster-up cluster-down test test-unit demo bench clean proto proto-check
+.PHONY: all build images deps cluster-up cluster-down test test-unit demo bench clean proto proto-check gateway-crds
 
 all: build
 
@@ -92,6 +92,11 @@ proto: deps-proto
 	control/api/gen.sh
 proto-check: proto
 	git diff --exit-code -- control/api || { echo 'control/api: generated code is stale; run make proto and commit' >&2; exit 1; }
+
+## gateway-crds: copy the HTTPRoute and GRPCRoute CRDs of the Gateway API
+## module in go.mod into deploy/crds/gateway-api (never edit the copies)
+gateway-crds:
+	deploy/gateway-api-crds.sh
 
 clean: cluster-down
 	rm -rf bin images
