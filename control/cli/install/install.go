@@ -2,6 +2,28 @@
 // multi-document YAML stream for `kubectl apply -f -`, with the identity
 // issuer and trust anchors, the trust and cluster domains, CNI directories,
 // images, node-image mode and HA applied.
+//
+// The Gateway API CRDs Plexus needs (HTTPRoute and GRPCRoute, standard
+// channel, verbatim from sigs.k8s.io/gateway-api) are shared with other
+// controllers, so install never replaces one blindly. PlanGatewayAPI reads
+// what the cluster has (annotations gateway.networking.k8s.io/bundle-version
+// and …/channel) and DecideGatewayCRD rules, per CRD:
+//
+//   - absent: render ours;
+//   - same channel, older release: render ours (an upgrade);
+//   - same channel, same or newer release: leave it out, say so;
+//   - another channel (experimental, say), at MinGatewayAPIVersion or
+//     later: leave it out, say which release is installed and how to hand
+//     it to Plexus (delete it first) or silence the note
+//     (--skip-gateway-api-crds);
+//   - another channel, older than MinGatewayAPIVersion: leave it out and
+//     fail, since Plexus cannot work with it and must not replace it;
+//   - no readable annotations (someone else's CRD): leave it out, say so.
+//
+// With no cluster to ask, ours are rendered with a note (kubectl apply
+// decides); --skip-gateway-api-crds leaves them out without asking.
+// Inventory never names them, so an uninstall never deletes them (and
+// every route with them).
 package install
 
 import (
@@ -51,6 +73,10 @@ type Config struct {
 	Version       string // the tag of every image, and the proxy version
 	// CRDsOnly renders only the CustomResourceDefinitions.
 	CRDsOnly bool
+	// SkipGatewayAPICRDs leaves out the Gateway API CRDs;
+	// OmitGatewayAPICRDs leaves out those named (GatewayAPIPlan.Omit).
+	SkipGatewayAPICRDs bool
+	OmitGatewayAPICRDs []string
 	// Identity files (PEM); all three or none. None means a new trust
 	// anchor and issuer are generated.
 	TrustAnchorsFile      string
@@ -190,10 +216,13 @@ func (r Ref) String() string {
 
 // Inventory names every object Render writes for cfg, in apply order,
 // without making or reading the identity (uninstall needs only names).
+// It leaves out the Gateway API CRDs: they are shared with other
+// controllers, and deleting one deletes every route of its kind.
 func (r Renderer) Inventory(cfg Config) ([]Ref, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("install: %w", err)
 	}
+	cfg.SkipGatewayAPICRDs = true
 	objs, err := r.objects(cfg, Identity{})
 	if err != nil {
 		return nil, fmt.Errorf("install: %w", err)
@@ -233,6 +262,11 @@ func (r Renderer) objects(cfg Config, id Identity) ([]object, error) {
 	if err != nil {
 		return nil, err
 	}
+	gateway, err := r.gatewayAPIObjects(cfg)
+	if err != nil {
+		return nil, err
+	}
+	crds = append(crds, gateway...)
 	if cfg.CRDsOnly {
 		return crds, nil
 	}

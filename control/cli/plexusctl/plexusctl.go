@@ -220,7 +220,7 @@ func connect(g *globals) (kubernetes.Interface, *rest.Config, string, error) {
 	return client, cfg, ns, nil
 }
 
-func runInstall(_ context.Context, g *globals, args []string, env Env) error {
+func runInstall(ctx context.Context, g *globals, args []string, env Env) error {
 	cfg := install.DefaultConfig()
 	fs := newFlagSet("install", g, env)
 	fs.StringVar(&cfg.TrustDomain, "trust-domain", cfg.TrustDomain, "SPIFFE trust domain of the mesh")
@@ -232,14 +232,50 @@ func runInstall(_ context.Context, g *globals, args []string, env Env) error {
 	fs.StringVar(&cfg.ImageRegistry, "image-registry", cfg.ImageRegistry, "registry (and path) of the Plexus images")
 	fs.StringVar(&cfg.Version, "version", cfg.Version, "tag of the Plexus images")
 	fs.BoolVar(&cfg.CRDsOnly, "crds", false, "print only the CustomResourceDefinitions")
+	fs.BoolVar(&cfg.SkipGatewayAPICRDs, "skip-gateway-api-crds", false, "leave out the Gateway API CRDs (HTTPRoute, GRPCRoute) without asking the cluster which it has")
 	fs.StringVar(&cfg.TrustAnchorsFile, "identity-trust-anchors-file", "", "PEM trust anchors (with the two issuer files; default: generate new ones)")
 	fs.StringVar(&cfg.IssuerCertificateFile, "identity-issuer-certificate-file", "", "PEM issuer certificate, signed by a trust anchor")
 	fs.StringVar(&cfg.IssuerKeyFile, "identity-issuer-key-file", "", "PEM issuer private key")
 	if err := parseConfig(fs, args, func() error { return cfg.Validate() }); err != nil {
 		return err
 	}
+	if !cfg.SkipGatewayAPICRDs {
+		omit, err := planGatewayAPI(ctx, g, env)
+		if err != nil {
+			return err
+		}
+		cfg.OmitGatewayAPICRDs = omit
+	}
 	r := install.Renderer{Manifests: deploy.Manifests, Generate: install.GenerateIdentity, Now: time.Now, ReadFile: os.ReadFile}
 	return r.Render(cfg, env.Stdout)
+}
+
+// gatewayAPITimeout bounds the look at the cluster's Gateway API CRDs.
+const gatewayAPITimeout = 10 * time.Second
+
+// planGatewayAPI asks the cluster, if one is configured, which Gateway API
+// CRDs it has, prints install's notes on stderr and returns the CRDs to
+// leave out (control/cli/install's package doc has the rule).
+func planGatewayAPI(ctx context.Context, g *globals, env Env) ([]string, error) {
+	_, restCfg, _, err := connect(g)
+	var dyn dynamic.Interface
+	if err == nil {
+		dyn, err = dynamic.NewForConfig(restCfg)
+	}
+	lookup := func(context.Context, string) (*install.CRDRelease, error) { return nil, err }
+	if err == nil {
+		lookup = install.ClusterCRDs(dyn)
+	}
+	ctx, cancel := context.WithTimeout(ctx, gatewayAPITimeout)
+	defer cancel()
+	plan, err := install.PlanGatewayAPI(ctx, deploy.Manifests, lookup)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range plan.Notes {
+		fmt.Fprintf(env.Stderr, "plexusctl install: %s\n", n)
+	}
+	return plan.Omit, plan.Err
 }
 
 func runUninstall(ctx context.Context, g *globals, args []string, env Env) error {

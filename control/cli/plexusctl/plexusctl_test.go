@@ -31,7 +31,8 @@ func TestExitCodes(t *testing.T) {
 		{"no command", nil, ExitUsage, "usage: plexusctl"},
 		{"unknown command", []string{"frobnicate"}, ExitUsage, `unknown command "frobnicate"`},
 		{"help", []string{"-h"}, ExitOK, "usage: plexusctl"},
-		{"install --crds", []string{"install", "--crds"}, ExitOK, ""},
+		{"install --crds", []string{"install", "--crds", "--skip-gateway-api-crds"}, ExitOK, ""},
+		{"install without a cluster", []string{"install", "--crds", "--kubeconfig=" + missingKubeconfig}, ExitOK, "could not read the installed Gateway API CRDs (kubeconfig: "},
 		{"install unknown flag", []string{"install", "--bogus"}, ExitUsage, "flag provided but not defined: -bogus"},
 		{"install bad trust domain", []string{"install", "--trust-domain=Not_A_Domain"}, ExitUsage, "trust domain"},
 		{"install stray argument", []string{"install", "extra"}, ExitUsage, "unexpected arguments [extra]"},
@@ -92,5 +93,17 @@ func TestParseIntersperses(t *testing.T) {
 	}
 	if !reflect.DeepEqual(pos, []string{"deploy", "web", "-x"}) || g.namespace != "shop" || g.output != "json" || window.String() != "2s" {
 		t.Errorf("pos %v, namespace %q, output %q, window %s", pos, g.namespace, g.output, window)
+	}
+}
+
+func TestInstallGatewayAPICRDs(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nope")
+	_, out, _ := runMain(t, "", "install", "--crds", "--kubeconfig", missing)
+	if !strings.Contains(out, "name: httproutes.gateway.networking.k8s.io") || !strings.Contains(out, "name: grpcroutes.gateway.networking.k8s.io") {
+		t.Error("with no cluster to ask, install --crds leaves out the Gateway API CRDs")
+	}
+	code, out, stderr := runMain(t, "", "install", "--crds", "--skip-gateway-api-crds", "--kubeconfig", missing)
+	if code != ExitOK || strings.Contains(out, "gateway.networking.k8s.io") || stderr != "" {
+		t.Errorf("--skip-gateway-api-crds: exit %d, stderr %q, Gateway API in the output: %v", code, stderr, strings.Contains(out, "gateway.networking.k8s.io"))
 	}
 }

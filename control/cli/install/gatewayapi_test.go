@@ -1,0 +1,222 @@
+package install
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"reflect"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"sigs.k8s.io/yaml"
+
+	"github.com/plexus-mesh/plexus/deploy"
+)
+
+const (
+	httpRoutes = "httproutes.gateway.networking.k8s.io"
+	grpcRoutes = "grpcroutes.gateway.networking.k8s.io"
+)
+
+func TestDecideGatewayCRD(t *testing.T) {
+	ours := CRDRelease{BundleVersion: "v1.6.3", Channel: "standard"}
+	for _, tc := range []struct {
+		name      string
+		installed *CRDRelease
+		render    bool
+		fatal     bool
+		note      []string // substrings of the note; none means no note
+	}{
+		{name: "absent", installed: nil, render: true},
+		{name: "older, same channel", installed: &CRDRelease{"v1.5.1", "standard"}, render: true,
+			note: []string{"upgrading the installed HTTPRoute CRD from v1.5.1 (standard) to Plexus's v1.6.3 (standard)"}},
+		{name: "older than required, same channel", installed: &CRDRelease{"v1.0.0", "standard"}, render: true,
+			note: []string{"upgrading", "v1.0.0"}},
+		{name: "same", installed: &CRDRelease{"v1.6.3", "standard"},
+			note: []string{"keeping the installed HTTPRoute CRD v1.6.3 (standard), the same as Plexus's"}},
+		{name: "newer", installed: &CRDRelease{"v1.7.0", "standard"},
+			note: []string{"keeping the installed HTTPRoute CRD v1.7.0 (standard), newer than Plexus's v1.6.3"}},
+		{name: "newer pre-release", installed: &CRDRelease{"v1.7.0-rc.1", "standard"},
+			note: []string{"newer than Plexus's v1.6.3"}},
+		{name: "older pre-release of ours", installed: &CRDRelease{"v1.6.3-rc.2", "standard"}, render: true,
+			note: []string{"upgrading"}},
+		{name: "other channel, older but enough", installed: &CRDRelease{"v1.4.0", "experimental"},
+			note: []string{"keeping the installed HTTPRoute CRD v1.4.0 (experimental)", "works with any channel at v1.2.0 or later", "delete the CRD first (that deletes every HTTPRoute)", "--skip-gateway-api-crds"}},
+		{name: "other channel, newer", installed: &CRDRelease{"v1.7.0", "experimental"},
+			note: []string{"keeping the installed HTTPRoute CRD v1.7.0 (experimental)"}},
+		{name: "other channel, same version", installed: &CRDRelease{"v1.6.3", "experimental"},
+			note: []string{"never replaces a CRD of another channel"}},
+		{name: "other channel, too old", installed: &CRDRelease{"v1.1.0", "experimental"}, fatal: true,
+			note: []string{"the installed HTTPRoute CRD v1.1.0 (experimental) is older than the v1.2.0 Plexus needs", "upgrade it", "--skip-gateway-api-crds to install without it"}},
+		{name: "unannotated third-party CRD", installed: &CRDRelease{},
+			note: []string{"keeping the installed HTTPRoute CRD: it has no readable", "cannot tell its release", "delete the CRD first"}},
+		{name: "version but no channel", installed: &CRDRelease{BundleVersion: "v1.0.0"},
+			note: []string{"has no readable"}},
+		{name: "unparsable version", installed: &CRDRelease{"main", "standard"},
+			note: []string{"has no readable"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := DecideGatewayCRD("HTTPRoute", ours, tc.installed)
+			if d.Render != tc.render || d.Fatal != tc.fatal {
+				t.Errorf("render %v fatal %v, want %v and %v (note %q)", d.Render, d.Fatal, tc.render, tc.fatal, d.Note)
+			}
+			if len(tc.note) == 0 && d.Note != "" {
+				t.Errorf("note %q, want none", d.Note)
+			}
+			for _, want := range tc.note {
+				if !strings.Contains(d.Note, want) {
+					t.Errorf("note %q lacks %q", d.Note, want)
+				}
+			}
+		})
+	}
+}
+
+// fakeCRD is an installed CRD as the API server returns it.
+func fakeCRD(name string, annotations map[string]string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("apiextensions.k8s.io/v1")
+	u.SetKind("CustomResourceDefinition")
+	u.SetName(name)
+	u.SetAnnotations(annotations)
+	return u
+}
+
+func release(v, channel string) map[string]string {
+	return map[string]string{AnnotationBundleVersion: v, AnnotationChannel: channel}
+}
+
+func fakeCluster(objs ...runtime.Object) CRDLookup {
+	gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{gvr: "CustomResourceDefinitionList"}, objs...)
+	return ClusterCRDs(client)
+}
+
+// TestPlanGatewayAPI runs the plan against a fake API server and renders
+// what it decided.
+func TestPlanGatewayAPI(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		lookup CRDLookup
+		render []string // Gateway API CRDs rendered
+		notes  []string // a substring of each note, in order
+		fails  bool
+	}{
+		{name: "empty cluster", lookup: fakeCluster(), render: []string{grpcRoutes, httpRoutes}},
+		{
+			name:   "newer HTTPRoute, older GRPCRoute",
+			lookup: fakeCluster(fakeCRD(httpRoutes, release("v1.7.0", "standard")), fakeCRD(grpcRoutes, release("v1.2.1", "standard"))),
+			render: []string{grpcRoutes},
+			notes:  []string{"upgrading the installed GRPCRoute CRD from v1.2.1", "keeping the installed HTTPRoute CRD v1.7.0 (standard), newer than Plexus's v1.6.3"},
+		},
+		{
+			name:   "experimental channel and a third-party CRD",
+			lookup: fakeCluster(fakeCRD(httpRoutes, release("v1.6.0", "experimental")), fakeCRD(grpcRoutes, nil)),
+			notes:  []string{"keeping the installed GRPCRoute CRD: it has no readable", "keeping the installed HTTPRoute CRD v1.6.0 (experimental)"},
+		},
+		{
+			name:   "experimental channel too old",
+			lookup: fakeCluster(fakeCRD(httpRoutes, release("v1.0.0", "experimental"))),
+			render: []string{grpcRoutes},
+			notes:  []string{"older than the v1.2.0 Plexus needs"},
+			fails:  true,
+		},
+		{
+			name: "no cluster",
+			lookup: func(context.Context, string) (*CRDRelease, error) {
+				return nil, errors.New("kubeconfig: no configuration")
+			},
+			render: []string{grpcRoutes, httpRoutes},
+			notes:  []string{"could not read the installed Gateway API CRDs (kubeconfig: no configuration): rendering Plexus's GRPCRoute and HTTPRoute CRDs v1.6.3 (standard)"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan, err := PlanGatewayAPI(ctx, deploy.Manifests, tc.lookup)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (plan.Err != nil) != tc.fails {
+				t.Errorf("plan error %v, want failure %v", plan.Err, tc.fails)
+			}
+			if len(plan.Notes) != len(tc.notes) {
+				t.Fatalf("notes %q, want %d", plan.Notes, len(tc.notes))
+			}
+			for i, n := range tc.notes {
+				if !strings.Contains(plan.Notes[i], n) {
+					t.Errorf("note %d %q lacks %q", i, plan.Notes[i], n)
+				}
+			}
+			cfg := DefaultConfig()
+			cfg.CRDsOnly = true
+			cfg.OmitGatewayAPICRDs = plan.Omit
+			var got []string
+			for _, k := range kinds(t, render(t, cfg)) {
+				if name, ok := strings.CutPrefix(k, "CustomResourceDefinition "); ok && strings.HasSuffix(name, ".gateway.networking.k8s.io") {
+					got = append(got, name)
+				}
+			}
+			if strings.Join(got, ",") != strings.Join(tc.render, ",") {
+				t.Errorf("rendered %v, want %v", got, tc.render)
+			}
+		})
+	}
+}
+
+func TestSkipAndOmitGatewayAPICRDs(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.SkipGatewayAPICRDs = true
+	if out := render(t, cfg); bytes.Contains(out, []byte("gateway.networking.k8s.io")) {
+		t.Error("--skip-gateway-api-crds renders a Gateway API CRD")
+	}
+	cfg = DefaultConfig()
+	cfg.OmitGatewayAPICRDs = []string{"gateways.gateway.networking.k8s.io"}
+	if err := testRenderer().Render(cfg, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "no Gateway API CRD gateways.gateway.networking.k8s.io") {
+		t.Errorf("omitting a CRD Plexus does not ship: got %v", err)
+	}
+	refs, err := testRenderer().Inventory(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range refs {
+		if strings.Contains(r.Name, "gateway.networking.k8s.io") {
+			t.Errorf("inventory names %s: uninstall would delete every route", r)
+		}
+	}
+}
+
+// TestGatewayAPICRDsRenderedVerbatim: each rendered Gateway API CRD is the
+// embedded file's object, field for field (the goldens abbreviate them;
+// deploy's test ties the files to the module).
+func TestGatewayAPICRDsRenderedVerbatim(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.CRDsOnly = true
+	rendered := map[string]object{}
+	for _, o := range decodeAll(t, render(t, cfg)) {
+		meta, _ := o["metadata"].(object)
+		rendered[str(meta["name"])] = o
+	}
+	files, err := fs.Glob(deploy.Manifests, gatewayAPIDir+"/gateway.networking.k8s.io_*.yaml")
+	if err != nil || len(files) != 2 {
+		t.Fatalf("embedded Gateway API CRDs: %v %v", files, err)
+	}
+	for _, f := range files {
+		b, err := fs.ReadFile(deploy.Manifests, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want object
+		if err := yaml.Unmarshal(b, &want); err != nil {
+			t.Fatal(err)
+		}
+		meta, _ := want["metadata"].(object)
+		if got := rendered[str(meta["name"])]; !reflect.DeepEqual(got, want) {
+			t.Errorf("%s is not rendered as embedded", f)
+		}
+	}
+}
