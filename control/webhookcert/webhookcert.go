@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,10 +35,13 @@ type Config struct {
 	Namespace     string // where the Service and Secret live
 	Service       string // the webhook's Service; the certificate names it
 	Secret        string // kubernetes.io/tls Secret holding ca.crt, tls.crt, tls.key
-	WebhookConfig string // MutatingWebhookConfiguration whose caBundle is kept
-	Validity      time.Duration
-	RenewBefore   time.Duration
-	Log           *slog.Logger
+	WebhookConfig string // webhook configuration whose caBundles are kept
+	// Validating: WebhookConfig is a ValidatingWebhookConfiguration, not a
+	// MutatingWebhookConfiguration.
+	Validating  bool
+	Validity    time.Duration
+	RenewBefore time.Duration
+	Log         *slog.Logger
 }
 
 // Validate names the first missing field.
@@ -167,14 +171,44 @@ func (k *Keeper) usable(s *corev1.Secret) (*tls.Certificate, []byte, error) {
 
 // patchCABundle sets every webhook's caBundle to caPEM, if it differs.
 func (k *Keeper) patchCABundle(ctx context.Context, caPEM []byte) error {
-	api := k.client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	mwc, err := api.Get(ctx, k.cfg.WebhookConfig, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("reading webhook configuration %s: %w", k.cfg.WebhookConfig, err)
+	api := k.client.AdmissionregistrationV1()
+	if k.cfg.Validating {
+		return patchCABundle(ctx, k, caPEM, "ValidatingWebhookConfiguration", api.ValidatingWebhookConfigurations(),
+			func(w *admissionregistrationv1.ValidatingWebhookConfiguration) (string, [][]byte) {
+				var b [][]byte
+				for _, h := range w.Webhooks {
+					b = append(b, h.ClientConfig.CABundle)
+				}
+				return w.ResourceVersion, b
+			})
 	}
+	return patchCABundle(ctx, k, caPEM, "MutatingWebhookConfiguration", api.MutatingWebhookConfigurations(),
+		func(w *admissionregistrationv1.MutatingWebhookConfiguration) (string, [][]byte) {
+			var b [][]byte
+			for _, h := range w.Webhooks {
+				b = append(b, h.ClientConfig.CABundle)
+			}
+			return w.ResourceVersion, b
+		})
+}
+
+// webhookAPI is the client of one kind of webhook configuration.
+type webhookAPI[T any] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
+}
+
+// patchCABundle patches the caBundles of k's webhook configuration, of
+// kind, that bundles reads.
+func patchCABundle[T any](ctx context.Context, k *Keeper, caPEM []byte, kind string, api webhookAPI[T], bundles func(T) (string, [][]byte)) error {
+	w, err := api.Get(ctx, k.cfg.WebhookConfig, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading %s %s: %w", kind, k.cfg.WebhookConfig, err)
+	}
+	rv, current := bundles(w)
 	var ops []map[string]any
-	for i, w := range mwc.Webhooks {
-		if !bytes.Equal(w.ClientConfig.CABundle, caPEM) {
+	for i, b := range current {
+		if !bytes.Equal(b, caPEM) {
 			ops = append(ops, map[string]any{"op": "add", "path": fmt.Sprintf("/webhooks/%d/clientConfig/caBundle", i), "value": caPEM})
 		}
 	}
@@ -182,12 +216,12 @@ func (k *Keeper) patchCABundle(ctx context.Context, caPEM []byte) error {
 		return nil
 	}
 	// Guard against the list changing under us.
-	ops = append([]map[string]any{{"op": "test", "path": "/metadata/resourceVersion", "value": mwc.ResourceVersion}}, ops...)
+	ops = append([]map[string]any{{"op": "test", "path": "/metadata/resourceVersion", "value": rv}}, ops...)
 	raw, _ := json.Marshal(ops)
 	if _, err := api.Patch(ctx, k.cfg.WebhookConfig, types.JSONPatchType, raw, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("patching the caBundle of %s: %w", k.cfg.WebhookConfig, err)
+		return fmt.Errorf("patching the caBundle of %s %s: %w", kind, k.cfg.WebhookConfig, err)
 	}
-	k.cfg.Log.Info("webhook caBundle updated", "webhookConfiguration", k.cfg.WebhookConfig, "webhooks", len(ops)-1)
+	k.cfg.Log.Info("webhook caBundle updated", "kind", kind, "webhookConfiguration", k.cfg.WebhookConfig, "webhooks", len(ops)-1)
 	return nil
 }
 

@@ -122,3 +122,39 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal("renew-before above validity accepted")
 	}
 }
+
+func TestEnsurePatchesAValidatingWebhookConfiguration(t *testing.T) {
+	ctx := context.Background()
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "plexus-sp-validator", ResourceVersion: "1"},
+		Webhooks:   []admissionregistrationv1.ValidatingWebhook{{Name: "sp-validator.plexus.dev"}},
+	}
+	client := fake.NewClientset(vwc)
+	k, err := New(Config{
+		Namespace: "plexus-system", Service: "plexus-sp-validator", Secret: "plexus-sp-validator-tls",
+		WebhookConfig: "plexus-sp-validator", Validating: true, Validity: 365 * 24 * time.Hour, RenewBefore: 30 * 24 * time.Hour,
+		Log: slog.New(slog.DiscardHandler),
+	}, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "plexus-sp-validator", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := client.CoreV1().Secrets("plexus-system").Get(ctx, "plexus-sp-validator-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Webhooks[0].ClientConfig.CABundle, s.Data["ca.crt"]) {
+		t.Errorf("caBundle %q, want the Secret's CA", got.Webhooks[0].ClientConfig.CABundle)
+	}
+	// A mutating configuration of that name is not what it keeps.
+	k.cfg.Validating = false
+	if err := k.Ensure(ctx); err == nil {
+		t.Error("Ensure found a MutatingWebhookConfiguration that does not exist")
+	}
+}
