@@ -4,7 +4,6 @@ package injectcmd
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,10 +18,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 
-	"github.com/plexus-mesh/plexus/control/adminhttp"
 	"github.com/plexus-mesh/plexus/control/inject"
 	"github.com/plexus-mesh/plexus/control/kubeclient"
 	"github.com/plexus-mesh/plexus/control/webhookcert"
+	"github.com/plexus-mesh/plexus/control/webhookserver"
 )
 
 // Options are the injector's flags.
@@ -109,59 +107,18 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		Metrics: inject.NewMetrics(reg),
 		Log:     log,
 	}
-
-	var ready atomic.Bool
-	admin := adminhttp.Handler(reg, func() error {
-		if !ready.Load() {
-			return errors.New("namespaces not synced or no serving certificate yet")
-		}
-		return nil
-	})
-	adminSrv := &http.Server{Addr: o.AdminAddr, Handler: admin, ReadHeaderTimeout: 5 * time.Second}
-	mux := http.NewServeMux()
-	mux.Handle("/inject", hook)
-	srv := &http.Server{
-		Addr: o.Addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: keeper.GetCertificate},
-		ErrorLog:  slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
-	errc := make(chan error, 2)
-	go func() { errc <- fmt.Errorf("admin server: %w", adminSrv.ListenAndServe()) }()
-
-	// The certificate first (the webhook configuration may not exist yet
-	// when the Deployment starts: retry), then the namespace cache.
-	for backoff := time.Second; ; backoff = min(2*backoff, 30*time.Second) {
-		if err = keeper.Ensure(ctx); err == nil {
-			break
-		}
-		log.Warn("webhook certificate not ready; retrying", "err", err, "in", backoff)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
-		}
-	}
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("cache of %v never synced", typ)
-		}
-	}
-	go keeper.Run(ctx, time.Hour)
-	go func() { errc <- fmt.Errorf("webhook server: %w", srv.ListenAndServeTLS("", "")) }()
-	ready.Store(true)
-	log.Info("injector serving", "addr", o.Addr, "proxyImage", o.Inject.ProxyImage)
-
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-	}
-	ready.Store(false)
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	srv.Shutdown(sctx)
-	adminSrv.Shutdown(sctx)
-	if err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	log.Info("injector starting", "addr", o.Addr, "proxyImage", o.Inject.ProxyImage)
+	return webhookserver.Run(ctx, webhookserver.Config{
+		Addr: o.Addr, AdminAddr: o.AdminAddr, Routes: map[string]http.Handler{"/inject": hook}, Registry: reg,
+		// The namespace cache before serving.
+		Start: func(ctx context.Context) error {
+			for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+				if !ok {
+					return fmt.Errorf("cache of %v never synced", typ)
+				}
+			}
+			return nil
+		},
+		Log: log,
+	}, keeper)
 }

@@ -1,0 +1,112 @@
+// Package webhookserver runs an admission webhook: its HTTPS server, with
+// a serving certificate webhookcert keeps, and the admin endpoint.
+package webhookserver
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/plexus-mesh/plexus/control/adminhttp"
+	"github.com/plexus-mesh/plexus/control/webhookcert"
+)
+
+// Config is one webhook server.
+type Config struct {
+	Addr      string // HTTPS listen address
+	AdminAddr string // /metrics, /ready and /live
+	// Routes maps request paths ("/inject") to the webhook's handlers.
+	Routes   map[string]http.Handler
+	Registry *prometheus.Registry
+	// Start, if set, runs once the certificate is in place and before the
+	// webhook serves or reports ready (e.g. waiting for informer caches).
+	Start func(context.Context) error
+	// Listen opens the listeners; net.Listen when nil.
+	Listen func(network, addr string) (net.Listener, error)
+	Log    *slog.Logger
+}
+
+// Run serves until ctx ends or a server fails. The admin endpoint serves
+// at once (/ready answers 503 until the webhook serves); the certificate
+// is ensured first, retried with backoff since the webhook configuration
+// may not exist yet when the Deployment starts, then renewed hourly.
+func Run(ctx context.Context, cfg Config, keeper *webhookcert.Keeper) error {
+	listen := cfg.Listen
+	if listen == nil {
+		listen = net.Listen
+	}
+	adminLn, err := listen("tcp", cfg.AdminAddr)
+	if err != nil {
+		return fmt.Errorf("admin listener: %w", err)
+	}
+	var ready atomic.Bool
+	adminSrv := &http.Server{Handler: adminhttp.Handler(cfg.Registry, func() error {
+		if !ready.Load() {
+			return errors.New("no serving certificate yet, or not started")
+		}
+		return nil
+	}), ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 2)
+	go func() { errc <- fmt.Errorf("admin server: %w", adminSrv.Serve(adminLn)) }()
+	defer shutdown(adminSrv)
+
+	for backoff := time.Second; ; backoff = min(2*backoff, 30*time.Second) {
+		if err = keeper.Ensure(ctx); err == nil {
+			break
+		}
+		cfg.Log.Warn("webhook certificate not ready; retrying", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errc:
+			return err
+		case <-time.After(backoff):
+		}
+	}
+	if cfg.Start != nil {
+		if err := cfg.Start(ctx); err != nil {
+			return err
+		}
+	}
+	go keeper.Run(ctx, time.Hour)
+
+	mux := http.NewServeMux()
+	for path, h := range cfg.Routes {
+		mux.Handle(path, h)
+	}
+	ln, err := listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("webhook listener: %w", err)
+	}
+	srv := &http.Server{
+		Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: keeper.GetCertificate},
+		ErrorLog:  slog.NewLogLogger(cfg.Log.Handler(), slog.LevelDebug),
+	}
+	go func() { errc <- fmt.Errorf("webhook server: %w", srv.ServeTLS(ln, "", "")) }()
+	defer shutdown(srv)
+	ready.Store(true)
+	cfg.Log.Info("webhook serving", "addr", ln.Addr().String())
+
+	select {
+	case <-ctx.Done():
+		err = nil
+	case err = <-errc:
+	}
+	ready.Store(false)
+	return err
+}
+
+func shutdown(srv *http.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv.Shutdown(ctx)
+}
