@@ -86,13 +86,6 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	keeper, err := webhookcert.New(webhookcert.Config{
-		Namespace: o.Namespace, Service: o.Service, Secret: o.TLSSecret, WebhookConfig: o.WebhookConfig,
-		Validity: 365 * 24 * time.Hour, RenewBefore: 30 * 24 * time.Hour, Log: log,
-	}, client)
-	if err != nil {
-		return err
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	factory := informers.NewSharedInformerFactory(client, 10*time.Minute)
@@ -110,6 +103,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	log.Info("injector starting", "addr", o.Addr, "proxyImage", o.Inject.ProxyImage)
 	return webhookserver.Run(ctx, webhookserver.Config{
 		Addr: o.Addr, AdminAddr: o.AdminAddr, Routes: map[string]http.Handler{"/inject": hook}, Registry: reg,
+		Cert: webhookcert.Config{Namespace: o.Namespace, Service: o.Service, Secret: o.TLSSecret, WebhookConfig: o.WebhookConfig},
 		// The namespace cache before serving.
 		Start: func(ctx context.Context) error {
 			for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
@@ -120,5 +114,5 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 			return nil
 		},
 		Log: log,
-	}, keeper)
+	}, client)
 }

@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -103,18 +102,14 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	keeper, err := webhookcert.New(webhookcert.Config{
-		Namespace: c.Namespace, Service: c.Service, Secret: c.TLSSecret, WebhookConfig: c.WebhookConfig, Validating: true,
-		Validity: 365 * 24 * time.Hour, RenewBefore: 30 * 24 * time.Hour, Log: log,
-	}, client)
-	if err != nil {
-		return err
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	hook := &spvalidator.Webhook{ClusterDomain: c.ClusterDomain, Metrics: spvalidator.NewMetrics(reg), Log: log}
 	log.Info("sp-validator starting", "addr", c.Addr, "clusterDomain", c.ClusterDomain)
 	return webhookserver.Run(ctx, webhookserver.Config{
 		Addr: c.Addr, AdminAddr: c.AdminAddr, Routes: map[string]http.Handler{Path: hook}, Registry: reg, Log: log,
-	}, keeper)
+		Cert: webhookcert.Config{
+			Namespace: c.Namespace, Service: c.Service, Secret: c.TLSSecret, WebhookConfig: c.WebhookConfig, Validating: true,
+		},
+	}, client)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/plexus-mesh/plexus/control/adminhttp"
 	"github.com/plexus-mesh/plexus/control/webhookcert"
@@ -26,6 +27,10 @@ type Config struct {
 	// Routes maps request paths ("/inject") to the webhook's handlers.
 	Routes   map[string]http.Handler
 	Registry *prometheus.Registry
+	// Cert names the certificate's Secret, Service and webhook
+	// configuration; zero lifetimes mean CertValidity and CertRenewBefore,
+	// and a nil Log means Log.
+	Cert webhookcert.Config
 	// Start, if set, runs once the certificate is in place and before the
 	// webhook serves or reports ready (e.g. waiting for informer caches).
 	Start func(context.Context) error
@@ -34,11 +39,28 @@ type Config struct {
 	Log    *slog.Logger
 }
 
+// Default certificate lifetimes.
+const (
+	CertValidity    = 365 * 24 * time.Hour
+	CertRenewBefore = 30 * 24 * time.Hour
+)
+
 // Run serves until ctx ends or a server fails. The admin endpoint serves
 // at once (/ready answers 503 until the webhook serves); the certificate
 // is ensured first, retried with backoff since the webhook configuration
 // may not exist yet when the Deployment starts, then renewed hourly.
-func Run(ctx context.Context, cfg Config, keeper *webhookcert.Keeper) error {
+func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
+	cc := cfg.Cert
+	if cc.Validity == 0 && cc.RenewBefore == 0 {
+		cc.Validity, cc.RenewBefore = CertValidity, CertRenewBefore
+	}
+	if cc.Log == nil {
+		cc.Log = cfg.Log
+	}
+	keeper, err := webhookcert.New(cc, client)
+	if err != nil {
+		return err
+	}
 	listen := cfg.Listen
 	if listen == nil {
 		listen = net.Listen

@@ -26,13 +26,6 @@ func TestRunServesTheKeptCertificateAndReportsReady(t *testing.T) {
 		Webhooks:   []admissionregistrationv1.ValidatingWebhook{{Name: "hook.plexus.dev"}},
 	})
 	log := slog.New(slog.DiscardHandler)
-	keeper, err := webhookcert.New(webhookcert.Config{
-		Namespace: "plexus-system", Service: "hook", Secret: "hook-tls", WebhookConfig: "hook", Validating: true,
-		Validity: time.Hour, RenewBefore: time.Minute, Log: log,
-	}, client)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
 	addrs := map[string]string{}
 	started := make(chan struct{})
@@ -53,8 +46,9 @@ func TestRunServesTheKeptCertificateAndReportsReady(t *testing.T) {
 				}
 				return ln, err
 			},
-			Log: log,
-		}, keeper)
+			Cert: webhookcert.Config{Namespace: "plexus-system", Service: "hook", Secret: "hook-tls", WebhookConfig: "hook", Validating: true},
+			Log:  log,
+		}, client)
 	}()
 	addr := func(name string) string {
 		for {
