@@ -1,0 +1,131 @@
+package routes
+
+import (
+	"math/bits"
+	"time"
+
+	"github.com/plexus-mesh/plexus/control/api/destinationpb"
+)
+
+// Table is the compiled route table of one destination. It is immutable and
+// safe for concurrent use.
+type Table struct {
+	// Routes are the routes of the policy in its order, each with the rules
+	// that compiled.
+	Routes []*Route
+
+	// ordered holds every (rule, match) in the order Match tries them when
+	// the table has no host index: the policy's order for a ServiceProfile,
+	// else ranked by precedence (all routes then have no hostnames).
+	ordered []entry
+	// hosts is set when some route lists hostnames and the policy is not a
+	// ServiceProfile.
+	hosts *hostIndex
+	// profile: first match in the listed order, hostnames checked per entry.
+	profile bool
+}
+
+// Route is one route of the policy.
+type Route struct {
+	// Ref names the route (route_* metric labels); never nil.
+	Ref *destinationpb.ResourceRef
+	// GRPC: a GRPCRoute (outbound_grpc_route_* metrics). It matches gRPC
+	// requests only; an HTTP route matches gRPC requests too.
+	GRPC bool
+	// Rules that compiled, in the policy's order (Rule.Index keeps their
+	// place in the policy, so a dropped rule leaves a gap).
+	Rules []*Rule
+
+	hostnames []hostname
+}
+
+// Rule is one rule of a route: what to do with the requests it matches.
+type Rule struct {
+	Route *Route
+	// Index is the rule's index in the route of the policy.
+	Index int
+	// Backends in the policy's order. None: the request is answered 500
+	// (unless the rule redirects).
+	Backends []*Backend
+	Timeouts Timeouts
+	// Retry is nil when the rule does not retry.
+	Retry *RetryPolicy
+	// Plain reports that the rule needs nothing but a backend choice: no
+	// filters (rule or backend), no timeouts, no retry. The caller still
+	// handles PickBackend returning nil and Backend.Failure.
+	Plain bool
+
+	totalWeight uint64
+	classes     []responseClass
+	filters     filterChain
+	redirect    *redirect
+}
+
+// Timeouts of a rule; zero means none.
+type Timeouts struct {
+	// Request bounds the whole request: every attempt and the response body.
+	Request time.Duration
+	// Response bounds one attempt, from the request sent to the response's end.
+	Response time.Duration
+	// Idle: no bytes either way for this long.
+	Idle time.Duration
+}
+
+// Backend is one weighted backend of a rule.
+type Backend struct {
+	// Ref names the backend (backend_* metric labels); never nil.
+	Ref *destinationpb.ResourceRef
+	// Authority is what to resolve ("<svc>.<ns>.svc.<domain>:<port>"); ""
+	// means the request's original destination.
+	Authority string
+	// Failure, when set, is the message of the 500 that answers every
+	// request sent to this backend.
+	Failure string
+	// Weight relative to the rule's other backends.
+	Weight uint32
+
+	filters filterChain
+}
+
+// PickBackend chooses a backend with probability proportional to its
+// weight, from rnd (e.g. math/rand/v2.Uint64()). A backend of weight 0 is
+// never chosen; when the rule has no backends or all weigh 0 it returns nil.
+func (r *Rule) PickBackend(rnd uint64) *Backend {
+	if r.totalWeight == 0 {
+		return nil
+	}
+	if len(r.Backends) == 1 {
+		return r.Backends[0]
+	}
+	// x is uniform in [0, totalWeight) up to a bias of totalWeight/2^64.
+	x, _ := bits.Mul64(rnd, r.totalWeight)
+	for _, b := range r.Backends {
+		if x < uint64(b.Weight) {
+			return b
+		}
+		x -= uint64(b.Weight)
+	}
+	return nil // unreachable: x < totalWeight
+}
+
+// Default returns the table of a destination with no policy: one route
+// (kind "default", name "http") with one rule that matches every request
+// and sends it, unfiltered and without retries or timeouts, to one backend
+// with an empty Authority: the original destination.
+func Default() *Table {
+	route := &Route{Ref: &destinationpb.ResourceRef{Kind: "default", Name: "http"}}
+	rule := &Rule{
+		Route:       route,
+		Plain:       true,
+		totalWeight: 1,
+		Backends: []*Backend{{
+			Ref:    &destinationpb.ResourceRef{Kind: "default", Name: "http"},
+			Weight: 1,
+		}},
+	}
+	route.Rules = []*Rule{rule}
+	return &Table{
+		Routes:  []*Route{route},
+		ordered: []entry{{rule: rule, m: catchAll()}},
+	}
+}
