@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"testing"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
 )
 
@@ -86,4 +88,10 @@ func ruleName(r *Rule, ok bool) string {
 // get makes a GET request for target with authority "web.ns:80".
 func get(target string) *Request {
 	return &Request{Method: "GET", Authority: "web.ns:80", Target: target, Header: http.Header{}}
+}
+
+func newDuration(seconds int64) *durationpb.Duration { return &durationpb.Duration{Seconds: seconds} }
+
+func statusIn(min, max uint32) *pb.ResponseMatch {
+	return &pb.ResponseMatch{Kind: &pb.ResponseMatch_Status{Status: &pb.StatusRange{Min: min, Max: max}}}
 }
