@@ -38,7 +38,7 @@ const (
 	defaultBudgetRatio = 0.2
 	defaultBudgetMin   = 10
 	defaultBudgetTTL   = 10 * time.Second
-	budgetRatioEpsilon = 1e-9 // so that 0.7 × 10 allows 7, not 6
+	budgetRatioEpsilon = 1e-9 // so that 0.57 × 100 (56.99999999999999) allows 57
 )
 
 // NewBudget makes a budget from m: a nil m is ratio 0.2, 10 per second,
