@@ -69,7 +69,7 @@ func TestPlexusctlUninstall(t *testing.T) {
 
 	t.Run("the printed deletions remove everything with the webhook first", func(t *testing.T) {
 		docs := strings.Split(deletions, "\n---\n")
-		if !strings.Contains(docs[0], "kind: MutatingWebhookConfiguration") || !strings.Contains(docs[len(docs)-1], "kind: Namespace") {
+		if !strings.Contains(docs[0], "WebhookConfiguration") || !strings.Contains(docs[len(docs)-1], "kind: Namespace") {
 			t.Fatalf("want the webhook first and the namespace last:\n%s", deletions)
 		}
 		file := filepath.Join(t.TempDir(), "delete.yaml")

@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
@@ -62,12 +65,13 @@ func TestStrictDecode(t *testing.T) {
 	}
 }
 
-// TestCRDSchemaIsStructural checks what the API server would: every node
-// of the schema has a type.
+// TestCRDSchemaIsStructural checks what the API server would: the
+// schema is structural (every node typed, or int-or-string, or keeping
+// unknown fields), and spec keeps unknown fields for the sp-validator
+// webhook to refuse by name.
 func TestCRDSchemaIsStructural(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.CRDsOnly = true
-	cfg.SkipGatewayAPICRDs = true
 	var crd apiextensionsv1.CustomResourceDefinition
 	if err := yaml.UnmarshalStrict(render(t, cfg), &crd); err != nil {
 		t.Fatal(err)
@@ -75,10 +79,22 @@ func TestCRDSchemaIsStructural(t *testing.T) {
 	if crd.Spec.Group != "plexus.dev" || crd.Spec.Scope != apiextensionsv1.NamespaceScoped || len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Name != "v1alpha1" {
 		t.Fatalf("CRD spec: %+v", crd.Spec)
 	}
+	root := crd.Spec.Versions[0].Schema.OpenAPIV3Schema
+	var internal apiextensions.JSONSchemaProps
+	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(root, &internal, nil); err != nil {
+		t.Fatal(err)
+	}
+	s, err := structuralschema.NewStructural(&internal)
+	if err != nil {
+		t.Fatalf("not structural: %v", err)
+	}
+	for _, e := range structuralschema.ValidateStructural(field.NewPath("openAPIV3Schema"), s) {
+		t.Errorf("not structural: %v", e)
+	}
 	var walk func(p string, s *apiextensionsv1.JSONSchemaProps)
 	walk = func(p string, s *apiextensionsv1.JSONSchemaProps) {
-		if s.Type == "" {
-			t.Errorf("schema node %s has no type", p)
+		if s.Type == "object" && p != "" && (s.XPreserveUnknownFields == nil || !*s.XPreserveUnknownFields) {
+			t.Errorf("schema node %s prunes unknown fields; the webhook would never see them", p)
 		}
 		for k, v := range s.Properties {
 			walk(p+"."+k, &v)
@@ -87,7 +103,6 @@ func TestCRDSchemaIsStructural(t *testing.T) {
 			walk(p+"[]", s.Items.Schema)
 		}
 	}
-	root := crd.Spec.Versions[0].Schema.OpenAPIV3Schema
 	walk("", root)
 	route := root.Properties["spec"].Properties["routes"].Items.Schema
 	if len(route.Required) != 1 || route.Required[0] != "name" {

@@ -260,8 +260,11 @@ func TestDeleteOrder(t *testing.T) {
 	if agentGone < 0 || !(agentGone < podsChecked && podsChecked < created && created < webhook && webhook < injector) {
 		t.Errorf("want: delete the agent, see its pods gone, create the cleanup, then the webhook, then the injector; calls:\n%s", strings.Join(calls, "\n"))
 	}
-	if calls[agentGone+1+firstDelete] != "delete mutatingwebhookconfigurations plexus-injector" {
-		t.Errorf("first deletion after the nodes is %q, want the webhook configuration", calls[agentGone+1+firstDelete])
+	if first := calls[agentGone+1+firstDelete:][:2]; first[0] != "delete validatingwebhookconfigurations plexus-sp-validator" || first[1] != "delete mutatingwebhookconfigurations plexus-injector" {
+		t.Errorf("first deletions after the nodes are %q, want the webhook configurations", first)
+	}
+	if index(calls, "delete validatingwebhookconfigurations plexus-sp-validator") > index(calls, "delete deployments plexus-sp-validator") {
+		t.Error("the sp-validator went before its webhook configuration")
 	}
 	// Nothing is deleted before the cleanup DaemonSet was seen ready.
 	lastGet := slices.IndexFunc(calls[created:], func(s string) bool { return s == "get daemonsets plexus-node-cleanup" })
