@@ -120,16 +120,23 @@ func (cp *controlPlane) run(t *testing.T, args ...string) string {
 
 func applyYAML(t *testing.T, c *clustertest.Cluster, doc string) {
 	t.Helper()
+	c.Kubectl(t, "apply", "-f", yamlFile(t, doc))
+}
+
+// yamlFile writes doc to a file for kubectl -f, removed when the test
+// ends.
+func yamlFile(t *testing.T, doc string) string {
+	t.Helper()
 	// Not t.TempDir(): subtest names put commas in it, and kubectl -f
 	// splits paths at commas.
 	f, err := os.CreateTemp("", "plexus-apply-*.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.Remove(f.Name())
+	t.Cleanup(func() { os.Remove(f.Name()) })
 	if _, err := f.WriteString(doc); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
-	c.Kubectl(t, "apply", "-f", f.Name())
+	return f.Name()
 }
