@@ -6,6 +6,8 @@ import "github.com/prometheus/client_golang/prometheus"
 const (
 	rpcGet        = "get"
 	rpcGetProfile = "get_profile"
+	// rpcGetOutboundPolicy labels GetOutboundPolicy streams.
+	rpcGetOutboundPolicy = "get_outbound_policy"
 )
 
 // metrics are the server's Prometheus collectors, registered on the

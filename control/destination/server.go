@@ -2,6 +2,7 @@ package destination
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -17,11 +18,12 @@ import (
 type Server struct {
 	pb.UnimplementedDestinationServer
 
-	cfg     Config
-	log     *slog.Logger
-	metrics *metrics
-	watcher *watcher
-	synced  atomic.Bool
+	cfg      Config
+	log      *slog.Logger
+	metrics  *metrics
+	watcher  *watcher
+	policies *policies
+	synced   atomic.Bool
 }
 
 // New builds a server watching the cluster through client. Its metrics are
@@ -38,7 +40,16 @@ func New(cfg Config, client kubernetes.Interface, reg prometheus.Registerer, log
 	if err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, log: log, metrics: m, watcher: w}, nil
+	pol := newPolicies(cfg, w, log)
+	w.serviceChanged = pol.changed
+	return &Server{cfg: cfg, log: log, metrics: m, watcher: w, policies: pol}, nil
+}
+
+// WatchRoutes makes GetOutboundPolicy follow HTTPRoutes, GRPCRoutes and
+// ServiceProfiles through c, and write route status. Call it before Run;
+// without it every Service gets its default route.
+func (s *Server) WatchRoutes(c RouteClients) error {
+	return s.policies.watch(c)
 }
 
 // Run starts the informers, waits for their caches, and processes changes
@@ -48,8 +59,12 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := s.watcher.start(ctx); err != nil {
 		return err
 	}
+	if err := s.policies.start(ctx); err != nil {
+		return err
+	}
 	s.synced.Store(true)
 	s.log.Info("destination informer caches synced")
+	go s.policies.run(ctx)
 	s.watcher.run(ctx, s.cfg.Workers)
 	return nil
 }
@@ -70,6 +85,37 @@ func (s *Server) Get(req *pb.GetDestination, stream grpc.ServerStreamingServer[p
 // GetProfile streams the profile of req.Path.
 func (s *Server) GetProfile(req *pb.GetDestination, stream grpc.ServerStreamingServer[pb.DestinationProfile]) error {
 	return grpcError(s.getProfile(req, stream))
+}
+
+// GetOutboundPolicy streams the routes of req.Path as the asking proxy's
+// namespace (its context token) sees them.
+func (s *Server) GetOutboundPolicy(req *pb.GetDestination, stream grpc.ServerStreamingServer[pb.OutboundPolicy]) error {
+	return grpcError(s.getOutboundPolicy(req, stream))
+}
+
+func (s *Server) getOutboundPolicy(req *pb.GetDestination, stream grpc.ServerStreamingServer[pb.OutboundPolicy]) error {
+	t, err := s.resolve(req)
+	if err != nil {
+		return err
+	}
+	tr := newTranslator(s.cfg.QueueSize,
+		func(*pb.OutboundPolicy) { s.metrics.updates.WithLabelValues(rpcGetOutboundPolicy, "policy").Inc() },
+		s.overflowed(rpcGetOutboundPolicy, req.GetPath()))
+	unsubscribe := s.policies.subscribe(t, clientNamespace(req.GetContextToken()), tr)
+	defer unsubscribe()
+	return serveStream(s, stream.Context(), rpcGetOutboundPolicy, tr, stream.Send)
+}
+
+// clientNamespace reads the asking proxy's namespace from its context
+// token ({"ns": "..."}); "" when there is none.
+func clientNamespace(token string) string {
+	var t struct {
+		NS string `json:"ns"`
+	}
+	if json.Unmarshal([]byte(token), &t) != nil {
+		return ""
+	}
+	return t.NS
 }
 
 func (s *Server) get(req *pb.GetDestination, stream grpc.ServerStreamingServer[pb.Update]) error {

@@ -53,6 +53,11 @@ type watcher struct {
 	podList  corelisters.PodLister
 	queue    workqueue.TypedInterface[key]
 
+	// serviceChanged, when set, is told of every Service change (the outbound
+	// policies depend on Services and their annotations). It must not
+	// block.
+	serviceChanged func()
+
 	mu   sync.Mutex
 	pubs map[key]map[uint16]*publisher
 }
@@ -332,6 +337,9 @@ func (w *watcher) onService(oldObj, newObj any) {
 	for _, obj := range []any{oldObj, newObj} {
 		if svc, ok := unwrap[*corev1.Service](obj); ok {
 			w.queue.Add(key{Namespace: svc.Namespace, Name: svc.Name})
+			if w.serviceChanged != nil {
+				w.serviceChanged()
+			}
 			w.warnMalformed(oldObj, newObj, "service "+svc.Namespace+"/"+svc.Name)
 		}
 	}

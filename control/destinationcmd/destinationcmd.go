@@ -20,6 +20,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	gateway "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/plexus-mesh/plexus/control/adminhttp"
 	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
@@ -116,6 +119,9 @@ func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) err
 	if err != nil {
 		return err
 	}
+	if err := watchRoutes(srv, cfg.Kubeconfig); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if cfg.Identity.Addr != "" && opts.ServerTLS == nil {
@@ -184,4 +190,26 @@ func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) err
 	defer done()
 	_ = admin.Shutdown(shutdownCtx)
 	return runErr
+}
+
+// watchRoutes connects the server's route side: Gateway API routes,
+// ServiceProfiles, and discovery to tell which of their CRDs exist.
+func watchRoutes(srv *destination.Server, kubeconfig string) error {
+	rc, err := kubeclient.Config(kubeconfig, "plexus-destination")
+	if err != nil {
+		return err
+	}
+	gw, err := gateway.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("gateway API client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("discovery client: %w", err)
+	}
+	return srv.WatchRoutes(destination.RouteClients{Gateway: gw, Dynamic: dyn, Discovery: disc})
 }

@@ -13,6 +13,20 @@ import (
 // New returns a clientset from kubeconfig (in-cluster when empty), naming
 // itself userAgent to the API server.
 func New(kubeconfig, userAgent string) (kubernetes.Interface, error) {
+	cfg, err := Config(kubeconfig, userAgent)
+	if err != nil {
+		return nil, err
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return c, nil
+}
+
+// Config returns the REST configuration from kubeconfig (in-cluster when
+// empty), for clients other than the core clientset.
+func Config(kubeconfig, userAgent string) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
 	if kubeconfig == "" {
@@ -24,9 +38,5 @@ func New(kubeconfig, userAgent string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes configuration (kubeconfig %q; empty means in-cluster): %w", kubeconfig, err)
 	}
 	cfg.UserAgent = userAgent
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	return c, nil
+	return cfg, nil
 }

@@ -53,8 +53,8 @@ type RouteSpec struct {
 	Timeout string `json:"timeout,omitempty"`
 }
 
-// RequestMatch is a condition tree over a request; exactly one field is
-// set.
+// RequestMatch is a condition tree over a request; when a node sets
+// several fields, all must hold (as Linkerd reads its books profiles).
 type RequestMatch struct {
 	All       []*RequestMatch `json:"all,omitempty"`
 	Not       *RequestMatch   `json:"not,omitempty"`
@@ -70,8 +70,8 @@ type ResponseClass struct {
 	IsFailure bool           `json:"isFailure,omitempty"`
 }
 
-// ResponseMatch is a condition tree over a response; exactly one field is
-// set.
+// ResponseMatch is a condition tree over a response; when a node sets
+// several fields, all must hold.
 type ResponseMatch struct {
 	All    []*ResponseMatch `json:"all,omitempty"`
 	Not    *ResponseMatch   `json:"not,omitempty"`

@@ -1,0 +1,301 @@
+package destination
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gateway "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+	gatewayinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
+
+	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/control/routes"
+	"github.com/plexus-mesh/plexus/control/serviceprofile"
+)
+
+// Outbound policies (GetOutboundPolicy): the routes of one Service port as
+// one client namespace sees them, from HTTPRoutes, GRPCRoutes and
+// ServiceProfiles, translated by control/routes. Any change to a route,
+// profile or Service recomputes every open stream's policy and sends those
+// that changed; handlers only signal the recompute loop, never block.
+
+// RouteClients are the clients GetOutboundPolicy watches routes with.
+type RouteClients struct {
+	Gateway   gateway.Interface
+	Dynamic   dynamic.Interface
+	Discovery discovery.DiscoveryInterface
+}
+
+// policies is the route side of the server.
+type policies struct {
+	cfg Config
+	log *slog.Logger
+	w   *watcher
+
+	gwFactory  gatewayinformers.SharedInformerFactory
+	dynFactory dynamicinformer.DynamicSharedInformerFactory
+	httpRoutes cache.SharedIndexInformer // nil when the CRD is not installed
+	grpcRoutes cache.SharedIndexInformer
+	profiles   cache.SharedIndexInformer
+	status     *statusWriter
+
+	kick chan struct{}
+
+	mu      sync.Mutex
+	streams map[*policyStream]struct{}
+	// warned holds the warnings logged already: Translate runs per stream
+	// and change, and repeats them.
+	warned map[string]struct{}
+}
+
+// warn logs a translation warning (a malformed Service annotation, an
+// invalid profile) once; p.mu is held.
+func (p *policies) warn(err error) {
+	msg := err.Error()
+	if _, ok := p.warned[msg]; ok {
+		return
+	}
+	if len(p.warned) > 1000 {
+		clear(p.warned)
+	}
+	p.warned[msg] = struct{}{}
+	p.log.Warn("outbound policy: ignored part of a resource", "problem", msg)
+}
+
+// policyStream is one GetOutboundPolicy stream.
+type policyStream struct {
+	svcNS, svcName string // empty: not a Service
+	port           uint16
+	clientNS       string
+	tr             *translator[*pb.OutboundPolicy]
+	last           *pb.OutboundPolicy
+}
+
+func newPolicies(cfg Config, w *watcher, log *slog.Logger) *policies {
+	return &policies{cfg: cfg, w: w, log: log, kick: make(chan struct{}, 1),
+		streams: map[*policyStream]struct{}{}, warned: map[string]struct{}{}}
+}
+
+// watch sets up the route and profile informers for the kinds whose CRDs
+// the API server serves; a missing CRD is logged and its kind ignored
+// (restart destination after installing it).
+func (p *policies) watch(c RouteClients) error {
+	served := func(gv, resource string) bool {
+		list, err := c.Discovery.ServerResourcesForGroupVersion(gv)
+		if err != nil {
+			return false
+		}
+		for _, r := range list.APIResources {
+			if r.Name == resource {
+				return true
+			}
+		}
+		return false
+	}
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { p.changed() },
+		UpdateFunc: func(any, any) { p.changed() },
+		DeleteFunc: func(any) { p.changed() },
+	}
+	p.gwFactory = gatewayinformers.NewSharedInformerFactory(c.Gateway, 0)
+	add := func(inf cache.SharedIndexInformer, what string) (cache.SharedIndexInformer, error) {
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return nil, fmt.Errorf("adding %s handler: %w", what, err)
+		}
+		return inf, nil
+	}
+	var err error
+	if served("gateway.networking.k8s.io/v1", "httproutes") {
+		if p.httpRoutes, err = add(p.gwFactory.Gateway().V1().HTTPRoutes().Informer(), "HTTPRoute"); err != nil {
+			return err
+		}
+	} else {
+		p.log.Warn("the Gateway API HTTPRoute CRD is not installed: HTTPRoutes are ignored (plexusctl install --crds)")
+	}
+	if served("gateway.networking.k8s.io/v1", "grpcroutes") {
+		if p.grpcRoutes, err = add(p.gwFactory.Gateway().V1().GRPCRoutes().Informer(), "GRPCRoute"); err != nil {
+			return err
+		}
+	} else {
+		p.log.Warn("the Gateway API GRPCRoute CRD is not installed: GRPCRoutes are ignored (plexusctl install --crds)")
+	}
+	p.dynFactory = dynamicinformer.NewDynamicSharedInformerFactory(c.Dynamic, 0)
+	if served(serviceprofile.GroupVersionResource.GroupVersion().String(), serviceprofile.GroupVersionResource.Resource) {
+		if p.profiles, err = add(p.dynFactory.ForResource(serviceprofile.GroupVersionResource).Informer(), "ServiceProfile"); err != nil {
+			return err
+		}
+	} else {
+		p.log.Warn("the ServiceProfile CRD is not installed: ServiceProfiles are ignored (plexusctl install --crds)")
+	}
+	p.status = newStatusWriter(c.Gateway, p, p.log)
+	return nil
+}
+
+// start starts the informers and waits for their caches.
+func (p *policies) start(ctx context.Context) error {
+	if p.gwFactory == nil {
+		return nil
+	}
+	p.gwFactory.Start(ctx.Done())
+	p.dynFactory.Start(ctx.Done())
+	for typ, ok := range p.gwFactory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("informer cache for %v did not sync: %w", typ, context.Cause(ctx))
+		}
+	}
+	for gvr, ok := range p.dynFactory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("informer cache for %v did not sync: %w", gvr, context.Cause(ctx))
+		}
+	}
+	return nil
+}
+
+// run recomputes the open streams' policies after each change, and keeps
+// route status up to date, until ctx ends.
+func (p *policies) run(ctx context.Context) {
+	if p.status != nil {
+		go p.status.run(ctx)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.kick:
+		}
+		p.mu.Lock()
+		for s := range p.streams {
+			p.push(s)
+		}
+		p.mu.Unlock()
+		if p.status != nil {
+			p.status.kick()
+		}
+	}
+}
+
+// changed signals the recompute loop; it never blocks.
+func (p *policies) changed() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// subscribe adds a stream for t as seen from clientNS and queues its
+// first policy.
+func (p *policies) subscribe(t target, clientNS string, tr *translator[*pb.OutboundPolicy]) (unsubscribe func()) {
+	s := &policyStream{svcNS: t.Namespace, svcName: t.Name, port: t.Port, clientNS: clientNS, tr: tr}
+	if t.IP.IsValid() {
+		s.svcNS, s.svcName, _ = p.w.serviceByIP(t.IP)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.streams[s] = struct{}{}
+	p.push(s)
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		delete(p.streams, s)
+	}
+}
+
+// push sends s its policy if it changed; p.mu is held.
+func (p *policies) push(s *policyStream) {
+	msg := p.policy(s)
+	if s.last != nil && proto.Equal(s.last, msg) {
+		return
+	}
+	s.last = msg
+	s.tr.push(msg)
+}
+
+// policy computes the policy of s from the caches.
+func (p *policies) policy(s *policyStream) *pb.OutboundPolicy {
+	if s.svcName == "" {
+		return &pb.OutboundPolicy{Source: "default"}
+	}
+	svc, err := p.w.svcList.Services(s.svcNS).Get(s.svcName)
+	if err != nil || svc.Spec.Type == corev1.ServiceTypeExternalName {
+		return &pb.OutboundPolicy{Source: "default"}
+	}
+	in := routes.Input{
+		ClusterDomain:   p.cfg.ClusterDomain,
+		ClientNamespace: s.clientNS,
+		Service:         svc,
+		Port:            int32(s.port),
+		HTTPRoutes:      listTyped[*gatewayv1.HTTPRoute](p.httpRoutes),
+		GRPCRoutes:      listTyped[*gatewayv1.GRPCRoute](p.grpcRoutes),
+		Profile:         p.profile(svc, s.clientNS),
+		Services: func(ns, name string) (*corev1.Service, bool) {
+			svc, err := p.w.svcList.Services(ns).Get(name)
+			return svc, err == nil
+		},
+		Warn: func(err error) { p.warn(err) },
+	}
+	return routes.Translate(in)
+}
+
+// profile finds the ServiceProfile of svc: the client's namespace first,
+// then the Service's. An invalid one (the validator should have refused
+// it) counts as none.
+func (p *policies) profile(svc *corev1.Service, clientNS string) *serviceprofile.ServiceProfile {
+	if p.profiles == nil {
+		return nil
+	}
+	name := svc.Name + "." + svc.Namespace + ".svc." + p.cfg.ClusterDomain
+	for _, ns := range []string{clientNS, svc.Namespace} {
+		if ns == "" {
+			continue
+		}
+		obj, ok, err := p.profiles.GetIndexer().GetByKey(ns + "/" + name)
+		if err != nil || !ok {
+			continue
+		}
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		var sp serviceprofile.ServiceProfile
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &sp); err != nil {
+			p.log.Warn("unreadable ServiceProfile ignored", "profile", ns+"/"+name, "err", err)
+			continue
+		}
+		return &sp
+	}
+	return nil
+}
+
+// listTyped lists an informer's objects sorted by namespace/name (nil
+// informer: none).
+func listTyped[T metav1.Object](inf cache.SharedIndexInformer) []T {
+	if inf == nil {
+		return nil
+	}
+	objs := inf.GetStore().List()
+	out := make([]T, 0, len(objs))
+	for _, o := range objs {
+		if t, ok := o.(T); ok {
+			out = append(out, t)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].GetNamespace() != out[j].GetNamespace() {
+			return out[i].GetNamespace() < out[j].GetNamespace()
+		}
+		return out[i].GetName() < out[j].GetName()
+	})
+	return out
+}
