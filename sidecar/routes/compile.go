@@ -61,6 +61,7 @@ func Compile(p *destinationpb.OutboundPolicy) (*Table, error) {
 				c.errs = append(c.errs, &RuleError{route.Ref, i, err})
 				continue
 			}
+			rule.matches = ms
 			route.Rules = append(route.Rules, rule)
 			for _, m := range ms {
 				entries = append(entries, entry{rule: rule, m: m})

@@ -147,7 +147,7 @@ func TestDefault(t *testing.T) {
 	}
 }
 
-func pickRule(t *testing.T, weights ...uint32) *Rule {
+func pickRule(t testing.TB, weights ...uint32) *Rule {
 	t.Helper()
 	r := &pb.OutboundRule{}
 	for i, w := range weights {

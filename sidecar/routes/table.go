@@ -55,6 +55,7 @@ type Rule struct {
 	// handles PickBackend returning nil and Backend.Failure.
 	Plain bool
 
+	matches     []*match // in the policy's order; one catch-all for none
 	totalWeight uint64
 	classes     []responseClass
 	filters     filterChain
@@ -114,9 +115,11 @@ func (r *Rule) PickBackend(rnd uint64) *Backend {
 // with an empty Authority: the original destination.
 func Default() *Table {
 	route := &Route{Ref: &destinationpb.ResourceRef{Kind: "default", Name: "http"}}
+	all := catchAll()
 	rule := &Rule{
 		Route:       route,
 		Plain:       true,
+		matches:     []*match{all},
 		totalWeight: 1,
 		Backends: []*Backend{{
 			Ref:    &destinationpb.ResourceRef{Kind: "default", Name: "http"},
@@ -126,6 +129,6 @@ func Default() *Table {
 	route.Rules = []*Rule{rule}
 	return &Table{
 		Routes:  []*Route{route},
-		ordered: []entry{{rule: rule, m: catchAll()}},
+		ordered: []entry{{rule: rule, m: all}},
 	}
 }
