@@ -23,6 +23,7 @@ import (
 	"github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/control/spiffe"
 	"github.com/plexus-mesh/plexus/sidecar/mtls"
+	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
 
 // Defaults for Options.
@@ -60,6 +61,9 @@ type Options struct {
 	IdleTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the reconnect backoff.
 	MinBackoff, MaxBackoff time.Duration
+	// Instrument, when set, is called with each compiled outbound policy
+	// before any request uses it (the proxy attaches its metric series).
+	Instrument func(*routes.Table)
 }
 
 // Endpoint is where to send a connection or request.
@@ -114,8 +118,12 @@ type Resolver struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 
-	mu   sync.Mutex
-	subs map[netip.AddrPort]*sub
+	// defaultTable is the policy of a destination without one.
+	defaultTable *routes.Table
+
+	mu       sync.Mutex
+	subs     map[string]*sub // by Get path
+	policies map[netip.AddrPort]*policySub
 }
 
 // New returns a Resolver; its metrics are registered on opts.Registerer.
@@ -143,8 +151,13 @@ func New(opts Options) *Resolver {
 		subsG: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "destination_subscriptions", Help: "Destinations with an open subscription.",
 		}),
-		done: make(chan struct{}),
-		subs: map[netip.AddrPort]*sub{},
+		done:         make(chan struct{}),
+		subs:         map[string]*sub{},
+		policies:     map[netip.AddrPort]*policySub{},
+		defaultTable: routes.Default(),
+	}
+	if opts.Instrument != nil {
+		opts.Instrument(r.defaultTable)
 	}
 	opts.Registerer.MustRegister(r.lookups, r.streams, r.subsG)
 	r.ctx, r.cancel = context.WithCancel(context.Background())
@@ -178,7 +191,30 @@ func (r *Resolver) Close() {
 // ctx) for destination's first answer. It returns ErrNoEndpoints when the
 // service exists without endpoints.
 func (r *Resolver) Pick(ctx context.Context, dst netip.AddrPort) (Pick, error) {
-	s := r.subscription(dst)
+	return r.pick(ctx, dst.String(), dst)
+}
+
+// PickService returns the endpoint for one request to a route's backend
+// Service, authority "<svc>.<ns>.svc.<cluster-domain>:<port>". There is
+// no original destination to fall back to: a Service destination does
+// not know, or cannot tell about, is an error (ErrNoEndpoints when known
+// and empty).
+func (r *Resolver) PickService(ctx context.Context, authority string) (Pick, error) {
+	pk, err := r.pick(ctx, authority, netip.AddrPort{})
+	if err == nil && pk.Fallback {
+		return Pick{}, fmt.Errorf("backend %s: %w", authority, ErrUnknownService)
+	}
+	return pk, err
+}
+
+// ErrUnknownService is returned by PickService when destination does not
+// know the backend Service, or could not be asked.
+var ErrUnknownService = errors.New("destination does not know the Service or is unreachable")
+
+// pick serves Pick and PickService: key is the Get path; dst, the original
+// destination to fall back to.
+func (r *Resolver) pick(ctx context.Context, key string, dst netip.AddrPort) (Pick, error) {
+	s := r.subscription(key)
 	defer s.touch()
 	if !s.synced.Load() {
 		t := time.NewTimer(r.opts.FirstTimeout)
@@ -196,7 +232,7 @@ func (r *Resolver) Pick(ctx context.Context, dst netip.AddrPort) (Pick, error) {
 		r.lookups.WithLabelValues(ResultUnavailable).Inc()
 		if !s.warned {
 			s.warned = true
-			r.opts.Log.Warn("destination unavailable and nothing cached; using the original destination", "dst", dst, "err", s.lastErr)
+			r.opts.Log.Warn("destination unavailable and nothing cached; using the original destination", "dst", key, "err", s.lastErr)
 		}
 		return Pick{Endpoint: Endpoint{Addr: dst}, Fallback: true}, nil
 	case !s.exists:
@@ -204,7 +240,7 @@ func (r *Resolver) Pick(ctx context.Context, dst netip.AddrPort) (Pick, error) {
 		return Pick{Endpoint: Endpoint{Addr: dst}, Fallback: true}, nil
 	case len(s.eps) == 0:
 		r.lookups.WithLabelValues(ResultNoEndpoints).Inc()
-		return Pick{}, fmt.Errorf("%s: %w", dst, ErrNoEndpoints)
+		return Pick{}, fmt.Errorf("%s: %w", key, ErrNoEndpoints)
 	}
 	r.lookups.WithLabelValues(ResultEndpoints).Inc()
 	ep := s.choose()
@@ -213,17 +249,18 @@ func (r *Resolver) Pick(ctx context.Context, dst netip.AddrPort) (Pick, error) {
 	return Pick{Endpoint: ep.Endpoint, ep: ep, s: s}, nil
 }
 
-// subscription returns dst's subscription, starting it if needed.
-func (r *Resolver) subscription(dst netip.AddrPort) *sub {
+// subscription returns the subscription for a Get path, starting it if
+// needed.
+func (r *Resolver) subscription(path string) *sub {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if s, ok := r.subs[dst]; ok {
+	if s, ok := r.subs[path]; ok {
 		return s
 	}
 	ctx, cancel := context.WithCancel(r.ctx)
-	s := &sub{dst: dst, first: make(chan struct{}), cancel: cancel}
+	s := &sub{dst: path, first: make(chan struct{}), cancel: cancel}
 	s.touch()
-	r.subs[dst] = s
+	r.subs[path] = s
 	r.subsG.Inc()
 	go r.follow(ctx, s)
 	return s
@@ -250,6 +287,7 @@ func (r *Resolver) janitor() {
 				r.streams.WithLabelValues("idle").Inc()
 			}
 		}
+		r.dropIdlePolicies(now)
 		r.mu.Unlock()
 	}
 }
@@ -288,7 +326,7 @@ func (r *Resolver) follow(ctx context.Context, s *sub) {
 func (r *Resolver) stream(ctx context.Context, s *sub) (got bool, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := r.opts.Client.Get(sctx, &destinationpb.GetDestination{Path: s.dst.String(), ContextToken: r.opts.ContextToken})
+	st, err := r.opts.Client.Get(sctx, &destinationpb.GetDestination{Path: s.dst, ContextToken: r.opts.ContextToken})
 	if err != nil {
 		return false, fmt.Errorf("get %s: %w", s.dst, err)
 	}
@@ -305,7 +343,7 @@ func (r *Resolver) stream(ctx context.Context, s *sub) (got bool, err error) {
 
 // sub is the cached state of one destination.
 type sub struct {
-	dst    netip.AddrPort
+	dst    string // the Get path
 	cancel context.CancelFunc
 	first  chan struct{} // closed after the first message or failed stream
 	once   sync.Once

@@ -24,6 +24,30 @@ const (
 	ReasonTLS            = "tls-handshake"           // 502: the upstream proxy failed mesh mTLS (e.g. wrong identity)
 	ReasonBadRequest     = "bad-request"             // 400: the request's chunked body is malformed
 	ReasonRequestTimeout = "request-timeout"         // 408: the request body stalled
+	ReasonNoRoute        = "route-not-found"         // 404: the Service has routes and none matches
+	ReasonNoBackend      = "backend-invalid"         // 500: the route's backend is missing or unusable
+	ReasonRouteTimeout   = "route-timeout"           // 504: the route's request timeout passed (all attempts)
+	ReasonAttemptTimeout = "attempt-timeout"         // 504: the route's response or per-attempt timeout passed
+	ReasonIdleTimeout    = "idle-timeout"            // 504: the route's idle timeout passed
+)
+
+// routeError is an answer the route stage decided.
+type routeError struct {
+	status int
+	reason string
+	msg    string
+}
+
+func (e *routeError) Error() string { return e.reason + ": " + e.msg }
+
+// errNoRoute: the destination has routes and none matches the request.
+var errNoRoute = &routeError{status: http.StatusNotFound, reason: ReasonNoRoute, msg: "no route matches the request"}
+
+// The causes of a route's timeouts, set on the contexts they cancel.
+var (
+	errRouteTimeout   = &routeError{status: http.StatusGatewayTimeout, reason: ReasonRouteTimeout, msg: "the route's request timeout passed"}
+	errAttemptTimeout = &routeError{status: http.StatusGatewayTimeout, reason: ReasonAttemptTimeout, msg: "the route's response timeout passed"}
+	errIdleTimeout    = &routeError{status: http.StatusGatewayTimeout, reason: ReasonIdleTimeout, msg: "no bytes within the route's idle timeout"}
 )
 
 // clientError marks a failure of the client's own request: it went away,
@@ -61,7 +85,10 @@ func classify(err error) (int, string) {
 	var ce *clientError
 	var we *writeError
 	client := errors.As(err, &ce)
+	var re *routeError
 	switch {
+	case errors.As(err, &re):
+		return re.status, re.reason
 	case client && errors.As(err, &we):
 		return 499, ReasonClientGone // it stopped reading: nothing more can reach it
 	case client && errors.Is(err, errBadChunk):
@@ -96,8 +123,10 @@ func grpcCode(status int) int {
 	switch status {
 	case http.StatusGatewayTimeout, http.StatusRequestTimeout:
 		return 4 // DEADLINE_EXCEEDED
-	case http.StatusBadRequest:
+	case http.StatusBadRequest, http.StatusInternalServerError:
 		return 13 // INTERNAL
+	case http.StatusNotFound:
+		return 12 // UNIMPLEMENTED
 	}
 	return 14 // UNAVAILABLE
 }

@@ -106,6 +106,12 @@ func (hc *h1conn) next() (ok, handOff bool) {
 	if !hc.head.plain {
 		return false, true
 	}
+	hc.fill(&hc.head)
+	hc.p.route(context.Background(), &hc.x, &hc.req)
+	if !hc.x.plain() {
+		// Filters, timeouts or retries: net/http's engine serves them.
+		return false, true
+	}
 	// A body must keep coming; the head's deadline no longer applies.
 	hc.rd.idleFor(o.BodyIdleTimeout)
 	return hc.forward(&hc.head), false
@@ -118,17 +124,21 @@ func (hc *h1conn) bodyBuffered(h *reqHead) bool {
 	return !h.hasBody() || (!h.chunked && int64(len(hc.rd.buffered())-len(h.raw)) >= h.contentLength)
 }
 
+// fill sets hc.req from the request head h.
+func (hc *h1conn) fill(h *reqHead) {
+	hc.req = Request{
+		Direction: hc.p.opts.Direction, Dst: hc.dst, TLS: hc.tls,
+		Method: methodString(h.method), Authority: string(h.host), Path: string(h.target), Header: h,
+		ContentLength: h.contentLength, Chunked: h.chunked, GRPC: h.grpc,
+		Replayable: hc.bodyBuffered(h),
+	}
+}
+
 // forward takes one request through the pipeline and relays the outcome;
 // it reports whether the client connection may carry another request.
 func (hc *h1conn) forward(h *reqHead) bool {
 	p := hc.p
 	r := &hc.req
-	*r = Request{
-		Direction: p.opts.Direction, Dst: hc.dst, TLS: hc.tls,
-		Method: methodString(h.method), Authority: string(h.host), Path: string(h.target), Header: h,
-		ContentLength: h.contentLength, Chunked: h.chunked, GRPC: h.grpc,
-		Replayable: hc.bodyBuffered(h),
-	}
 	x := &hc.x
 	err := p.begin(context.Background(), x, r, &hc.series)
 	defer x.end()

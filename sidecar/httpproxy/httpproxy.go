@@ -17,6 +17,7 @@ import (
 	"github.com/plexus-mesh/plexus/control/spiffe"
 	"github.com/plexus-mesh/plexus/sidecar/forward"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
+	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
 
 // ErrorHeader names the response header the proxy sets on responses it
@@ -84,10 +85,14 @@ type Options struct {
 	// upstream sends late can then reach no other client connection.
 	// The inbound side sets it (the upstream is the application).
 	IsolateClients bool
+	// Routes returns the outbound routes for requests to dst (the route
+	// stage). nil: no routes, every request goes to dst (inbound).
+	Routes func(ctx context.Context, dst netip.AddrPort) *routes.Table
 	// Balance chooses the endpoint of each request (outbound load
-	// balancing, per request so keep-alive clients spread too). nil: the
-	// original destination, plaintext.
-	Balance func(ctx context.Context, dst netip.AddrPort) (Endpoint, error)
+	// balancing, per request so keep-alive clients spread too): among
+	// backend's endpoints, or dst's when backend is nil or names no
+	// authority. nil: the original destination, plaintext.
+	Balance func(ctx context.Context, dst netip.AddrPort, backend *routes.Backend) (Endpoint, error)
 	// Secure runs the mesh mTLS client handshake on a dialled upstream
 	// connection that must prove id. Needed when Balance returns identities.
 	Secure func(ctx context.Context, c net.Conn, id spiffe.ID) (net.Conn, error)

@@ -53,50 +53,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.ProtoMajor == 1 {
 		upgrade = upgradeType(r.Header)
 	}
-	out := outgoing(r, x.endpoint.Addr, upgrade)
-	t := p.h1
-	switch {
-	case r.ProtoMajor == 2 && !x.endpoint.Identity.IsZero():
-		t = p.h2TLS
-	case r.ProtoMajor == 2:
-		t = p.h2
-	case !x.endpoint.Identity.IsZero():
-		t = p.h1TLS
+	if !x.plain() && upgrade == "" {
+		p.serveRule(w, r, &x)
+		return
 	}
-	ctx := out.Context()
-	if !x.endpoint.Identity.IsZero() {
-		ctx = context.WithValue(ctx, endpointKey{}, x.endpoint)
-	}
-	// Hooks only for the limits net/http does not apply itself: its
-	// transport stops at 5 interim responses, and knows no
-	// response-header timeout per request.
-	var wait headerWait
-	var trace httptrace.ClientTrace
-	if p.opts.MaxInformational < transport1xxLimit {
-		trace.Got1xxResponse = p.count1xx()
-	}
-	if x.headerTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-		wait = headerWait{timeout: x.headerTimeout, cancel: cancel}
-		trace.WroteRequest = wait.start
-	}
-	if trace.Got1xxResponse != nil || trace.WroteRequest != nil {
-		ctx = httptrace.WithClientTrace(ctx, &trace)
-	}
-	out = out.WithContext(ctx)
-	var res *http.Response
-	err = x.attempt(func(int) error {
-		// The transport makes its own retry on a pooled connection its
-		// server closed, by the same rule; this is one attempt for us.
-		var err error
-		res, err = t.RoundTrip(out)
-		return err
-	})
-	if wait.stop() {
-		err = &limitError{metrics.LimitResponseHeaders, context.DeadlineExceeded}
-	}
+	res, done, err := p.send(r.Context(), &x, r, outgoing(r, x.endpoint.Addr, upgrade))
+	defer done()
 	if err != nil {
 		p.answerHTTP(w, r, x.fail(err))
 		return
@@ -108,6 +70,55 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer res.Body.Close()
 	x.headers(res.StatusCode)
 	p.relayHTTP(w, r, res, &x)
+}
+
+// send makes one attempt of r (as out, built by outgoing) to x's endpoint
+// and returns the response with its headers. done must be called once the
+// response has been relayed (it ends the attempt's context).
+func (p *Proxy) send(ctx context.Context, x *exchange, r, out *http.Request) (res *http.Response, done func(), err error) {
+	t := p.h1
+	switch {
+	case r.ProtoMajor == 2 && !x.endpoint.Identity.IsZero():
+		t = p.h2TLS
+	case r.ProtoMajor == 2:
+		t = p.h2
+	case !x.endpoint.Identity.IsZero():
+		t = p.h1TLS
+	}
+	if !x.endpoint.Identity.IsZero() {
+		ctx = context.WithValue(ctx, endpointKey{}, x.endpoint)
+	}
+	// Hooks only for the limits net/http does not apply itself: its
+	// transport stops at 5 interim responses, and knows no
+	// response-header timeout per request.
+	done = func() {}
+	var wait headerWait
+	var trace httptrace.ClientTrace
+	if p.opts.MaxInformational < transport1xxLimit {
+		trace.Got1xxResponse = p.count1xx()
+	}
+	if x.headerTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		done = cancel
+		wait = headerWait{timeout: x.headerTimeout, cancel: cancel}
+		trace.WroteRequest = wait.start
+	}
+	if trace.Got1xxResponse != nil || trace.WroteRequest != nil {
+		ctx = httptrace.WithClientTrace(ctx, &trace)
+	}
+	out = out.WithContext(ctx)
+	err = x.attempt(func(int) error {
+		// The transport makes its own retry on a pooled connection its
+		// server closed, by the same rule; this is one attempt for us.
+		var err error
+		res, err = t.RoundTrip(out)
+		return err
+	})
+	if wait.stop() {
+		err = &limitError{metrics.LimitResponseHeaders, context.DeadlineExceeded}
+	}
+	return res, done, err
 }
 
 // headerWait is the response-header timeout on the net/http path: it runs

@@ -3,9 +3,12 @@ package httpproxy
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"net/http"
 	"time"
 
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
+	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
 
 // Every HTTP request goes through one chain of stages, whichever engine
@@ -13,7 +16,7 @@ import (
 // for the HTTP/1 requests the fast path hands off and for HTTP/2
 // (ServeHTTP). Each stage is written once, here:
 //
-//	route      which rules apply to the request        (today: none; routes come next)
+//	route      which route rule applies, and which of its backends (routes.Table)
 //	authorize  may this peer make it                   (today: all may; policy comes next)
 //	balance    which endpoint: discovery's pick, or the original destination
 //	attempt    send it, response headers due by the deadline; send again when retrySafe says so
@@ -32,20 +35,73 @@ type exchange struct {
 	// headers are due; zero: no limit.
 	headerTimeout time.Duration
 	attempts      int
+
+	// What the route stage decided (rule nil: no routes apply).
+	routed   bool
+	routeErr error
+	rule     *routes.Rule
+	match    string // the path prefix the rule matched, for URLRewrite
+	backend  *routes.Backend
+	start    time.Time
+	// attemptStart is when the current attempt was sent, for the backend
+	// metrics; attemptOpen, that its end is not recorded yet.
+	attemptStart time.Time
+	attemptOpen  bool
+	// reqCtx carries the route's request timeout, when it has one.
+	reqCtx context.Context
 }
 
-// begin runs route, authorize and balance, and starts the metrics (with
-// the series cache of the request's connection, when it has one). A
-// non-nil error is the reason the request cannot be sent; answer it with
-// x.fail. x.end must be called either way.
+// route runs the route stage: which rule of the destination's routes
+// applies and which backend takes the request. The HTTP/1 fast path runs
+// it before begin, to hand requests whose rule needs more than a backend
+// choice (Rule.Plain) to the net/http engine.
+func (p *Proxy) route(ctx context.Context, x *exchange, req *Request) {
+	*x = exchange{p: p, req: req, endpoint: Endpoint{Addr: req.Dst}, routed: true, start: time.Now()}
+	if p.opts.Routes == nil {
+		return
+	}
+	t := p.opts.Routes(ctx, req.Dst)
+	rq := routes.Request{Method: req.Method, Authority: req.Authority, Target: req.Path, Header: req.Header, GRPC: req.GRPC}
+	rule, ok := t.Match(&rq)
+	if !ok {
+		x.routeErr = errNoRoute
+		return
+	}
+	x.rule, x.match = rule, rq.MatchedPrefix
+	x.routeErr = x.pickBackend()
+}
+
+// pickBackend chooses the rule's backend for the next attempt.
+func (x *exchange) pickBackend() error {
+	b := x.rule.PickBackend(rand.Uint64())
+	x.backend = b
+	switch {
+	case b == nil:
+		return &routeError{status: http.StatusInternalServerError, reason: ReasonNoBackend,
+			msg: "the route has no usable backend"}
+	case b.Failure != "":
+		return &routeError{status: http.StatusInternalServerError, reason: ReasonNoBackend, msg: b.Failure}
+	}
+	return nil
+}
+
+// plain reports whether the request needs nothing the fast path lacks: no
+// rule, or a rule that only chooses a backend.
+func (x *exchange) plain() bool { return x.rule == nil || x.rule.Plain }
+
+// begin runs route (unless the engine ran it), authorize and balance, and
+// starts the metrics (with the series cache of the request's connection,
+// when it has one). A non-nil error is the reason the request cannot be
+// sent; answer it with x.fail. x.end must be called either way.
 func (p *Proxy) begin(ctx context.Context, x *exchange, req *Request, series *metrics.Series) error {
-	*x = exchange{p: p, req: req, endpoint: Endpoint{Addr: req.Dst}}
+	if !x.routed || x.req != req {
+		p.route(ctx, x, req)
+	}
 	m, dir := p.opts.Metrics, req.Direction
-	// route and authorize: no rules yet, so every request takes the
-	// default route to its original destination and is allowed.
-	var err error
-	if p.opts.Balance != nil {
-		x.endpoint, err = p.opts.Balance(ctx, req.Dst)
+	// authorize: no policy yet, so every request is allowed.
+	err := x.routeErr
+	if err == nil {
+		err = x.balance(ctx)
 	}
 	tl := req.TLS
 	if !x.endpoint.Identity.IsZero() {
@@ -60,10 +116,23 @@ func (p *Proxy) begin(ctx context.Context, x *exchange, req *Request, series *me
 	return err
 }
 
+// balance chooses the endpoint of the next attempt, among the chosen
+// backend's endpoints.
+func (x *exchange) balance(ctx context.Context) error {
+	if x.p.opts.Balance == nil {
+		return nil
+	}
+	x.end()
+	var err error
+	x.endpoint, err = x.p.opts.Balance(ctx, x.req.Dst, x.backend)
+	return err
+}
+
 // attempt calls send until it succeeds or the retry rule says stop; n is
 // the attempt's number, from 0.
 func (x *exchange) attempt(send func(n int) error) error {
 	for {
+		x.sent()
 		err := send(x.attempts)
 		x.attempts++
 		if err == nil || !x.retrySafe(err) {
@@ -108,6 +177,7 @@ func (x *exchange) headers(status int) { x.rec.Headers(status) }
 // finish records the end of the response.
 func (x *exchange) finish(status int, grpcStatus, reason string) {
 	x.rec.Done(status, grpcStatus, reason)
+	x.routeDone(status, grpcStatus, reason)
 }
 
 // fail decides the answer to a request that could not be forwarded and
@@ -120,6 +190,7 @@ func (x *exchange) fail(err error) answer {
 		x.rec.Headers(a.status)
 	}
 	x.rec.Done(a.status, a.grpcStatus, a.reason)
+	x.routeDone(a.status, a.grpcStatus, a.reason)
 	return a
 }
 
@@ -127,5 +198,7 @@ func (x *exchange) fail(err error) answer {
 func (x *exchange) end() {
 	if x.endpoint.Done != nil {
 		x.endpoint.Done()
+		x.endpoint.Done = nil
 	}
+	x.routed = false
 }

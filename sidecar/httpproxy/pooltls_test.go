@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
 
 // A pooled mesh TLS connection on which the upstream sent more than the
@@ -59,7 +60,7 @@ func TestPooledTLSConnectionWithStrayDecryptedBytesIsNotReused(t *testing.T) {
 	addr := ln.Addr().(*net.TCPAddr).AddrPort()
 	id := spiffe.New("cluster.local", "ns", "sa")
 	f := startFast(t, addr, func(o *Options) {
-		o.Balance = func(context.Context, netip.AddrPort) (Endpoint, error) {
+		o.Balance = func(context.Context, netip.AddrPort, *routes.Backend) (Endpoint, error) {
 			return Endpoint{Addr: addr, Identity: id}, nil
 		}
 		o.Secure = func(ctx context.Context, c net.Conn, _ spiffe.ID) (net.Conn, error) {

@@ -51,6 +51,8 @@ type Metrics struct {
 	probes    prometheus.Counter
 	refused   *prometheus.CounterVec
 	limits    *prometheus.CounterVec
+	// The outbound route families (routes.go).
+	httpRoutes, grpcRoutes *routeFamilies
 
 	mu   sync.Mutex
 	seen map[string]map[string]struct{} // label kind+direction → values
@@ -98,9 +100,13 @@ func New(reg prometheus.Registerer, maxTargets int) *Metrics {
 		limits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limit_exceeded_total", Help: "Times a resource limit or timeout of the proxy fired, by direction and limit.",
 		}, []string{"direction", "limit"}),
-		seen: map[string]map[string]struct{}{},
+		httpRoutes: newRouteFamilies("http", "http_status"),
+		grpcRoutes: newRouteFamilies("grpc", "grpc_status"),
+		seen:       map[string]map[string]struct{}{},
 	}
 	reg.MustRegister(m.requests, m.responses, m.latency, m.tcpOpen, m.tcpClose, m.tcpConns, m.tcpRead, m.tcpWrite, m.probes, m.refused, m.limits)
+	reg.MustRegister(m.httpRoutes.collectors()...)
+	reg.MustRegister(m.grpcRoutes.collectors()...)
 	return m
 }
 
@@ -127,6 +133,7 @@ const (
 	LimitWriteStall      = "write-stall"       // a peer read nothing of what the proxy wrote, in time
 	LimitInformational   = "1xx-responses"     // the upstream sent too many interim responses
 	LimitIdle            = "idle"              // a response body made no progress within the idle timeout
+	LimitRetryBody       = "retry-body"        // a retry was not sent: the request body was larger than the proxy holds for replay
 )
 
 // LimitExceeded counts one firing of limit in direction.

@@ -15,6 +15,7 @@ import (
 	"github.com/plexus-mesh/plexus/control/spiffe"
 	"github.com/plexus-mesh/plexus/sidecar/config"
 	"github.com/plexus-mesh/plexus/sidecar/discovery"
+	"github.com/plexus-mesh/plexus/sidecar/routes"
 	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 )
@@ -31,6 +32,12 @@ type staticResolver struct{ ep discovery.Endpoint }
 func (r staticResolver) Pick(context.Context, netip.AddrPort) (discovery.Pick, error) {
 	return discovery.Pick{Endpoint: r.ep}, nil
 }
+
+func (r staticResolver) PickService(context.Context, string) (discovery.Pick, error) {
+	return discovery.Pick{Endpoint: r.ep}, nil
+}
+
+func (r staticResolver) Policy(context.Context, netip.AddrPort) *routes.Table { return routes.Default() }
 
 // TestLoopbackMTLSChain runs the whole mesh path on loopback without
 // root: an outbound Proxy (resolver → endpoint with an identity) speaks

@@ -26,6 +26,7 @@ import (
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 	"github.com/plexus-mesh/plexus/sidecar/mtls"
 	"github.com/plexus-mesh/plexus/sidecar/origdst"
+	"github.com/plexus-mesh/plexus/sidecar/routes"
 	"github.com/plexus-mesh/plexus/sidecar/sockio"
 )
 
@@ -60,10 +61,14 @@ type Options struct {
 	IsLocal func(netip.Addr) bool
 }
 
-// Resolver picks the endpoint for one outbound connection or request
-// (discovery.Resolver).
+// Resolver picks the endpoint for one outbound connection or request, and
+// knows the routes of each destination (discovery.Resolver).
 type Resolver interface {
 	Pick(ctx context.Context, dst netip.AddrPort) (discovery.Pick, error)
+	// PickService picks among a route backend's endpoints.
+	PickService(ctx context.Context, authority string) (discovery.Pick, error)
+	// Policy returns dst's routes.
+	Policy(ctx context.Context, dst netip.AddrPort) *routes.Table
 }
 
 // Limits the proxy applies to HTTP clients and upstreams.
@@ -162,6 +167,7 @@ func New(opts Options) *Proxy {
 		}
 		if dir == metrics.Outbound && opts.Resolver != nil {
 			hopts.Balance = p.balance
+			hopts.Routes = opts.Resolver.Policy
 		}
 		hp := httpproxy.New(hopts)
 		srv := &http.Server{
@@ -370,9 +376,17 @@ func rawConn(c *net.TCPConn) syscall.RawConn {
 	return raw
 }
 
-// balance chooses the endpoint of one outbound HTTP request.
-func (p *Proxy) balance(ctx context.Context, dst netip.AddrPort) (httpproxy.Endpoint, error) {
-	pk, err := p.opts.Resolver.Pick(ctx, dst)
+// balance chooses the endpoint of one outbound HTTP request: among the
+// route backend's endpoints, or the original destination's when the
+// backend is the destination's own Service (or there is none).
+func (p *Proxy) balance(ctx context.Context, dst netip.AddrPort, backend *routes.Backend) (httpproxy.Endpoint, error) {
+	var pk discovery.Pick
+	var err error
+	if backend == nil || backend.Authority == "" {
+		pk, err = p.opts.Resolver.Pick(ctx, dst)
+	} else {
+		pk, err = p.opts.Resolver.PickService(ctx, backend.Authority)
+	}
 	if errors.Is(err, discovery.ErrNoEndpoints) {
 		return httpproxy.Endpoint{}, fmt.Errorf("%w: %w", httpproxy.ErrNoEndpoints, err)
 	}

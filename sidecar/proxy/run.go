@@ -18,8 +18,10 @@ import (
 	"github.com/plexus-mesh/plexus/sidecar/admin"
 	"github.com/plexus-mesh/plexus/sidecar/config"
 	"github.com/plexus-mesh/plexus/sidecar/discovery"
+	"github.com/plexus-mesh/plexus/sidecar/httpproxy"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 	"github.com/plexus-mesh/plexus/sidecar/mtls"
+	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
 
 // MaxTargets bounds distinct target_addr and authority label values per direction.
@@ -67,6 +69,7 @@ func Run(ctx context.Context, ro RunOptions) error {
 	}
 	ctx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
+	m := metrics.New(reg, MaxTargets)
 	var ident Identity
 	var resolver Resolver
 	if cfg.IdentityEnabled() {
@@ -95,12 +98,12 @@ func Run(ctx context.Context, ro RunOptions) error {
 			r := discovery.New(discovery.Options{
 				Client: client, Log: log.With("component", "discovery"), Registerer: reg,
 				ContextToken: fmt.Sprintf(`{"ns":%q}`, cfg.PodNamespace),
+				Instrument:   func(t *routes.Table) { httpproxy.InstrumentRoutes(m, t) },
 			})
 			defer r.Close()
 			resolver = r
 		}
 	}
-	m := metrics.New(reg, MaxTargets)
 	var draining atomic.Bool
 	stop := make(chan struct{})
 	var stopOnce sync.Once

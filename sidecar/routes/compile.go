@@ -38,8 +38,12 @@ func Compile(p *destinationpb.OutboundPolicy) (*Table, error) {
 	if p == nil {
 		return Default(), nil
 	}
+	parent := p.GetParent()
+	if parent == nil {
+		parent = &destinationpb.ResourceRef{}
+	}
 	c := compiler{
-		table:   &Table{profile: p.Source == "serviceprofile"},
+		table:   &Table{Parent: parent, profile: p.Source == "serviceprofile"},
 		budgets: map[budgetKey]*Budget{},
 	}
 	var entries []entry
@@ -69,7 +73,29 @@ func Compile(p *destinationpb.OutboundPolicy) (*Table, error) {
 		}
 	}
 	c.table.index(entries)
+	c.table.sendParentToDestination()
 	return c.table, errors.Join(c.errs...)
+}
+
+// sendParentToDestination clears the Authority of the backends that are
+// the parent Service itself: their requests go to the original
+// destination, whose endpoints are the same, and which still works when
+// the control plane cannot be asked.
+func (t *Table) sendParentToDestination() {
+	p := t.Parent
+	if p.GetName() == "" {
+		return
+	}
+	for _, r := range t.Routes {
+		for _, rule := range r.Rules {
+			for _, b := range rule.Backends {
+				if b.Ref.GetKind() == p.GetKind() && b.Ref.GetNamespace() == p.GetNamespace() &&
+					b.Ref.GetName() == p.GetName() && b.Ref.GetPort() == p.GetPort() {
+					b.Authority = ""
+				}
+			}
+		}
+	}
 }
 
 type compiler struct {

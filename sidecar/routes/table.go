@@ -10,6 +10,9 @@ import (
 // Table is the compiled route table of one destination. It is immutable and
 // safe for concurrent use.
 type Table struct {
+	// Parent is the Service port the routes belong to (parent_* metric
+	// labels); never nil.
+	Parent *destinationpb.ResourceRef
 	// Routes are the routes of the policy in its order, each with the rules
 	// that compiled.
 	Routes []*Route
@@ -35,6 +38,9 @@ type Route struct {
 	// Rules that compiled, in the policy's order (Rule.Index keeps their
 	// place in the policy, so a dropped rule leaves a gap).
 	Rules []*Rule
+	// Series is the caller's per-route state (the proxy's metric
+	// series), set once before the table is used.
+	Series any
 
 	hostnames []hostname
 }
@@ -84,6 +90,8 @@ type Backend struct {
 	Failure string
 	// Weight relative to the rule's other backends.
 	Weight uint32
+	// Series is the caller's per-backend state, as Route.Series.
+	Series any
 
 	filters filterChain
 }
@@ -128,6 +136,7 @@ func Default() *Table {
 	}
 	route.Rules = []*Rule{rule}
 	return &Table{
+		Parent:  &destinationpb.ResourceRef{},
 		Routes:  []*Route{route},
 		ordered: []entry{{rule: rule, m: all}},
 	}

@@ -1,0 +1,141 @@
+package discovery
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/sidecar/routes"
+)
+
+// Outbound policies: which routes apply to requests to one Service port,
+// streamed by destination's GetOutboundPolicy and compiled once per
+// update. A destination destination does not know, or a policy not yet
+// (or never) received, gets the default route: the original destination
+// as today.
+
+// Policy returns the compiled routes of dst, subscribing on first use
+// (waiting up to FirstTimeout, or ctx, for the first answer).
+func (r *Resolver) Policy(ctx context.Context, dst netip.AddrPort) *routes.Table {
+	s := r.policySub(dst)
+	s.touch()
+	if t := s.table.Load(); t != nil {
+		return t
+	}
+	tm := time.NewTimer(r.opts.FirstTimeout)
+	select {
+	case <-s.first:
+	case <-tm.C:
+	case <-ctx.Done():
+	}
+	tm.Stop()
+	if t := s.table.Load(); t != nil {
+		return t
+	}
+	return r.defaultTable
+}
+
+// policySub returns dst's policy subscription, starting it if needed.
+func (r *Resolver) policySub(dst netip.AddrPort) *policySub {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s, ok := r.policies[dst]; ok {
+		return s
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	s := &policySub{dst: dst, first: make(chan struct{}), cancel: cancel}
+	s.touch()
+	r.policies[dst] = s
+	go r.followPolicy(ctx, s)
+	return s
+}
+
+// policySub is the cached policy of one destination.
+type policySub struct {
+	dst    netip.AddrPort
+	cancel context.CancelFunc
+	first  chan struct{} // closed after the first message or failed stream
+	once   sync.Once
+	used   atomic.Int64
+	table  atomic.Pointer[routes.Table]
+}
+
+func (s *policySub) touch() { s.used.Store(time.Now().UnixNano()) }
+
+func (s *policySub) firstDone() { s.once.Do(func() { close(s.first) }) }
+
+// followPolicy keeps a GetOutboundPolicy stream open for s until ctx ends;
+// the last policy stays in use while the control plane is away.
+func (r *Resolver) followPolicy(ctx context.Context, s *policySub) {
+	backoff := r.opts.MinBackoff
+	for {
+		got, err := r.streamPolicy(ctx, s)
+		if ctx.Err() != nil {
+			return
+		}
+		s.firstDone()
+		if got {
+			backoff = r.opts.MinBackoff
+		}
+		r.opts.Log.Warn("outbound policy stream ended; keeping the cached policy and reconnecting", "dst", s.dst, "retry_in", backoff, "err", err)
+		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, r.opts.MaxBackoff)
+	}
+}
+
+func (r *Resolver) streamPolicy(ctx context.Context, s *policySub) (got bool, err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := r.opts.Client.GetOutboundPolicy(sctx, &destinationpb.GetDestination{Path: s.dst.String(), ContextToken: r.opts.ContextToken})
+	if err != nil {
+		return false, fmt.Errorf("outbound policy %s: %w", s.dst, err)
+	}
+	for {
+		p, err := st.Recv()
+		if err != nil {
+			return got, fmt.Errorf("outbound policy %s: %w", s.dst, err)
+		}
+		got = true
+		s.table.Store(r.compile(s.dst, p))
+		s.firstDone()
+	}
+}
+
+// compile turns a received policy into a table, keeping the rules that
+// compile (the control plane validated them; a proxy of another version
+// may still disagree) and logging the others.
+func (r *Resolver) compile(dst netip.AddrPort, p *destinationpb.OutboundPolicy) *routes.Table {
+	if p.GetParent() == nil {
+		return r.defaultTable // not a Service: its original destination
+	}
+	t, err := routes.Compile(p)
+	if err != nil {
+		r.opts.Log.Warn("outbound policy has rules this proxy cannot use; they are left out", "dst", dst, "err", err)
+	}
+	if r.opts.Instrument != nil {
+		r.opts.Instrument(t)
+	}
+	return t
+}
+
+// dropIdlePolicies ends policy subscriptions unused for IdleTimeout; r.mu
+// is held.
+func (r *Resolver) dropIdlePolicies(now int64) {
+	for dst, s := range r.policies {
+		if time.Duration(now-s.used.Load()) > r.opts.IdleTimeout {
+			s.cancel()
+			delete(r.policies, dst)
+		}
+	}
+}

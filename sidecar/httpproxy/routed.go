@@ -1,0 +1,196 @@
+package httpproxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/plexus-mesh/plexus/sidecar/metrics"
+	"github.com/plexus-mesh/plexus/sidecar/routes"
+)
+
+// serveRule serves a request whose route rule needs more than a backend
+// choice (net/http engine, HTTP/1 and HTTP/2 alike): a redirect, request
+// and response filters, the request timeout over all attempts, the
+// response timeout per attempt, and retries within the retry budget,
+// with the body held (up to MaxReplayBody) for replay.
+func (p *Proxy) serveRule(w http.ResponseWriter, r *http.Request, x *exchange) {
+	rule := x.rule
+	if status, loc, ok := rule.Redirect(r, x.match); ok {
+		w.Header().Set("Location", loc)
+		w.WriteHeader(status)
+		x.headers(status)
+		x.finish(status, "", "")
+		return
+	}
+	ctx := r.Context()
+	if t := rule.Timeouts.Request; t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, t, errRouteTimeout)
+		defer cancel()
+	}
+	x.reqCtx = ctx
+	rp := rule.Retry
+	var body *replayBody
+	if rp != nil {
+		rp.Budget.Deposit()
+		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+			body = newReplayBody(r.Body)
+		}
+	}
+	rs := routeSeries(rule)
+	for n := 0; ; n++ {
+		if n > 0 {
+			err := x.pickBackend()
+			if err == nil {
+				err = x.balance(ctx)
+			}
+			if err != nil {
+				p.answerHTTP(w, r, x.fail(err))
+				return
+			}
+		}
+		out := outgoing(r, x.endpoint.Addr, "")
+		if body != nil {
+			out.Body = body.attempt()
+		}
+		rule.RewriteRequest(x.backend, out, x.match)
+		actx, acancel := ctx, context.CancelFunc(func() {})
+		if t := attemptTimeout(rule); t > 0 {
+			actx, acancel = context.WithTimeoutCause(ctx, t, errAttemptTimeout)
+		}
+		res, done, err := p.send(actx, x, r, out)
+		err = timeoutCause(actx, err)
+		status, grpc := 0, ""
+		if err == nil {
+			status, grpc = res.StatusCode, res.Header.Get("Grpc-Status")
+		}
+		if rp == nil || !retryableAttempt(rp, err, status, grpc) {
+			if n > 0 && err == nil && !rule.IsFailure(status, grpc) {
+				rs.RetrySucceeded()
+			}
+			p.relayRule(w, r, x, res, err, actx)
+			done()
+			acancel()
+			return
+		}
+		switch {
+		case n >= rp.Limit:
+			rs.RetryLimitExceeded()
+		case body != nil && !body.replayable():
+			rs.RetryOverflow()
+			p.opts.Metrics.LimitExceeded(p.opts.Direction, metrics.LimitRetryBody)
+		case !rp.Budget.Withdraw():
+			rs.RetryOverflow()
+		default:
+			// Let this attempt go, wait, and send the next.
+			if res != nil {
+				res.Body.Close()
+			}
+			x.attemptDone(status, grpc, errLabel(err))
+			done()
+			acancel()
+			if !sleep(ctx, routes.Backoff(n+1, rand.Uint64())) {
+				p.answerHTTP(w, r, x.fail(timeoutCause(ctx, ctx.Err())))
+				return
+			}
+			rs.Retry()
+			continue
+		}
+		p.relayRule(w, r, x, res, err, actx)
+		done()
+		acancel()
+		return
+	}
+}
+
+// relayRule relays the last attempt's outcome: its response, with the
+// rule's response filters, or the answer to its error.
+func (p *Proxy) relayRule(w http.ResponseWriter, r *http.Request, x *exchange, res *http.Response, err error, actx context.Context) {
+	if err != nil {
+		p.answerHTTP(w, r, x.fail(err))
+		return
+	}
+	defer res.Body.Close()
+	x.rule.RewriteResponse(x.backend, res.Header)
+	if t := x.rule.Timeouts.Idle; t > 0 {
+		res.Body = newIdleBody(res.Body, t)
+	}
+	x.headers(res.StatusCode)
+	p.relayHTTP(w, r, res, x)
+}
+
+// retryableAttempt says whether the attempt's outcome is one rp retries:
+// a status or gRPC code it names, a per-attempt timeout, or a failure to
+// connect (nothing reached a server).
+func retryableAttempt(rp *routes.RetryPolicy, err error, status int, grpc string) bool {
+	if err == nil {
+		return rp.Retryable(status, grpc)
+	}
+	var de *dialError
+	return errors.Is(err, errAttemptTimeout) || errors.As(err, &de) || errors.Is(err, ErrNoEndpoints)
+}
+
+// timeoutCause replaces a context error by the route timeout that caused
+// it, so the answer and the metrics name it.
+func timeoutCause(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	var re *routeError
+	if c := context.Cause(ctx); errors.As(c, &re) {
+		return re
+	}
+	return err
+}
+
+// sleep waits d or until ctx ends; false if ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// idleBody fails a response body that delivers no bytes for the idle
+// timeout.
+type idleBody struct {
+	io.ReadCloser
+	timeout time.Duration
+	timer   *time.Timer
+	fired   chan struct{}
+}
+
+func newIdleBody(rc io.ReadCloser, d time.Duration) *idleBody {
+	b := &idleBody{ReadCloser: rc, timeout: d, fired: make(chan struct{})}
+	b.timer = time.AfterFunc(d, func() {
+		close(b.fired)
+		rc.Close()
+	})
+	return b
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	select {
+	case <-b.fired:
+		return n, errIdleTimeout
+	default:
+	}
+	if n > 0 {
+		b.timer.Reset(b.timeout)
+	}
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	b.timer.Stop()
+	return b.ReadCloser.Close()
+}

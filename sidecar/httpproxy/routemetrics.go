@@ -1,0 +1,118 @@
+package httpproxy
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/sidecar/metrics"
+	"github.com/plexus-mesh/plexus/sidecar/routes"
+)
+
+// The route stage's metrics: outbound_{http,grpc}_route_* series are
+// resolved once per compiled table (InstrumentRoutes) and hung on its
+// routes and backends, so a request costs no label lookups.
+
+// InstrumentRoutes attaches metric series to every route and backend of
+// t; call it before t serves requests.
+func InstrumentRoutes(m *metrics.Metrics, t *routes.Table) {
+	parent := metricRef(t.Parent)
+	for _, r := range t.Routes {
+		rs := m.Route(r.GRPC, parent, metricRef(r.Ref))
+		r.Series = rs
+		for _, rule := range r.Rules {
+			for _, b := range rule.Backends {
+				b.Series = rs.Backend(metricRef(b.Ref))
+			}
+		}
+	}
+}
+
+func metricRef(r *destinationpb.ResourceRef) metrics.Ref {
+	return metrics.Ref{Group: r.GetGroup(), Kind: r.GetKind(), Namespace: r.GetNamespace(), Name: r.GetName(),
+		Port: metrics.PortLabel(r.GetPort()), Section: r.GetSectionName()}
+}
+
+func routeSeries(rule *routes.Rule) *metrics.RouteSeries {
+	s, _ := rule.Route.Series.(*metrics.RouteSeries)
+	return s
+}
+
+func backendSeries(b *routes.Backend) *metrics.BackendSeries {
+	if b == nil {
+		return nil
+	}
+	s, _ := b.Series.(*metrics.BackendSeries)
+	return s
+}
+
+// sent records an attempt sent to the chosen backend.
+func (x *exchange) sent() {
+	if b := backendSeries(x.backend); b != nil {
+		b.Sent()
+		x.attemptStart = time.Now()
+		x.attemptOpen = true
+	}
+}
+
+// attemptDone records the end of an attempt that is not the last one.
+func (x *exchange) attemptDone(status int, grpcStatus, errLabel string) {
+	if b := backendSeries(x.backend); b != nil && x.attemptOpen {
+		b.Done(time.Since(x.attemptStart), status, grpcStatus, errLabel)
+	}
+	x.attemptOpen = false
+}
+
+// routeDone records the end of the route request and its last attempt.
+func (x *exchange) routeDone(status int, grpcStatus, reason string) {
+	if x.rule == nil {
+		return
+	}
+	label := errLabelOf(reason)
+	if x.reqCtx != nil && errors.Is(context.Cause(x.reqCtx), errRouteTimeout) && reason != "" {
+		label = metrics.RouteErrRequestTimeout
+	}
+	x.attemptDone(status, grpcStatus, label)
+	if rs := routeSeries(x.rule); rs != nil {
+		rs.Done(time.Since(x.start), status, grpcStatus, label)
+	}
+}
+
+// errLabel is the route metrics' error label for an attempt's error.
+func errLabel(err error) string {
+	if err == nil {
+		return ""
+	}
+	_, reason := classify(err)
+	return errLabelOf(reason)
+}
+
+// errLabelOf maps the proxy's reasons to Linkerd's error label values.
+func errLabelOf(reason string) string {
+	switch reason {
+	case "":
+		return ""
+	case ReasonRouteTimeout:
+		return metrics.RouteErrRequestTimeout
+	case ReasonAttemptTimeout, ReasonTimeout:
+		return metrics.RouteErrResponseTimeout
+	case ReasonIdleTimeout:
+		return metrics.RouteErrIdleTimeout
+	case ReasonClientGone, ReasonClientReset:
+		return metrics.RouteErrCancel
+	case ReasonNoEndpoints:
+		return metrics.RouteErrFailFast
+	}
+	return metrics.RouteErrUnexpected
+}
+
+// attemptTimeout is how long one attempt of rule may take: the shorter of
+// its response timeout and its retry policy's per-attempt timeout.
+func attemptTimeout(rule *routes.Rule) time.Duration {
+	t := rule.Timeouts.Response
+	if rp := rule.Retry; rp != nil && rp.AttemptTimeout > 0 && (t == 0 || rp.AttemptTimeout < t) {
+		t = rp.AttemptTimeout
+	}
+	return t
+}
