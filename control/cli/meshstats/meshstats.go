@@ -38,15 +38,14 @@ func (c Counts) Total() float64 { return c.Success + c.Failure }
 // Parse reads the inbound counters from one scrape in the Prometheus text
 // format.
 func Parse(text []byte) (Counts, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(text))
+	fams, err := ParseText(text)
 	if err != nil {
-		return Counts{}, fmt.Errorf("parsing proxy metrics: %w", err)
+		return Counts{}, err
 	}
 	c := Counts{Buckets: map[float64]float64{}}
 	if f := fams[responseTotal]; f != nil {
 		for _, m := range f.GetMetric() {
-			l := labels(m)
+			l := Labels(m)
 			if l["direction"] != inbound {
 				continue
 			}
@@ -63,23 +62,40 @@ func Parse(text []byte) (Counts, error) {
 	}
 	if f := fams[responseLatency]; f != nil {
 		for _, m := range f.GetMetric() {
-			if labels(m)["direction"] != inbound {
+			if Labels(m)["direction"] != inbound {
 				continue
 			}
-			h := m.GetHistogram()
-			for _, b := range h.GetBucket() {
-				if math.IsInf(b.GetUpperBound(), 1) {
-					continue // the sample count below is the +Inf bucket
-				}
-				c.Buckets[b.GetUpperBound()] += float64(b.GetCumulativeCount())
-			}
-			c.Buckets[math.Inf(1)] += float64(h.GetSampleCount())
+			AddHistogram(c.Buckets, m.GetHistogram(), 1)
 		}
 	}
 	return c, nil
 }
 
-func labels(m *dto.Metric) map[string]string {
+// ParseText parses one scrape in the Prometheus text format.
+func ParseText(text []byte) (map[string]*dto.MetricFamily, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(text))
+	if err != nil {
+		return nil, fmt.Errorf("parsing proxy metrics: %w", err)
+	}
+	return fams, nil
+}
+
+// AddHistogram adds h's cumulative bucket counts to buckets, each upper
+// bound multiplied by scale (1000 turns seconds into milliseconds), and
+// its sample count as the +Inf bucket.
+func AddHistogram(buckets map[float64]float64, h *dto.Histogram, scale float64) {
+	for _, b := range h.GetBucket() {
+		if math.IsInf(b.GetUpperBound(), 1) {
+			continue // the sample count below is the +Inf bucket
+		}
+		buckets[b.GetUpperBound()*scale] += float64(b.GetCumulativeCount())
+	}
+	buckets[math.Inf(1)] += float64(h.GetSampleCount())
+}
+
+// Labels returns m's labels by name.
+func Labels(m *dto.Metric) map[string]string {
 	l := make(map[string]string, len(m.GetLabel()))
 	for _, p := range m.GetLabel() {
 		l[p.GetName()] = p.GetValue()
@@ -91,13 +107,7 @@ func labels(m *dto.Metric) map[string]string {
 // restarted between the scrapes; then after alone is the delta, as
 // Prometheus's increase() would count it.
 func Delta(before, after Counts) Counts {
-	reset := after.Success < before.Success || after.Failure < before.Failure || after.TLS < before.TLS
-	for le, v := range after.Buckets {
-		if v < before.Buckets[le] {
-			reset = true
-		}
-	}
-	if reset {
+	if Reset(before, after) {
 		return after.clone()
 	}
 	d := Counts{
@@ -110,6 +120,18 @@ func Delta(before, after Counts) Counts {
 		d.Buckets[le] = v - before.Buckets[le]
 	}
 	return d
+}
+
+// Reset reports whether a counter went down from before to after: the
+// proxy restarted between the scrapes.
+func Reset(before, after Counts) bool {
+	reset := after.Success < before.Success || after.Failure < before.Failure || after.TLS < before.TLS
+	for le, v := range after.Buckets {
+		if v < before.Buckets[le] {
+			reset = true
+		}
+	}
+	return reset
 }
 
 func (c Counts) clone() Counts {

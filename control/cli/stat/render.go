@@ -26,24 +26,8 @@ func Render(w io.Writer, rows []Row, format string) error {
 	if rows == nil {
 		rows = []Row{}
 	}
-	switch format {
-	case FormatJSON:
-		b, err := json.MarshalIndent(rows, "", "  ")
-		if err != nil {
-			return fmt.Errorf("encoding JSON: %w", err)
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
+	if done, err := Encode(w, rows, format); done || err != nil {
 		return err
-	case FormatYAML:
-		b, err := yaml.Marshal(rows)
-		if err != nil {
-			return fmt.Errorf("encoding YAML: %w", err)
-		}
-		_, err = w.Write(b)
-		return err
-	case FormatTable, FormatWide:
-	default:
-		return fmt.Errorf("unknown output format %q: want json, yaml or wide", format)
 	}
 	wide := format == FormatWide
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
@@ -56,12 +40,12 @@ func Render(w io.Writer, rows []Row, format string) error {
 		cells := []string{
 			r.Name,
 			fmt.Sprintf("%d/%d", r.Meshed, r.Total),
-			percent(r.SuccessRate, 2),
-			number(r.RPS, 1, "rps"),
-			number(r.LatencyP50, 0, "ms"),
-			number(r.LatencyP95, 0, "ms"),
-			number(r.LatencyP99, 0, "ms"),
-			percent(r.TLSShare, 0),
+			Percent(r.SuccessRate, 2),
+			Number(r.RPS, 1, "rps"),
+			Number(r.LatencyP50, 0, "ms"),
+			Number(r.LatencyP95, 0, "ms"),
+			Number(r.LatencyP99, 0, "ms"),
+			Percent(r.TLSShare, 0),
 		}
 		if wide {
 			ns := r.Namespace
@@ -82,16 +66,43 @@ func Render(w io.Writer, rows []Row, format string) error {
 	return nil
 }
 
-func percent(f *float64, decimals int) string {
+// Encode writes v as JSON or YAML when format is one of them, and says
+// whether it did; for FormatTable and FormatWide it writes nothing, and
+// any other format is an error.
+func Encode(w io.Writer, v any, format string) (bool, error) {
+	switch format {
+	case FormatJSON:
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return true, fmt.Errorf("encoding JSON: %w", err)
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return true, err
+	case FormatYAML:
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return true, fmt.Errorf("encoding YAML: %w", err)
+		}
+		_, err = w.Write(b)
+		return true, err
+	case FormatTable, FormatWide:
+		return false, nil
+	}
+	return false, fmt.Errorf("unknown output format %q: want json, yaml or wide", format)
+}
+
+// Percent prints a 0..1 share as a percentage with decimals, or "-".
+func Percent(f *float64, decimals int) string {
 	if f == nil {
 		return "-"
 	}
 	return strconv.FormatFloat(*f*100, 'f', decimals, 64) + "%"
 }
 
-// number prints f with decimals, or more where that would show 0 for a
-// small non-zero value (a 0.4 ms latency reads 0.4ms, not 0ms).
-func number(f *float64, decimals int, unit string) string {
+// Number prints f with decimals and unit, or more decimals where that
+// would show 0 for a small non-zero value (a 0.4 ms latency reads 0.4ms,
+// not 0ms), or "-".
+func Number(f *float64, decimals int, unit string) string {
 	if f == nil {
 		return "-"
 	}

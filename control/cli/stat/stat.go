@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,6 +42,28 @@ func ParseResource(s string) (Resource, error) {
 		return Pods, nil
 	}
 	return "", fmt.Errorf("unknown resource %q: want ns|namespace, deploy|deployment or pod", s)
+}
+
+// ParseTarget reads one object from kubectl-style arguments: KIND/NAME or
+// KIND NAME, KIND as ParseResource takes it.
+func ParseTarget(args []string) (Resource, string, error) {
+	var kind, name string
+	switch {
+	case len(args) == 1 && strings.Contains(args[0], "/"):
+		kind, name, _ = strings.Cut(args[0], "/")
+	case len(args) == 2 && !strings.Contains(args[0], "/"):
+		kind, name = args[0], args[1]
+	default:
+		return "", "", fmt.Errorf("want one object, KIND/NAME or KIND NAME, got %q", strings.Join(args, " "))
+	}
+	res, err := ParseResource(kind)
+	if err != nil {
+		return "", "", err
+	}
+	if name == "" || strings.Contains(name, "/") {
+		return "", "", fmt.Errorf("bad name %q", name)
+	}
+	return res, name, nil
 }
 
 // AdminPort is the proxy's metrics port (DESIGN.md §2).
@@ -116,10 +139,11 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// group is one row's pods.
-type group struct {
-	row  Row
-	pods []*corev1.Pod // meshed and running: scraped
+// Target is one object measured: its pods, and how many are meshed.
+type Target struct {
+	Namespace, Name string
+	Meshed, Total   int
+	Pods            []*corev1.Pod // meshed and running: the ones to scrape
 }
 
 // Run measures cfg and returns one row per object, sorted by namespace
@@ -128,34 +152,39 @@ func (s Stat) Run(ctx context.Context, cfg Config) ([]Row, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("stat: %w", err)
 	}
-	groups, err := s.groups(ctx, cfg)
+	targets, err := s.Targets(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("stat: %w", err)
 	}
 	var all []*corev1.Pod
-	for _, g := range groups {
-		all = append(all, g.pods...)
+	for _, t := range targets {
+		all = append(all, t.Pods...)
 	}
-	before := s.scrapeAll(ctx, all)
-	start := s.Now()
-	if err := s.Sleep(ctx, cfg.Window); err != nil {
+	m, err := s.Measure(ctx, all, cfg.Window)
+	if err != nil {
 		return nil, fmt.Errorf("stat: %w", err)
 	}
-	after := s.scrapeAll(ctx, all)
-	elapsed := s.Now().Sub(start)
-	rows := make([]Row, 0, len(groups))
-	for _, g := range groups {
+	rows := make([]Row, 0, len(targets))
+	for _, t := range targets {
+		row := Row{Namespace: t.Namespace, Name: t.Name, Meshed: t.Meshed, Total: t.Total}
 		sum := meshstats.Counts{}
-		for _, p := range g.pods {
-			b, a := before[p], after[p]
-			if b.err != nil || a.err != nil {
-				g.row.Errors = append(g.row.Errors, fmt.Sprintf("%s: %v", p.Name, errors.Join(b.err, a.err)))
+		for _, p := range t.Pods {
+			var b, a meshstats.Counts
+			err := m.Err(p)
+			if err == nil {
+				b, err = meshstats.Parse(m.Before[p].Text)
+			}
+			if err == nil {
+				a, err = meshstats.Parse(m.After[p].Text)
+			}
+			if err != nil {
+				row.Errors = append(row.Errors, fmt.Sprintf("%s: %v", p.Name, err))
 				continue
 			}
-			sum = meshstats.Add(sum, meshstats.Delta(b.counts, a.counts))
+			sum = meshstats.Add(sum, meshstats.Delta(b, a))
 		}
-		g.row.Stats = meshstats.Compute(sum, elapsed)
-		rows = append(rows, g.row)
+		row.Stats = meshstats.Compute(sum, m.Elapsed)
+		rows = append(rows, row)
 	}
 	sort.Slice(rows, func(i, j int) bool {
 		if rows[i].Namespace != rows[j].Namespace {
@@ -166,14 +195,37 @@ func (s Stat) Run(ctx context.Context, cfg Config) ([]Row, error) {
 	return rows, nil
 }
 
-type scrapeResult struct {
-	counts meshstats.Counts
-	err    error
+// Scrape is one pod's metrics text, or why there is none.
+type Scrape struct {
+	Text []byte
+	Err  error
+}
+
+// Measurement is two scrapes of each pod, Elapsed apart.
+type Measurement struct {
+	Before, After map[*corev1.Pod]Scrape
+	Elapsed       time.Duration
+}
+
+// Err is why p has no pair of scrapes; nil when it has.
+func (m Measurement) Err(p *corev1.Pod) error {
+	return errors.Join(m.Before[p].Err, m.After[p].Err)
+}
+
+// Measure scrapes every pod, waits window, and scrapes them again.
+func (s Stat) Measure(ctx context.Context, pods []*corev1.Pod, window time.Duration) (Measurement, error) {
+	before := s.scrapeAll(ctx, pods)
+	start := s.Now()
+	if err := s.Sleep(ctx, window); err != nil {
+		return Measurement{}, err
+	}
+	after := s.scrapeAll(ctx, pods)
+	return Measurement{Before: before, After: after, Elapsed: s.Now().Sub(start)}, nil
 }
 
 // scrapeAll scrapes pods concurrently, a few at a time.
-func (s Stat) scrapeAll(ctx context.Context, pods []*corev1.Pod) map[*corev1.Pod]scrapeResult {
-	out := make(map[*corev1.Pod]scrapeResult, len(pods))
+func (s Stat) scrapeAll(ctx context.Context, pods []*corev1.Pod) map[*corev1.Pod]Scrape {
+	out := make(map[*corev1.Pod]Scrape, len(pods))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 8)
@@ -183,12 +235,8 @@ func (s Stat) scrapeAll(ctx context.Context, pods []*corev1.Pod) map[*corev1.Pod
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			var r scrapeResult
 			b, err := s.Scrape(ctx, p.Namespace, p.Name)
-			if err == nil {
-				r.counts, err = meshstats.Parse(b)
-			}
-			r.err = err
+			r := Scrape{Text: b, Err: err}
 			mu.Lock()
 			out[p] = r
 			mu.Unlock()
@@ -198,8 +246,8 @@ func (s Stat) scrapeAll(ctx context.Context, pods []*corev1.Pod) map[*corev1.Pod
 	return out
 }
 
-// groups lists the pods of each row.
-func (s Stat) groups(ctx context.Context, cfg Config) ([]*group, error) {
+// Targets lists the objects cfg names, with their pods.
+func (s Stat) Targets(ctx context.Context, cfg Config) ([]Target, error) {
 	switch cfg.Resource {
 	case Namespaces:
 		var names []string
@@ -217,13 +265,13 @@ func (s Stat) groups(ctx context.Context, cfg Config) ([]*group, error) {
 				names = append(names, ns.Name)
 			}
 		}
-		var gs []*group
+		var gs []Target
 		for _, ns := range names {
 			pods, err := s.pods(ctx, ns)
 			if err != nil {
 				return nil, err
 			}
-			gs = append(gs, newGroup(Row{Name: ns}, pods))
+			gs = append(gs, newTarget("", ns, pods))
 		}
 		return gs, nil
 	case Deployments:
@@ -236,7 +284,7 @@ func (s Stat) groups(ctx context.Context, cfg Config) ([]*group, error) {
 		if err != nil {
 			return nil, fmt.Errorf("listing deployments in %s: %w", cfg.Namespace, err)
 		}
-		var gs []*group
+		var gs []Target
 		for _, d := range list.Items {
 			if cfg.Name != "" && d.Name != cfg.Name {
 				continue
@@ -251,7 +299,7 @@ func (s Stat) groups(ctx context.Context, cfg Config) ([]*group, error) {
 					mine = append(mine, p)
 				}
 			}
-			gs = append(gs, newGroup(Row{Namespace: d.Namespace, Name: d.Name}, mine))
+			gs = append(gs, newTarget(d.Namespace, d.Name, mine))
 		}
 		if cfg.Name != "" && len(gs) == 0 {
 			return nil, fmt.Errorf("deployment %s/%s not found", cfg.Namespace, cfg.Name)
@@ -262,10 +310,10 @@ func (s Stat) groups(ctx context.Context, cfg Config) ([]*group, error) {
 		if err != nil {
 			return nil, err
 		}
-		var gs []*group
+		var gs []Target
 		for _, p := range pods {
 			if cfg.Name == "" || p.Name == cfg.Name {
-				gs = append(gs, newGroup(Row{Namespace: p.Namespace, Name: p.Name}, []*corev1.Pod{p}))
+				gs = append(gs, newTarget(p.Namespace, p.Name, []*corev1.Pod{p}))
 			}
 		}
 		if cfg.Name != "" && len(gs) == 0 {
@@ -292,17 +340,16 @@ func (s Stat) pods(ctx context.Context, ns string) ([]*corev1.Pod, error) {
 	return out, nil
 }
 
-func newGroup(r Row, pods []*corev1.Pod) *group {
-	g := &group{row: r}
-	g.row.Total = len(pods)
+func newTarget(namespace, name string, pods []*corev1.Pod) Target {
+	t := Target{Namespace: namespace, Name: name, Total: len(pods)}
 	for _, p := range pods {
 		if !meshpod.IsMeshed(p) {
 			continue
 		}
-		g.row.Meshed++
+		t.Meshed++
 		if p.Status.Phase == corev1.PodRunning {
-			g.pods = append(g.pods, p)
+			t.Pods = append(t.Pods, p)
 		}
 	}
-	return g
+	return t
 }

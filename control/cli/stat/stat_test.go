@@ -181,6 +181,19 @@ func TestNotFoundAndInvalid(t *testing.T) {
 	}
 }
 
+func TestParseTarget(t *testing.T) {
+	for _, args := range [][]string{{"po/web-1"}, {"pod", "web-1"}, {"pods/web-1"}} {
+		if res, name, err := ParseTarget(args); err != nil || res != Pods || name != "web-1" {
+			t.Errorf("%q: %v %q %v", args, res, name, err)
+		}
+	}
+	for _, args := range [][]string{nil, {"deploy"}, {"deploy/"}, {"svc/web"}, {"deploy/web", "x"}, {"deploy/a/b"}, {"deploy", "web", "x"}} {
+		if _, _, err := ParseTarget(args); err == nil {
+			t.Errorf("%q accepted", args)
+		}
+	}
+}
+
 func golden(t *testing.T, name string, rows []Row, format string) {
 	t.Helper()
 	if format == "table" {
