@@ -15,9 +15,9 @@ import (
 	"github.com/plexus-mesh/plexus/control/spiffe"
 	"github.com/plexus-mesh/plexus/sidecar/config"
 	"github.com/plexus-mesh/plexus/sidecar/discovery"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
 	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
+	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
 
 // Identities of the test pods (also used by the netns tests).
@@ -37,7 +37,9 @@ func (r staticResolver) PickService(context.Context, string) (discovery.Pick, er
 	return discovery.Pick{Endpoint: r.ep}, nil
 }
 
-func (r staticResolver) Policy(context.Context, netip.AddrPort) *routes.Table { return routes.Default() }
+func (r staticResolver) Policy(context.Context, netip.AddrPort) *routes.Table {
+	return routes.Default()
+}
 
 // TestLoopbackMTLSChain runs the whole mesh path on loopback without
 // root: an outbound Proxy (resolver → endpoint with an identity) speaks
