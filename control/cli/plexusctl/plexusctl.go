@@ -1,6 +1,7 @@
 // Package plexusctl is the plexusctl command line: kubectl-like global
-// flags, the subcommands install, uninstall, check, inject, uninject and
-// stat, and exit codes 0 (success), 1 (failure) and 2 (usage error).
+// flags, the subcommands install, uninstall, check, inject, uninject,
+// stat, routes and profile, and exit codes 0 (success), 1 (failure) and 2
+// (usage error).
 package plexusctl
 
 import (
@@ -22,6 +23,8 @@ import (
 	"github.com/plexus-mesh/plexus/control/cli/check"
 	"github.com/plexus-mesh/plexus/control/cli/install"
 	"github.com/plexus-mesh/plexus/control/cli/optin"
+	"github.com/plexus-mesh/plexus/control/cli/profile"
+	"github.com/plexus-mesh/plexus/control/cli/routes"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 	"github.com/plexus-mesh/plexus/control/cli/uninstall"
 	"github.com/plexus-mesh/plexus/deploy"
@@ -83,6 +86,8 @@ func commands() map[string]command {
 		"inject":    {"add plexus.dev/inject: enabled to manifests (files or - for stdin)", runOptin(optin.Inject)},
 		"uninject":  {"remove plexus.dev/inject from manifests (files or - for stdin)", runOptin(optin.Uninject)},
 		"stat":      {"traffic statistics: stat ns|deploy|pod [NAME]", runStat},
+		"routes":    {"per-route traffic a workload sends: routes deploy/NAME (or ns, pod; -o wide|json)", runRoutes},
+		"profile":   {"print a ServiceProfile to edit: profile --template SERVICE [-n NAMESPACE]", runProfile},
 	}
 }
 
@@ -197,11 +202,7 @@ func newFlagSet(name string, g *globals, env Env) *flag.FlagSet {
 // connect builds the client from the kubeconfig, like kubectl, and
 // returns the namespace to use (-n, else the context's, else default).
 func connect(g *globals) (kubernetes.Interface, *rest.Config, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if g.kubeconfig != "" {
-		rules.ExplicitPath = g.kubeconfig
-	}
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: g.context})
+	cc := clientConfig(g)
 	cfg, err := cc.ClientConfig()
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("kubeconfig: %w", err)
@@ -218,6 +219,26 @@ func connect(g *globals) (kubernetes.Interface, *rest.Config, string, error) {
 		return nil, nil, "", fmt.Errorf("kubernetes client: %w", err)
 	}
 	return client, cfg, ns, nil
+}
+
+func clientConfig(g *globals) clientcmd.ClientConfig {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if g.kubeconfig != "" {
+		rules.ExplicitPath = g.kubeconfig
+	}
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: g.context})
+}
+
+// namespace is -n, else the kubeconfig context's, else default; it needs
+// no cluster.
+func namespace(g *globals) string {
+	if g.namespace != "" {
+		return g.namespace
+	}
+	if ns, _, err := clientConfig(g).Namespace(); err == nil && ns != "" {
+		return ns
+	}
+	return "default"
 }
 
 func runInstall(ctx context.Context, g *globals, args []string, env Env) error {
@@ -381,10 +402,8 @@ func runStat(ctx context.Context, g *globals, args []string, env Env) error {
 	if err != nil {
 		return usageError{err: err}
 	}
-	switch g.output {
-	case stat.FormatTable, stat.FormatWide, stat.FormatJSON, stat.FormatYAML:
-	default:
-		return usagef("unknown output format %q: want json, yaml or wide", g.output)
+	if err := tableOutput(g); err != nil {
+		return err
 	}
 	cfg := stat.Config{Resource: res, Window: *window}
 	if len(pos) == 2 {
@@ -404,4 +423,60 @@ func runStat(ctx context.Context, g *globals, args []string, env Env) error {
 		return err
 	}
 	return stat.Render(env.Stdout, rows, g.output)
+}
+
+// tableOutput checks -o for the commands that print tables.
+func tableOutput(g *globals) error {
+	switch g.output {
+	case stat.FormatTable, stat.FormatWide, stat.FormatJSON, stat.FormatYAML:
+		return nil
+	}
+	return usagef("unknown output format %q: want json, yaml or wide", g.output)
+}
+
+func runRoutes(ctx context.Context, g *globals, args []string, env Env) error {
+	fs := newFlagSet("routes", g, env)
+	window := fs.Duration("window", 5*time.Second, "time between the two scrapes of each proxy")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	res, name, err := stat.ParseTarget(pos)
+	if err != nil {
+		return usagef("%v: want routes (ns|deploy|pod)/NAME or (ns|deploy|pod) NAME", err)
+	}
+	if err := tableOutput(g); err != nil {
+		return err
+	}
+	client, _, ns, err := connect(g)
+	if err != nil {
+		return err
+	}
+	cfg := stat.Config{Resource: res, Name: name, Namespace: ns, Window: *window}
+	if err := cfg.Validate(); err != nil {
+		return usageError{err: err}
+	}
+	r := routes.Routes{Stat: stat.Stat{Client: client, Scrape: stat.ProxyScraper(client), Sleep: stat.Sleep, Now: time.Now}}
+	out, err := r.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	for _, e := range out.Errors {
+		fmt.Fprintf(env.Stderr, "plexusctl routes: left out, not scraped: %s\n", e)
+	}
+	return routes.Render(env.Stdout, out.Rows, g.output)
+}
+
+func runProfile(_ context.Context, g *globals, args []string, env Env) error {
+	fs := newFlagSet("profile", g, env)
+	tmpl := fs.Bool("template", false, "print a ready-to-edit ServiceProfile for the Service SERVICE")
+	clusterDomain := fs.String("cluster-domain", install.DefaultClusterDomain, "the cluster's DNS domain")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if !*tmpl || len(pos) != 1 {
+		return usagef("want profile --template SERVICE [-n NAMESPACE]")
+	}
+	return profile.Template(env.Stdout, profile.Params{Service: pos[0], Namespace: namespace(g), ClusterDomain: *clusterDomain})
 }

@@ -44,6 +44,13 @@ func TestExitCodes(t *testing.T) {
 		{"uninstall bad dir", []string{"uninstall", "--cni-bin-dir=bin"}, ExitUsage, "CNI bin dir"},
 		{"uninstall no kubeconfig", []string{"uninstall", "--kubeconfig=" + missingKubeconfig}, ExitFail, "kubeconfig"},
 		{"help lists uninstall", []string{"-h"}, ExitOK, "uninstall  remove plexus-cni from every node"},
+		{"help lists routes", []string{"-h"}, ExitOK, "routes     per-route traffic"},
+		{"routes no object", []string{"routes", "deploy"}, ExitUsage, "want routes (ns|deploy|pod)/NAME"},
+		{"routes service", []string{"routes", "svc/web"}, ExitUsage, `unknown resource "svc"`},
+		{"routes bad output", []string{"routes", "deploy/web", "-o", "xml"}, ExitUsage, `unknown output format "xml"`},
+		{"routes no kubeconfig", []string{"routes", "deploy", "web", "--kubeconfig", missingKubeconfig}, ExitFail, "kubeconfig"},
+		{"profile without --template", []string{"profile", "web"}, ExitUsage, "want profile --template SERVICE"},
+		{"profile bad service name", []string{"profile", "--template", "Web", "-n", "shop"}, ExitFail, "metadata.name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := runMain(t, "", tc.args...)
@@ -105,5 +112,17 @@ func TestInstallGatewayAPICRDs(t *testing.T) {
 	code, out, stderr := runMain(t, "", "install", "--crds", "--skip-gateway-api-crds", "--kubeconfig", missing)
 	if code != ExitOK || strings.Contains(out, "routes.gateway.networking.k8s.io") || stderr != "" {
 		t.Errorf("--skip-gateway-api-crds: exit %d, stderr %q, Gateway API CRDs in the output: %v", code, stderr, strings.Contains(out, "routes.gateway.networking.k8s.io"))
+	}
+}
+
+func TestProfileTemplate(t *testing.T) {
+	code, out, stderr := runMain(t, "", "profile", "--template", "books", "-n", "shop", "--cluster-domain", "k8s.example.org")
+	if code != ExitOK || !strings.Contains(out, "name: books.shop.svc.k8s.example.org\n  namespace: shop\n") {
+		t.Errorf("exit %d, stderr %q, output:\n%s", code, stderr, out)
+	}
+	// Without -n or a kubeconfig context: the default namespace.
+	code, out, _ = runMain(t, "", "--kubeconfig", filepath.Join(t.TempDir(), "nope"), "profile", "web", "--template")
+	if code != ExitOK || !strings.Contains(out, "name: web.default.svc.cluster.local\n") {
+		t.Errorf("exit %d, output:\n%s", code, out)
 	}
 }
