@@ -1,11 +1,67 @@
-// Command testapp is the small HTTP workload the integration tests and the
-// demo run in pods: "serve" answers every request with who served it, "get"
-// fetches a URL and prints the answer, "poll" fetches one for ever and
-// prints a time-stamped line per answer.
+// Command testapp is the small workload the integration tests and the
+// demo run in pods.
+//
+//	testapp serve [-grpc ADDR] [ADDR...]   answer HTTP on each ADDR (default :8080)
+//	testapp get URL...                     fetch each URL and print the answer
+//	testapp poll [-interval D] [-new-conn] URL
+//	testapp lookup NAME...
+//	testapp load [flags] URL | -grpc HOST:PORT
+//
+// # serve
+//
+// By default every request is answered 200 "hello from HOST port=P
+// path=/p", which tells a test which pod served it and whether its
+// connection was redirected to another port. A request changes that with
+// query parameters; each may also be sent as the header x-<name> (the
+// query wins):
+//
+//   - fail=F (0 to 1) and status=N (default 503): answer N to exactly F of
+//     the requests, evenly spread: the k-th request (from 0) fails when
+//     floor((k+1)F) > floor(kF), so 0.5 answers ok, fail, ok, fail, ...
+//     There is one counter per fail-key (header x-fail-key; none is a
+//     key too), so concurrent clients can each have a sequence of their own.
+//   - delay=D: wait D before answering, or until the request is cancelled
+//     (counted and logged as "cancelled: ..."). With attempt-key (header
+//     x-attempt-key) only the first request carrying a key waits; the
+//     later ones (retries) answer at once.
+//   - echo=1: answer JSON {server, port, method, path, raw_query, host,
+//     remote, headers} describing the request as received, with the
+//     response header X-Echo-Server: HOST.
+//
+// The delay comes first, then the failure, then the answer. A malformed
+// parameter is answered 400 naming it.
+//
+// GET /stats answers the counts of this process as JSON: requests,
+// grpc, in_flight, failed (as asked), delayed (delays served to the end),
+// cancelled (requests whose context ended during their delay);
+// /stats?reset=1 also zeroes them and forgets fail and attempt keys.
+// /stats and /healthz are not counted.
+//
+// With -grpc ADDR, serve also answers grpc.health.v1.Health/Check (SERVING)
+// on ADDR, reading the same parameters from the call's metadata x-fail,
+// x-code (the gRPC code of a failure, default 14 UNAVAILABLE), x-fail-key,
+// x-delay and x-attempt-key, and sending the response header
+// x-echo-server: HOST. gRPC calls count in /stats of the HTTP addresses.
+//
+// # load
+//
+// load sends -n requests (or -rate per second for -duration) over -c
+// keep-alive connections and prints a JSON summary: requests, seconds,
+// statuses (HTTP status, or gRPC code name with -grpc, or "error"),
+// errors, servers (which host answered: an echo's server, "hello from
+// HOST", or X-Echo-Server), latency_ms {min,p50,p99,max}, first (status,
+// header and body of request 0; redirects are not followed) and, with
+// -timeline, every request's start_unix_nano, ms, status and server. -X
+// sets the method, -d the body, -H 'Name: value' a header (repeatable;
+// "Host" sets the Host); {run} (random per invocation), {worker} and {i}
+// (the request's index) are replaced in headers and the URL, so
+// -H 'x-attempt-key: {run}-{i}' gives every request its own attempt key
+// and -H 'x-fail-key: {run}-{worker}' every connection its own failure
+// sequence. With -grpc the target is HOST:PORT, each request is a
+// Health/Check and the headers are sent as metadata.
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,25 +70,21 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: testapp serve [ADDR...] | testapp get URL... | testapp poll [-interval D] [-new-conn] URL | testapp lookup NAME...")
+		fmt.Fprintln(os.Stderr, "usage: testapp serve [-grpc ADDR] [ADDR...] | testapp get URL... | testapp poll [-interval D] [-new-conn] URL | testapp lookup NAME... | testapp load [flags] URL")
 		os.Exit(2)
 	}
 	var err error
 	switch os.Args[1] {
 	case "serve":
-		addrs := os.Args[2:]
-		if len(addrs) == 0 {
-			addrs = []string{":8080"}
-		}
-		err = serve(addrs)
+		err = serve(os.Args[2:])
+	case "load":
+		err = load(os.Args[2:])
 	case "get":
 		if len(os.Args) < 3 {
 			err = errors.New("usage: testapp get URL...")
@@ -48,57 +100,12 @@ func main() {
 	case "poll":
 		err = poll(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q (want serve, get, poll or lookup)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (want serve, get, poll, lookup or load)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testapp:", err)
 		os.Exit(1)
 	}
-}
-
-// serve answers on every address with the host name and the local port
-// that accepted the connection, which tells a test whether a connection was
-// redirected to another port.
-func serve(addrs []string) error {
-	host, _ := os.Hostname()
-	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "ok\n")
-	})
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		port := "?"
-		if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
-			_, port, _ = net.SplitHostPort(local.String())
-		}
-		fmt.Printf("%s %s from %s on port %s\n", r.Method, r.URL.Path, r.RemoteAddr, port)
-		fmt.Fprintf(w, "hello from %s port=%s path=%s\n", host, port, r.URL.Path)
-	})
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	errs := make(chan error, len(addrs))
-	for _, addr := range addrs {
-		srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			<-ctx.Done()
-			shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			srv.Shutdown(shutdown)
-		}()
-		go func() {
-			fmt.Printf("serving on %s as %s\n", addr, host)
-			if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
-				errs <- fmt.Errorf("serving on %s: %w", addr, err)
-				return
-			}
-			errs <- nil
-		}()
-	}
-	for range addrs {
-		if err := <-errs; err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // get retries for a short while so a client started beside its server
