@@ -68,6 +68,9 @@ func (p *Proxy) route(ctx context.Context, x *exchange, req *Request) {
 		return
 	}
 	x.rule, x.match = rule, rq.MatchedPrefix
+	if rule.Redirects() {
+		return // answered by serveRule; no backend
+	}
 	x.routeErr = x.pickBackend()
 }
 
@@ -100,7 +103,7 @@ func (p *Proxy) begin(ctx context.Context, x *exchange, req *Request, series *me
 	m, dir := p.opts.Metrics, req.Direction
 	// authorize: no policy yet, so every request is allowed.
 	err := x.routeErr
-	if err == nil {
+	if err == nil && (x.rule == nil || !x.rule.Redirects()) {
 		err = x.balance(ctx)
 	}
 	tl := req.TLS

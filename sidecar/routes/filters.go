@@ -366,3 +366,7 @@ func splitHostPort(authority string) (host, port string) {
 	}
 	return strings.TrimSuffix(strings.TrimPrefix(authority, "["), "]"), ""
 }
+
+// Redirects reports whether the rule answers with a redirect (it then
+// needs no backend).
+func (r *Rule) Redirects() bool { return r.redirect != nil }
