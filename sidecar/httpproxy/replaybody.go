@@ -68,10 +68,9 @@ func (a *attemptBody) Read(p []byte) (int, error) {
 	if b.eof {
 		return 0, io.EOF
 	}
-	if b.overflow && a.off > 0 && a.gen > 1 {
-		// Cannot happen: an overflowed body is never replayed.
-		return 0, errStaleAttempt
-	}
+	// Past MaxReplayBody (possibly reached during this attempt, a retry
+	// of a body still streaming) the rest goes on unrecorded: this
+	// attempt still sends it all, no later one is made (replayable).
 	n, err := b.src.Read(p)
 	if n > 0 && !b.overflow {
 		if len(b.buf)+n > MaxReplayBody {

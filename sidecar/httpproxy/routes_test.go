@@ -1,0 +1,530 @@
+package httpproxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/sidecar/metrics"
+	"github.com/plexus-mesh/plexus/sidecar/routes"
+)
+
+// The route stage end to end: a Proxy fed an OutboundPolicy (compiled and
+// instrumented as the sidecar does), loopback upstreams, and clients on
+// each engine — the HTTP/1 fast path (ServeHTTP1, handing off to net/http),
+// net/http's HTTP/1 and h2c.
+
+// rtEnv is a Proxy with a route table and its listeners.
+type rtEnv struct {
+	p   *Proxy
+	reg *prometheus.Registry
+	dst netip.AddrPort // the original destination (the parent Service)
+	// eps are the endpoints of each backend authority, handed out in turn.
+	eps  map[string][]netip.AddrPort
+	next map[string]*atomic.Uint32
+	// fastAddr serves ServeHTTP1 and hands off to srv; httpAddr is srv
+	// (HTTP/1 and h2c) directly.
+	fastAddr, httpAddr string
+	handoffs           atomic.Int32
+}
+
+// rtAuthority is the authority discovery resolves for backend Service name.
+func rtAuthority(name string) string { return name + ".ns.svc.cluster.local:80" }
+
+// newRouteEnv serves pol with backends named as in rtBackend (name →
+// endpoints); requests without a backend authority go to dst.
+func newRouteEnv(t *testing.T, dst netip.AddrPort, pol *pb.OutboundPolicy, eps map[string][]netip.AddrPort, mut ...func(*Options)) *rtEnv {
+	t.Helper()
+	e := &rtEnv{dst: dst, eps: map[string][]netip.AddrPort{}, next: map[string]*atomic.Uint32{}}
+	for name, addrs := range eps {
+		e.eps[rtAuthority(name)] = addrs
+		e.next[rtAuthority(name)] = new(atomic.Uint32)
+	}
+	table, err := routes.Compile(pol)
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	f := startFast(t, dst, append([]func(*Options){func(o *Options) {
+		InstrumentRoutes(o.Metrics, table)
+		o.MaxIdleConnsPerHost = 16
+		o.Routes = func(context.Context, netip.AddrPort) *routes.Table { return table }
+		o.Balance = e.balance
+	}}, mut...)...)
+	e.p, e.reg, e.fastAddr = f.p, f.reg, f.addr
+
+	srv := &http.Server{
+		Handler:     e.p,
+		Protocols:   new(http.Protocols),
+		ConnContext: func(ctx context.Context, _ net.Conn) context.Context { return WithDestination(ctx, dst) },
+	}
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	handed := &rtConnListener{conns: f.handed, done: make(chan struct{}), n: &e.handoffs}
+	direct := rtListen(t)
+	e.httpAddr = direct.Addr().String()
+	go srv.Serve(direct)
+	go srv.Serve(handed)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		srv.Close()
+	})
+	return e
+}
+
+// balance sends a backend's requests to its endpoints in turn, and
+// those without a backend authority to the original destination.
+func (e *rtEnv) balance(_ context.Context, dst netip.AddrPort, b *routes.Backend) (Endpoint, error) {
+	if b == nil || b.Authority == "" {
+		return Endpoint{Addr: dst}, nil
+	}
+	addrs := e.eps[b.Authority]
+	if len(addrs) == 0 {
+		return Endpoint{}, fmt.Errorf("%s: %w", b.Authority, ErrNoEndpoints)
+	}
+	return Endpoint{Addr: addrs[int(e.next[b.Authority].Add(1)-1)%len(addrs)]}, nil
+}
+
+func rtListen(t testing.TB) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// rtConnListener hands the connections ServeHTTP1 returned to net/http.
+type rtConnListener struct {
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+	n     *atomic.Int32 // counts the connections handed off
+}
+
+func (l *rtConnListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		l.n.Add(1)
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *rtConnListener) Close() error   { l.once.Do(func() { close(l.done) }); return nil }
+func (l *rtConnListener) Addr() net.Addr { return &net.TCPAddr{} }
+
+// rtEngine is a client of one of the proxy's engines.
+type rtEngine struct {
+	name string
+	c    *http.Client
+	base string
+}
+
+// engines returns a client for each engine: "fast" (HTTP/1 to the fast
+// path; a request it hands off is served by net/http on the same
+// connection), "h1" (net/http HTTP/1) and "h2c" (net/http HTTP/2).
+func (e *rtEnv) engines(t testing.TB) []rtEngine {
+	mk := func(name, addr string, h2 bool) rtEngine {
+		tr := &http.Transport{Protocols: new(http.Protocols), DisableCompression: true, MaxIdleConnsPerHost: 32}
+		if h2 {
+			tr.Protocols.SetUnencryptedHTTP2(true)
+		} else {
+			tr.Protocols.SetHTTP1(true)
+		}
+		t.Cleanup(tr.CloseIdleConnections)
+		return rtEngine{name: name, c: &http.Client{Transport: tr, Timeout: 10 * time.Second,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}, base: "http://" + addr}
+	}
+	return []rtEngine{mk("fast", e.fastAddr, false), mk("h1", e.httpAddr, false), mk("h2c", e.httpAddr, true)}
+}
+
+func (e *rtEnv) engine(t testing.TB, name string) rtEngine {
+	for _, en := range e.engines(t) {
+		if en.name == name {
+			return en
+		}
+	}
+	t.Fatalf("no engine %s", name)
+	return rtEngine{}
+}
+
+// do sends a request to host "web.ns" with headers hdr (name, value, …)
+// and returns the response with its body read.
+func (en rtEngine) do(t testing.TB, method, target string, body io.Reader, hdr ...string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, en.base+target, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = "web.ns"
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Add(hdr[i], hdr[i+1])
+	}
+	res, err := en.c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s %s: %v", en.name, method, target, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("%s %s %s: body: %v", en.name, method, target, err)
+	}
+	return res, string(b)
+}
+
+// rtSeen is a request as an upstream received it.
+type rtSeen struct {
+	method, host, uri string
+	proto             int
+	header            http.Header
+	body              []byte
+}
+
+// rtUpstream is a loopback HTTP/1 and h2c server that answers with its
+// name (body and X-Backend), unless handle (given the 1-based number of
+// the request) answers first.
+type rtUpstream struct {
+	name   string
+	addr   netip.AddrPort
+	hits   atomic.Int32
+	mu     sync.Mutex
+	seen   []rtSeen
+	handle func(w http.ResponseWriter, r *http.Request, n int) bool
+}
+
+func rtServe(t testing.TB, name string, handle func(w http.ResponseWriter, r *http.Request, n int) bool) *rtUpstream {
+	t.Helper()
+	u := &rtUpstream{name: name, handle: handle}
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := int(u.hits.Add(1))
+		body, _ := io.ReadAll(r.Body)
+		u.mu.Lock()
+		u.seen = append(u.seen, rtSeen{method: r.Method, host: r.Host, uri: r.RequestURI, proto: r.ProtoMajor, header: r.Header.Clone(), body: body})
+		u.mu.Unlock()
+		if u.handle != nil && u.handle(w, r, n) {
+			return
+		}
+		w.Header().Set("X-Backend", name)
+		io.WriteString(w, name)
+	}))
+	s.Config.Protocols = new(http.Protocols)
+	s.Config.Protocols.SetHTTP1(true)
+	s.Config.Protocols.SetUnencryptedHTTP2(true)
+	s.Start()
+	t.Cleanup(s.Close)
+	u.addr = netip.MustParseAddrPort(s.Listener.Addr().String())
+	return u
+}
+
+func (u *rtUpstream) last(t testing.TB) rtSeen {
+	t.Helper()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.seen) == 0 {
+		t.Fatalf("upstream %s got no request", u.name)
+	}
+	return u.seen[len(u.seen)-1]
+}
+
+// Policy builders: a Service web.ns:80 whose routes send to backend
+// Services in namespace ns.
+
+func rtPolicy(rs ...*pb.OutboundRoute) *pb.OutboundPolicy {
+	return &pb.OutboundPolicy{
+		Parent: &pb.ResourceRef{Kind: "Service", Namespace: "ns", Name: "web", Port: 80},
+		Source: "httproute", Routes: rs,
+	}
+}
+
+func rtRoute(name string, rules ...*pb.OutboundRule) *pb.OutboundRoute {
+	return &pb.OutboundRoute{
+		Ref:   &pb.ResourceRef{Group: "gateway.networking.k8s.io", Kind: "HTTPRoute", Namespace: "ns", Name: name},
+		Rules: rules,
+	}
+}
+
+func rtGRPCRoute(name string, rules ...*pb.OutboundRule) *pb.OutboundRoute {
+	r := rtRoute(name, rules...)
+	r.Ref.Kind, r.Protocol = "GRPCRoute", pb.OutboundRoute_GRPC
+	return r
+}
+
+func rtBackend(name string, weight uint32) *pb.Backend {
+	return &pb.Backend{Ref: &pb.ResourceRef{Kind: "Service", Namespace: "ns", Name: name, Port: 80}, Weight: weight, Authority: rtAuthority(name)}
+}
+
+// rtRule sends the requests matching ms to the backend named to.
+func rtRule(to string, ms ...*pb.RouteMatch) *pb.OutboundRule {
+	return &pb.OutboundRule{Matches: ms, Backends: []*pb.Backend{rtBackend(to, 1)}}
+}
+
+func rtPath(kind pb.PathMatch_Kind, v string) *pb.RouteMatch {
+	return &pb.RouteMatch{Path: &pb.PathMatch{Kind: kind, Value: v}}
+}
+
+func rtDur(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
+
+// rtRetry retries 5xx (and the given gRPC codes) up to limit times, with a
+// budget that never runs out.
+func rtRetry(limit uint32, grpcCodes ...uint32) *pb.RetryPolicy {
+	return &pb.RetryPolicy{
+		Limit: limit, HttpStatuses: []*pb.StatusRange{{Min: 500, Max: 599}}, GrpcCodes: grpcCodes,
+		Budget: &pb.RetryBudget{Ratio: 100, MinPerSecond: 10000, Ttl: rtDur(10 * time.Second)},
+	}
+}
+
+// rtCount is counter for the series of route (route_name) with more
+// label pairs.
+func rtCount(t *testing.T, reg *prometheus.Registry, name, route string, labels ...string) float64 {
+	t.Helper()
+	return counter(t, reg, name, append([]string{"route_name", route}, labels...)...)
+}
+
+// rtEventually waits for the route metrics of requests whose responses
+// the client already read (net/http counts after the handler returns).
+func rtEventually(t *testing.T, reg *prometheus.Registry, name, route string, want float64, labels ...string) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		got := rtCount(t, reg, name, route, labels...)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%s{route_name=%q %v} = %v, want %v", name, route, labels, got, want)
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestRouteMatchingPicksTheBackend(t *testing.T) {
+	ups := map[string]*rtUpstream{}
+	eps := map[string][]netip.AddrPort{}
+	for _, n := range []string{"exact", "canary", "api", "post", "items"} {
+		ups[n] = rtServe(t, n, nil)
+		eps[n] = []netip.AddrPort{ups[n].addr}
+	}
+	pol := rtPolicy(rtRoute("web",
+		rtRule("exact", rtPath(pb.PathMatch_EXACT, "/exact")),
+		rtRule("canary", &pb.RouteMatch{Path: &pb.PathMatch{Kind: pb.PathMatch_PREFIX, Value: "/api"},
+			Headers: []*pb.HeaderMatch{{Name: "x-canary", Value: "yes"}}}),
+		rtRule("api", rtPath(pb.PathMatch_PREFIX, "/api")),
+		rtRule("post", &pb.RouteMatch{Path: &pb.PathMatch{Kind: pb.PathMatch_PREFIX, Value: "/submit"}, Method: "POST"}),
+		rtRule("items", rtPath(pb.PathMatch_REGEX, "/items/[0-9]+")),
+	))
+	e := newRouteEnv(t, netip.MustParseAddrPort("127.0.0.1:1"), pol, eps)
+	cases := []struct {
+		method, target string
+		hdr            []string
+		want           string // backend, or "" for 404
+	}{
+		{"GET", "/exact", nil, "exact"},
+		{"GET", "/exact/more", nil, ""},
+		{"GET", "/api/v1?x=1", nil, "api"},
+		{"GET", "/api/v1", []string{"X-Canary", "yes"}, "canary"},
+		{"GET", "/api/v1", []string{"X-Canary", "no"}, "api"},
+		{"GET", "/apix", nil, ""},
+		{"POST", "/submit/form", nil, "post"},
+		{"GET", "/submit/form", nil, ""},
+		{"DELETE", "/items/42", nil, "items"},
+		{"GET", "/items/forty-two", nil, ""},
+		{"GET", "/", nil, ""},
+	}
+	want := map[string]int32{}
+	notFound := 0
+	for _, en := range e.engines(t) {
+		for _, c := range cases {
+			res, body := en.do(t, c.method, c.target, nil, c.hdr...)
+			if c.want == "" {
+				notFound++
+				if res.StatusCode != 404 || res.Header.Get(ErrorHeader) != ReasonNoRoute {
+					t.Errorf("%s %s %s %v: %d %q, want 404 %s", en.name, c.method, c.target, c.hdr, res.StatusCode, res.Header.Get(ErrorHeader), ReasonNoRoute)
+				}
+				continue
+			}
+			want[c.want]++
+			if res.StatusCode != 200 || body != c.want {
+				t.Errorf("%s %s %s %v: %d %q, want 200 from %s", en.name, c.method, c.target, c.hdr, res.StatusCode, body, c.want)
+			}
+		}
+	}
+	for n, u := range ups {
+		if got := u.hits.Load(); got != want[n] {
+			t.Errorf("backend %s got %d requests, want %d", n, got, want[n])
+		}
+		rtEventually(t, e.reg, "outbound_http_route_backend_requests_total", "web", float64(want[n]), "backend_name", n)
+	}
+	rtEventually(t, e.reg, "outbound_http_route_request_statuses_total", "web", float64(len(cases)*3-notFound), "http_status", "200", "error", "")
+	if n := e.handoffs.Load(); n != 0 {
+		t.Errorf("%d fast-path connections handed off, want 0 (every rule is plain)", n)
+	}
+}
+
+// A rule whose backend is missing (the control plane says why) or that
+// has none is answered 500, on every engine.
+func TestRouteBackendFailureOrNoneIs500(t *testing.T) {
+	missing := rtBackend("missing", 1)
+	missing.Failure = "Service ns/missing not found"
+	pol := rtPolicy(rtRoute("web",
+		&pb.OutboundRule{Matches: []*pb.RouteMatch{rtPath(pb.PathMatch_PREFIX, "/missing")}, Backends: []*pb.Backend{missing}},
+		&pb.OutboundRule{Matches: []*pb.RouteMatch{rtPath(pb.PathMatch_PREFIX, "/none")}},
+	))
+	e := newRouteEnv(t, netip.MustParseAddrPort("127.0.0.1:1"), pol, nil)
+	for _, en := range e.engines(t) {
+		for _, target := range []string{"/missing", "/none"} {
+			res, body := en.do(t, "GET", target, nil)
+			if res.StatusCode != 500 || res.Header.Get(ErrorHeader) != ReasonNoBackend {
+				t.Errorf("%s %s: %d %q %q, want 500 %s", en.name, target, res.StatusCode, res.Header.Get(ErrorHeader), body, ReasonNoBackend)
+			}
+		}
+	}
+	rtEventually(t, e.reg, "outbound_http_route_request_statuses_total", "web", 6, "http_status", "500")
+}
+
+// A 90/10 split over 2,000 requests lands within ±3 points of 10 %.
+func TestRouteWeightedSplit(t *testing.T) {
+	stable, canary := rtServe(t, "stable", nil), rtServe(t, "canary", nil)
+	pol := rtPolicy(rtRoute("web", &pb.OutboundRule{Backends: []*pb.Backend{rtBackend("stable", 90), rtBackend("canary", 10)}}))
+	e := newRouteEnv(t, netip.MustParseAddrPort("127.0.0.1:1"), pol,
+		map[string][]netip.AddrPort{"stable": {stable.addr}, "canary": {canary.addr}})
+	en := e.engine(t, "fast")
+	const n = 2000
+	share := func() float64 {
+		before := canary.hits.Load() + stable.hits.Load()
+		beforeCanary := canary.hits.Load()
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Go(func() {
+				for range n / 8 {
+					if res, body := en.do(t, "GET", "/", nil); res.StatusCode != 200 || body != "stable" && body != "canary" {
+						t.Errorf("worker %d: %d %q", w, res.StatusCode, body)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if total := canary.hits.Load() + stable.hits.Load() - before; total != n {
+			t.Fatalf("upstreams got %d requests, want %d", total, n)
+		}
+		return 100 * float64(canary.hits.Load()-beforeCanary) / n
+	}
+	// ±3 points is 2.2σ of a fair 10 % draw over 2,000: one fair run in
+	// 36 misses it, so a miss is measured once more before it fails.
+	if got := share(); got < 7 || got > 13 {
+		t.Logf("canary share %.2f%% over %d requests; measuring again", got, n)
+		if got := share(); got < 7 || got > 13 {
+			t.Errorf("canary share %.2f%% over %d requests, want 10 ± 3", got, n)
+		}
+	}
+	for _, u := range []*rtUpstream{stable, canary} {
+		rtEventually(t, e.reg, "outbound_http_route_backend_requests_total", "web", float64(u.hits.Load()), "backend_name", u.name)
+	}
+}
+
+// rtSlow is an upstream that waits 2 s (or until its request is
+// cancelled, which it reports on cancelled) when slow says so.
+func rtSlow(t *testing.T, name string, slow func(n int) bool) (*rtUpstream, chan time.Time) {
+	cancelled := make(chan time.Time, 16)
+	u := rtServe(t, name, func(w http.ResponseWriter, r *http.Request, n int) bool {
+		if !slow(n) {
+			return false
+		}
+		select {
+		case <-r.Context().Done():
+			cancelled <- time.Now()
+		case <-time.After(2 * time.Second):
+		}
+		w.Header().Set("X-Backend", name)
+		io.WriteString(w, "slow")
+		return true
+	})
+	return u, cancelled
+}
+
+// A 300ms request timeout in front of a 2 s upstream: 504 route-timeout
+// within 300–450 ms, the upstream request cancelled, and the metric's
+// error label REQUEST_TIMEOUT.
+func TestRouteRequestTimeout(t *testing.T) {
+	up, cancelled := rtSlow(t, "slow", func(int) bool { return true })
+	pol := rtPolicy(rtRoute("web", &pb.OutboundRule{
+		Backends: []*pb.Backend{rtBackend("slow", 1)},
+		Timeouts: &pb.Timeouts{Request: rtDur(300 * time.Millisecond)},
+	}))
+	e := newRouteEnv(t, netip.MustParseAddrPort("127.0.0.1:1"), pol, map[string][]netip.AddrPort{"slow": {up.addr}})
+	for _, en := range e.engines(t) {
+		start := time.Now()
+		res, _ := en.do(t, "GET", "/", nil)
+		d := time.Since(start)
+		if res.StatusCode != 504 || res.Header.Get(ErrorHeader) != ReasonRouteTimeout {
+			t.Errorf("%s: %d %q, want 504 %s", en.name, res.StatusCode, res.Header.Get(ErrorHeader), ReasonRouteTimeout)
+		}
+		if d < 300*time.Millisecond || d > 450*time.Millisecond {
+			t.Errorf("%s: answered after %s, want within 300–450ms", en.name, d)
+		}
+		select {
+		case at := <-cancelled:
+			if lag := at.Sub(start); lag > 450*time.Millisecond {
+				t.Errorf("%s: upstream request cancelled %s after the request, want by the answer", en.name, lag)
+			}
+		case <-time.After(time.Second):
+			t.Errorf("%s: the upstream request was not cancelled", en.name)
+		}
+	}
+	rtEventually(t, e.reg, "outbound_http_route_request_statuses_total", "web", 3, "http_status", "504", "error", metrics.RouteErrRequestTimeout)
+	rtEventually(t, e.reg, "outbound_http_route_backend_response_statuses_total", "web", 3, "http_status", "504", "error", metrics.RouteErrRequestTimeout)
+	rtEventually(t, e.reg, "outbound_http_route_backend_requests_total", "web", 3)
+	if n := e.handoffs.Load(); n != 1 {
+		t.Errorf("%d fast-path connections handed off, want 1 (a rule with a timeout)", n)
+	}
+}
+
+// A per-attempt timeout of 200ms, the upstream slow on its first request
+// only: the retry answers 200, one retry counted.
+func TestRoutePerAttemptTimeoutThenRetry(t *testing.T) {
+	up, cancelled := rtSlow(t, "flaky", func(n int) bool { return n == 1 })
+	rp := rtRetry(2)
+	rp.AttemptTimeout = rtDur(200 * time.Millisecond)
+	pol := rtPolicy(rtRoute("web", &pb.OutboundRule{Backends: []*pb.Backend{rtBackend("flaky", 1)}, Retry: rp}))
+	e := newRouteEnv(t, netip.MustParseAddrPort("127.0.0.1:1"), pol, map[string][]netip.AddrPort{"flaky": {up.addr}})
+	start := time.Now()
+	res, body := e.engine(t, "h1").do(t, "GET", "/", nil)
+	d := time.Since(start)
+	if res.StatusCode != 200 || body != "flaky" {
+		t.Errorf("%d %q (%s), want 200 from the retry", res.StatusCode, body, res.Header.Get(ErrorHeader))
+	}
+	// 200ms, a 25–50ms backoff, then a quick answer.
+	if d < 225*time.Millisecond || d > 450*time.Millisecond {
+		t.Errorf("answered after %s, want 225–450ms", d)
+	}
+	select {
+	case <-cancelled:
+	case <-time.After(time.Second):
+		t.Error("the timed-out attempt was not cancelled upstream")
+	}
+	if n := up.hits.Load(); n != 2 {
+		t.Errorf("upstream got %d requests, want 2", n)
+	}
+	rtEventually(t, e.reg, "outbound_http_route_retry_requests_total", "web", 1)
+	rtEventually(t, e.reg, "outbound_http_route_retry_successes_total", "web", 1)
+	rtEventually(t, e.reg, "outbound_http_route_backend_requests_total", "web", 2)
+	rtEventually(t, e.reg, "outbound_http_route_backend_response_statuses_total", "web", 1, "error", metrics.RouteErrResponseTimeout)
+	rtEventually(t, e.reg, "outbound_http_route_backend_response_statuses_total", "web", 1, "http_status", "200", "error", "")
+	rtEventually(t, e.reg, "outbound_http_route_request_statuses_total", "web", 1, "http_status", "200", "error", "")
+}
