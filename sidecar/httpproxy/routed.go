@@ -67,6 +67,9 @@ func (p *Proxy) serveRule(w http.ResponseWriter, r *http.Request, x *exchange) {
 		status, grpc := 0, ""
 		if err == nil {
 			status, grpc = res.StatusCode, res.Header.Get("Grpc-Status")
+			if grpc == "" && x.req.GRPC && rp != nil {
+				grpc = peekTrailers(res)
+			}
 		}
 		if rp == nil || !retryableAttempt(rp, err, status, grpc) {
 			if n > 0 && err == nil && !rule.IsFailure(status, grpc) {
@@ -193,4 +196,39 @@ func (b *idleBody) Read(p []byte) (int, error) {
 func (b *idleBody) Close() error {
 	b.timer.Stop()
 	return b.ReadCloser.Close()
+}
+
+// peekTrailers reads a gRPC response's body up to its first bytes: a
+// response that ends without any (a status sent as headers and trailers,
+// as a proxy in between may turn a trailers-only response into) has its
+// grpc-status in the trailers, which it returns so the retry policy can
+// see it; otherwise the bytes read are put back and it returns "" (a
+// stream that started is never retried).
+func peekTrailers(res *http.Response) string {
+	var b [1]byte
+	n, err := res.Body.Read(b[:])
+	if n == 0 && err == io.EOF {
+		return res.Trailer.Get("Grpc-Status")
+	}
+	res.Body = &prefixBody{prefix: append([]byte(nil), b[:n]...), err: err, ReadCloser: res.Body}
+	return ""
+}
+
+// prefixBody returns prefix, then err if set, then the rest of the body.
+type prefixBody struct {
+	prefix []byte
+	err    error
+	io.ReadCloser
+}
+
+func (b *prefixBody) Read(p []byte) (int, error) {
+	if len(b.prefix) > 0 {
+		n := copy(p, b.prefix)
+		b.prefix = b.prefix[n:]
+		return n, nil
+	}
+	if b.err != nil {
+		return 0, b.err
+	}
+	return b.ReadCloser.Read(p)
 }
