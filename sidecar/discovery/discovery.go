@@ -254,6 +254,11 @@ func (r *Resolver) pick(ctx context.Context, key string, dst netip.AddrPort) (Pi
 func (r *Resolver) subscription(path string) *sub {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.subscriptionLocked(path)
+}
+
+// subscriptionLocked is subscription with r.mu held.
+func (r *Resolver) subscriptionLocked(path string) *sub {
 	if s, ok := r.subs[path]; ok {
 		return s
 	}

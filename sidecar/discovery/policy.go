@@ -52,6 +52,9 @@ func (r *Resolver) policySub(dst netip.AddrPort) *policySub {
 	s.touch()
 	r.policies[dst] = s
 	go r.followPolicy(ctx, s)
+	// The request will want dst's endpoints next (most backends are the
+	// Service itself): ask for both at once, not one after the other.
+	r.subscriptionLocked(dst.String())
 	return s
 }
 
