@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sort"
 	"sync"
 
@@ -76,7 +77,8 @@ func (p *policies) warn(err error) {
 
 // policyStream is one GetOutboundPolicy stream.
 type policyStream struct {
-	svcNS, svcName string // empty: not a Service
+	svcNS, svcName string     // empty: not a Service (or ip is set)
+	ip             netip.Addr // valid: the path is an IP, resolved on each recompute
 	port           uint16
 	clientNS       string
 	tr             *translator[*pb.OutboundPolicy]
@@ -197,10 +199,7 @@ func (p *policies) changed() {
 // subscribe adds a stream for t as seen from clientNS and queues its
 // first policy.
 func (p *policies) subscribe(t target, clientNS string, tr *translator[*pb.OutboundPolicy]) (unsubscribe func()) {
-	s := &policyStream{svcNS: t.Namespace, svcName: t.Name, port: t.Port, clientNS: clientNS, tr: tr}
-	if t.IP.IsValid() {
-		s.svcNS, s.svcName, _ = p.w.serviceByIP(t.IP)
-	}
+	s := &policyStream{svcNS: t.Namespace, svcName: t.Name, ip: t.IP, port: t.Port, clientNS: clientNS, tr: tr}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.streams[s] = struct{}{}
@@ -223,11 +222,17 @@ func (p *policies) push(s *policyStream) {
 }
 
 // policy computes the policy of s from the caches.
+// An IP is looked up each time: proxies ask by ClusterIP, possibly before
+// the Service is in the cache, and a ClusterIP may change hands.
 func (p *policies) policy(s *policyStream) *pb.OutboundPolicy {
-	if s.svcName == "" {
+	ns, name := s.svcNS, s.svcName
+	if s.ip.IsValid() {
+		ns, name, _ = p.w.serviceByIP(s.ip)
+	}
+	if name == "" {
 		return &pb.OutboundPolicy{Source: "default"}
 	}
-	svc, err := p.w.svcList.Services(s.svcNS).Get(s.svcName)
+	svc, err := p.w.svcList.Services(ns).Get(name)
 	if err != nil || svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return &pb.OutboundPolicy{Source: "default"}
 	}
