@@ -58,17 +58,35 @@ for d in web books votes; do
 	echo "$line" | grep -q '1/1' || die "$d is not meshed: $line"
 	echo "$line" | awk '{print $NF}' | grep -q '^100' || die "$d is not reached over mTLS only: $line"
 done
+step "traffic management: a 90/10 canary of books behind an HTTPRoute with retries and a timeout"
+kubectl apply -f "$HERE/demo/routes.yaml" >/dev/null
+kubectl -n plexus-demo rollout status deployment/books-v2 --timeout 180s >/dev/null ||
+	{ kubectl -n plexus-demo describe pods >&2; die "deployment books-v2 did not become ready"; }
+deadline=$((SECONDS + 60))
+until kubectl -n plexus-demo get httproute books-canary -o jsonpath='{.status.parents[0].conditions[?(@.type=="Accepted")].status}' 2>/dev/null | grep -q True; do
+	[ $SECONDS -lt $deadline ] || { kubectl -n plexus-demo get httproute books-canary -o yaml >&2; die "the books-canary HTTPRoute was not accepted"; }
+	sleep 1
+done
+sleep 15
+routes=$($PLEXUSCTL routes deploy/web -n plexus-demo --window 10s -o wide)
+echo
+echo "$routes" | sed 's/^/    /'
+echo
+echo "$routes" | grep -q 'books-canary' || die "plexusctl routes shows no books-canary route for web"
 log "demo finished in $((SECONDS - start))s"
 cat <<MSG
 
 Every edge (load -> web -> books over HTTP/1.1, web -> votes over gRPC) is
-meshed and carried over mTLS.
+meshed and carried over mTLS. web's requests to books follow the
+books-canary HTTPRoute: 10 % go to books-v2, whose failures are retried.
 
 Explore:
     $(print_env | head -1)
     $(print_env | tail -1)
     bin/plexusctl stat deploy -n plexus-demo
     bin/plexusctl stat pod -n plexus-demo -o wide
+    bin/plexusctl routes deploy/web -n plexus-demo -o wide
+    kubectl -n plexus-demo get httproute books-canary -o yaml
     bin/plexusctl check
     kubectl -n plexus-demo get pods -o wide
 Tear down:

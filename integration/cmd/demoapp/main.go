@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -43,13 +44,15 @@ func main() {
 	votes := fs.String("votes", "votes:9090", "votes backend host:port")
 	target := fs.String("target", "http://web:8080/", "URL the load generator calls")
 	rps := fs.Float64("rps", 20, "requests per second of the load generator")
+	fail := fs.Float64("fail", 0, "books: the fraction of requests answered 503 (every 1/fail-th, not at random)")
+	version := fs.String("version", "v1", "books: the version named in each answer")
 	fs.Parse(os.Args[2:])
 	var err error
 	switch os.Args[1] {
 	case "web":
 		err = web(ctx, *addr, *books, *votes)
 	case "books":
-		err = serveHTTP(ctx, *addr, http.HandlerFunc(booksHandler))
+		err = serveHTTP(ctx, *addr, booksHandler(*version, *fail))
 	case "votes":
 		err = serveVotes(ctx, *addr)
 	case "load":
@@ -105,9 +108,21 @@ func serveVotes(ctx context.Context, addr string) error {
 
 var titles = []string{"Dune", "Neuromancer", "Snow Crash", "The Left Hand of Darkness", "Hyperion"}
 
-func booksHandler(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(map[string]string{"book": titles[rand.IntN(len(titles))]})
+// booksHandler answers with a random title and the version, failing the
+// given fraction of requests with 503 (exactly: request k fails when
+// floor((k+1)·fail) > floor(k·fail)), so a canary that fails is visible
+// and retries have something to do.
+func booksHandler(version string, fail float64) http.Handler {
+	var n atomic.Int64
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k := float64(n.Add(1) - 1)
+		if fail > 0 && math.Floor((k+1)*fail) > math.Floor(k*fail) {
+			http.Error(w, "books "+version+": failing as configured", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]string{"book": titles[rand.IntN(len(titles))], "version": version})
+	})
 }
 
 func web(ctx context.Context, addr, books, votes string) error {
