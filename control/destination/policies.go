@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -94,17 +95,23 @@ func newPolicies(cfg Config, w *watcher, log *slog.Logger) *policies {
 // the API server serves; a missing CRD is logged and its kind ignored
 // (restart destination after installing it).
 func (p *policies) watch(c RouteClients) error {
-	served := func(gv, resource string) bool {
+	// served: whether the API server serves resource in gv. Only "not
+	// found" means it does not; any other error (API server unreachable)
+	// fails, rather than ignoring the kind until the next restart.
+	served := func(gv, resource string) (bool, error) {
 		list, err := c.Discovery.ServerResourcesForGroupVersion(gv)
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
 		if err != nil {
-			return false
+			return false, fmt.Errorf("discovering whether %s %s is served: %w", gv, resource, err)
 		}
 		for _, r := range list.APIResources {
 			if r.Name == resource {
-				return true
+				return true, nil
 			}
 		}
-		return false
+		return false, nil
 	}
 	handler := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { p.changed() },
@@ -118,15 +125,26 @@ func (p *policies) watch(c RouteClients) error {
 		}
 		return inf, nil
 	}
-	var err error
-	if served("gateway.networking.k8s.io/v1", "httproutes") {
+	httpServed, err := served("gateway.networking.k8s.io/v1", "httproutes")
+	if err != nil {
+		return err
+	}
+	grpcServed, err := served("gateway.networking.k8s.io/v1", "grpcroutes")
+	if err != nil {
+		return err
+	}
+	profilesServed, err := served(serviceprofile.GroupVersionResource.GroupVersion().String(), serviceprofile.GroupVersionResource.Resource)
+	if err != nil {
+		return err
+	}
+	if httpServed {
 		if p.httpRoutes, err = add(p.gwFactory.Gateway().V1().HTTPRoutes().Informer(), "HTTPRoute"); err != nil {
 			return err
 		}
 	} else {
 		p.log.Warn("the Gateway API HTTPRoute CRD is not installed: HTTPRoutes are ignored (plexusctl install --crds)")
 	}
-	if served("gateway.networking.k8s.io/v1", "grpcroutes") {
+	if grpcServed {
 		if p.grpcRoutes, err = add(p.gwFactory.Gateway().V1().GRPCRoutes().Informer(), "GRPCRoute"); err != nil {
 			return err
 		}
@@ -134,7 +152,7 @@ func (p *policies) watch(c RouteClients) error {
 		p.log.Warn("the Gateway API GRPCRoute CRD is not installed: GRPCRoutes are ignored (plexusctl install --crds)")
 	}
 	p.dynFactory = dynamicinformer.NewDynamicSharedInformerFactory(c.Dynamic, 0)
-	if served(serviceprofile.GroupVersionResource.GroupVersion().String(), serviceprofile.GroupVersionResource.Resource) {
+	if profilesServed {
 		if p.profiles, err = add(p.dynFactory.ForResource(serviceprofile.GroupVersionResource).Informer(), "ServiceProfile"); err != nil {
 			return err
 		}
