@@ -92,6 +92,7 @@ func (r Routes) Run(ctx context.Context, cfg stat.Config) (Result, error) {
 	}
 	var res Result
 	sum := map[Key]*Counts{}
+	used := map[Key]bool{} // routes that ever had a request: the others are left out
 	for _, p := range t.Pods {
 		var b, a map[Key]*Counts
 		err := m.Err(p)
@@ -106,12 +107,22 @@ func (r Routes) Run(ctx context.Context, cfg stat.Config) (Result, error) {
 			continue
 		}
 		Add(sum, Delta(b, a))
+		for k, c := range a {
+			if c.Requests.Total() > 0 || c.BackendRequests > 0 {
+				used[k] = true
+			}
+		}
 	}
 	if len(res.Errors) == len(t.Pods) {
 		return Result{}, fmt.Errorf("routes: no pod of %s %s could be scraped: %s", cfg.Resource, t.Name, strings.Join(res.Errors, "; "))
 	}
 	for k, c := range sum {
-		res.Rows = append(res.Rows, Compute(k, c, m.Elapsed))
+		// A proxy keeps the series of a route it no longer has (the
+		// default route before an HTTPRoute replaced it): a route that
+		// never carried a request is noise.
+		if used[k] {
+			res.Rows = append(res.Rows, Compute(k, c, m.Elapsed))
+		}
 	}
 	sort.Slice(res.Rows, func(i, j int) bool { return less(res.Rows[i].Key, res.Rows[j].Key) })
 	return res, nil
