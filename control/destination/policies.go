@@ -272,8 +272,9 @@ func (p *policies) policy(s *policyStream) *pb.OutboundPolicy {
 }
 
 // profile finds the ServiceProfile of svc: the client's namespace first,
-// then the Service's. An invalid one (the validator should have refused
-// it) counts as none.
+// then the Service's. An unreadable or invalid one (the validator should
+// have refused it) counts as none: the next namespace's applies. p.mu is
+// held.
 func (p *policies) profile(svc *corev1.Service, clientNS string) *serviceprofile.ServiceProfile {
 	if p.profiles == nil {
 		return nil
@@ -293,7 +294,11 @@ func (p *policies) profile(svc *corev1.Service, clientNS string) *serviceprofile
 		}
 		var sp serviceprofile.ServiceProfile
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &sp); err != nil {
-			p.log.Warn("unreadable ServiceProfile ignored", "profile", ns+"/"+name, "err", err)
+			p.warn(fmt.Errorf("ServiceProfile %s/%s is not used: unreadable: %w", ns, name, err))
+			continue
+		}
+		if err := sp.Validate(p.cfg.ClusterDomain); err != nil {
+			p.warn(fmt.Errorf("ServiceProfile %s/%s is not used: %w", ns, name, err))
 			continue
 		}
 		return &sp
