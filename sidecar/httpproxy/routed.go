@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
@@ -169,13 +170,17 @@ type idleBody struct {
 	timeout time.Duration
 	timer   *time.Timer
 	fired   chan struct{}
+	// once: a timer that fired just before a read renewed it fires again.
+	once sync.Once
 }
 
 func newIdleBody(rc io.ReadCloser, d time.Duration) *idleBody {
 	b := &idleBody{ReadCloser: rc, timeout: d, fired: make(chan struct{})}
 	b.timer = time.AfterFunc(d, func() {
-		close(b.fired)
-		rc.Close()
+		b.once.Do(func() {
+			close(b.fired)
+			rc.Close()
+		})
 	})
 	return b
 }

@@ -2,6 +2,7 @@ package httpproxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -527,4 +528,94 @@ func TestRoutePerAttemptTimeoutThenRetry(t *testing.T) {
 	rtEventually(t, e.reg, "outbound_http_route_backend_response_statuses_total", "web", 1, "error", metrics.RouteErrResponseTimeout)
 	rtEventually(t, e.reg, "outbound_http_route_backend_response_statuses_total", "web", 1, "http_status", "200", "error", "")
 	rtEventually(t, e.reg, "outbound_http_route_request_statuses_total", "web", 1, "http_status", "200", "error", "")
+}
+
+// An idle timeout of 200ms: a response body that stops is cut about then
+// (the client sees it broken, not ended), and the upstream request is
+// cancelled.
+func TestRouteIdleTimeout(t *testing.T) {
+	cancelled := make(chan time.Time, 4)
+	up := rtServe(t, "b", func(w http.ResponseWriter, r *http.Request, _ int) bool {
+		io.WriteString(w, "first")
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+			cancelled <- time.Now()
+		case <-time.After(2 * time.Second):
+			io.WriteString(w, "late")
+		}
+		return true
+	})
+	pol := rtPolicy(rtRoute("web", &pb.OutboundRule{
+		Backends: []*pb.Backend{rtBackend("b", 1)},
+		Timeouts: &pb.Timeouts{Idle: rtDur(200 * time.Millisecond)},
+	}))
+	e := newRouteEnv(t, netip.MustParseAddrPort("127.0.0.1:1"), pol, map[string][]netip.AddrPort{"b": {up.addr}})
+	for _, en := range e.engines(t) {
+		req, _ := http.NewRequest("GET", en.base+"/", nil)
+		start := time.Now()
+		res, err := en.c.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", en.name, err)
+		}
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		d := time.Since(start)
+		if string(body) != "first" || err == nil {
+			t.Errorf("%s: body %q, %v; want \"first\" then an error", en.name, body, err)
+		}
+		if d < 200*time.Millisecond || d > 400*time.Millisecond {
+			t.Errorf("%s: the body was cut after %s, want 200–400ms", en.name, d)
+		}
+		select {
+		case <-cancelled:
+		case <-time.After(time.Second):
+			t.Errorf("%s: the upstream request was not cancelled", en.name)
+		}
+	}
+	rtEventually(t, e.reg, "outbound_http_route_request_statuses_total", "web", 3, "http_status", "200")
+}
+
+// rtEndless is a body whose every read returns a byte at once.
+type rtEndless struct{}
+
+func (rtEndless) Read(p []byte) (int, error) { p[0] = 'x'; return 1, nil }
+
+// The idle timer firing while a read that got bytes is about to renew it
+// must not fire it again (it closed a closed channel: a panic that takes
+// the whole proxy down).
+func TestRouteIdleTimeoutRacingReads(t *testing.T) {
+	buf := make([]byte, 1)
+	for i, end := 0, time.Now().Add(300*time.Millisecond); time.Now().Before(end); i++ {
+		b := newIdleBody(io.NopCloser(rtEndless{}), time.Microsecond+time.Duration(i%1000))
+		for {
+			if _, err := b.Read(buf); err != nil {
+				if !errors.Is(err, errIdleTimeout) {
+					t.Fatalf("read: %v, want errIdleTimeout", err)
+				}
+				break
+			}
+		}
+		b.Close()
+	}
+	time.Sleep(10 * time.Millisecond) // a timer fired twice would panic by now
+}
+
+// A Service without routes gets the default route (kind default, name
+// http), served by the fast path and counted like any route.
+func TestRouteDefaultTableCountsEveryRequest(t *testing.T) {
+	up := rtServe(t, "dst", nil)
+	e := newRouteEnv(t, up.addr, nil, nil)
+	for _, en := range e.engines(t) {
+		for range 2 {
+			if res, body := en.do(t, "GET", "/any", nil); res.StatusCode != 200 || body != "dst" {
+				t.Errorf("%s: %d %q", en.name, res.StatusCode, body)
+			}
+		}
+	}
+	rtEventually(t, e.reg, "outbound_http_route_request_statuses_total", "http", 6, "route_kind", "default", "http_status", "200", "error", "")
+	rtEventually(t, e.reg, "outbound_http_route_backend_requests_total", "http", 6, "backend_kind", "default")
+	if n := e.handoffs.Load(); n != 0 {
+		t.Errorf("%d handoffs, want 0", n)
+	}
 }
