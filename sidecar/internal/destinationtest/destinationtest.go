@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"net"
 	"net/netip"
+	"strconv"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -26,6 +27,7 @@ type Server struct {
 	mu       sync.Mutex
 	snapshot map[string]*destinationpb.Update
 	streams  map[string][]chan *destinationpb.Update
+	policies map[string]*destinationpb.OutboundPolicy
 	gs       *grpc.Server
 }
 
@@ -119,4 +121,55 @@ func Endpoint(addr string, id spiffe.ID) *destinationpb.WeightedAddr {
 		w.TlsIdentity = &destinationpb.TlsIdentity{SpiffeId: id.String()}
 	}
 	return w
+}
+
+// SetPolicy makes p the outbound policy of later GetOutboundPolicy streams
+// for path.
+func (s *Server) SetPolicy(path string, p *destinationpb.OutboundPolicy) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.policies == nil {
+		s.policies = map[string]*destinationpb.OutboundPolicy{}
+	}
+	s.policies[path] = p
+}
+
+// GetOutboundPolicy answers the policy set for the path; a path with
+// endpoints set and no policy gets what destination gives a Service
+// without routes (DefaultPolicy); any other, a policy with no parent.
+func (s *Server) GetOutboundPolicy(req *destinationpb.GetDestination, st grpc.ServerStreamingServer[destinationpb.OutboundPolicy]) error {
+	s.mu.Lock()
+	p, ok := s.policies[req.GetPath()]
+	_, known := s.snapshot[req.GetPath()]
+	s.mu.Unlock()
+	switch {
+	case ok:
+	case known:
+		p = DefaultPolicy(req.GetPath())
+	default:
+		p = &destinationpb.OutboundPolicy{Source: "default"}
+	}
+	if err := st.Send(p); err != nil {
+		return err
+	}
+	<-st.Context().Done()
+	return nil
+}
+
+// DefaultPolicy is the policy of Service "web" in namespace "default"
+// with no routes: the default route to itself.
+func DefaultPolicy(path string) *destinationpb.OutboundPolicy {
+	_, portText, _ := net.SplitHostPort(path)
+	port, _ := strconv.ParseUint(portText, 10, 32)
+	parent := &destinationpb.ResourceRef{Group: "core", Kind: "Service", Namespace: "default", Name: "web", Port: uint32(port)}
+	return &destinationpb.OutboundPolicy{
+		Parent: parent,
+		Source: "default",
+		Routes: []*destinationpb.OutboundRoute{{
+			Ref: &destinationpb.ResourceRef{Kind: "default", Name: "http"},
+			Rules: []*destinationpb.OutboundRule{{
+				Backends: []*destinationpb.Backend{{Ref: parent, Weight: 1, Authority: "web.default.svc.cluster.local:" + portText}},
+			}},
+		}},
+	}
 }
