@@ -19,15 +19,24 @@ const MaxReplayBody = 64 << 10
 // (net/http's transport may still be writing it) end with an error.
 type replayBody struct {
 	src io.ReadCloser
+	// read is held across src.Read (one reader of the client's body at
+	// a time); mu guards the rest and is never held across a read, so
+	// that a stale attempt waiting for the client blocks neither
+	// replayable nor a new attempt's reading of what was recorded.
+	read sync.Mutex
 
 	mu       sync.Mutex
 	buf      []byte
+	total    int  // bytes read from src
 	overflow bool // more than MaxReplayBody was read: buf is gone
 	eof      bool
 	gen      int
 }
 
-var errStaleAttempt = errors.New("request body: a newer attempt took over")
+var (
+	errStaleAttempt = errors.New("request body: a newer attempt took over")
+	errBodyLost     = errors.New("request body: more than can be replayed was read for an earlier attempt")
+)
 
 func newReplayBody(src io.ReadCloser) *replayBody { return &replayBody{src: src} }
 
@@ -54,36 +63,61 @@ type attemptBody struct {
 }
 
 func (a *attemptBody) Read(p []byte) (int, error) {
+	if n, ok, err := a.recorded(p); ok {
+		return n, err
+	}
 	b := a.b
+	b.read.Lock()
+	defer b.read.Unlock()
+	// Another attempt may have read on while this one waited.
+	if n, ok, err := a.recorded(p); ok {
+		return n, err
+	}
+	n, err := b.src.Read(p)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if a.gen != b.gen {
-		return 0, errStaleAttempt
-	}
-	if a.off < len(b.buf) {
-		n := copy(p, b.buf[a.off:])
-		a.off += n
-		return n, nil
-	}
-	if b.eof {
-		return 0, io.EOF
-	}
-	// Past MaxReplayBody (possibly reached during this attempt, a retry
-	// of a body still streaming) the rest goes on unrecorded: this
-	// attempt still sends it all, no later one is made (replayable).
-	n, err := b.src.Read(p)
+	b.total += n
 	if n > 0 && !b.overflow {
 		if len(b.buf)+n > MaxReplayBody {
+			// Past MaxReplayBody (possibly during a retry of a body
+			// still streaming) the rest goes on unrecorded: this
+			// attempt still sends it all, no later one is made.
 			b.overflow, b.buf = true, nil
 		} else {
 			b.buf = append(b.buf, p[:n]...)
-			a.off = len(b.buf)
 		}
 	}
 	if err == io.EOF {
 		b.eof = true
 	}
+	if a.gen != b.gen {
+		return 0, errStaleAttempt // what it read is kept for the newer attempt
+	}
+	a.off += n
 	return n, err
+}
+
+// recorded answers a read from what was recorded, when it can (ok):
+// with bytes, the end, or an error for a stale attempt or one that can
+// no longer have every byte. Otherwise the attempt has seen all that
+// was read so far and reads on from the client.
+func (a *attemptBody) recorded(p []byte) (n int, ok bool, err error) {
+	b := a.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case a.gen != b.gen:
+		return 0, true, errStaleAttempt
+	case a.off < len(b.buf):
+		n = copy(p, b.buf[a.off:])
+		a.off += n
+		return n, true, nil
+	case a.off < b.total:
+		return 0, true, errBodyLost
+	case b.eof:
+		return 0, true, io.EOF
+	}
+	return 0, false, nil
 }
 
 // Close is the transport saying it is done with this attempt's body; the

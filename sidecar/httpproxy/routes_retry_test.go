@@ -436,3 +436,130 @@ func TestReplayBodyStillStreamingIsContinued(t *testing.T) {
 		}
 	}
 }
+
+// A client stream (gRPC): the client sends one message and waits for the
+// answer before it sends more or ends. The first attempt is answered
+// UNAVAILABLE while its body is still open: the retry must go out at
+// once with the message read so far, not wait for the client.
+func TestRouteRetryOfAStreamThatIsStillOpen(t *testing.T) {
+	msg := []byte{0, 0, 0, 0, 3, 'a', 'b', 'c'}
+	var hits atomic.Int32
+	got := make(chan []byte, 2)
+	addr := rtH2C(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := hits.Add(1)
+		b := make([]byte, len(msg))
+		io.ReadFull(r.Body, b)
+		got <- b
+		w.Header().Set("Content-Type", "application/grpc")
+		w.Header().Set("Grpc-Status", map[bool]string{true: "14", false: "0"}[n == 1])
+	}))
+	pol := rtPolicy(rtGRPCRoute("stream", &pb.OutboundRule{Backends: []*pb.Backend{rtBackend("b", 1)}, Retry: rtRetry(1, 14)}))
+	e := newRouteEnv(t, netip.MustParseAddrPort("127.0.0.1:1"), pol, map[string][]netip.AddrPort{"b": {addr}})
+	en := e.engine(t, "h2c")
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go pw.Write(msg)
+	req, _ := http.NewRequest("POST", en.base+"/pkg.Svc/Stream", pr)
+	req.Header.Set("Content-Type", "application/grpc")
+	req.Header.Set("Te", "trailers")
+	type result struct {
+		res *http.Response
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := en.c.Do(req)
+		done <- result{res, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil || r.res.StatusCode != 200 || r.res.Header.Get("Grpc-Status") != "0" {
+			t.Fatalf("%v %v (grpc-status %q), want 200 grpc-status 0 from the retry", r.res, r.err, r.res.Header.Get("Grpc-Status"))
+		}
+		r.res.Body.Close()
+	case <-time.After(2 * time.Second):
+		t.Fatal("no answer within 2s: the retry waits for the client to send more")
+	}
+	for i := range 2 {
+		if b := <-got; !bytes.Equal(b, msg) {
+			t.Errorf("attempt %d carried %q, want %q", i, b, msg)
+		}
+	}
+	rtEventually(t, e.reg, "outbound_grpc_route_retry_requests_total", "stream", 1)
+}
+
+// An earlier attempt still waiting for the client's next bytes (its
+// transport writes on until it notices) blocks neither the retry decision
+// nor the new attempt's replay of what was recorded; the bytes it then
+// reads go to the new attempt.
+func TestReplayBodyStaleReaderBlocksNothing(t *testing.T) {
+	pr, pw := io.Pipe()
+	b := newReplayBody(pr)
+	first := b.attempt()
+	go pw.Write([]byte("head"))
+	buf := make([]byte, 64)
+	if n, err := first.Read(buf); err != nil || string(buf[:n]) != "head" {
+		t.Fatalf("first read %q %v", buf[:n], err)
+	}
+	staleDone := make(chan error, 1)
+	go func() {
+		_, err := first.Read(make([]byte, 64)) // waits for the client
+		staleDone <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	decided := make(chan *attemptBody, 1)
+	go func() {
+		if b.replayable() {
+			decided <- b.attempt().(*attemptBody)
+		}
+	}()
+	var second *attemptBody
+	select {
+	case second = <-decided:
+	case <-time.After(time.Second):
+		t.Fatal("replayable or attempt waited for the client")
+	}
+	if n, err := second.Read(buf); err != nil || string(buf[:n]) != "head" {
+		t.Fatalf("the retry replayed %q %v, want head", buf[:n], err)
+	}
+	go func() {
+		pw.Write([]byte("tail"))
+		pw.Close()
+	}()
+	if err := <-staleDone; !errors.Is(err, errStaleAttempt) {
+		t.Errorf("the stale read ended with %v, want errStaleAttempt", err)
+	}
+	if rest, err := io.ReadAll(second); err != nil || string(rest) != "tail" {
+		t.Errorf("the retry read on %q %v, want tail", rest, err)
+	}
+}
+
+// Bytes an earlier attempt read past MaxReplayBody are gone: the newer
+// attempt fails rather than send a body with a hole in it.
+func TestReplayBodyHoleFailsTheNewerAttempt(t *testing.T) {
+	pr, pw := io.Pipe()
+	b := newReplayBody(pr)
+	first := b.attempt()
+	go pw.Write([]byte("head"))
+	buf := make([]byte, 2*MaxReplayBody)
+	if n, err := first.Read(buf); err != nil || n != 4 {
+		t.Fatalf("first read %d %v", n, err)
+	}
+	staleDone := make(chan error, 1)
+	go func() {
+		_, err := first.Read(buf) // waits for the client, then gets a lot at once
+		staleDone <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	second := b.attempt()
+	go pw.Write(rtRandom(MaxReplayBody))
+	if err := <-staleDone; !errors.Is(err, errStaleAttempt) {
+		t.Fatalf("stale read: %v", err)
+	}
+	if b.replayable() {
+		t.Error("replayable after MaxReplayBody was passed")
+	}
+	if n, err := second.Read(make([]byte, 64)); !errors.Is(err, errBodyLost) {
+		t.Errorf("the newer attempt read %d, %v; want errBodyLost", n, err)
+	}
+}

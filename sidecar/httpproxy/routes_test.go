@@ -212,7 +212,7 @@ type rtUpstream struct {
 func rtServe(t testing.TB, name string, handle func(w http.ResponseWriter, r *http.Request, n int) bool) *rtUpstream {
 	t.Helper()
 	u := &rtUpstream{name: name, handle: handle}
-	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	u.addr = rtH2C(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := int(u.hits.Add(1))
 		body, _ := io.ReadAll(r.Body)
 		u.mu.Lock()
@@ -224,13 +224,18 @@ func rtServe(t testing.TB, name string, handle func(w http.ResponseWriter, r *ht
 		w.Header().Set("X-Backend", name)
 		io.WriteString(w, name)
 	}))
+	return u
+}
+
+// rtH2C serves h over HTTP/1 and h2c on loopback.
+func rtH2C(t testing.TB, h http.Handler) netip.AddrPort {
+	s := httptest.NewUnstartedServer(h)
 	s.Config.Protocols = new(http.Protocols)
 	s.Config.Protocols.SetHTTP1(true)
 	s.Config.Protocols.SetUnencryptedHTTP2(true)
 	s.Start()
 	t.Cleanup(s.Close)
-	u.addr = netip.MustParseAddrPort(s.Listener.Addr().String())
-	return u
+	return netip.MustParseAddrPort(s.Listener.Addr().String())
 }
 
 func (u *rtUpstream) last(t testing.TB) rtSeen {
