@@ -165,7 +165,8 @@ func (e *rtEnv) engine(t testing.TB, name string) rtEngine {
 	return rtEngine{}
 }
 
-// do sends a request to host "web.ns" with headers hdr (name, value, …)
+// do sends a request to host "web.ns" (or hdr's "Host") with headers hdr
+// (name, value, …)
 // and returns the response with its body read.
 func (en rtEngine) do(t testing.TB, method, target string, body io.Reader, hdr ...string) (*http.Response, string) {
 	t.Helper()
@@ -175,6 +176,10 @@ func (en rtEngine) do(t testing.TB, method, target string, body io.Reader, hdr .
 	}
 	req.Host = "web.ns"
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+			continue
+		}
 		req.Header.Add(hdr[i], hdr[i+1])
 	}
 	res, err := en.c.Do(req)
@@ -464,40 +469,52 @@ func rtSlow(t *testing.T, name string, slow func(n int) bool) (*rtUpstream, chan
 	return u, cancelled
 }
 
-// A 300ms request timeout in front of a 2 s upstream: 504 route-timeout
-// within 300–450 ms, the upstream request cancelled, and the metric's
-// error label REQUEST_TIMEOUT.
-func TestRouteRequestTimeout(t *testing.T) {
-	up, cancelled := rtSlow(t, "slow", func(int) bool { return true })
-	pol := rtPolicy(rtRoute("web", &pb.OutboundRule{
-		Backends: []*pb.Backend{rtBackend("slow", 1)},
-		Timeouts: &pb.Timeouts{Request: rtDur(300 * time.Millisecond)},
-	}))
-	e := newRouteEnv(t, netip.MustParseAddrPort("127.0.0.1:1"), pol, map[string][]netip.AddrPort{"slow": {up.addr}})
-	for _, en := range e.engines(t) {
-		start := time.Now()
-		res, _ := en.do(t, "GET", "/", nil)
-		d := time.Since(start)
-		if res.StatusCode != 504 || res.Header.Get(ErrorHeader) != ReasonRouteTimeout {
-			t.Errorf("%s: %d %q, want 504 %s", en.name, res.StatusCode, res.Header.Get(ErrorHeader), ReasonRouteTimeout)
-		}
-		if d < 300*time.Millisecond || d > 450*time.Millisecond {
-			t.Errorf("%s: answered after %s, want within 300–450ms", en.name, d)
-		}
-		select {
-		case at := <-cancelled:
-			if lag := at.Sub(start); lag > 450*time.Millisecond {
-				t.Errorf("%s: upstream request cancelled %s after the request, want by the answer", en.name, lag)
+// A timeout in front of a 2 s upstream: 504 with the timeout's reason
+// within its duration + 150ms, the upstream request cancelled, and the
+// metrics' error label saying which timeout: a 300ms request timeout
+// (all attempts) is REQUEST_TIMEOUT, a 200ms response timeout (one
+// attempt, no retry policy) RESPONSE_TIMEOUT.
+func TestRouteTimeoutIsAnswered504(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		timeouts *pb.Timeouts
+		d        time.Duration
+		reason   string
+		label    string
+	}{
+		{"request", &pb.Timeouts{Request: rtDur(300 * time.Millisecond)}, 300 * time.Millisecond, ReasonRouteTimeout, metrics.RouteErrRequestTimeout},
+		{"response", &pb.Timeouts{Response: rtDur(200 * time.Millisecond)}, 200 * time.Millisecond, ReasonAttemptTimeout, metrics.RouteErrResponseTimeout},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			up, cancelled := rtSlow(t, "slow", func(int) bool { return true })
+			pol := rtPolicy(rtRoute("web", &pb.OutboundRule{Backends: []*pb.Backend{rtBackend("slow", 1)}, Timeouts: c.timeouts}))
+			e := newRouteEnv(t, netip.MustParseAddrPort("127.0.0.1:1"), pol, map[string][]netip.AddrPort{"slow": {up.addr}})
+			for _, en := range e.engines(t) {
+				start := time.Now()
+				res, _ := en.do(t, "GET", "/", nil)
+				d := time.Since(start)
+				if res.StatusCode != 504 || res.Header.Get(ErrorHeader) != c.reason {
+					t.Errorf("%s: %d %q, want 504 %s", en.name, res.StatusCode, res.Header.Get(ErrorHeader), c.reason)
+				}
+				if d < c.d || d > c.d+150*time.Millisecond {
+					t.Errorf("%s: answered after %s, want within %s–%s", en.name, d, c.d, c.d+150*time.Millisecond)
+				}
+				select {
+				case at := <-cancelled:
+					if lag := at.Sub(start); lag > c.d+150*time.Millisecond {
+						t.Errorf("%s: upstream request cancelled %s after the request, want by the answer", en.name, lag)
+					}
+				case <-time.After(time.Second):
+					t.Errorf("%s: the upstream request was not cancelled", en.name)
+				}
 			}
-		case <-time.After(time.Second):
-			t.Errorf("%s: the upstream request was not cancelled", en.name)
-		}
-	}
-	rtEventually(t, e.reg, "outbound_http_route_request_statuses_total", "web", 3, "http_status", "504", "error", metrics.RouteErrRequestTimeout)
-	rtEventually(t, e.reg, "outbound_http_route_backend_response_statuses_total", "web", 3, "http_status", "504", "error", metrics.RouteErrRequestTimeout)
-	rtEventually(t, e.reg, "outbound_http_route_backend_requests_total", "web", 3)
-	if n := e.handoffs.Load(); n != 1 {
-		t.Errorf("%d fast-path connections handed off, want 1 (a rule with a timeout)", n)
+			rtEventually(t, e.reg, "outbound_http_route_request_statuses_total", "web", 3, "http_status", "504", "error", c.label)
+			rtEventually(t, e.reg, "outbound_http_route_backend_response_statuses_total", "web", 3, "http_status", "504", "error", c.label)
+			rtEventually(t, e.reg, "outbound_http_route_backend_requests_total", "web", 3)
+			if n := e.handoffs.Load(); n != 1 {
+				t.Errorf("%d fast-path connections handed off, want 1 (a rule with a timeout)", n)
+			}
+		})
 	}
 }
 
@@ -623,4 +640,68 @@ func TestRouteDefaultTableCountsEveryRequest(t *testing.T) {
 	if n := e.handoffs.Load(); n != 0 {
 		t.Errorf("%d handoffs, want 0", n)
 	}
+}
+
+// The request timeout bounds all attempts and the waits between them:
+// an upstream that fails slowly, retried up to 10 times, is answered 504
+// route-timeout when the 300ms are up.
+func TestRouteRequestTimeoutCoversRetries(t *testing.T) {
+	up := rtServe(t, "b", func(w http.ResponseWriter, r *http.Request, _ int) bool {
+		time.Sleep(80 * time.Millisecond)
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return true
+	})
+	pol := rtPolicy(rtRoute("web", &pb.OutboundRule{
+		Backends: []*pb.Backend{rtBackend("b", 1)},
+		Timeouts: &pb.Timeouts{Request: rtDur(300 * time.Millisecond)},
+		Retry:    rtRetry(10),
+	}))
+	e := newRouteEnv(t, netip.MustParseAddrPort("127.0.0.1:1"), pol, map[string][]netip.AddrPort{"b": {up.addr}})
+	start := time.Now()
+	res, _ := e.engine(t, "h1").do(t, "GET", "/", nil)
+	if d := time.Since(start); res.StatusCode != 504 || res.Header.Get(ErrorHeader) != ReasonRouteTimeout || d < 300*time.Millisecond || d > 450*time.Millisecond {
+		t.Errorf("%d %q after %s, want 504 %s after 300–450ms", res.StatusCode, res.Header.Get(ErrorHeader), d, ReasonRouteTimeout)
+	}
+	if n := up.hits.Load(); n < 2 || n > 3 {
+		t.Errorf("%d attempts within 300ms of 80ms each and 25–50ms backoffs, want 2 or 3", n)
+	}
+	rtEventually(t, e.reg, "outbound_http_route_request_statuses_total", "web", 1, "http_status", "504", "error", metrics.RouteErrRequestTimeout)
+	rtEventually(t, e.reg, "outbound_http_route_retry_requests_total", "web", float64(up.hits.Load()-1))
+	rtEventually(t, e.reg, "outbound_http_route_retry_limit_exceeded_total", "web", 0)
+}
+
+// Hostnames and query parameters, on every engine.
+func TestRouteMatchingHostnameAndQuery(t *testing.T) {
+	eps := map[string][]netip.AddrPort{}
+	ups := map[string]*rtUpstream{}
+	for _, n := range []string{"host", "wild", "v2", "other"} {
+		ups[n] = rtServe(t, n, nil)
+		eps[n] = []netip.AddrPort{ups[n].addr}
+	}
+	hostRoute := rtRoute("by-host", rtRule("host"))
+	hostRoute.Hostnames = []string{"api.example"}
+	wildRoute := rtRoute("by-wildcard", rtRule("wild"))
+	wildRoute.Hostnames = []string{"*.example"}
+	pol := rtPolicy(hostRoute, wildRoute, rtRoute("web",
+		rtRule("v2", &pb.RouteMatch{Query: []*pb.QueryMatch{{Name: "v", Value: "2"}}}),
+		rtRule("other"),
+	))
+	e := newRouteEnv(t, netip.MustParseAddrPort("127.0.0.1:1"), pol, eps)
+	for _, en := range e.engines(t) {
+		for _, c := range []struct{ host, target, want string }{
+			{"api.example", "/x?v=2", "host"},
+			{"API.example:8080", "/", "host"},
+			{"www.example", "/", "wild"},
+			{"web.ns", "/x?a=1&v=2", "v2"},
+			{"web.ns", "/x?v=3", "other"},
+			{"example", "/", "other"},
+		} {
+			if res, body := en.do(t, "GET", c.target, nil, "Host", c.host); res.StatusCode != 200 || body != c.want {
+				t.Errorf("%s Host %s %s: %d %q, want %s", en.name, c.host, c.target, res.StatusCode, body, c.want)
+			}
+		}
+	}
+	rtEventually(t, e.reg, "outbound_http_route_request_statuses_total", "by-host", 6)
+	rtEventually(t, e.reg, "outbound_http_route_request_statuses_total", "by-wildcard", 3)
+	rtEventually(t, e.reg, "outbound_http_route_request_statuses_total", "web", 9)
 }
