@@ -194,10 +194,14 @@ func (p *Proxy) relayHTTP(w http.ResponseWriter, r *http.Request, res *http.Resp
 	grpc := x.req.GRPC
 	if err := p.copyBody(w, res.Body, res.ContentLength < 0); err != nil {
 		var we *writeError
+		var re *routeError
 		reason := ReasonUpstreamReset
-		if errors.As(err, &we) {
+		switch {
+		case errors.As(err, &we):
 			reason = ReasonClientReset
 			p.countLimit(limited(err, metrics.LimitWriteStall))
+		case errors.As(err, &re):
+			reason = re.reason // a route's idle timeout cut the body
 		}
 		p.opts.Log.Debug("response body aborted", "direction", p.opts.Direction, "dst", x.req.Dst, "reason", reason, "err", err)
 		if reason == ReasonUpstreamReset && grpc && r.ProtoMajor == 2 && grpcStatus(res) == "" {

@@ -72,7 +72,7 @@ func (p *Proxy) serveRule(w http.ResponseWriter, r *http.Request, x *exchange) {
 				grpc = peekTrailers(res)
 			}
 		}
-		if rp == nil || !retryableAttempt(rp, err, status, grpc) {
+		if rp == nil || !retryableAttempt(rp, x.req, err, status, grpc) {
 			if n > 0 && err == nil && !rule.IsFailure(status, grpc) {
 				rs.RetrySucceeded()
 			}
@@ -130,12 +130,23 @@ func (p *Proxy) relayRule(w http.ResponseWriter, r *http.Request, x *exchange, r
 // retryableAttempt says whether the attempt's outcome is one rp retries:
 // a status or gRPC code it names, a per-attempt timeout, or a failure to
 // connect (nothing reached a server).
-func retryableAttempt(rp *routes.RetryPolicy, err error, status int, grpc string) bool {
+func retryableAttempt(rp *routes.RetryPolicy, req *Request, err error, status int, grpc string) bool {
 	if err == nil {
 		return rp.Retryable(status, grpc)
 	}
 	var de *dialError
-	return errors.Is(err, errAttemptTimeout) || errors.As(err, &de) || errors.Is(err, ErrNoEndpoints)
+	var ce *clientError
+	switch {
+	case errors.Is(err, errAttemptTimeout), errors.As(err, &de), errors.Is(err, ErrNoEndpoints):
+		return true
+	case errors.As(err, &ce), errors.Is(err, errRouteTimeout):
+		return false
+	}
+	// The upstream failed without a response (reset, closed): an
+	// idempotent request is retried when the policy retries the status
+	// the proxy answers for it (502 for a reset: 5xx, gateway-error).
+	s, _ := classify(err)
+	return req.idempotent() && rp.Retryable(s, "")
 }
 
 // timeoutCause replaces a context error by the route timeout that caused

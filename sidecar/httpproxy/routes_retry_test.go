@@ -212,6 +212,33 @@ func TestRouteRetryAfterConnectRefused(t *testing.T) {
 	rtEventually(t, e.reg, "outbound_http_route_request_statuses_total", "web", 3, "http_status", "200", "error", "")
 }
 
+// An upstream that drops the connection without answering every other
+// request: a GET is retried under a 5xx policy (the proxy would answer
+// 502), a POST is not (the server may have acted on it).
+func TestRouteRetryAfterUpstreamReset(t *testing.T) {
+	up := rtServe(t, "b", func(w http.ResponseWriter, r *http.Request, n int) bool {
+		if n%2 == 1 {
+			panic(http.ErrAbortHandler) // closes (HTTP/1) or resets (h2) without a response
+		}
+		return false
+	})
+	e := newRouteEnv(t, netip.MustParseAddrPort("127.0.0.1:1"), rtRetryPolicy("b", rtRetry(1)), map[string][]netip.AddrPort{"b": {up.addr}})
+	for _, en := range e.engines(t) {
+		if res, body := en.do(t, "GET", "/", nil); res.StatusCode != 200 || body != "b" {
+			t.Errorf("%s: GET %d %q (%s), want 200 after a retry", en.name, res.StatusCode, body, res.Header.Get(ErrorHeader))
+		}
+		if res, _ := en.do(t, "POST", "/", strings.NewReader("x")); res.StatusCode != http.StatusBadGateway {
+			t.Errorf("%s: POST %d, want 502 (not retried)", en.name, res.StatusCode)
+		}
+	}
+	// net/http's transport itself re-sends a GET whose pooled connection
+	// closed unanswered, so not every reset reaches the route's retry;
+	// the first one, on a new connection, always does.
+	if n := rtCount(t, e.reg, "outbound_http_route_retry_requests_total", "web"); n < 1 {
+		t.Errorf("route retries %v, want at least 1", n)
+	}
+}
+
 // healthFlaky answers Check UNAVAILABLE (trailers-only) to the calls fail
 // picks, waits for the call to end when slow picks it, and SERVING
 // otherwise.

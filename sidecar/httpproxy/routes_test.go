@@ -595,7 +595,7 @@ func TestRouteIdleTimeout(t *testing.T) {
 			t.Errorf("%s: the upstream request was not cancelled", en.name)
 		}
 	}
-	rtEventually(t, e.reg, "outbound_http_route_request_statuses_total", "web", 3, "http_status", "200")
+	rtEventually(t, e.reg, "outbound_http_route_request_statuses_total", "web", 3, "http_status", "200", "error", "IDLE_TIMEOUT")
 }
 
 // rtEndless is a body whose every read returns a byte at once.
