@@ -179,7 +179,12 @@ func (x *exchange) headers(status int) { x.rec.Headers(status) }
 
 // finish records the end of the response.
 func (x *exchange) finish(status int, grpcStatus, reason string) {
-	x.rec.Done(status, grpcStatus, reason)
+	if x.rule != nil && x.rule.Classifies() {
+		// A ServiceProfile's responseClasses decide success.
+		x.rec.DoneClassified(status, grpcStatus, reason, x.rule.IsFailure(status, grpcStatus))
+	} else {
+		x.rec.Done(status, grpcStatus, reason)
+	}
 	x.routeDone(status, grpcStatus, reason)
 }
 

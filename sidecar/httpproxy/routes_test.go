@@ -705,3 +705,34 @@ func TestRouteMatchingHostnameAndQuery(t *testing.T) {
 	rtEventually(t, e.reg, "outbound_http_route_request_statuses_total", "by-wildcard", 3)
 	rtEventually(t, e.reg, "outbound_http_route_request_statuses_total", "web", 9)
 }
+
+// A profile route's responseClasses decide response_total's
+// classification: a 404 the route calls a failure counts as one, a 500 it
+// calls a success counts as a success.
+func TestRouteResponseClassesClassify(t *testing.T) {
+	up := rtServe(t, "b", func(w http.ResponseWriter, r *http.Request, _ int) bool {
+		if r.URL.Path == "/missing" {
+			w.WriteHeader(http.StatusNotFound)
+		} else {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+		return true
+	})
+	rule := &pb.OutboundRule{
+		Backends: []*pb.Backend{rtBackend("b", 1)},
+		ResponseClasses: []*pb.ResponseClass{
+			{Condition: &pb.ResponseMatch{Kind: &pb.ResponseMatch_Status{Status: &pb.StatusRange{Min: 404, Max: 404}}}, IsFailure: true},
+			{Condition: &pb.ResponseMatch{Kind: &pb.ResponseMatch_Status{Status: &pb.StatusRange{Min: 500, Max: 500}}}},
+		},
+	}
+	e := newRouteEnv(t, netip.MustParseAddrPort("127.0.0.1:1"), rtPolicy(rtRoute("web", rule)), map[string][]netip.AddrPort{"b": {up.addr}})
+	en := e.engine(t, "fast")
+	en.do(t, "GET", "/missing", nil)
+	en.do(t, "GET", "/broken", nil)
+	if got := counter(t, e.reg, "response_total", "status_code", "404", "classification", "failure"); got != 1 {
+		t.Errorf("404 counted as failure %v times, want 1", got)
+	}
+	if got := counter(t, e.reg, "response_total", "status_code", "500", "classification", "success"); got != 1 {
+		t.Errorf("500 counted as success %v times, want 1", got)
+	}
+}

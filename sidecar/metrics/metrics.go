@@ -252,6 +252,7 @@ type Series struct {
 type doneKey struct {
 	status          int
 	grpc, errReason string
+	failed          bool
 }
 
 // StartRequest counts a request to the original destination dst with the
@@ -291,13 +292,24 @@ func (r Request) Headers(status int) {
 // response stream broke. Classification follows Linkerd: failure for 5xx,
 // a non-zero grpc-status or a proxy error.
 func (r Request) Done(status int, grpcStatus, errReason string) {
-	key := doneKey{status, grpcStatus, errReason}
+	r.done(status, grpcStatus, errReason, status >= 500 || (grpcStatus != "" && grpcStatus != "0"))
+}
+
+// DoneClassified is Done with the response's classification decided by
+// the caller (a route's response classes): failed says whether the
+// response counts as a failure; a proxy error always does.
+func (r Request) DoneClassified(status int, grpcStatus, errReason string, failed bool) {
+	r.done(status, grpcStatus, errReason, failed)
+}
+
+func (r Request) done(status int, grpcStatus, errReason string, failed bool) {
+	key := doneKey{status, grpcStatus, errReason, failed}
 	if s := r.s; s != nil && s.responses != nil && s.done == key {
 		s.responses.Inc()
 		return
 	}
 	class := "success"
-	if status >= 500 || (grpcStatus != "" && grpcStatus != "0") || errReason != "" {
+	if failed || errReason != "" {
 		class = "failure"
 	}
 	c := r.m.responses.WithLabelValues(append(r.labels[:], statusLabel(status), class, grpcLabel(grpcStatus), errReason)...)

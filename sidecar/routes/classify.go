@@ -154,3 +154,7 @@ func parseCode(s string) (uint32, bool) {
 	}
 	return uint32(n), n <= 1<<32-1
 }
+
+// Classifies reports whether the rule has response classes of its own
+// (a ServiceProfile's responseClasses), which then decide success.
+func (r *Rule) Classifies() bool { return len(r.classes) > 0 }
