@@ -387,7 +387,7 @@ func (p *Proxy) balance(ctx context.Context, dst netip.AddrPort, backend *routes
 	} else {
 		pk, err = p.opts.Resolver.PickService(ctx, backend.Authority)
 	}
-	if errors.Is(err, discovery.ErrNoEndpoints) {
+	if errors.Is(err, discovery.ErrNoEndpoints) || errors.Is(err, discovery.ErrUnknownService) {
 		return httpproxy.Endpoint{}, fmt.Errorf("%w: %w", httpproxy.ErrNoEndpoints, err)
 	}
 	if err != nil {

@@ -137,6 +137,9 @@ func compileHostnames(names []string) ([]hostname, error) {
 func (c *compiler) rule(route *Route, ri, index int, pr *destinationpb.OutboundRule) (*Rule, []*match, error) {
 	var errs []error
 	rule := &Rule{Route: route, Index: index}
+	// A GRPCRoute matches gRPC requests only; the default route of a gRPC
+	// port takes every request (its metrics are gRPC's), as before routes.
+	grpcOnly := route.GRPC && route.Ref.GetKind() != "default"
 	var ms []*match
 	for i, pm := range pr.GetMatches() {
 		m, err := compileMatch(pm)
@@ -144,12 +147,12 @@ func (c *compiler) rule(route *Route, ri, index int, pr *destinationpb.OutboundR
 			errs = append(errs, fmt.Errorf("match %d: %w", i, err))
 			continue
 		}
-		m.grpcOnly = route.GRPC
+		m.grpcOnly = grpcOnly
 		ms = append(ms, m)
 	}
 	if len(pr.GetMatches()) == 0 {
 		m := catchAll()
-		m.grpcOnly = route.GRPC
+		m.grpcOnly = grpcOnly
 		ms = append(ms, m)
 	}
 	filters, rd, usesPrefix, err := compileFilters(pr.GetFilters(), false)

@@ -170,12 +170,16 @@ func TestMatchHostnames(t *testing.T) {
 func TestMatchGRPC(t *testing.T) {
 	g := route("g", nil, rule())
 	g.Protocol = pb.OutboundRoute_GRPC
+	defaultGRPC := route("grpc", nil, rule())
+	defaultGRPC.Protocol = pb.OutboundRoute_GRPC
+	defaultGRPC.Ref.Kind = "default"
 	grpcReq := get("/pkg.Svc/Method")
 	grpcReq.GRPC = true
 	runMatchCases(t, []matchCase{
 		{"grpc route, grpc request", policy(g), grpcReq, "g/0"},
 		{"grpc route, http request", policy(g), get("/pkg.Svc/Method"), ""},
 		{"http route, grpc request", policy(route("h", nil, rule())), grpcReq, "h/0"},
+		{"default route of a grpc port, http request", policy(defaultGRPC), get("/healthz"), "grpc/0"},
 	})
 }
 
