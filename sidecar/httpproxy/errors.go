@@ -12,23 +12,24 @@ import (
 // Reasons the proxy puts in the plexus-proxy-error header and the error
 // label of response_total. The set is closed (bounded cardinality).
 const (
-	ReasonConnectRefused = "connect-refused"         // 502: nothing listens at the destination
-	ReasonConnectTimeout = "connect-timeout"         // 504: the dial did not finish in time
-	ReasonUnreachable    = "destination-unreachable" // 503: no route to the destination
-	ReasonConnectError   = "connect-error"           // 502: any other dial failure
-	ReasonUpstreamReset  = "upstream-reset"          // 502: the connection broke before response headers
-	ReasonTimeout        = "response-timeout"        // 504: a deadline passed before response headers
-	ReasonClientGone     = "client-canceled"         // no response: the client went away first
-	ReasonClientReset    = "client-reset"            // the client stopped reading the response body
-	ReasonNoEndpoints    = "no-endpoints"            // 503: destination knows the service but nothing is ready
-	ReasonTLS            = "tls-handshake"           // 502: the upstream proxy failed mesh mTLS (e.g. wrong identity)
-	ReasonBadRequest     = "bad-request"             // 400: the request's chunked body is malformed
-	ReasonRequestTimeout = "request-timeout"         // 408: the request body stalled
-	ReasonNoRoute        = "route-not-found"         // 404: the Service has routes and none matches
-	ReasonNoBackend      = "backend-invalid"         // 500: the route's backend is missing or unusable
-	ReasonRouteTimeout   = "route-timeout"           // 504: the route's request timeout passed (all attempts)
-	ReasonAttemptTimeout = "attempt-timeout"         // 504: the route's response or per-attempt timeout passed
-	ReasonIdleTimeout    = "idle-timeout"            // 504: the route's idle timeout passed
+	ReasonConnectRefused  = "connect-refused"         // 502: nothing listens at the destination
+	ReasonConnectTimeout  = "connect-timeout"         // 504: the dial did not finish in time
+	ReasonUnreachable     = "destination-unreachable" // 503: no route to the destination
+	ReasonConnectError    = "connect-error"           // 502: any other dial failure
+	ReasonUpstreamReset   = "upstream-reset"          // 502: the connection broke before response headers
+	ReasonTimeout         = "response-timeout"        // 504: a deadline passed before response headers
+	ReasonClientGone      = "client-canceled"         // no response: the client went away first
+	ReasonClientReset     = "client-reset"            // the client stopped reading the response body
+	ReasonNoEndpoints     = "no-endpoints"            // 503: destination knows the service but nothing is ready
+	ReasonTLS             = "tls-handshake"           // 502: the upstream proxy failed mesh mTLS (e.g. wrong identity)
+	ReasonBadRequest      = "bad-request"             // 400: the request's chunked body is malformed
+	ReasonRequestTimeout  = "request-timeout"         // 408: the request body stalled
+	ReasonNoRoute         = "route-not-found"         // 404: the Service has routes and none matches
+	ReasonNoBackend       = "backend-invalid"         // 500: the route's backend is missing or unusable
+	ReasonRouteTimeout    = "route-timeout"           // 504: the route's request timeout passed (all attempts)
+	ReasonAttemptTimeout  = "attempt-timeout"         // 504: the route's per-attempt (retry) timeout passed
+	ReasonResponseTimeout = "route-response-timeout"  // 504: the route's response timeout passed
+	ReasonIdleTimeout     = "idle-timeout"            // 504: the route's idle timeout passed
 )
 
 // routeError is an answer the route stage decided.
@@ -45,9 +46,10 @@ var errNoRoute = &routeError{status: http.StatusNotFound, reason: ReasonNoRoute,
 
 // The causes of a route's timeouts, set on the contexts they cancel.
 var (
-	errRouteTimeout   = &routeError{status: http.StatusGatewayTimeout, reason: ReasonRouteTimeout, msg: "the route's request timeout passed"}
-	errAttemptTimeout = &routeError{status: http.StatusGatewayTimeout, reason: ReasonAttemptTimeout, msg: "the route's response timeout passed"}
-	errIdleTimeout    = &routeError{status: http.StatusGatewayTimeout, reason: ReasonIdleTimeout, msg: "no bytes within the route's idle timeout"}
+	errRouteTimeout    = &routeError{status: http.StatusGatewayTimeout, reason: ReasonRouteTimeout, msg: "the route's request timeout passed"}
+	errAttemptTimeout  = &routeError{status: http.StatusGatewayTimeout, reason: ReasonAttemptTimeout, msg: "the route's per-attempt timeout passed"}
+	errResponseTimeout = &routeError{status: http.StatusGatewayTimeout, reason: ReasonResponseTimeout, msg: "the route's response timeout passed"}
+	errIdleTimeout     = &routeError{status: http.StatusGatewayTimeout, reason: ReasonIdleTimeout, msg: "no bytes within the route's idle timeout"}
 )
 
 // clientError marks a failure of the client's own request: it went away,

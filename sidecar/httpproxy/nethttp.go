@@ -10,6 +10,7 @@ import (
 	"net/http/httptrace"
 	"net/netip"
 	"net/textproto"
+	"strconv"
 	"sync"
 	"time"
 
@@ -53,11 +54,17 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.ProtoMajor == 1 {
 		upgrade = upgradeType(r.Header)
 	}
-	if !x.plain() && upgrade == "" {
+	if !x.plain() && (upgrade == "" || x.rule.Redirects()) {
 		p.serveRule(w, r, &x)
 		return
 	}
-	res, done, err := p.send(r.Context(), &x, r, outgoing(r, x.endpoint.Addr, upgrade))
+	out := outgoing(r, x.endpoint.Addr, upgrade)
+	if x.rule != nil {
+		// An Upgrade (WebSocket) tunnel takes the rule's request
+		// filters; timeouts and retries do not apply to a tunnel.
+		x.rule.RewriteRequest(x.backend, out, x.match)
+	}
+	res, done, err := p.send(r.Context(), &x, r, out)
 	defer done()
 	if err != nil {
 		p.answerHTTP(w, r, x.fail(err))
@@ -192,26 +199,35 @@ func (p *Proxy) relayHTTP(w http.ResponseWriter, r *http.Request, res *http.Resp
 	}
 	w.WriteHeader(res.StatusCode)
 	grpc := x.req.GRPC
+	if grpc && res.ContentLength < 0 {
+		// A gRPC stream's headers go out now: its server may wait for
+		// the client's next message, and the client for the headers.
+		http.NewResponseController(w).Flush()
+	}
 	if err := p.copyBody(w, res.Body, res.ContentLength < 0); err != nil {
 		var we *writeError
 		var re *routeError
-		reason := ReasonUpstreamReset
+		reason, grpcCancel := ReasonUpstreamReset, "14" // UNAVAILABLE
+		if x.attemptCtx != nil {
+			err = timeoutCause(x.attemptCtx, err) // a route timeout cut the body
+		}
 		switch {
 		case errors.As(err, &we):
 			reason = ReasonClientReset
 			p.countLimit(limited(err, metrics.LimitWriteStall))
 		case errors.As(err, &re):
-			reason = re.reason // a route's idle timeout cut the body
+			reason, grpcCancel = re.reason, strconv.Itoa(grpcCode(re.status))
 		}
 		p.opts.Log.Debug("response body aborted", "direction", p.opts.Direction, "dst", x.req.Dst, "reason", reason, "err", err)
-		if reason == ReasonUpstreamReset && grpc && r.ProtoMajor == 2 && grpcStatus(res) == "" {
-			// A gRPC stream whose server vanished: end it with status
-			// UNAVAILABLE in the trailers, which gRPC clients understand
-			// (an RST_STREAM would surface as INTERNAL).
-			h[http.TrailerPrefix+"Grpc-Status"] = []string{"14"}
+		if reason != ReasonClientReset && grpc && r.ProtoMajor == 2 && grpcStatus(res) == "" {
+			// A gRPC stream whose server vanished (UNAVAILABLE) or that
+			// a route timeout cut (DEADLINE_EXCEEDED): end it with the
+			// status in the trailers, which gRPC clients understand (an
+			// RST_STREAM would surface as INTERNAL).
+			h[http.TrailerPrefix+"Grpc-Status"] = []string{grpcCancel}
 			h[http.TrailerPrefix+"Grpc-Message"] = []string{"plexus-proxy: " + reason}
 			h[http.TrailerPrefix+ErrorHeader] = []string{reason}
-			x.finish(res.StatusCode, "14", reason)
+			x.finish(res.StatusCode, grpcCancel, reason)
 			return
 		}
 		x.finish(res.StatusCode, grpcStatus(res), reason)

@@ -47,8 +47,9 @@ type exchange struct {
 	// metrics; attemptOpen, that its end is not recorded yet.
 	attemptStart time.Time
 	attemptOpen  bool
-	// reqCtx carries the route's request timeout, when it has one.
-	reqCtx context.Context
+	// reqCtx carries the route's request timeout, when it has one;
+	// attemptCtx, the current attempt's (response or per-attempt).
+	reqCtx, attemptCtx context.Context
 }
 
 // route runs the route stage: which rule of the destination's routes

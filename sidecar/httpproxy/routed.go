@@ -60,15 +60,16 @@ func (p *Proxy) serveRule(w http.ResponseWriter, r *http.Request, x *exchange) {
 		}
 		rule.RewriteRequest(x.backend, out, x.match)
 		actx, acancel := ctx, context.CancelFunc(func() {})
-		if t := attemptTimeout(rule); t > 0 {
-			actx, acancel = context.WithTimeoutCause(ctx, t, errAttemptTimeout)
+		if t, cause := attemptTimeout(rule); t > 0 {
+			actx, acancel = context.WithTimeoutCause(ctx, t, cause)
 		}
+		x.attemptCtx = actx
 		res, done, err := p.send(actx, x, r, out)
 		err = timeoutCause(actx, err)
 		status, grpc := 0, ""
 		if err == nil {
 			status, grpc = res.StatusCode, res.Header.Get("Grpc-Status")
-			if grpc == "" && x.req.GRPC && rp != nil {
+			if grpc == "" && x.req.GRPC && rp.RetriesGRPC() {
 				grpc = peekTrailers(res)
 			}
 		}
@@ -118,11 +119,11 @@ func (p *Proxy) relayRule(w http.ResponseWriter, r *http.Request, x *exchange, r
 		p.answerHTTP(w, r, x.fail(err))
 		return
 	}
-	defer res.Body.Close()
 	x.rule.RewriteResponse(x.backend, res.Header)
 	if t := x.rule.Timeouts.Idle; t > 0 {
 		res.Body = newIdleBody(res.Body, t)
 	}
+	defer res.Body.Close() // the idle body's Close stops its timer
 	x.headers(res.StatusCode)
 	p.relayHTTP(w, r, res, x)
 }
@@ -137,9 +138,13 @@ func retryableAttempt(rp *routes.RetryPolicy, req *Request, err error, status in
 	var de *dialError
 	var ce *clientError
 	switch {
-	case errors.Is(err, errAttemptTimeout), errors.As(err, &de), errors.Is(err, ErrNoEndpoints):
-		return true
-	case errors.As(err, &ce), errors.Is(err, errRouteTimeout):
+	case errors.As(err, &de), errors.Is(err, ErrNoEndpoints):
+		return true // nothing reached a server
+	case errors.Is(err, errAttemptTimeout):
+		// The server may be acting on it: only an idempotent request
+		// is sent again.
+		return req.idempotent()
+	case errors.As(err, &ce), errors.Is(err, errRouteTimeout), errors.Is(err, errResponseTimeout):
 		return false
 	}
 	// The upstream failed without a response (reset, closed): an
@@ -220,31 +225,58 @@ func (b *idleBody) Close() error {
 // grpc-status in the trailers, which it returns so the retry policy can
 // see it; otherwise the bytes read are put back and it returns "" (a
 // stream that started is never retried).
+//
+// The wait is bounded by peekWait: a stream whose server sends headers and
+// then waits for the client (which may wait for those headers) is relayed
+// after it, and not retried.
 func peekTrailers(res *http.Response) string {
-	var b [1]byte
-	n, err := res.Body.Read(b[:])
-	if n == 0 && err == io.EOF {
-		return res.Trailer.Get("Grpc-Status")
+	pb := &peekBody{ReadCloser: res.Body, done: make(chan struct{})}
+	go func() {
+		pb.n, pb.err = pb.ReadCloser.Read(pb.b[:])
+		close(pb.done)
+	}()
+	t := time.NewTimer(peekWait)
+	defer t.Stop()
+	select {
+	case <-pb.done:
+		if pb.n == 0 && pb.err == io.EOF {
+			return res.Trailer.Get("Grpc-Status")
+		}
+	case <-t.C:
 	}
-	res.Body = &prefixBody{prefix: append([]byte(nil), b[:n]...), err: err, ReadCloser: res.Body}
+	res.Body = pb
 	return ""
 }
 
-// prefixBody returns prefix, then err if set, then the rest of the body.
-type prefixBody struct {
-	prefix []byte
-	err    error
+// peekWait bounds how long peekTrailers waits for a gRPC response body's
+// first byte.
+const peekWait = 50 * time.Millisecond
+
+// peekBody returns the byte (or error) its first read got, then the rest
+// of the body.
+type peekBody struct {
 	io.ReadCloser
+	done   chan struct{}
+	b      [1]byte
+	n      int
+	err    error
+	served bool
 }
 
-func (b *prefixBody) Read(p []byte) (int, error) {
-	if len(b.prefix) > 0 {
-		n := copy(p, b.prefix)
-		b.prefix = b.prefix[n:]
-		return n, nil
-	}
-	if b.err != nil {
-		return 0, b.err
+func (b *peekBody) Read(p []byte) (int, error) {
+	if !b.served {
+		<-b.done
+		b.served = true
+		if b.n > 0 {
+			p[0] = b.b[0]
+			if b.err == io.EOF {
+				b.err = nil // reported by the next read
+			}
+			return 1, b.err
+		}
+		if b.err != nil {
+			return 0, b.err
+		}
 	}
 	return b.ReadCloser.Read(p)
 }

@@ -95,7 +95,7 @@ func errLabelOf(reason string) string {
 		return ""
 	case ReasonRouteTimeout:
 		return metrics.RouteErrRequestTimeout
-	case ReasonAttemptTimeout, ReasonTimeout:
+	case ReasonAttemptTimeout, ReasonResponseTimeout, ReasonTimeout:
 		return metrics.RouteErrResponseTimeout
 	case ReasonIdleTimeout:
 		return metrics.RouteErrIdleTimeout
@@ -107,12 +107,14 @@ func errLabelOf(reason string) string {
 	return metrics.RouteErrUnexpected
 }
 
-// attemptTimeout is how long one attempt of rule may take: the shorter of
-// its response timeout and its retry policy's per-attempt timeout.
-func attemptTimeout(rule *routes.Rule) time.Duration {
-	t := rule.Timeouts.Response
+// attemptTimeout is how long one attempt of rule may take, and the cause
+// it ends with: the shorter of its response timeout (never retried) and
+// its retry policy's per-attempt timeout (retried, for idempotent
+// requests).
+func attemptTimeout(rule *routes.Rule) (time.Duration, error) {
+	t, cause := rule.Timeouts.Response, error(errResponseTimeout)
 	if rp := rule.Retry; rp != nil && rp.AttemptTimeout > 0 && (t == 0 || rp.AttemptTimeout < t) {
-		t = rp.AttemptTimeout
+		t, cause = rp.AttemptTimeout, errAttemptTimeout
 	}
-	return t
+	return t, cause
 }

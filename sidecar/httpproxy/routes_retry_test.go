@@ -239,6 +239,49 @@ func TestRouteRetryAfterUpstreamReset(t *testing.T) {
 	}
 }
 
+// A response timeout is never retried, and a per-attempt timeout only for
+// an idempotent request: a POST the server may be acting on reaches it
+// once.
+func TestRouteTimeoutRetriesOnlyIdempotent(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		rule       func(*pb.OutboundRule)
+		getAttempt int32 // upstream requests a GET makes
+	}{
+		{"response timeout", func(r *pb.OutboundRule) { r.Timeouts = &pb.Timeouts{Response: rtDur(150 * time.Millisecond)} }, 1},
+		{"per-attempt timeout", func(r *pb.OutboundRule) { r.Retry.AttemptTimeout = rtDur(150 * time.Millisecond) }, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			slow := atomic.Bool{}
+			up := rtServe(t, "b", func(w http.ResponseWriter, r *http.Request, n int) bool {
+				if slow.CompareAndSwap(true, false) {
+					select {
+					case <-r.Context().Done():
+					case <-time.After(400 * time.Millisecond):
+					}
+				}
+				return false
+			})
+			rule := &pb.OutboundRule{Backends: []*pb.Backend{rtBackend("b", 1)}, Retry: rtRetry(2)}
+			c.rule(rule)
+			e := newRouteEnv(t, netip.MustParseAddrPort("127.0.0.1:1"), rtPolicy(rtRoute("web", rule)), map[string][]netip.AddrPort{"b": {up.addr}})
+			en := e.engine(t, "h1")
+			slow.Store(true)
+			before := up.hits.Load()
+			en.do(t, "POST", "/", strings.NewReader("once"))
+			if got := up.hits.Load() - before; got != 1 {
+				t.Errorf("POST reached the upstream %d times, want 1", got)
+			}
+			slow.Store(true)
+			before = up.hits.Load()
+			en.do(t, "GET", "/", nil)
+			if got := up.hits.Load() - before; got != c.getAttempt {
+				t.Errorf("GET reached the upstream %d times, want %d", got, c.getAttempt)
+			}
+		})
+	}
+}
+
 // healthFlaky answers Check UNAVAILABLE (trailers-only) to the calls fail
 // picks, waits for the call to end when slow picks it, and SERVING
 // otherwise.
@@ -588,5 +631,51 @@ func TestReplayBodyHoleFailsTheNewerAttempt(t *testing.T) {
 	}
 	if n, err := second.Read(make([]byte, 64)); !errors.Is(err, errBodyLost) {
 		t.Errorf("the newer attempt read %d, %v; want errBodyLost", n, err)
+	}
+}
+
+// A gRPC stream whose server sends headers and then waits for the
+// client's first message, which the client sends only once it has the
+// headers: a retry policy with gRPC codes must not hold the headers
+// back waiting for a body (that would deadlock until a timeout).
+func TestRouteGRPCRetryDoesNotHoldHeadersOfAWaitingStream(t *testing.T) {
+	up := rtH2C(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/grpc")
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		io.ReadAll(r.Body) // the client's messages, after our headers
+		w.Header().Set(http.TrailerPrefix+"Grpc-Status", "0")
+	}))
+	e := newRouteEnv(t, netip.MustParseAddrPort("127.0.0.1:1"), rtRetryPolicy("b", rtRetry(2, 14)), map[string][]netip.AddrPort{"b": {up}})
+	en := e.engine(t, "h2c")
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, _ := http.NewRequest("POST", en.base+"/pkg.Svc/Stream", pr)
+	req.Host = "web.ns"
+	req.Header.Set("Content-Type", "application/grpc")
+	got := make(chan *http.Response, 1)
+	go func() {
+		res, err := en.c.Do(req)
+		if err != nil {
+			t.Error(err)
+			close(got)
+			return
+		}
+		got <- res
+	}()
+	select {
+	case res := <-got:
+		if res == nil {
+			return
+		}
+		pw.Write([]byte{0, 0, 0, 0, 0})
+		pw.Close()
+		io.ReadAll(res.Body)
+		res.Body.Close()
+		if s := res.Trailer.Get("Grpc-Status"); s != "0" {
+			t.Errorf("grpc-status %q, want 0", s)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("no response headers in 2s: the proxy held them waiting for a body")
 	}
 }

@@ -483,7 +483,7 @@ func TestRouteTimeoutIsAnswered504(t *testing.T) {
 		label    string
 	}{
 		{"request", &pb.Timeouts{Request: rtDur(300 * time.Millisecond)}, 300 * time.Millisecond, ReasonRouteTimeout, metrics.RouteErrRequestTimeout},
-		{"response", &pb.Timeouts{Response: rtDur(200 * time.Millisecond)}, 200 * time.Millisecond, ReasonAttemptTimeout, metrics.RouteErrResponseTimeout},
+		{"response", &pb.Timeouts{Response: rtDur(200 * time.Millisecond)}, 200 * time.Millisecond, ReasonResponseTimeout, metrics.RouteErrResponseTimeout},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			up, cancelled := rtSlow(t, "slow", func(int) bool { return true })

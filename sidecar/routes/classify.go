@@ -158,3 +158,9 @@ func parseCode(s string) (uint32, bool) {
 // Classifies reports whether the rule has response classes of its own
 // (a ServiceProfile's responseClasses), which then decide success.
 func (r *Rule) Classifies() bool { return len(r.classes) > 0 }
+
+// RetriesGRPC reports whether p can retry a gRPC status: it names gRPC
+// codes, or retries what the rule's response classes call failures.
+func (p *RetryPolicy) RetriesGRPC() bool {
+	return p != nil && (len(p.grpcCodes) > 0 || p.Failures)
+}

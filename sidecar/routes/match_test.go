@@ -173,6 +173,10 @@ func TestMatchGRPC(t *testing.T) {
 	defaultGRPC := route("grpc", nil, rule())
 	defaultGRPC.Protocol = pb.OutboundRoute_GRPC
 	defaultGRPC.Ref.Kind = "default"
+	byMethod := route("method", nil, rule(regex("/[^/]+/Method")))
+	byMethod.Protocol = pb.OutboundRoute_GRPC
+	byService := route("svc", nil, rule(prefix("/pkg.Svc/")))
+	byService.Protocol = pb.OutboundRoute_GRPC
 	grpcReq := get("/pkg.Svc/Method")
 	grpcReq.GRPC = true
 	runMatchCases(t, []matchCase{
@@ -180,6 +184,7 @@ func TestMatchGRPC(t *testing.T) {
 		{"grpc route, http request", policy(g), get("/pkg.Svc/Method"), ""},
 		{"http route, grpc request", policy(route("h", nil, rule())), grpcReq, "h/0"},
 		{"default route of a grpc port, http request", policy(defaultGRPC), get("/healthz"), "grpc/0"},
+		{"grpc: a matching service ranks above a matching method", policy(byMethod, byService), grpcReq, "svc/0"},
 	})
 }
 

@@ -41,8 +41,13 @@ type hostIndex struct {
 // rank orders entries by Gateway API precedence, highest first: path kind
 // Exact > RegularExpression > PathPrefix, then the longer prefix, then a
 // method match, then more header matches, then more query matches.
+//
+// A GRPCRoute's matches are paths too (control/routes: service and method
+// → Exact "/svc/method", service only → PathPrefix "/svc/", method only
+// → a regex); GRPCRoute ranks a matching service before a matching
+// method, so for them PathPrefix ranks above a regex.
 func rank(a, b *match) int {
-	if d := kindRank(a.kind) - kindRank(b.kind); d != 0 {
+	if d := kindRank(a) - kindRank(b); d != 0 {
 		return d
 	}
 	if a.kind == pathPrefix {
@@ -59,14 +64,14 @@ func rank(a, b *match) int {
 	return len(a.query) - len(b.query)
 }
 
-func kindRank(k pathKind) int {
-	switch k {
-	case pathExact:
+func kindRank(m *match) int {
+	switch {
+	case m.kind == pathExact:
 		return 3
-	case pathRegex:
-		return 2
-	case pathPrefix:
+	case m.kind == pathRegex && m.grpcOnly, m.kind == pathPrefix && !m.grpcOnly:
 		return 1
+	case m.kind == pathRegex, m.kind == pathPrefix:
+		return 2
 	}
 	return 0
 }
