@@ -49,9 +49,26 @@ func (e *env) authority(namespace, name string, port int32) string {
 	return fmt.Sprintf("%s.%s.svc.%s:%d", name, namespace, e.clusterDomain, port)
 }
 
+// permitted reports whether a route or ServiceProfile in fromNamespace
+// may send to the Service namespace/name. Plexus does not read
+// ReferenceGrants, so only what needs none is: a Service in fromNamespace,
+// or the parent Service itself (a consumer route, or a client namespace's
+// profile, sending to the Service it is for, GEP-1426). Anything else
+// would let one namespace send every client's requests, with the client's
+// identity, to a Service of a third namespace: a confused deputy.
+func (e *env) permitted(fromNamespace, namespace, name string) bool {
+	return namespace == fromNamespace || (namespace == e.parent.Namespace && name == e.parent.Name)
+}
+
+// notPermitted is the Failure of a backend that permitted refuses; from is
+// what refers to it ("route", "ServiceProfile").
+func notPermitted(from, namespace, name string) string {
+	return fmt.Sprintf("backend Service %s/%s is in another namespace than the %s; cross-namespace backends need a ReferenceGrant, which Plexus does not support yet", namespace, name, from)
+}
+
 // serviceBackend is the backend Service namespace/name:port, with
 // Failure set (and its reason returned) when the Service or the port does
-// not exist.
+// not exist. The caller has checked that it is permitted.
 func (e *env) serviceBackend(namespace, name string, port int32, weight uint32) (*destinationpb.Backend, gatewayv1.RouteConditionReason) {
 	b := &destinationpb.Backend{Ref: serviceRef(namespace, name, port), Weight: weight}
 	svc, ok := e.services(namespace, name)
@@ -77,8 +94,11 @@ func hasPort(svc *corev1.Service, port int32) bool {
 }
 
 // backend resolves the backendRef at (its path in the route, for
-// messages) of a route in routeNamespace. A backend that cannot be used
-// is kept with Failure set, and recorded in p.
+// messages) of a route in routeNamespace, attached to e.parent. A backend
+// that cannot be used is kept with Failure set, and recorded in p. One in
+// another namespace that is not the parent is refused (RefNotPermitted)
+// before it is looked up, so a route's status never tells whether a
+// Service of another namespace exists.
 func (e *env) backend(ref gatewayv1.BackendRef, routeNamespace, at string, filters []*destinationpb.Filter, p *problems) *destinationpb.Backend {
 	namespace := routeNamespace
 	if ref.Namespace != nil && *ref.Namespace != "" {
@@ -109,6 +129,13 @@ func (e *env) backend(ref gatewayv1.BackendRef, routeNamespace, at string, filte
 		}
 		b.Failure = fmt.Sprintf("%s %s/%s is not a Service", groupKind, namespace, ref.Name)
 		reason = gatewayv1.RouteReasonInvalidKind
+	case !e.permitted(routeNamespace, namespace, string(ref.Name)):
+		b = &destinationpb.Backend{Ref: serviceRef(namespace, string(ref.Name), 0), Weight: weight}
+		if ref.Port != nil {
+			b.Ref.Port = uint32(*ref.Port)
+		}
+		b.Failure = notPermitted("route", namespace, string(ref.Name))
+		reason = gatewayv1.RouteReasonRefNotPermitted
 	case ref.Port == nil:
 		b = &destinationpb.Backend{Ref: serviceRef(namespace, string(ref.Name), 0), Weight: weight}
 		b.Failure = fmt.Sprintf("Service %s/%s: backendRef has no port", namespace, ref.Name)

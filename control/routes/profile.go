@@ -40,7 +40,7 @@ func (e *env) profileRoutes(sp *serviceprofile.ServiceProfile) []*destinationpb.
 		}
 		out := make([]*destinationpb.Backend, 0, len(sp.Spec.DstOverrides))
 		for _, dst := range sp.Spec.DstOverrides {
-			out = append(out, e.overrideBackend(dst.Authority, dst.Weight))
+			out = append(out, e.overrideBackend(sp.Namespace, dst.Authority, dst.Weight))
 		}
 		return out
 	}
@@ -87,14 +87,19 @@ func profileBudget(b *serviceprofile.RetryBudget) *destinationpb.RetryBudget {
 
 // overrideBackend is the dstOverrides authority
 // "<svc>.<ns>.svc.<cluster-domain>:<port>" as a backend; weight in
-// milli-units ("500m" → 500, "1" → 1000). An authority that is not a
-// Service of this cluster, or a Service that does not exist, is a backend
-// with Failure set.
-func (e *env) overrideBackend(authority string, weight resource.Quantity) *destinationpb.Backend {
+// milli-units ("500m" → 500, "1" → 1000), of a profile in
+// profileNamespace. An authority that is not a Service of this cluster, a
+// Service that does not exist, or one that is neither in profileNamespace
+// nor the parent Service (the rule of Gateway backendRefs, see permitted)
+// is a backend with Failure set.
+func (e *env) overrideBackend(profileNamespace, authority string, weight resource.Quantity) *destinationpb.Backend {
 	w := uint32(min(max(weight.MilliValue(), 0), math.MaxUint32))
 	namespace, name, port, ok := e.parseAuthority(authority)
 	if !ok {
 		return &destinationpb.Backend{Weight: w, Failure: fmt.Sprintf("dstOverrides authority %q is not <svc>.<ns>.svc.%s:<port>", authority, e.clusterDomain)}
+	}
+	if !e.permitted(profileNamespace, namespace, name) {
+		return &destinationpb.Backend{Ref: serviceRef(namespace, name, port), Weight: w, Failure: notPermitted("ServiceProfile", namespace, name)}
 	}
 	b, _ := e.serviceBackend(namespace, name, port, w)
 	return b

@@ -29,12 +29,12 @@ func GRPCRouteParents(r *gatewayv1.GRPCRoute, services func(namespace, name stri
 // when the Service or its port does not exist, False/UnsupportedValue
 // when the route is malformed) and ResolvedRefs (False with the first
 // unresolved backendRef's reason, every one named in the message).
+// ResolvedRefs is per parent: a backend in another namespace is permitted
+// only when it is that parent (see env.permitted).
 func parentStatuses(r gatewayRoute, services func(namespace, name string) (*corev1.Service, bool), now metav1.Time) []gatewayv1.RouteParentStatus {
 	if services == nil {
 		services = func(string, string) (*corev1.Service, bool) { return nil, false }
 	}
-	// Neither the problems nor the backends depend on the parent.
-	_, p := r.translate(&env{services: services, parent: &corev1.Service{}})
 	condition := func(typ gatewayv1.RouteConditionType, ok bool, reason gatewayv1.RouteConditionReason, message string) metav1.Condition {
 		status := metav1.ConditionFalse
 		if ok {
@@ -42,18 +42,21 @@ func parentStatuses(r gatewayRoute, services func(namespace, name string) (*core
 		}
 		return metav1.Condition{Type: string(typ), Status: status, Reason: string(reason), Message: message, ObservedGeneration: r.meta.Generation, LastTransitionTime: now}
 	}
-	resolved := condition(gatewayv1.RouteConditionResolvedRefs, true, gatewayv1.RouteReasonResolvedRefs, "")
-	if len(p.unresolved) > 0 {
-		msgs := make([]string, len(p.unresolved))
-		for i, u := range p.unresolved {
-			msgs[i] = u.message
-		}
-		resolved = condition(gatewayv1.RouteConditionResolvedRefs, false, p.unresolved[0].reason, strings.Join(msgs, "; "))
-	}
 	var out []gatewayv1.RouteParentStatus
 	for _, ref := range r.parentRefs {
 		if !isServiceParent(ref) {
 			continue
+		}
+		// Of the parent, the problems depend on its namespace and name only.
+		parent := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: parentNamespace(ref, r.meta.Namespace), Name: string(ref.Name)}}
+		_, p := r.translate(&env{services: services, parent: parent})
+		resolved := condition(gatewayv1.RouteConditionResolvedRefs, true, gatewayv1.RouteReasonResolvedRefs, "")
+		if len(p.unresolved) > 0 {
+			msgs := make([]string, len(p.unresolved))
+			for i, u := range p.unresolved {
+				msgs[i] = u.message
+			}
+			resolved = condition(gatewayv1.RouteConditionResolvedRefs, false, p.unresolved[0].reason, strings.Join(msgs, "; "))
 		}
 		accepted := condition(gatewayv1.RouteConditionAccepted, true, gatewayv1.RouteReasonAccepted, "")
 		if missing := missingParent(ref, r.meta.Namespace, services); missing != "" {
