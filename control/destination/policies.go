@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"sort"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -115,7 +117,11 @@ func (p *policies) watch(c RouteClients) error {
 	}
 	handler := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { p.changed() },
-		UpdateFunc: func(any, any) { p.changed() },
+		UpdateFunc: func(oldObj, newObj any) {
+			if specChanged(oldObj, newObj) {
+				p.changed()
+			}
+		},
 		DeleteFunc: func(any) { p.changed() },
 	}
 	p.gwFactory = gatewayinformers.NewSharedInformerFactory(c.Gateway, 0)
@@ -326,4 +332,24 @@ func listTyped[T metav1.Object](inf cache.SharedIndexInformer) []T {
 		return out[i].GetName() < out[j].GetName()
 	})
 	return out
+}
+
+// specChanged reports whether an update may change a policy: a new spec
+// or new annotations. A status write (ours, whenever a route's status
+// changes) and a resync change neither.
+func specChanged(oldObj, newObj any) bool {
+	o, ok1 := oldObj.(metav1.Object)
+	n, ok2 := newObj.(metav1.Object)
+	if !ok1 || !ok2 || !maps.Equal(o.GetAnnotations(), n.GetAnnotations()) {
+		return true
+	}
+	switch o := oldObj.(type) {
+	case *gatewayv1.HTTPRoute:
+		return !equality.Semantic.DeepEqual(o.Spec, newObj.(*gatewayv1.HTTPRoute).Spec)
+	case *gatewayv1.GRPCRoute:
+		return !equality.Semantic.DeepEqual(o.Spec, newObj.(*gatewayv1.GRPCRoute).Spec)
+	case *unstructured.Unstructured:
+		return !equality.Semantic.DeepEqual(o.Object["spec"], newObj.(*unstructured.Unstructured).Object["spec"])
+	}
+	return true
 }

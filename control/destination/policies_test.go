@@ -392,10 +392,12 @@ func TestOutboundPolicyFollowsHTTPRoute(t *testing.T) {
 func TestOutboundPolicyConsumerRoutes(t *testing.T) {
 	objs := append(routeFixture(),
 		httpRoute("ns", "producer", "", "web=1"),
-		httpRoute("client", "consumer", "ns", "ns/canary=1"))
+		// A consumer route may send to its parent Service (cross-namespace
+		// backends other than the parent need a ReferenceGrant).
+		httpRoute("client", "consumer", "ns", "ns/web=1"))
 	c := startRouteCluster(t, true, objs...)
 	producer := "core/Service ns/web:80 httproute HTTPRoute:ns/producer[web.ns.svc.cluster.local:80*1]"
-	consumer := "core/Service ns/web:80 httproute HTTPRoute:client/consumer[canary.ns.svc.cluster.local:80*1]"
+	consumer := "core/Service ns/web:80 httproute HTTPRoute:client/consumer[web.ns.svc.cluster.local:80*1]"
 	fromClient := c.watch(t, webPath, "client")
 	expectPolicy(t, fromClient, consumer)
 	expectPolicy(t, c.watch(t, webClusterIP+":80", "client"), consumer)
