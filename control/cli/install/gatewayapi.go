@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Gateway API CRDs: HTTPRoute and GRPCRoute of the standard channel,
@@ -83,8 +84,45 @@ func DecideGatewayCRD(kind string, ours CRDRelease, installed *CRDRelease) CRDDe
 	}
 }
 
+// DecideUnreadCRDs decides for the Gateway API CRDs of kinds ("GRPCRoute
+// and HTTPRoute"), of which Plexus ships ours, when looking them up failed
+// with err. With no cluster configured at all (NoClusterConfigured: offline
+// rendering, GitOps) ours are rendered, with a note that they were not
+// checked against a cluster. With a cluster configured that could not be
+// asked (unreachable, Forbidden, a timeout) nothing is rendered and install
+// fails: rendering ours unchecked would let kubectl apply replace a newer
+// or experimental-channel installation.
+func DecideUnreadCRDs(kinds string, ours CRDRelease, err error) CRDDecision {
+	if NoClusterConfigured(err) {
+		return CRDDecision{Render: true, Note: fmt.Sprintf("could not read the installed Gateway API CRDs (%v): no cluster is configured (no kubeconfig, no in-cluster config), "+
+			"so Plexus's %s CRDs %s are rendered without being checked against a cluster, and kubectl apply will replace any installed ones, newer or experimental-channel ones too; "+
+			"pass --skip-gateway-api-crds to leave them out", err, kinds, ours)}
+	}
+	return CRDDecision{Fatal: true, Note: fmt.Sprintf("could not read the installed Gateway API CRDs from the cluster (%v), and Plexus will not render its %s CRDs %s unchecked: "+
+		"kubectl apply could replace a newer or experimental-channel installation; fix access to the cluster (install needs get on %s) and run it again, "+
+		"or pass --skip-gateway-api-crds to leave the Gateway API CRDs out", err, kinds, ours, crdResource.GroupResource())}
+}
+
+// NoClusterConfigured reports whether err, from a CRDLookup, says that no
+// cluster is configured at all rather than that one could not be asked:
+// client-go's empty configuration (no kubeconfig and no in-cluster
+// config), or a kubeconfig file that does not exist, anywhere in err's
+// chain.
+func NoClusterConfigured(err error) bool {
+	if errors.Is(err, fs.ErrNotExist) {
+		return true
+	}
+	for ; err != nil; err = errors.Unwrap(err) {
+		if clientcmd.IsEmptyConfig(err) {
+			return true
+		}
+	}
+	return false
+}
+
 // CRDLookup returns the release of the named CRD in the cluster, nil
-// (and no error) when there is no such CRD.
+// (and no error) when there is no such CRD. Its error says that no
+// cluster is configured when NoClusterConfigured holds for it.
 type CRDLookup func(ctx context.Context, name string) (*CRDRelease, error)
 
 var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
@@ -108,13 +146,14 @@ func ClusterCRDs(client dynamic.Interface) CRDLookup {
 type GatewayAPIPlan struct {
 	Omit  []string // names of the CRDs to leave out (Config.OmitGatewayAPICRDs)
 	Notes []string // lines for stderr, fatal ones included
-	Err   error    // set when Plexus cannot work with an installed CRD
+	Err   error    // set when Plexus cannot work with an installed CRD, or a configured cluster could not be asked
 }
 
 // PlanGatewayAPI decides, with DecideGatewayCRD, for each Gateway API CRD
 // in manifests (deploy.Manifests) against what lookup finds. When lookup
-// fails (no cluster reachable, say), every CRD is rendered, with a note:
-// kubectl apply will decide.
+// fails, DecideUnreadCRDs decides for them all: rendered with a note when
+// no cluster is configured; otherwise every one is left out and the plan
+// fails.
 func PlanGatewayAPI(ctx context.Context, manifests fs.FS, lookup CRDLookup) (GatewayAPIPlan, error) {
 	objs, err := load(manifests, gatewayAPIDir)
 	if err != nil {
@@ -132,9 +171,15 @@ func PlanGatewayAPI(ctx context.Context, manifests fs.FS, lookup CRDLookup) (Gat
 	for _, crd := range crds {
 		installed, err := lookup(ctx, crd.name)
 		if err != nil {
-			note := fmt.Sprintf("could not read the installed Gateway API CRDs (%v): rendering Plexus's %s CRDs %s, and kubectl apply will replace any installed ones; pass --skip-gateway-api-crds to leave them out",
-				err, strings.Join(kinds, " and "), crd.release)
-			return GatewayAPIPlan{Notes: []string{note}}, nil
+			d := DecideUnreadCRDs(strings.Join(kinds, " and "), crd.release, err)
+			plan = GatewayAPIPlan{Notes: []string{d.Note}}
+			if d.Fatal {
+				for _, c := range crds {
+					plan.Omit = append(plan.Omit, c.name)
+				}
+				plan.Err = errors.New("could not check the installed Gateway API CRDs (see above)")
+			}
+			return plan, nil
 		}
 		d := DecideGatewayCRD(crd.kind, crd.release, installed)
 		if !d.Render {

@@ -4,15 +4,24 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
 	"github.com/plexus-mesh/plexus/deploy"
@@ -91,10 +100,104 @@ func release(v, channel string) map[string]string {
 	return map[string]string{AnnotationBundleVersion: v, AnnotationChannel: channel}
 }
 
-func fakeCluster(objs ...runtime.Object) CRDLookup {
+func fakeClient(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
 	gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{gvr: "CustomResourceDefinitionList"}, objs...)
+	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{gvr: "CustomResourceDefinitionList"}, objs...)
+}
+
+func fakeCluster(objs ...runtime.Object) CRDLookup { return ClusterCRDs(fakeClient(objs...)) }
+
+// failingCluster is a fake API server whose every get of a CRD fails with err.
+func failingCluster(err error) CRDLookup {
+	client := fakeClient()
+	client.PrependReactor("get", "customresourcedefinitions", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, err
+	})
 	return ClusterCRDs(client)
+}
+
+var (
+	crdsForbidden = apierrors.NewForbidden(schema.GroupResource{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}, grpcRoutes,
+		errors.New(`User "dev" cannot get resource "customresourcedefinitions" in API group "apiextensions.k8s.io" at the cluster scope`))
+	unreachable = &url.Error{Op: "Get", URL: "https://10.0.0.1:6443/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" + grpcRoutes,
+		Err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}
+	// The errors plexusctl's lookup returns without a cluster (control/cli/plexusctl connect).
+	emptyKubeconfig   = fmt.Errorf("kubeconfig: %w", clientcmd.ErrEmptyConfig)
+	missingKubeconfig = fmt.Errorf("kubeconfig: %w", &fs.PathError{Op: "stat", Path: "/home/dev/.kube/nope", Err: syscall.ENOENT})
+)
+
+// TestDecideUnreadCRDs: a lookup that failed renders Plexus's CRDs only
+// when no cluster is configured at all; a configured cluster that could
+// not be asked fails install, naming the error and the ways forward.
+func TestDecideUnreadCRDs(t *testing.T) {
+	ours := CRDRelease{BundleVersion: "v1.6.3", Channel: "standard"}
+	noCluster := []string{"could not read the installed Gateway API CRDs (kubeconfig: ", "no cluster is configured",
+		"Plexus's GRPCRoute and HTTPRoute CRDs v1.6.3 (standard) are rendered without being checked against a cluster", "--skip-gateway-api-crds to leave them out"}
+	// fails: the note of a configured cluster, whose error ends with errTail.
+	fails := func(errTail string) []string {
+		return []string{"could not read the installed Gateway API CRDs from the cluster (", errTail + "), and Plexus", "will not render its GRPCRoute and HTTPRoute CRDs v1.6.3 (standard) unchecked",
+			"newer or experimental-channel installation", "fix access to the cluster (install needs get on customresourcedefinitions.apiextensions.k8s.io)",
+			"--skip-gateway-api-crds to leave the Gateway API CRDs out"}
+	}
+	for _, tc := range []struct {
+		name   string
+		err    error
+		render bool
+		note   []string
+	}{
+		{name: "no kubeconfig, not in a cluster", err: emptyKubeconfig, render: true, note: noCluster},
+		{name: "kubeconfig file missing", err: missingKubeconfig, render: true, note: noCluster},
+		{name: "forbidden", err: fmt.Errorf("reading CRD %s: %w", grpcRoutes, crdsForbidden), note: fails("reading CRD " + grpcRoutes + ": " + crdsForbidden.Error())},
+		{name: "unreachable", err: fmt.Errorf("reading CRD %s: %w", grpcRoutes, unreachable), note: fails("dial tcp: connection refused")},
+		{name: "timeout", err: fmt.Errorf("reading CRD %s: %w", grpcRoutes, context.DeadlineExceeded), note: fails("context deadline exceeded")},
+		{name: "kubeconfig unusable", err: errors.New(`kubeconfig: context "prod" does not exist`), note: fails(`context "prod" does not exist`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := DecideUnreadCRDs("GRPCRoute and HTTPRoute", ours, tc.err)
+			if d.Render != tc.render || d.Fatal == tc.render {
+				t.Errorf("render %v fatal %v, want render %v and fatal %v (note %q)", d.Render, d.Fatal, tc.render, !tc.render, d.Note)
+			}
+			for _, want := range tc.note {
+				if !strings.Contains(d.Note, want) {
+					t.Errorf("note %q lacks %q", d.Note, want)
+				}
+			}
+		})
+	}
+}
+
+// TestNoClusterConfiguredFromKubeconfig: the errors client-go's loader
+// gives plexusctl with no kubeconfig and with a missing one say that no
+// cluster is configured; one naming a context it lacks does not.
+func TestNoClusterConfiguredFromKubeconfig(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("HOME", dir)
+	t.Setenv("KUBECONFIG", "")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	kubeconfig := filepath.Join(dir, "config")
+	if err := os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: https://127.0.0.1:1}}]\nusers: [{name: u, user: {}}]\ncontexts: [{name: dev, context: {cluster: c, user: u}}]\ncurrent-context: dev\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, path, context string
+		noCluster           bool
+	}{
+		{name: "none", noCluster: true},
+		{name: "missing file", path: filepath.Join(dir, "nope"), noCluster: true},
+		{name: "unknown context", path: kubeconfig, context: "prod"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rules := clientcmd.NewDefaultClientConfigLoadingRules()
+			rules.ExplicitPath = tc.path
+			_, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: tc.context}).ClientConfig()
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if got := NoClusterConfigured(fmt.Errorf("kubeconfig: %w", err)); got != tc.noCluster {
+				t.Errorf("NoClusterConfigured(%v) = %v, want %v", err, got, tc.noCluster)
+			}
+		})
+	}
 }
 
 // TestPlanGatewayAPI runs the plan against a fake API server and renders
@@ -128,12 +231,28 @@ func TestPlanGatewayAPI(t *testing.T) {
 			fails:  true,
 		},
 		{
-			name: "no cluster",
-			lookup: func(context.Context, string) (*CRDRelease, error) {
-				return nil, errors.New("kubeconfig: no configuration")
-			},
+			name:   "no cluster configured",
+			lookup: func(context.Context, string) (*CRDRelease, error) { return nil, emptyKubeconfig },
 			render: []string{grpcRoutes, httpRoutes},
-			notes:  []string{"could not read the installed Gateway API CRDs (kubeconfig: no configuration): rendering Plexus's GRPCRoute and HTTPRoute CRDs v1.6.3 (standard)"},
+			notes:  []string{"no cluster is configured (no kubeconfig, no in-cluster config), so Plexus's GRPCRoute and HTTPRoute CRDs v1.6.3 (standard) are rendered without being checked against a cluster"},
+		},
+		{
+			name:   "forbidden",
+			lookup: failingCluster(crdsForbidden),
+			notes:  []string{"could not read the installed Gateway API CRDs from the cluster (reading CRD " + grpcRoutes + ": " + crdsForbidden.Error() + ")"},
+			fails:  true,
+		},
+		{
+			name:   "unreachable",
+			lookup: failingCluster(unreachable),
+			notes:  []string{"dial tcp: connection refused), and Plexus will not render"},
+			fails:  true,
+		},
+		{
+			name:   "timeout",
+			lookup: failingCluster(context.DeadlineExceeded),
+			notes:  []string{"(reading CRD " + grpcRoutes + ": context deadline exceeded)"},
+			fails:  true,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -20,8 +20,19 @@
 //     fail, since Plexus cannot work with it and must not replace it;
 //   - no readable annotations (someone else's CRD): leave it out, say so.
 //
-// With no cluster to ask, ours are rendered with a note (kubectl apply
-// decides); --skip-gateway-api-crds leaves them out without asking.
+// When the lookup fails, DecideUnreadCRDs rules for them all:
+//
+//   - no cluster configured at all (no kubeconfig, no in-cluster config:
+//     offline rendering, GitOps): render ours, saying on stderr that they
+//     were not checked against a cluster;
+//   - a cluster configured that could not be asked (unreachable,
+//     Forbidden, a timeout, an unusable kubeconfig): render nothing and
+//     fail, naming the error and the ways forward (fix access: install
+//     needs get on customresourcedefinitions.apiextensions.k8s.io; or
+//     --skip-gateway-api-crds), since ours rendered unchecked could replace
+//     a newer or experimental-channel installation.
+//
+// --skip-gateway-api-crds leaves them out without asking.
 // Inventory never names them, so an uninstall never deletes them (and
 // every route with them).
 package install
