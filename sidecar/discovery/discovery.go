@@ -64,6 +64,9 @@ type Options struct {
 	// Instrument, when set, is called with each compiled outbound policy
 	// before any request uses it (the proxy attaches its metric series).
 	Instrument func(*routes.Table)
+	// Release, when set, is called with a table that a newer one replaced
+	// or whose destination was dropped (the proxy frees its series).
+	Release func(*routes.Table)
 }
 
 // Endpoint is where to send a connection or request.

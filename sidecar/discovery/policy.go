@@ -110,7 +110,7 @@ func (r *Resolver) streamPolicy(ctx context.Context, s *policySub) (got bool, er
 			return got, fmt.Errorf("outbound policy %s: %w", s.dst, err)
 		}
 		got = true
-		s.table.Store(r.compile(s.dst, p))
+		r.release(s.table.Swap(r.compile(s.dst, p)))
 		s.firstDone()
 	}
 }
@@ -139,6 +139,14 @@ func (r *Resolver) dropIdlePolicies(now int64) {
 		if time.Duration(now-s.used.Load()) > r.opts.IdleTimeout {
 			s.cancel()
 			delete(r.policies, dst)
+			r.release(s.table.Swap(nil))
 		}
+	}
+}
+
+// release tells Options.Release that t serves no new requests.
+func (r *Resolver) release(t *routes.Table) {
+	if t != nil && t != r.defaultTable && r.opts.Release != nil {
+		r.opts.Release(t)
 	}
 }

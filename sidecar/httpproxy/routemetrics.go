@@ -29,6 +29,16 @@ func InstrumentRoutes(m *metrics.Metrics, t *routes.Table) {
 	}
 }
 
+// ReleaseRoutes gives back the series InstrumentRoutes took for t, once
+// t serves no more new requests (replaced, or its destination dropped).
+func ReleaseRoutes(m *metrics.Metrics, t *routes.Table) {
+	for _, r := range t.Routes {
+		if rs, ok := r.Series.(*metrics.RouteSeries); ok {
+			m.ReleaseRoute(rs)
+		}
+	}
+}
+
 func metricRef(r *destinationpb.ResourceRef) metrics.Ref {
 	return metrics.Ref{Group: r.GetGroup(), Kind: r.GetKind(), Namespace: r.GetNamespace(), Name: r.GetName(),
 		Port: metrics.PortLabel(r.GetPort()), Section: r.GetSectionName()}

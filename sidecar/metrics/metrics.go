@@ -51,8 +51,11 @@ type Metrics struct {
 	probes    prometheus.Counter
 	refused   *prometheus.CounterVec
 	limits    *prometheus.CounterVec
-	// The outbound route families (routes.go).
+	// The outbound route families (routes.go), and the route series held
+	// by the route tables in use.
 	httpRoutes, grpcRoutes *routeFamilies
+	routesMu               sync.Mutex
+	routesHeld             map[string]*heldRoute
 
 	mu   sync.Mutex
 	seen map[string]map[string]struct{} // label kind+direction → values
@@ -102,6 +105,7 @@ func New(reg prometheus.Registerer, maxTargets int) *Metrics {
 		}, []string{"direction", "limit"}),
 		httpRoutes: newRouteFamilies("http", "http_status"),
 		grpcRoutes: newRouteFamilies("grpc", "grpc_status"),
+		routesHeld: map[string]*heldRoute{},
 		seen:       map[string]map[string]struct{}{},
 	}
 	reg.MustRegister(m.requests, m.responses, m.latency, m.tcpOpen, m.tcpClose, m.tcpConns, m.tcpRead, m.tcpWrite, m.probes, m.refused, m.limits)

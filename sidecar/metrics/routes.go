@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -86,6 +87,7 @@ func (f *routeFamilies) collectors() []prometheus.Collector {
 // RouteSeries holds the series of one route of one parent, resolved once
 // when the route arrives so that a request costs no label lookups.
 type RouteSeries struct {
+	key                                            string // in Metrics.routesHeld
 	f                                              *routeFamilies
 	labels                                         []string
 	grpc                                           bool
@@ -95,13 +97,66 @@ type RouteSeries struct {
 }
 
 // Route returns the series of route under parent (gRPC: the
-// outbound_grpc_route_* families).
+// outbound_grpc_route_* families). Each call holds the series until a
+// ReleaseRoute: series no route holds any more are deleted, so routes
+// that come and go do not grow the metrics.
 func (m *Metrics) Route(grpc bool, parent, route Ref) *RouteSeries {
+	labels := append(parent.values(), route.values()...)
+	key := strings.Join(labels, "\x00")
+	if grpc {
+		key = "grpc\x00" + key
+	}
+	m.routesMu.Lock()
+	defer m.routesMu.Unlock()
+	if h := m.routesHeld[key]; h != nil {
+		h.n++
+		return h.s
+	}
+	s := m.newRouteSeries(grpc, labels)
+	s.key = key
+	m.routesHeld[key] = &heldRoute{s: s, n: 1}
+	return s
+}
+
+// ReleaseRoute gives back one hold of s; the last one deletes its series,
+// its backends' and its statuses'.
+func (m *Metrics) ReleaseRoute(s *RouteSeries) {
+	m.routesMu.Lock()
+	defer m.routesMu.Unlock()
+	h := m.routesHeld[s.key]
+	if h == nil || h.s != s {
+		return
+	}
+	if h.n--; h.n > 0 {
+		return
+	}
+	delete(m.routesHeld, s.key)
+	f := s.f
+	for _, v := range []*prometheus.CounterVec{f.retryRequests, f.retrySuccesses, f.retryLimit, f.retryOverflow} {
+		v.DeleteLabelValues(s.labels...)
+	}
+	f.duration.DeleteLabelValues(s.labels...)
+	match := prometheus.Labels{}
+	for i, name := range append(labelNames("parent"), labelNames("route")...) {
+		match[name] = s.labels[i]
+	}
+	f.statuses.DeletePartialMatch(match)
+	f.backendRequests.DeletePartialMatch(match)
+	f.backendDuration.DeletePartialMatch(match)
+	f.backendStatuses.DeletePartialMatch(match)
+}
+
+// heldRoute counts the holds on one route's series.
+type heldRoute struct {
+	s *RouteSeries
+	n int
+}
+
+func (m *Metrics) newRouteSeries(grpc bool, labels []string) *RouteSeries {
 	f := m.httpRoutes
 	if grpc {
 		f = m.grpcRoutes
 	}
-	labels := append(parent.values(), route.values()...)
 	return &RouteSeries{
 		f: f, labels: labels, grpc: grpc,
 		duration:       f.duration.WithLabelValues(labels...),

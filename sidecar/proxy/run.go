@@ -99,6 +99,7 @@ func Run(ctx context.Context, ro RunOptions) error {
 				Client: client, Log: log.With("component", "discovery"), Registerer: reg,
 				ContextToken: fmt.Sprintf(`{"ns":%q}`, cfg.PodNamespace),
 				Instrument:   func(t *routes.Table) { httpproxy.InstrumentRoutes(m, t) },
+				Release:      func(t *routes.Table) { httpproxy.ReleaseRoutes(m, t) },
 			})
 			defer r.Close()
 			resolver = r
