@@ -111,6 +111,11 @@ func (r *Resolver) streamPolicy(ctx context.Context, s *policySub) (got bool, er
 		}
 		got = true
 		r.release(s.table.Swap(r.compile(s.dst, p)))
+		if ctx.Err() != nil {
+			// Dropped while compiling: dropIdlePolicies may have swapped
+			// nil in before our table, which nobody would release.
+			r.release(s.table.Swap(nil))
+		}
 		s.firstDone()
 	}
 }
