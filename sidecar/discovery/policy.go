@@ -23,7 +23,7 @@ import (
 // (waiting up to FirstTimeout, or ctx, for the first answer).
 func (r *Resolver) Policy(ctx context.Context, dst netip.AddrPort) *routes.Table {
 	s := r.policySub(dst)
-	s.touch()
+	s.used.Store(true)
 	if t := s.table.Load(); t != nil {
 		return t
 	}
@@ -48,8 +48,7 @@ func (r *Resolver) policySub(dst netip.AddrPort) *policySub {
 		return s
 	}
 	ctx, cancel := context.WithCancel(r.ctx)
-	s := &policySub{dst: dst, first: make(chan struct{}), cancel: cancel}
-	s.touch()
+	s := &policySub{dst: dst, first: make(chan struct{}), cancel: cancel, seen: time.Now().UnixNano()}
 	r.policies[dst] = s
 	go r.followPolicy(ctx, s)
 	// The request will want dst's endpoints next (most backends are the
@@ -64,11 +63,12 @@ type policySub struct {
 	cancel context.CancelFunc
 	first  chan struct{} // closed after the first message or failed stream
 	once   sync.Once
-	used   atomic.Int64
-	table  atomic.Pointer[routes.Table]
+	// used is set by every Policy call (no clock read per request); the
+	// janitor turns it into seen, the last time it found it set.
+	used  atomic.Bool
+	seen  int64 // unix nanos; the janitor's (under r.mu)
+	table atomic.Pointer[routes.Table]
 }
-
-func (s *policySub) touch() { s.used.Store(time.Now().UnixNano()) }
 
 func (s *policySub) firstDone() { s.once.Do(func() { close(s.first) }) }
 
@@ -141,7 +141,10 @@ func (r *Resolver) compile(dst netip.AddrPort, p *destinationpb.OutboundPolicy) 
 // is held.
 func (r *Resolver) dropIdlePolicies(now int64) {
 	for dst, s := range r.policies {
-		if time.Duration(now-s.used.Load()) > r.opts.IdleTimeout {
+		if s.used.Swap(false) {
+			s.seen = now
+		}
+		if time.Duration(now-s.seen) > r.opts.IdleTimeout {
 			s.cancel()
 			delete(r.policies, dst)
 			r.release(s.table.Swap(nil))

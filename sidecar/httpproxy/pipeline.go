@@ -57,7 +57,7 @@ type exchange struct {
 // it before begin, to hand requests whose rule needs more than a backend
 // choice (Rule.Plain) to the net/http engine.
 func (p *Proxy) route(ctx context.Context, x *exchange, req *Request) {
-	*x = exchange{p: p, req: req, endpoint: Endpoint{Addr: req.Dst}, routed: true, start: time.Now()}
+	*x = exchange{p: p, req: req, endpoint: Endpoint{Addr: req.Dst}, routed: true}
 	if p.opts.Routes == nil {
 		return
 	}
@@ -112,6 +112,7 @@ func (p *Proxy) begin(ctx context.Context, x *exchange, req *Request, series *me
 		tl = metrics.TLS{On: true, PeerID: m.PeerID(dir, x.endpoint.Identity)}
 	}
 	x.rec = m.StartRequest(dir, req.Dst, req.Authority, tl, series)
+	x.start = x.rec.Start() // one clock read for every metric of the request
 	if t := p.opts.ResponseHeaderTimeout; t > 0 && !req.GRPC {
 		// gRPC carries its own deadline (grpc-timeout), and a server
 		// stream may rightly send no headers for a long time.

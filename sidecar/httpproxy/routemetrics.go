@@ -61,15 +61,22 @@ func backendSeries(b *routes.Backend) *metrics.BackendSeries {
 func (x *exchange) sent() {
 	if b := backendSeries(x.backend); b != nil {
 		b.Sent()
-		x.attemptStart = time.Now()
+		x.attemptStart = x.start
+		if x.attempts > 0 {
+			x.attemptStart = time.Now()
+		}
 		x.attemptOpen = true
 	}
 }
 
 // attemptDone records the end of an attempt that is not the last one.
 func (x *exchange) attemptDone(status int, grpcStatus, errLabel string) {
+	x.attemptEnd(time.Now(), status, grpcStatus, errLabel)
+}
+
+func (x *exchange) attemptEnd(now time.Time, status int, grpcStatus, errLabel string) {
 	if b := backendSeries(x.backend); b != nil && x.attemptOpen {
-		b.Done(time.Since(x.attemptStart), status, grpcStatus, errLabel)
+		b.Done(now.Sub(x.attemptStart), status, grpcStatus, errLabel)
 	}
 	x.attemptOpen = false
 }
@@ -83,9 +90,10 @@ func (x *exchange) routeDone(status int, grpcStatus, reason string) {
 	if x.reqCtx != nil && errors.Is(context.Cause(x.reqCtx), errRouteTimeout) && reason != "" {
 		label = metrics.RouteErrRequestTimeout
 	}
-	x.attemptDone(status, grpcStatus, label)
+	now := time.Now()
+	x.attemptEnd(now, status, grpcStatus, label)
 	if rs := routeSeries(x.rule); rs != nil {
-		rs.Done(time.Since(x.start), status, grpcStatus, label)
+		rs.Done(now.Sub(x.start), status, grpcStatus, label)
 	}
 }
 

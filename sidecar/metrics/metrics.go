@@ -278,6 +278,9 @@ func (m *Metrics) StartRequest(direction string, dst netip.AddrPort, authority s
 	return r
 }
 
+// Start is when the request started (StartRequest's clock read).
+func (r Request) Start() time.Time { return r.start }
+
 // Headers records response latency when response headers are ready.
 func (r Request) Headers(status int) {
 	ms := float64(time.Since(r.start)) / float64(time.Millisecond)
