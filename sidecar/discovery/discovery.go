@@ -125,7 +125,7 @@ type Resolver struct {
 	defaultTable *routes.Table
 
 	mu       sync.Mutex
-	subs     map[string]*sub // by Get path
+	subs     map[subKey]*sub
 	policies map[netip.AddrPort]*policySub
 }
 
@@ -155,7 +155,7 @@ func New(opts Options) *Resolver {
 			Name: "destination_subscriptions", Help: "Destinations with an open subscription.",
 		}),
 		done:         make(chan struct{}),
-		subs:         map[string]*sub{},
+		subs:         map[subKey]*sub{},
 		policies:     map[netip.AddrPort]*policySub{},
 		defaultTable: routes.Default(),
 	}
@@ -194,7 +194,7 @@ func (r *Resolver) Close() {
 // ctx) for destination's first answer. It returns ErrNoEndpoints when the
 // service exists without endpoints.
 func (r *Resolver) Pick(ctx context.Context, dst netip.AddrPort) (Pick, error) {
-	return r.pick(ctx, dst.String(), dst)
+	return r.pick(ctx, subKey{addr: dst}, dst)
 }
 
 // PickService returns the endpoint for one request to a route's backend
@@ -203,7 +203,7 @@ func (r *Resolver) Pick(ctx context.Context, dst netip.AddrPort) (Pick, error) {
 // not know, or cannot tell about, is an error (ErrNoEndpoints when known
 // and empty).
 func (r *Resolver) PickService(ctx context.Context, authority string) (Pick, error) {
-	pk, err := r.pick(ctx, authority, netip.AddrPort{})
+	pk, err := r.pick(ctx, subKey{name: authority}, netip.AddrPort{})
 	if err == nil && pk.Fallback {
 		return Pick{}, fmt.Errorf("backend %s: %w", authority, ErrUnknownService)
 	}
@@ -214,9 +214,24 @@ func (r *Resolver) PickService(ctx context.Context, authority string) (Pick, err
 // know the backend Service, or could not be asked.
 var ErrUnknownService = errors.New("destination does not know the Service or is unreachable")
 
-// pick serves Pick and PickService: key is the Get path; dst, the original
-// destination to fall back to.
-func (r *Resolver) pick(ctx context.Context, key string, dst netip.AddrPort) (Pick, error) {
+// subKey names a subscription: an original destination, or a Service
+// name (PickService). A key costs no allocation per request.
+type subKey struct {
+	addr netip.AddrPort
+	name string
+}
+
+// path is the key as a Get path.
+func (k subKey) path() string {
+	if k.name != "" {
+		return k.name
+	}
+	return k.addr.String()
+}
+
+// pick serves Pick and PickService: key names the subscription; dst is
+// the original destination to fall back to.
+func (r *Resolver) pick(ctx context.Context, key subKey, dst netip.AddrPort) (Pick, error) {
 	s := r.subscription(key)
 	defer s.touch()
 	if !s.synced.Load() {
@@ -235,7 +250,7 @@ func (r *Resolver) pick(ctx context.Context, key string, dst netip.AddrPort) (Pi
 		r.lookups.WithLabelValues(ResultUnavailable).Inc()
 		if !s.warned {
 			s.warned = true
-			r.opts.Log.Warn("destination unavailable and nothing cached; using the original destination", "dst", key, "err", s.lastErr)
+			r.opts.Log.Warn("destination unavailable and nothing cached; using the original destination", "dst", s.dst, "err", s.lastErr)
 		}
 		return Pick{Endpoint: Endpoint{Addr: dst}, Fallback: true}, nil
 	case !s.exists:
@@ -243,7 +258,7 @@ func (r *Resolver) pick(ctx context.Context, key string, dst netip.AddrPort) (Pi
 		return Pick{Endpoint: Endpoint{Addr: dst}, Fallback: true}, nil
 	case len(s.eps) == 0:
 		r.lookups.WithLabelValues(ResultNoEndpoints).Inc()
-		return Pick{}, fmt.Errorf("%s: %w", key, ErrNoEndpoints)
+		return Pick{}, fmt.Errorf("%s: %w", s.dst, ErrNoEndpoints)
 	}
 	r.lookups.WithLabelValues(ResultEndpoints).Inc()
 	ep := s.choose()
@@ -252,23 +267,22 @@ func (r *Resolver) pick(ctx context.Context, key string, dst netip.AddrPort) (Pi
 	return Pick{Endpoint: ep.Endpoint, ep: ep, s: s}, nil
 }
 
-// subscription returns the subscription for a Get path, starting it if
-// needed.
-func (r *Resolver) subscription(path string) *sub {
+// subscription returns the subscription of key, starting it if needed.
+func (r *Resolver) subscription(key subKey) *sub {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.subscriptionLocked(path)
+	return r.subscriptionLocked(key)
 }
 
 // subscriptionLocked is subscription with r.mu held.
-func (r *Resolver) subscriptionLocked(path string) *sub {
-	if s, ok := r.subs[path]; ok {
+func (r *Resolver) subscriptionLocked(key subKey) *sub {
+	if s, ok := r.subs[key]; ok {
 		return s
 	}
 	ctx, cancel := context.WithCancel(r.ctx)
-	s := &sub{dst: path, first: make(chan struct{}), cancel: cancel}
+	s := &sub{dst: key.path(), first: make(chan struct{}), cancel: cancel}
 	s.touch()
-	r.subs[path] = s
+	r.subs[key] = s
 	r.subsG.Inc()
 	go r.follow(ctx, s)
 	return s

@@ -53,7 +53,7 @@ func (r *Resolver) policySub(dst netip.AddrPort) *policySub {
 	go r.followPolicy(ctx, s)
 	// The request will want dst's endpoints next (most backends are the
 	// Service itself): ask for both at once, not one after the other.
-	r.subscriptionLocked(dst.String())
+	r.subscriptionLocked(subKey{addr: dst})
 	return s
 }
 

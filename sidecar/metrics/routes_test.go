@@ -73,3 +73,19 @@ func TestRouteSeriesReleased(t *testing.T) {
 		t.Error("a released route's series were reused")
 	}
 }
+
+// Recording a route request and its attempt allocates nothing once the
+// series exist.
+func TestRouteDoneAllocatesNothing(t *testing.T) {
+	m := New(prometheus.NewRegistry(), 100)
+	rs := m.Route(false, Ref{Kind: "Service", Name: "web"}, Ref{Kind: "default", Name: "http"})
+	b := rs.Backend(Ref{Kind: "Service", Name: "web"})
+	allocs := testing.AllocsPerRun(1000, func() {
+		b.Sent()
+		b.Done(time.Millisecond, 200, "", "")
+		rs.Done(time.Millisecond, 200, "", "")
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per request, want 0", allocs)
+	}
+}
