@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/netip"
 	"sort"
+	"strings"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
@@ -57,6 +58,10 @@ type policies struct {
 
 	kick chan struct{}
 
+	dirtyMu  sync.Mutex
+	dirty    map[string]struct{} // "ns/name" of Services whose streams to recompute
+	dirtyAll bool
+
 	mu      sync.Mutex
 	streams map[*policyStream]struct{}
 	// warned holds the warnings logged already: Translate runs per stream
@@ -90,7 +95,7 @@ type policyStream struct {
 
 func newPolicies(cfg Config, w *watcher, log *slog.Logger) *policies {
 	return &policies{cfg: cfg, w: w, log: log, kick: make(chan struct{}, 1),
-		streams: map[*policyStream]struct{}{}, warned: map[string]struct{}{}}
+		streams: map[*policyStream]struct{}{}, warned: map[string]struct{}{}, dirty: map[string]struct{}{}}
 }
 
 // watch sets up the route and profile informers for the kinds whose CRDs
@@ -115,14 +120,16 @@ func (p *policies) watch(c RouteClients) error {
 		}
 		return false, nil
 	}
+	// A route or profile change recomputes the streams of the Services
+	// it names (before and after the change), not every stream.
 	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { p.changed() },
+		AddFunc: func(obj any) { p.changed(p.affected(obj)...) },
 		UpdateFunc: func(oldObj, newObj any) {
 			if specChanged(oldObj, newObj) {
-				p.changed()
+				p.changed(append(p.affected(oldObj), p.affected(newObj)...)...)
 			}
 		},
-		DeleteFunc: func(any) { p.changed() },
+		DeleteFunc: func(obj any) { p.changed(p.affected(obj)...) },
 	}
 	p.gwFactory = gatewayinformers.NewSharedInformerFactory(c.Gateway, 0)
 	add := func(inf cache.SharedIndexInformer, what string) (cache.SharedIndexInformer, error) {
@@ -201,9 +208,15 @@ func (p *policies) run(ctx context.Context) {
 			return
 		case <-p.kick:
 		}
+		p.dirtyMu.Lock()
+		all, dirty := p.dirtyAll, p.dirty
+		p.dirtyAll, p.dirty = false, map[string]struct{}{}
+		p.dirtyMu.Unlock()
 		p.mu.Lock()
 		for s := range p.streams {
-			p.push(s)
+			if _, ok := dirty[p.serviceOf(s)]; all || ok {
+				p.push(s)
+			}
 		}
 		p.mu.Unlock()
 		if p.status != nil {
@@ -212,8 +225,19 @@ func (p *policies) run(ctx context.Context) {
 	}
 }
 
-// changed signals the recompute loop; it never blocks.
-func (p *policies) changed() {
+// changed marks the streams of the Services named by keys ("ns/name")
+// for a recompute, or every stream when there are none (a Service
+// changed: any policy may name it as a backend), and signals the
+// recompute loop; it never blocks.
+func (p *policies) changed(keys ...string) {
+	p.dirtyMu.Lock()
+	if len(keys) == 0 {
+		p.dirtyAll = true
+	}
+	for _, k := range keys {
+		p.dirty[k] = struct{}{}
+	}
+	p.dirtyMu.Unlock()
 	select {
 	case p.kick <- struct{}{}:
 	default:
@@ -352,4 +376,60 @@ func specChanged(oldObj, newObj any) bool {
 		return !equality.Semantic.DeepEqual(o.Object["spec"], newObj.(*unstructured.Unstructured).Object["spec"])
 	}
 	return true
+}
+
+// serviceOf is the "ns/name" of the Service a stream asks about ("" for
+// none); p.mu is held.
+func (p *policies) serviceOf(s *policyStream) string {
+	ns, name := s.svcNS, s.svcName
+	if s.ip.IsValid() {
+		ns, name, _ = p.w.serviceByIP(s.ip)
+	}
+	if name == "" {
+		return ""
+	}
+	return ns + "/" + name
+}
+
+// affected names the Services ("ns/name") whose policies obj can change:
+// a route's Service parents; a profile's Service. Anything else (a
+// tombstone of an unknown kind) names nothing, which recomputes every
+// stream.
+func (p *policies) affected(obj any) []string {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	var refs []gatewayv1.ParentReference
+	var ns string
+	switch o := obj.(type) {
+	case *gatewayv1.HTTPRoute:
+		refs, ns = o.Spec.ParentRefs, o.Namespace
+	case *gatewayv1.GRPCRoute:
+		refs, ns = o.Spec.ParentRefs, o.Namespace
+	case *unstructured.Unstructured:
+		svc, rest, _ := strings.Cut(o.GetName(), ".")
+		svcNS, _, _ := strings.Cut(rest, ".")
+		if svc != "" && svcNS != "" {
+			return []string{svcNS + "/" + svc}
+		}
+		return nil
+	default:
+		return nil
+	}
+	var out []string
+	for _, r := range refs {
+		if r.Kind == nil || *r.Kind != "Service" {
+			continue
+		}
+		refNS := ns
+		if r.Namespace != nil {
+			refNS = string(*r.Namespace)
+		}
+		out = append(out, refNS+"/"+string(r.Name))
+	}
+	if len(out) == 0 {
+		// Not attached to a Service: no stream's policy depends on it.
+		return []string{""}
+	}
+	return out
 }

@@ -41,7 +41,7 @@ func New(cfg Config, client kubernetes.Interface, reg prometheus.Registerer, log
 		return nil, err
 	}
 	pol := newPolicies(cfg, w, log)
-	w.serviceChanged = pol.changed
+	w.serviceChanged = func() { pol.changed() }
 	return &Server{cfg: cfg, log: log, metrics: m, watcher: w, policies: pol}, nil
 }
 

@@ -5,6 +5,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
@@ -36,5 +37,35 @@ func TestSpecChanged(t *testing.T) {
 		if got := specChanged(c.old, c.new); got != c.want {
 			t.Errorf("%s: specChanged = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// A route's change recomputes the streams of its Service parents only; a
+// profile's, its Service's.
+func TestAffectedServices(t *testing.T) {
+	p := &policies{}
+	svc, gw := gatewayv1.Kind("Service"), gatewayv1.Kind("Gateway")
+	other := gatewayv1.Namespace("other")
+	route := &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r"}}
+	route.Spec.ParentRefs = []gatewayv1.ParentReference{
+		{Kind: &svc, Name: "web"},
+		{Kind: &svc, Namespace: &other, Name: "api"},
+		{Kind: &gw, Name: "edge"},
+	}
+	if got := p.affected(route); len(got) != 2 || got[0] != "ns/web" || got[1] != "other/api" {
+		t.Errorf("route: %q, want [ns/web other/api]", got)
+	}
+	prof := &unstructured.Unstructured{Object: map[string]any{}}
+	prof.SetName("books.shop.svc.cluster.local")
+	if got := p.affected(prof); len(got) != 1 || got[0] != "shop/books" {
+		t.Errorf("profile: %q, want [shop/books]", got)
+	}
+	if got := p.affected(cache.DeletedFinalStateUnknown{Obj: route}); len(got) != 2 {
+		t.Errorf("tombstone: %q, want the route's parents", got)
+	}
+	gwOnly := &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "g"}}
+	gwOnly.Spec.ParentRefs = []gatewayv1.ParentReference{{Kind: &gw, Name: "edge"}}
+	if got := p.affected(gwOnly); len(got) != 1 || got[0] != "" {
+		t.Errorf("gateway-only route: %q, want [\"\"] (no Service stream)", got)
 	}
 }
