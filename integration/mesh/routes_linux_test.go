@@ -773,9 +773,11 @@ func wantSplit(t *testing.T, res loadResult, n int, share float64) {
 	if res.Statuses["200"] != n || apps["v1"]+apps["v2"] != n {
 		t.Fatalf("statuses %v, served by %v; want %d answers from v1 and v2", res.Statuses, apps, n)
 	}
-	if got := float64(apps["v2"]) / float64(n); math.Abs(got-share) > 0.03 {
+	got := float64(apps["v2"]) / float64(n)
+	if math.Abs(got-share) > 0.03 {
 		t.Errorf("v2 took %.1f%% (%v), want %.0f%% ± 3", 100*got, apps, 100*share)
 	}
+	t.Logf("v2 took %.1f%% of %d requests (%v)", 100*got, n, apps)
 }
 
 // waitServedBy waits until every request to svc is answered by app.
