@@ -1,0 +1,226 @@
+// Package balance chooses the endpoint for each request or connection:
+// peak-EWMA power of two choices over per-endpoint latency and load for
+// HTTP (Linkerd's balancer), and least-loaded power of two choices for
+// opaque TCP. It keeps no clock and does no I/O: every call takes the time
+// as monotonic nanoseconds, so callers pass a real clock and tests a
+// simulated one.
+package balance
+
+import (
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of Config, as Linkerd's (DESIGN.md §8).
+const (
+	DefaultRTT   = 30 * time.Millisecond
+	DefaultDecay = 10 * time.Second
+)
+
+// Config is the peak-EWMA configuration shared by a balancer's endpoints.
+// Zero fields take the defaults.
+type Config struct {
+	// DefaultRTT is the estimate of an endpoint before its first sample.
+	DefaultRTT time.Duration
+	// Decay is τ, the time constant with which the estimate decays.
+	Decay time.Duration
+}
+
+// Validate reports the first problem with c.
+func (c Config) Validate() error {
+	switch {
+	case c.DefaultRTT < 0:
+		return fmt.Errorf("balance: default RTT %s must not be negative", c.DefaultRTT)
+	case c.Decay < 0:
+		return fmt.Errorf("balance: decay %s must not be negative", c.Decay)
+	}
+	return nil
+}
+
+// Endpoint is the balancing state of one endpoint: requests pending, the
+// peak-EWMA RTT estimate and the weight. It is safe for concurrent use and
+// takes no lock: every field is an atomic. Create it with NewEndpoint.
+//
+// The estimate follows tower's PeakEwma (tower/src/load/peak_ewma.rs), the
+// one linkerd2-proxy balances HTTP with. The state is an estimate E as of
+// the time u of its last update, where reading the cost counts as an
+// update. With τ the decay and w = exp(-(t-u)/τ):
+//
+//   - reading the cost at t (tower's load) decays E toward 0:
+//     E ← E·w, u ← t;
+//   - a sample s (the RTT of a request) at t: if E < s, the peak, E ← s;
+//     else E ← E·w + s·(1−w), an average weighted toward s by the time
+//     since the last update; then u ← t.
+//
+// Before any sample E is DefaultRTT as of NewEndpoint's time, decaying as
+// above. Decay toward 0 is memoryless (E·w₁·w₂ = E·exp(-(Δ₁+Δ₂)/τ)), so the
+// estimate is kept as one float64, ln E + (u−origin)/τ, from which E at any
+// t is exp(x − (t−origin)/τ): a read stores only u, a sample swaps x with
+// a compare-and-swap, and no lock pairs E with its time.
+type Endpoint struct {
+	pending  atomic.Int64
+	logEst   atomic.Uint64 // float64 bits of ln E + (u−origin)/τ
+	updated  atomic.Int64  // u: the last read or sample
+	weight   atomic.Uint32
+	origin   int64
+	invDecay float64 // 1/τ, per nanosecond
+}
+
+// NewEndpoint returns an endpoint with weight (0 means 1) whose estimate
+// is c.DefaultRTT at now.
+func NewEndpoint(c Config, weight uint32, now int64) *Endpoint {
+	rtt, decay := c.DefaultRTT, c.Decay
+	if rtt <= 0 {
+		rtt = DefaultRTT
+	}
+	if decay <= 0 {
+		decay = DefaultDecay
+	}
+	e := &Endpoint{origin: now, invDecay: 1 / float64(decay)}
+	e.logEst.Store(math.Float64bits(math.Log(float64(rtt))))
+	e.updated.Store(now)
+	e.weight.Store(weight)
+	return e
+}
+
+// SetWeight changes the weight (0 means 1), as discovery updates it.
+func (e *Endpoint) SetWeight(w uint32) { e.weight.Store(w) }
+
+// Weight returns the weight in effect (at least 1).
+func (e *Endpoint) Weight() uint32 { return max(e.weight.Load(), 1) }
+
+// Pending returns the requests started and not yet Done.
+func (e *Endpoint) Pending() int64 { return e.pending.Load() }
+
+// Estimate returns the RTT estimate at now, for diagnostics: unlike Cost it
+// does not count as an update.
+func (e *Endpoint) Estimate(now int64) time.Duration {
+	return time.Duration(e.at(e.logEst.Load(), now))
+}
+
+// Cost is Linkerd's load of the endpoint at now, estimate × (pending + 1)
+// / weight, in nanoseconds: pending are the requests in flight, the 1 the
+// request being placed. Like tower's load it counts as an update of the
+// estimate (see Endpoint).
+func (e *Endpoint) Cost(now int64) float64 {
+	e.touch(now)
+	return e.at(e.logEst.Load(), now) * float64(e.pending.Load()+1) / float64(e.Weight())
+}
+
+// at is the estimate x stands for at t.
+func (e *Endpoint) at(x uint64, t int64) float64 {
+	return math.Exp(math.Float64frombits(x) - float64(t-e.origin)*e.invDecay)
+}
+
+// touch moves u to t unless it is there or later.
+func (e *Endpoint) touch(t int64) {
+	if e.updated.Load() < t {
+		e.updated.Store(t)
+	}
+}
+
+// observe folds the sample rtt (nanoseconds) taken at now into the
+// estimate. Concurrent samples each apply whole (the swap retries); a
+// read racing with them can make u lag by the width of the race.
+func (e *Endpoint) observe(rtt float64, now int64) {
+	for {
+		old := e.logEst.Load()
+		u := e.updated.Load()
+		t := max(now, u)
+		est := e.at(old, u) // E as of u
+		if est < rtt {
+			est = rtt // the peak
+		} else {
+			w := math.Exp(-float64(t-u) * e.invDecay)
+			est = est*w + rtt*(1-w)
+		}
+		x := math.Log(est) + float64(t-e.origin)*e.invDecay
+		if e.logEst.CompareAndSwap(old, math.Float64bits(x)) {
+			e.touch(t)
+			return
+		}
+	}
+}
+
+// Handle is one request placed on an endpoint. Keep it in a variable and
+// call its methods on that variable (they take a pointer so that repeats
+// are ignored); do not copy it.
+type Handle struct {
+	ep       *Endpoint
+	start    int64
+	observed bool
+}
+
+// Start counts a request as pending on e from now.
+func (e *Endpoint) Start(now int64) Handle {
+	e.pending.Add(1)
+	return Handle{ep: e, start: now}
+}
+
+// Observe records now − start as an RTT sample: call it at the first
+// response byte. Calls after the first, or after Done, are ignored.
+// (linkerd2-proxy samples at the first response data frame and also when
+// the response ends or fails before one; a request that fails here without
+// Observe gives no sample.)
+func (h *Handle) Observe(now int64) {
+	if h.ep == nil || h.observed {
+		return
+	}
+	h.observed = true
+	h.ep.observe(float64(max(now-h.start, 0)), now)
+}
+
+// Done ends the request: it is no longer pending. Calls after the first
+// are ignored. (linkerd2-proxy stops counting a request at its first
+// response data frame; calling Done with Observe reproduces that, calling
+// it at the end of the response counts streams for their whole life.)
+func (h *Handle) Done() {
+	if h.ep != nil {
+		h.ep.pending.Add(-1)
+		h.ep = nil
+	}
+}
+
+// PickP2C is peak-EWMA power of two choices: of two distinct endpoints
+// drawn from eps with rnd, the one of lower Cost at now (either on a tie).
+// One endpoint is returned as is, none gives nil. It reads two endpoints
+// and allocates nothing.
+func PickP2C(eps []*Endpoint, now int64, rnd uint64) *Endpoint {
+	a, b := two(eps, rnd)
+	if b != nil && b.Cost(now) < a.Cost(now) {
+		return b
+	}
+	return a
+}
+
+// PickLeastLoaded is power of two choices by pending requests (opaque
+// connections) over weight: of two distinct endpoints drawn with rnd, the
+// one of lower (pending + 1) / weight.
+func PickLeastLoaded(eps []*Endpoint, rnd uint64) *Endpoint {
+	a, b := two(eps, rnd)
+	if b != nil && (b.pending.Load()+1)*int64(a.Weight()) < (a.pending.Load()+1)*int64(b.Weight()) {
+		return b
+	}
+	return a
+}
+
+// two draws two distinct endpoints, the first from the low 32 bits of rnd
+// and the second from the high ones (multiply-shift, no division); b is
+// nil when eps has fewer than two.
+func two(eps []*Endpoint, rnd uint64) (a, b *Endpoint) {
+	n := uint64(len(eps))
+	switch n {
+	case 0:
+		return nil, nil
+	case 1:
+		return eps[0], nil
+	}
+	i := (rnd & math.MaxUint32) * n >> 32
+	j := (rnd >> 32) * (n - 1) >> 32
+	if j >= i {
+		j++
+	}
+	return eps[i], eps[j]
+}

@@ -1,0 +1,379 @@
+package balance
+
+import (
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+)
+
+const (
+	ms  = int64(time.Millisecond)
+	sec = int64(time.Second)
+)
+
+// t0 is an arbitrary origin: the clock is any monotonic nanosecond count.
+const t0 = 1_000 * sec
+
+func near(t *testing.T, what string, got, want float64) {
+	t.Helper()
+	if math.Abs(got-want) > 1e-9*math.Abs(want)+1e-6 {
+		t.Errorf("%s = %.6f, want %.6f", what, got, want)
+	}
+}
+
+func msOf(d time.Duration) float64 { return float64(d) / float64(ms) }
+
+// sample places one request on e started at start and answered at end.
+func sample(e *Endpoint, start, end int64) {
+	h := e.Start(start)
+	h.Observe(end)
+	h.Done()
+}
+
+func TestDefaultRTTDecays(t *testing.T) {
+	e := NewEndpoint(Config{}, 0, t0)
+	near(t, "estimate at creation (ms)", msOf(e.Estimate(t0)), 30)
+	near(t, "cost at creation (ns)", e.Cost(t0), 30e6)
+	// Before any sample the default decays toward 0 like any estimate.
+	near(t, "estimate after τ (ms)", msOf(e.Estimate(t0+10*sec)), 30*math.Exp(-1))
+
+	c := NewEndpoint(Config{DefaultRTT: 5 * time.Millisecond, Decay: time.Second}, 0, t0)
+	near(t, "configured estimate after 1 s (ms)", msOf(c.Estimate(t0+sec)), 5*math.Exp(-1))
+}
+
+func TestPeakJump(t *testing.T) {
+	e := NewEndpoint(Config{}, 0, t0)
+	sample(e, t0+900*ms, t0+sec) // 100 ms > 30 ms·e^-0.1: the estimate is the sample
+	near(t, "after a peak (ms)", msOf(e.Estimate(t0+sec)), 100)
+	sample(e, t0+2*sec, t0+2*sec+500*ms) // higher again: jumps again
+	near(t, "after a higher peak (ms)", msOf(e.Estimate(t0+2*sec+500*ms)), 500)
+}
+
+func TestDecayTowardLowerSample(t *testing.T) {
+	// Estimate 100 ms at 1 s; a 10 ms sample 5 s later: w = e^-0.5,
+	// 100·w + 10·(1−w) = 64.5878 ms.
+	e := NewEndpoint(Config{}, 0, t0)
+	sample(e, t0+900*ms, t0+sec)
+	sample(e, t0+6*sec-10*ms, t0+6*sec)
+	near(t, "after 5 s (ms)", msOf(e.Estimate(t0+6*sec)), 64.58775937)
+	w := math.Exp(-0.5)
+	near(t, "after 5 s, formula (ms)", msOf(e.Estimate(t0+6*sec)), 100*w+10*(1-w))
+
+	// As in tower, reading the cost is an update: a read at 5 s decays the
+	// estimate to 100·e^-0.4 and the sample at 6 s then weighs only by the
+	// 1 s since: 100·e^-0.4·e^-0.1 + 10·(1−e^-0.1) = 61.6047 ms.
+	r := NewEndpoint(Config{}, 0, t0)
+	sample(r, t0+900*ms, t0+sec)
+	near(t, "cost read at 5 s (ns)", r.Cost(t0+5*sec), 100e6*math.Exp(-0.4))
+	sample(r, t0+6*sec-10*ms, t0+6*sec)
+	near(t, "after a read at 5 s (ms)", msOf(r.Estimate(t0+6*sec)), 61.60469179)
+
+	// Estimate (diagnostics) is not an update.
+	d := NewEndpoint(Config{}, 0, t0)
+	sample(d, t0+900*ms, t0+sec)
+	d.Estimate(t0 + 5*sec)
+	sample(d, t0+6*sec-10*ms, t0+6*sec)
+	near(t, "after an Estimate at 5 s (ms)", msOf(d.Estimate(t0+6*sec)), 64.58775937)
+}
+
+func TestCostPendingWeight(t *testing.T) {
+	e := NewEndpoint(Config{}, 0, t0)
+	if e.Weight() != 1 {
+		t.Fatalf("weight 0 reads as %d, want 1", e.Weight())
+	}
+	a, b := e.Start(t0), e.Start(t0)
+	near(t, "cost with 2 pending (ns)", e.Cost(t0), 30e6*3)
+	e.SetWeight(2)
+	near(t, "cost with 2 pending, weight 2 (ns)", e.Cost(t0), 30e6*3/2)
+	a.Done()
+	a.Done() // ignored
+	if e.Pending() != 1 {
+		t.Fatalf("pending %d after one Done twice, want 1", e.Pending())
+	}
+	b.Observe(t0 + 40*ms)
+	b.Observe(t0 + 900*ms) // ignored
+	b.Done()
+	near(t, "estimate after one sample (ms)", msOf(e.Estimate(t0+40*ms)), 40)
+	near(t, "cost idle, weight 2 (ns)", e.Cost(t0+40*ms), 40e6/2)
+	b.Observe(t0 + 2*sec) // after Done: ignored
+	near(t, "estimate (ms)", msOf(e.Estimate(t0+40*ms)), 40)
+}
+
+func TestPickEdges(t *testing.T) {
+	if PickP2C(nil, t0, 1) != nil || PickLeastLoaded(nil, 1) != nil {
+		t.Fatal("no endpoints must give nil")
+	}
+	one := []*Endpoint{NewEndpoint(Config{}, 0, t0)}
+	if PickP2C(one, t0, 7) != one[0] || PickLeastLoaded(one, 7) != one[0] {
+		t.Fatal("one endpoint must be picked")
+	}
+	// The two candidates are distinct and uniform for every size.
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{2, 3, 10} {
+		eps := make([]*Endpoint, n)
+		for i := range eps {
+			eps[i] = NewEndpoint(Config{}, 0, t0)
+		}
+		idx := map[*Endpoint]int{}
+		for i, e := range eps {
+			idx[e] = i
+		}
+		first, pairs := make([]int, n), 0
+		for range 100_000 {
+			a, b := two(eps, rng.Uint64())
+			if a == b {
+				t.Fatalf("n=%d: the same endpoint twice", n)
+			}
+			first[idx[a]]++
+			if idx[b] < idx[a] {
+				pairs++
+			}
+		}
+		for i, c := range first {
+			if c < 100_000/n*9/10 || c > 100_000/n*11/10 {
+				t.Errorf("n=%d: endpoint %d first in %d of 100000 draws", n, i, c)
+			}
+		}
+		if pairs < 45_000 || pairs > 55_000 {
+			t.Errorf("n=%d: second below first in %d of 100000 draws", n, pairs)
+		}
+	}
+}
+
+// picker is PickP2C or PickLeastLoaded.
+type picker func(eps []*Endpoint, now int64, rnd uint64) *Endpoint
+
+func p2c(eps []*Endpoint, now int64, rnd uint64) *Endpoint { return PickP2C(eps, now, rnd) }
+func leastLoaded(eps []*Endpoint, _ int64, rnd uint64) *Endpoint {
+	return PickLeastLoaded(eps, rnd)
+}
+
+// sequential is one connection sending one request at a time: pending is
+// 0 at every pick. lat[i] is endpoint i's latency.
+type sequential struct {
+	eps  []*Endpoint
+	lat  []int64
+	now  int64
+	rng  *rand.Rand
+	pick picker
+}
+
+func newSequential(pick picker, lat ...int64) *sequential {
+	s := &sequential{lat: lat, now: t0, rng: rand.New(rand.NewPCG(3, 4)), pick: pick}
+	for range lat {
+		s.eps = append(s.eps, NewEndpoint(Config{}, 0, t0))
+	}
+	return s
+}
+
+// step places one request and returns the endpoint's index.
+func (s *sequential) step() int {
+	e := s.pick(s.eps, s.now, s.rng.Uint64())
+	i := 0
+	for s.eps[i] != e {
+		i++
+	}
+	h := e.Start(s.now)
+	s.now += s.lat[i]
+	h.Observe(s.now)
+	h.Done()
+	return i
+}
+
+// run places n requests and returns how many each endpoint got.
+func (s *sequential) run(n int) []int {
+	got := make([]int, len(s.eps))
+	for range n {
+		got[s.step()]++
+	}
+	return got
+}
+
+func TestP2CAvoidsSlowEndpoint(t *testing.T) {
+	s := newSequential(p2c, 25*ms, ms, ms)
+	s.run(1000) // warm-up
+	got := s.run(10_000)
+	t.Logf("peak-EWMA P2C, sequential: %v", got)
+	if got[0] >= 500 {
+		t.Errorf("the 25 ms endpoint got %d of 10000 requests, want < 5%%", got[0])
+	}
+	// The same workload by pending only spreads evenly: the problem of
+	// issue 14.
+	l := newSequential(leastLoaded, 25*ms, ms, ms)
+	l.run(1000)
+	lgot := l.run(10_000)
+	t.Logf("least-loaded P2C, sequential: %v", lgot)
+	if lgot[0] < 2500 {
+		t.Errorf("least-loaded gave the slow endpoint %d of 10000, expected about a third", lgot[0])
+	}
+}
+
+func TestP2CSlowThenRecovered(t *testing.T) {
+	s := newSequential(p2c, ms, ms, ms)
+	s.run(3000)
+
+	// Endpoint 0 turns slow: after its first slow answer it is avoided;
+	// nothing near 2 s of picks goes to it.
+	s.lat[0] = 25 * ms
+	slowFrom, slow := s.now, 0
+	for s.now < slowFrom+10*sec {
+		if s.step() == 0 {
+			slow++
+			if slow > 1 && s.now < slowFrom+2*sec {
+				t.Fatalf("turned slow at %d ms, picked again at %d ms", 0, (s.now-slowFrom)/ms)
+			}
+		}
+	}
+	if slow > 2 {
+		t.Errorf("slow endpoint picked %d times in 10 s", slow)
+	}
+
+	// It recovers: its 25 ms estimate must decay below the others' 1 ms
+	// before it is tried, τ·ln 25 ≈ 32.2 s after its last slow sample at
+	// the latest, and then it takes its share again.
+	s.lat[0] = ms
+	fixed := s.now
+	for s.step() != 0 {
+		if s.now > fixed+33*sec {
+			t.Fatal("recovered endpoint not picked within 33 s")
+		}
+	}
+	t.Logf("recovered endpoint picked again %.1f s after recovering", float64(s.now-fixed)/float64(sec))
+	got := s.run(10_000)
+	t.Logf("after recovery: %v", got)
+	if got[0] < 2500 || got[0] > 4200 {
+		t.Errorf("recovered endpoint got %d of 10000, want about a third", got[0])
+	}
+}
+
+// closedLoop keeps conc requests in flight, each taking lat on every
+// endpoint, and returns the picks per endpoint after a warm-up.
+func closedLoop(eps []*Endpoint, pick picker, conc int, lat int64, n int) []int {
+	type req struct {
+		h   Handle
+		due int64
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	index := func(e *Endpoint) int {
+		i := 0
+		for eps[i] != e {
+			i++
+		}
+		return i
+	}
+	ring := make([]req, conc)
+	for k := range ring {
+		now := t0 + int64(k)*lat/int64(conc)
+		ring[k] = req{h: pick(eps, now, rng.Uint64()).Start(now), due: now + lat}
+	}
+	got := make([]int, len(eps))
+	for k := range n + 2000 {
+		r := &ring[k%conc] // equal latencies: requests end in the order they start
+		now := r.due
+		r.h.Observe(now)
+		r.h.Done()
+		e := pick(eps, now, rng.Uint64())
+		if k >= 2000 {
+			got[index(e)]++
+		}
+		*r = req{h: e.Start(now), due: now + lat}
+	}
+	return got
+}
+
+func TestWeights(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		pick picker
+	}{{"PickP2C", p2c}, {"PickLeastLoaded", leastLoaded}} {
+		eps := []*Endpoint{NewEndpoint(Config{}, 2, t0), NewEndpoint(Config{}, 1, t0), NewEndpoint(Config{}, 0, t0)}
+		got := closedLoop(eps, c.pick, 32, 10*ms, 30_000)
+		ratio := 2 * float64(got[0]) / float64(got[1]+got[2])
+		t.Logf("%s, weights 2,1,1, 32 in flight: %v (ratio %.2f)", c.name, got, ratio)
+		if ratio < 1.7 || ratio > 2.3 {
+			t.Errorf("%s: weight 2 got %.2f times the share of weight 1, want about 2", c.name, ratio)
+		}
+	}
+}
+
+func TestLeastLoadedPrefersLowerPending(t *testing.T) {
+	eps := []*Endpoint{NewEndpoint(Config{}, 0, t0), NewEndpoint(Config{}, 0, t0), NewEndpoint(Config{}, 0, t0)}
+	for i, n := range []int{0, 3, 6} {
+		for range n {
+			eps[i].Start(t0)
+		}
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	got := map[*Endpoint]int{}
+	for range 30_000 {
+		got[PickLeastLoaded(eps, rng.Uint64())]++
+	}
+	// P2C: the least loaded wins every pair it is in (2/3), the most
+	// loaded none.
+	if got[eps[2]] != 0 || got[eps[0]] < 19_000 || got[eps[0]] > 21_000 {
+		t.Errorf("pending 0,3,6 picked %d,%d,%d of 30000", got[eps[0]], got[eps[1]], got[eps[2]])
+	}
+	// Two endpoints: the lower always, whatever rnd.
+	pair := eps[1:]
+	for r := range uint64(64) {
+		if PickLeastLoaded(pair, r*0x9e3779b97f4a7c15) != eps[1] {
+			t.Fatal("of two endpoints the one with more pending was picked")
+		}
+	}
+}
+
+// TestConcurrentUse races picks and samples (each goroutine keeps its own
+// clock, so times interleave out of order) and checks the state stays sane.
+func TestConcurrentUse(t *testing.T) {
+	eps := []*Endpoint{NewEndpoint(Config{}, 0, t0), NewEndpoint(Config{}, 0, t0), NewEndpoint(Config{}, 0, t0)}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 9))
+			for k := range int64(20_000) {
+				now := t0 + k*ms
+				h := PickP2C(eps, now, rng.Uint64()).Start(now)
+				h.Observe(now + int64(rng.IntN(20)+1)*ms)
+				h.Done()
+			}
+		})
+	}
+	wg.Wait()
+	for i, e := range eps {
+		if e.Pending() != 0 {
+			t.Errorf("endpoint %d: pending %d after all Done", i, e.Pending())
+		}
+		if est := e.Estimate(t0 + 21*sec); est <= 0 || est > 20*time.Millisecond {
+			t.Errorf("endpoint %d: estimate %s out of the samples' range", i, est)
+		}
+	}
+}
+
+func TestNoAllocations(t *testing.T) {
+	eps := make([]*Endpoint, 10)
+	for i := range eps {
+		eps[i] = NewEndpoint(Config{}, 0, t0)
+	}
+	now := t0
+	allocs := testing.AllocsPerRun(1000, func() {
+		now += ms
+		h := PickP2C(eps, now, uint64(now)*0x9e3779b97f4a7c15).Start(now)
+		h.Observe(now + ms)
+		h.Done()
+		PickLeastLoaded(eps, uint64(now))
+	})
+	if allocs != 0 {
+		t.Errorf("pick and record allocate %.1f times", allocs)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := (Config{}).Validate(); err != nil {
+		t.Errorf("zero config: %v", err)
+	}
+	if (Config{Decay: -time.Second}).Validate() == nil || (Config{DefaultRTT: -1}).Validate() == nil {
+		t.Error("negative durations must be rejected")
+	}
+}
