@@ -188,39 +188,85 @@ func (h *Handle) Done() {
 // One endpoint is returned as is, none gives nil. It reads two endpoints
 // and allocates nothing.
 func PickP2C(eps []*Endpoint, now int64, rnd uint64) *Endpoint {
-	a, b := two(eps, rnd)
-	if b != nil && b.Cost(now) < a.Cost(now) {
-		return b
+	if i := IndexP2C(eps, now, rnd); i >= 0 {
+		return eps[i]
 	}
-	return a
+	return nil
+}
+
+// IndexP2C is PickP2C returning the index in eps (-1 for none), for
+// callers that keep their own state beside each Endpoint.
+//
+// Costs within 1 % of each other are a tie, broken by rnd's lowest bit:
+// endpoints that have had no response yet all decay from the default RTT,
+// and the oldest would otherwise always win.
+func IndexP2C(eps []*Endpoint, now int64, rnd uint64) int {
+	i, j := twoIndex(len(eps), rnd)
+	if j < 0 {
+		return i
+	}
+	ci, cj := eps[i].Cost(now), eps[j].Cost(now)
+	switch {
+	case cj < ci*0.99:
+		return j
+	case ci < cj*0.99:
+		return i
+	case rnd&1 == 1:
+		return j
+	}
+	return i
 }
 
 // PickLeastLoaded is power of two choices by pending requests (opaque
 // connections) over weight: of two distinct endpoints drawn with rnd, the
 // one of lower (pending + 1) / weight.
 func PickLeastLoaded(eps []*Endpoint, rnd uint64) *Endpoint {
-	a, b := two(eps, rnd)
-	if b != nil && (b.pending.Load()+1)*int64(a.Weight()) < (a.pending.Load()+1)*int64(b.Weight()) {
-		return b
+	if i := IndexLeastLoaded(eps, rnd); i >= 0 {
+		return eps[i]
 	}
-	return a
+	return nil
+}
+
+// IndexLeastLoaded is PickLeastLoaded returning the index (-1 for none).
+func IndexLeastLoaded(eps []*Endpoint, rnd uint64) int {
+	i, j := twoIndex(len(eps), rnd)
+	if j >= 0 {
+		a, b := eps[i], eps[j]
+		if (b.pending.Load()+1)*int64(a.Weight()) < (a.pending.Load()+1)*int64(b.Weight()) {
+			return j
+		}
+	}
+	return i
+}
+
+// twoIndex draws two distinct indices below n as two does; j is -1 when
+// n < 2, both are -1 when n is 0.
+func twoIndex(n int, rnd uint64) (i, j int) {
+	switch n {
+	case 0:
+		return -1, -1
+	case 1:
+		return 0, -1
+	}
+	u := uint64(n)
+	a := (rnd & math.MaxUint32) * u >> 32
+	b := (rnd >> 32) * (u - 1) >> 32
+	if b >= a {
+		b++
+	}
+	return int(a), int(b)
 }
 
 // two draws two distinct endpoints, the first from the low 32 bits of rnd
 // and the second from the high ones (multiply-shift, no division); b is
 // nil when eps has fewer than two.
 func two(eps []*Endpoint, rnd uint64) (a, b *Endpoint) {
-	n := uint64(len(eps))
-	switch n {
-	case 0:
-		return nil, nil
-	case 1:
-		return eps[0], nil
+	i, j := twoIndex(len(eps), rnd)
+	if i >= 0 {
+		a = eps[i]
 	}
-	i := (rnd & math.MaxUint32) * n >> 32
-	j := (rnd >> 32) * (n - 1) >> 32
-	if j >= i {
-		j++
+	if j >= 0 {
+		b = eps[j]
 	}
-	return eps[i], eps[j]
+	return a, b
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/sidecar/balance"
 	"github.com/plexus-mesh/plexus/sidecar/mtls"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
@@ -90,6 +91,9 @@ type Pick struct {
 	Fallback bool
 	ep       *endpoint
 	s        *sub
+	// h counts the request on the endpoint's balancer state: pending
+	// until Done, its RTT sampled by FirstByte.
+	h balance.Handle
 }
 
 // Done releases the pick's in-flight slot.
@@ -102,9 +106,7 @@ const (
 )
 
 func (p Pick) Done() {
-	if p.ep != nil {
-		p.ep.inflight.Add(-1)
-	}
+	p.h.Done()
 	if p.s != nil {
 		p.s.active.Add(-1)
 		p.s.touch()
@@ -194,7 +196,7 @@ func (r *Resolver) Close() {
 // ctx) for destination's first answer. It returns ErrNoEndpoints when the
 // service exists without endpoints.
 func (r *Resolver) Pick(ctx context.Context, dst netip.AddrPort) (Pick, error) {
-	return r.pick(ctx, subKey{addr: dst}, dst)
+	return r.pick(ctx, subKey{addr: dst}, dst, false)
 }
 
 // PickService returns the endpoint for one request to a route's backend
@@ -203,7 +205,7 @@ func (r *Resolver) Pick(ctx context.Context, dst netip.AddrPort) (Pick, error) {
 // not know, or cannot tell about, is an error (ErrNoEndpoints when known
 // and empty).
 func (r *Resolver) PickService(ctx context.Context, authority string) (Pick, error) {
-	pk, err := r.pick(ctx, subKey{name: authority}, netip.AddrPort{})
+	pk, err := r.pick(ctx, subKey{name: authority}, netip.AddrPort{}, false)
 	if err == nil && pk.Fallback {
 		return Pick{}, fmt.Errorf("backend %s: %w", authority, ErrUnknownService)
 	}
@@ -229,9 +231,10 @@ func (k subKey) path() string {
 	return k.addr.String()
 }
 
-// pick serves Pick and PickService: key names the subscription; dst is
-// the original destination to fall back to.
-func (r *Resolver) pick(ctx context.Context, key subKey, dst netip.AddrPort) (Pick, error) {
+// pick serves Pick, PickConn and PickService: key names the
+// subscription; dst is the original destination to fall back to; conn
+// picks for an opaque connection.
+func (r *Resolver) pick(ctx context.Context, key subKey, dst netip.AddrPort, conn bool) (Pick, error) {
 	s := r.subscription(key)
 	defer s.touch()
 	if !s.synced.Load() {
@@ -261,11 +264,33 @@ func (r *Resolver) pick(ctx context.Context, key subKey, dst netip.AddrPort) (Pi
 		return Pick{}, fmt.Errorf("%s: %w", s.dst, ErrNoEndpoints)
 	}
 	r.lookups.WithLabelValues(ResultEndpoints).Inc()
-	ep := s.choose()
-	ep.inflight.Add(1)
+	now := monoNow()
+	var i int
+	if conn {
+		i = balance.IndexLeastLoaded(s.lbs, rand.Uint64())
+	} else {
+		i = balance.IndexP2C(s.lbs, now, rand.Uint64())
+	}
+	ep := s.eps[i]
 	s.active.Add(1)
-	return Pick{Endpoint: ep.Endpoint, ep: ep, s: s}, nil
+	return Pick{Endpoint: ep.Endpoint, ep: ep, s: s, h: ep.lb.Start(now)}, nil
 }
+
+// FirstByte records that the first response byte arrived: the request's
+// round-trip time, which feeds the endpoint's peak-EWMA estimate.
+func (p *Pick) FirstByte() { p.h.Observe(monoNow()) }
+
+// PickConn is Pick for an opaque connection: of two endpoints, the one
+// with fewer connections (least-loaded power of two choices); a
+// connection's lifetime says nothing of the endpoint's latency.
+func (r *Resolver) PickConn(ctx context.Context, dst netip.AddrPort) (Pick, error) {
+	return r.pick(ctx, subKey{addr: dst}, dst, true)
+}
+
+// monoBase anchors monoNow, the balancer's monotonic clock.
+var monoBase = time.Now()
+
+func monoNow() int64 { return int64(time.Since(monoBase)) }
 
 // subscription returns the subscription of key, starting it if needed.
 func (r *Resolver) subscription(key subKey) *sub {
@@ -377,14 +402,14 @@ type sub struct {
 	hasState bool // a message arrived at some point: the fields below are known
 	exists   bool
 	eps      []*endpoint
-	rr       int
+	lbs      []*balance.Endpoint // eps' balancer states, in the same order
 	warned   bool
 	lastErr  error
 }
 
 type endpoint struct {
 	Endpoint
-	inflight atomic.Int64
+	lb *balance.Endpoint
 }
 
 func (s *sub) touch() { s.used.Store(time.Now().UnixNano()) }
@@ -420,8 +445,10 @@ func (s *sub) apply(u *destinationpb.Update, snapshot bool) {
 			s.eps = slicesDelete(s.eps, e.Addr)
 			ep := old[e.Addr]
 			if ep == nil || ep.Identity != e.Identity {
-				ep = &endpoint{} // a new identity at an old address is a new endpoint
+				// A new identity at an old address is a new endpoint.
+				ep = &endpoint{lb: balance.NewEndpoint(balance.Config{}, wa.GetWeight(), monoNow())}
 			}
+			ep.lb.SetWeight(wa.GetWeight())
 			ep.Endpoint = e
 			s.eps = append(s.eps, ep)
 		}
@@ -431,6 +458,10 @@ func (s *sub) apply(u *destinationpb.Update, snapshot bool) {
 				s.eps = slicesDelete(s.eps, ap)
 			}
 		}
+	}
+	s.lbs = make([]*balance.Endpoint, len(s.eps))
+	for i, ep := range s.eps {
+		s.lbs[i] = ep.lb
 	}
 }
 
@@ -477,27 +508,4 @@ func toEndpoint(wa *destinationpb.WeightedAddr, setLabels map[string]string) (En
 		}
 	}
 	return e, true
-}
-
-// choose picks the endpoint with the fewest in-flight requests or
-// connections, ties broken round-robin; above 16 endpoints it compares two
-// random ones (power of two choices). s.mu is held; eps is not empty.
-func (s *sub) choose() *endpoint {
-	n := len(s.eps)
-	if n > 16 {
-		a, b := s.eps[rand.N(n)], s.eps[rand.N(n)]
-		if b.inflight.Load() < a.inflight.Load() {
-			return b
-		}
-		return a
-	}
-	s.rr = (s.rr + 1) % n
-	best := s.eps[s.rr]
-	for i := 1; i < n; i++ {
-		ep := s.eps[(s.rr+i)%n]
-		if ep.inflight.Load() < best.inflight.Load() {
-			best = ep
-		}
-	}
-	return best
 }

@@ -114,10 +114,14 @@ func TestScaleUpSpreadsAndRemoveApplies(t *testing.T) {
 		t.Fatalf("picks = %v", got)
 	}
 	e.srv.Push(svc.String(), add(wa("10.1.0.2:8080", webID), wa("10.1.0.3:8080", spiffe.ID{})))
-	el := within(t, time.Second, "picks spread over 3 endpoints", func() bool { return len(e.picks(3)) == 3 })
+	el := within(t, time.Second, "picks spread over 3 endpoints", func() bool { return len(e.picks(30)) == 3 })
 	t.Logf("scale-up visible after %s", el)
-	if got := e.picks(30); got["10.1.0.1:8080"] != 10 || got["10.1.0.2:8080"] != 10 || got["10.1.0.3:8080"] != 10 {
-		t.Errorf("30 sequential picks = %v, want 10 each (round-robin among equally loaded)", got)
+	// Equal endpoints (no response times yet, nothing in flight): power of
+	// two choices with ties broken at random spreads evenly.
+	for a, n := range e.picks(300) {
+		if n < 60 {
+			t.Errorf("300 sequential picks gave %s only %d, want about 100 each", a, n)
+		}
 	}
 	e.srv.Push(svc.String(), remove(wa("10.1.0.2:8080", spiffe.ID{})))
 	el = within(t, time.Second, "removed endpoint no longer picked", func() bool { return e.picks(6)["10.1.0.2:8080"] == 0 })
@@ -143,7 +147,7 @@ func TestLeastLoaded(t *testing.T) {
 		t.Errorf("busy endpoint %s picked: %v", busy.Addr, got)
 	}
 	busy.Done()
-	if got := e.picks(10); len(got) != 2 {
+	if got := e.picks(40); len(got) != 2 {
 		t.Errorf("after Done: %v", got)
 	}
 }
@@ -180,7 +184,7 @@ func TestNoEndpointsAndNotFound(t *testing.T) {
 func TestCacheSurvivesServerGone(t *testing.T) {
 	e := newEnv(t, nil)
 	e.srv.Set(svc.String(), add(wa("10.1.0.1:8080", webID), wa("10.1.0.2:8080", webID)))
-	if got := e.picks(4); len(got) != 2 {
+	if got := e.picks(40); len(got) != 2 {
 		t.Fatalf("picks = %v", got)
 	}
 	e.srv.Stop()

@@ -52,8 +52,17 @@ type Endpoint struct {
 	// Identity is the identity the upstream proxy must prove over mesh
 	// mTLS; zero means plaintext.
 	Identity spiffe.ID
-	// Done, when set, is called once the request has finished.
-	Done func()
+	// Load, when set, is told of the request's first response byte and
+	// its end (the balancer's latency and pending counts).
+	Load Load
+}
+
+// Load is an endpoint's balancer state for one request.
+type Load interface {
+	// FirstByte is called when response headers arrive.
+	FirstByte()
+	// Done is called once the request has finished.
+	Done()
 }
 
 // ErrNoEndpoints is wrapped by a Balance error when the destination exists

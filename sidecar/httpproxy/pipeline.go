@@ -176,8 +176,14 @@ func (x *exchange) retrySafe(err error) bool {
 		x.req.Replayable && (!ae.sent || x.req.idempotent())
 }
 
-// headers records that response headers are ready.
-func (x *exchange) headers(status int) { x.rec.Headers(status) }
+// headers records that response headers are ready (and, for the
+// balancer, the endpoint's response time).
+func (x *exchange) headers(status int) {
+	if x.endpoint.Load != nil {
+		x.endpoint.Load.FirstByte()
+	}
+	x.rec.Headers(status)
+}
 
 // finish records the end of the response.
 func (x *exchange) finish(status int, grpcStatus, reason string) {
@@ -206,9 +212,9 @@ func (x *exchange) fail(err error) answer {
 
 // end releases what balance took (the endpoint's in-flight count).
 func (x *exchange) end() {
-	if x.endpoint.Done != nil {
-		x.endpoint.Done()
-		x.endpoint.Done = nil
+	if x.endpoint.Load != nil {
+		x.endpoint.Load.Done()
+		x.endpoint.Load = nil
 	}
 	x.routed = false
 }

@@ -33,6 +33,10 @@ func (r staticResolver) Pick(context.Context, netip.AddrPort) (discovery.Pick, e
 	return discovery.Pick{Endpoint: r.ep}, nil
 }
 
+func (r staticResolver) PickConn(context.Context, netip.AddrPort) (discovery.Pick, error) {
+	return discovery.Pick{Endpoint: r.ep}, nil
+}
+
 func (r staticResolver) PickService(context.Context, string) (discovery.Pick, error) {
 	return discovery.Pick{Endpoint: r.ep}, nil
 }

@@ -19,7 +19,7 @@ func (p *Proxy) forwardOpaque(src net.Conn, mc *metrics.Conn, dir string, dst ne
 	defer cancel()
 	addr, id := dst, spiffe.ID{}
 	if dir == metrics.Outbound && p.opts.Resolver != nil {
-		pk, err := p.opts.Resolver.Pick(ctx, dst)
+		pk, err := p.opts.Resolver.PickConn(ctx, dst)
 		if err != nil {
 			p.opts.Log.Info("opaque connection failed: no endpoint", "dst", dst, "err", err)
 			mc.Fail()

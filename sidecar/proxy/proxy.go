@@ -65,6 +65,8 @@ type Options struct {
 // knows the routes of each destination (discovery.Resolver).
 type Resolver interface {
 	Pick(ctx context.Context, dst netip.AddrPort) (discovery.Pick, error)
+	// PickConn picks the endpoint of an opaque connection.
+	PickConn(ctx context.Context, dst netip.AddrPort) (discovery.Pick, error)
 	// PickService picks among a route backend's endpoints.
 	PickService(ctx context.Context, authority string) (discovery.Pick, error)
 	// Policy returns dst's routes.
@@ -393,7 +395,7 @@ func (p *Proxy) balance(ctx context.Context, dst netip.AddrPort, backend *routes
 	if err != nil {
 		return httpproxy.Endpoint{}, err
 	}
-	ep := httpproxy.Endpoint{Addr: pk.Addr, Done: pk.Done}
+	ep := httpproxy.Endpoint{Addr: pk.Addr, Load: &pk}
 	if p.opts.Certs != nil {
 		ep.Identity = pk.Identity
 	}
