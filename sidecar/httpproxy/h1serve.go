@@ -145,11 +145,12 @@ func (hc *h1conn) forward(h *reqHead) bool {
 	if err != nil {
 		return hc.answer(h, x.fail(err))
 	}
-	key := poolKey{addr: x.endpoint.Addr, id: x.endpoint.Identity}
+	var key poolKey
 	var up *upstream
 	var res resHead
 	err = x.attempt(func(n int) error {
 		var err error
+		key = poolKey{addr: x.endpoint.Addr, id: x.endpoint.Identity} // a re-send may go elsewhere
 		up, res, err = hc.try(h, key, n)
 		return err
 	})

@@ -83,18 +83,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // and returns the response with its headers. done must be called once the
 // response has been relayed (it ends the attempt's context).
 func (p *Proxy) send(ctx context.Context, x *exchange, r, out *http.Request) (res *http.Response, done func(), err error) {
-	t := p.h1
-	switch {
-	case r.ProtoMajor == 2 && !x.endpoint.Identity.IsZero():
-		t = p.h2TLS
-	case r.ProtoMajor == 2:
-		t = p.h2
-	case !x.endpoint.Identity.IsZero():
-		t = p.h1TLS
-	}
-	if !x.endpoint.Identity.IsZero() {
-		ctx = context.WithValue(ctx, endpointKey{}, x.endpoint)
-	}
 	// Hooks only for the limits net/http does not apply itself: its
 	// transport stops at 5 interim responses, and knows no
 	// response-header timeout per request.
@@ -114,12 +102,28 @@ func (p *Proxy) send(ctx context.Context, x *exchange, r, out *http.Request) (re
 	if trace.Got1xxResponse != nil || trace.WroteRequest != nil {
 		ctx = httptrace.WithClientTrace(ctx, &trace)
 	}
-	out = out.WithContext(ctx)
 	err = x.attempt(func(int) error {
 		// The transport makes its own retry on a pooled connection its
 		// server closed, by the same rule; this is one attempt for us.
+		// A re-send may go to another endpoint.
+		t, actx := p.h1, ctx
+		switch {
+		case r.ProtoMajor == 2 && !x.endpoint.Identity.IsZero():
+			t = p.h2TLS
+		case r.ProtoMajor == 2:
+			t = p.h2
+		case !x.endpoint.Identity.IsZero():
+			t = p.h1TLS
+		}
+		if !x.endpoint.Identity.IsZero() {
+			actx = context.WithValue(ctx, endpointKey{}, x.endpoint)
+		}
+		u := *out.URL
+		u.Host = x.endpoint.Addr.String()
+		o := out.WithContext(actx)
+		o.URL = &u
 		var err error
-		res, err = t.RoundTrip(out)
+		res, err = t.RoundTrip(o)
 		return err
 	})
 	if wait.stop() {

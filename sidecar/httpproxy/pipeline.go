@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
@@ -135,6 +136,9 @@ func (x *exchange) balance(ctx context.Context) error {
 
 // attempt calls send until it succeeds or the retry rule says stop; n is
 // the attempt's number, from 0.
+//
+// A re-send goes to another endpoint when the balancer has one: the
+// failed one may be going away (a rolling update).
 func (x *exchange) attempt(send func(n int) error) error {
 	for {
 		x.sent()
@@ -143,8 +147,31 @@ func (x *exchange) attempt(send func(n int) error) error {
 		if err == nil || !x.retrySafe(err) {
 			return err
 		}
-		x.p.opts.Log.Debug("pooled connection failed before answering; sending again",
+		x.p.opts.Log.Debug("the request reached no server; sending it again",
 			"direction", x.req.Direction, "endpoint", x.endpoint.Addr, "err", err)
+		x.p.opts.Metrics.Resent(x.req.Direction)
+		if err := x.rebalance(x.endpoint.Addr); err != nil {
+			return err
+		}
+	}
+}
+
+// maxResends bounds the re-sends of one request by the retry rule.
+const maxResends = 2
+
+// rebalance chooses the endpoint of a re-send, another one than failed
+// when the balancer offers one in a few tries.
+func (x *exchange) rebalance(failed netip.AddrPort) error {
+	if x.p.opts.Balance == nil {
+		return nil
+	}
+	for try := 0; ; try++ {
+		if err := x.balance(context.Background()); err != nil {
+			return err
+		}
+		if x.endpoint.Addr != failed || try == 2 {
+			return nil
+		}
 	}
 }
 
@@ -159,21 +186,30 @@ type attemptError struct {
 func (e *attemptError) Error() string { return e.err.Error() }
 func (e *attemptError) Unwrap() error { return e.err }
 
-// retrySafe is the retry rule: one more attempt, on a new connection,
-// for a request that failed on a pooled connection its server had closed
-// (nothing came back) when the request can be sent again: its body is
-// held, and either none of it was sent or the method is idempotent.
+// retrySafe is the retry rule (not a route's retry policy: it never
+// re-sends a request a server may have acted on), up to maxResends times,
+// on a new connection and another endpoint when there is one:
+//   - the connection could not be made (refused, reset, TLS failed):
+//     nothing reached a server; sent again whatever the method, when the
+//     body can be (held, or none);
+//   - the connection broke before anything came back: sent again when the
+//     body is held and either none of it was written or the method is
+//     idempotent.
+//
 // Never after a limit fired (a timeout would be waited out twice) or the
 // client left.
 func (x *exchange) retrySafe(err error) bool {
 	var ae *attemptError
 	var ce *clientError
 	var le *limitError
-	if errors.As(err, &ce) || errors.As(err, &le) || isTimeout(err) {
+	var de *dialError
+	switch {
+	case x.attempts > maxResends, errors.As(err, &ce), errors.As(err, &le), isTimeout(err):
 		return false
+	case errors.As(err, &de):
+		return x.req.Replayable || x.req.ContentLength == 0
 	}
-	return x.attempts == 1 && errors.As(err, &ae) && ae.reused && !ae.answered &&
-		x.req.Replayable && (!ae.sent || x.req.idempotent())
+	return errors.As(err, &ae) && !ae.answered && x.req.Replayable && (!ae.sent || x.req.idempotent())
 }
 
 // headers records that response headers are ready (and, for the

@@ -51,6 +51,7 @@ type Metrics struct {
 	probes    prometheus.Counter
 	refused   *prometheus.CounterVec
 	limits    *prometheus.CounterVec
+	resent    *prometheus.CounterVec
 	// The outbound route families (routes.go), and the route series held
 	// by the route tables in use.
 	httpRoutes, grpcRoutes *routeFamilies
@@ -103,12 +104,16 @@ func New(reg prometheus.Registerer, maxTargets int) *Metrics {
 		limits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limit_exceeded_total", Help: "Times a resource limit or timeout of the proxy fired, by direction and limit.",
 		}, []string{"direction", "limit"}),
+		resent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "request_resent_total", Help: "Requests sent again because they reached no server (connection refused or reset before the request was written, or an idempotent request before any response byte), by direction.",
+		}, []string{"direction"}),
 		httpRoutes: newRouteFamilies("http", "http_status"),
 		grpcRoutes: newRouteFamilies("grpc", "grpc_status"),
 		routesHeld: map[string]*heldRoute{},
 		seen:       map[string]map[string]struct{}{},
 	}
 	reg.MustRegister(m.requests, m.responses, m.latency, m.tcpOpen, m.tcpClose, m.tcpConns, m.tcpRead, m.tcpWrite, m.probes, m.refused, m.limits)
+	reg.MustRegister(m.resent)
 	reg.MustRegister(m.httpRoutes.collectors()...)
 	reg.MustRegister(m.grpcRoutes.collectors()...)
 	return m
@@ -144,6 +149,9 @@ const (
 func (m *Metrics) LimitExceeded(direction, limit string) {
 	m.limits.WithLabelValues(direction, limit).Inc()
 }
+
+// Resent counts a request sent again because it reached no server.
+func (m *Metrics) Resent(direction string) { m.resent.WithLabelValues(direction).Inc() }
 
 // Refused counts an inbound connection closed for reason.
 func (m *Metrics) Refused(reason string) { m.refused.WithLabelValues(reason).Inc() }
