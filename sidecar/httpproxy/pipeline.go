@@ -193,8 +193,11 @@ func (e *attemptError) Unwrap() error { return e.err }
 //     nothing reached a server; sent again whatever the method, when the
 //     body can be (held, or none);
 //   - the connection broke before anything came back: sent again when the
-//     body is held and either none of it was written or the method is
-//     idempotent.
+//     body is held and none of it was written, or, on a pooled connection
+//     (its server may have closed it while idle), when the method is
+//     idempotent. A new connection that breaks after the request was
+//     written is not re-sent: a server (or the proxy in front of it)
+//     took the request.
 //
 // Never after a limit fired (a timeout would be waited out twice) or the
 // client left.
@@ -209,7 +212,7 @@ func (x *exchange) retrySafe(err error) bool {
 	case errors.As(err, &de):
 		return x.req.Replayable || x.req.ContentLength == 0
 	}
-	return errors.As(err, &ae) && !ae.answered && x.req.Replayable && (!ae.sent || x.req.idempotent())
+	return errors.As(err, &ae) && !ae.answered && x.req.Replayable && (!ae.sent || ae.reused && x.req.idempotent())
 }
 
 // headers records that response headers are ready (and, for the
