@@ -43,6 +43,8 @@ type loadConfig struct {
 	timeline    bool
 	grpc        bool
 	target      string
+	slow        time.Duration // -slow-threshold
+	untilEOF    bool
 }
 
 // Validate reports every problem of the flags.
@@ -77,6 +79,8 @@ func parseLoad(args []string) (*loadConfig, error) {
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "timeout of each request")
 	fs.BoolVar(&c.timeline, "timeline", false, "add every request's start, latency, status and server to the summary")
 	fs.BoolVar(&c.grpc, "grpc", false, "call grpc.health.v1.Health/Check on HOST:PORT instead of HTTP; headers are metadata")
+	fs.DurationVar(&c.slow, "slow-threshold", 0, "report slow_share, the share of requests that took longer than this")
+	fs.BoolVar(&c.untilEOF, "until-eof", false, "also stop sending when standard input ends (kubectl exec -i: the caller closes it)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -92,6 +96,12 @@ func parseLoad(args []string) (*loadConfig, error) {
 		}
 		c.headers = append(c.headers, [2]string{strings.TrimSpace(name), strings.TrimSpace(value)})
 	}
+	if !slices.ContainsFunc(c.headers, func(h [2]string) bool { return strings.EqualFold(h[0], requestIDHeader) }) {
+		c.headers = append(c.headers, [2]string{requestIDHeader, "{run}-{i}"})
+	}
+	if c.slow < 0 {
+		errs = append(errs, fmt.Errorf("-slow-threshold %v is negative", c.slow))
+	}
 	if fs.NArg() > 1 {
 		errs = append(errs, fmt.Errorf("one target, not %d", fs.NArg()))
 	}
@@ -99,21 +109,31 @@ func parseLoad(args []string) (*loadConfig, error) {
 	return c, errors.Join(errs...)
 }
 
+// requestIDHeader is the header that carries every request's id, unless
+// -H sets it: {run}-{i}.
+const requestIDHeader = "x-request-id"
+
 // loadSummary is what `testapp load` prints, as JSON.
 type loadSummary struct {
+	Run      string         `json:"run"` // the {run} of this invocation
 	Requests int            `json:"requests"`
 	Seconds  float64        `json:"seconds"`
 	Statuses map[string]int `json:"statuses"`
 	Errors   map[string]int `json:"errors,omitempty"`
 	Servers  map[string]int `json:"servers,omitempty"`
 	Latency  struct {
-		Min float64 `json:"min"`
-		P50 float64 `json:"p50"`
-		P99 float64 `json:"p99"`
-		Max float64 `json:"max"`
+		Min  float64 `json:"min"`
+		P50  float64 `json:"p50"`
+		P90  float64 `json:"p90"`
+		P99  float64 `json:"p99"`
+		P999 float64 `json:"p999"`
+		Max  float64 `json:"max"`
 	} `json:"latency_ms"`
-	First    *firstAnswer `json:"first,omitempty"`
-	Timeline []sample     `json:"timeline,omitempty"`
+	// SlowShare, with -slow-threshold, is the share of the requests that
+	// took longer than the threshold (failed ones included).
+	SlowShare *float64     `json:"slow_share,omitempty"`
+	First     *firstAnswer `json:"first,omitempty"`
+	Timeline  []sample     `json:"timeline,omitempty"`
 }
 
 // firstAnswer is the answer to request 0.
@@ -141,13 +161,22 @@ func load(args []string) error {
 	if err != nil {
 		return err
 	}
-	run := make([]byte, 4)
-	rand.Read(run)
-	send, first, closeFn, err := c.sender(hex.EncodeToString(run))
+	runBytes := make([]byte, 4)
+	rand.Read(runBytes)
+	run := hex.EncodeToString(runBytes)
+	send, first, closeFn, err := c.sender(run)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
+	var eof chan struct{} // nil, which never ends the run, without -until-eof
+	if c.untilEOF {
+		eof = make(chan struct{})
+		go func() {
+			io.Copy(io.Discard, os.Stdin)
+			close(eof)
+		}()
+	}
 
 	total, at := c.n, func(int) time.Duration { return 0 }
 	if c.rate > 0 {
@@ -166,21 +195,58 @@ func load(args []string) error {
 			done <- struct{}{}
 		}()
 	}
-	for i := range total {
-		if d := time.Until(start.Add(at(i))); d > 0 {
-			time.Sleep(d)
-		}
-		work <- i
-	}
+	sent := dispatch(work, total, func(i int) time.Time { return start.Add(at(i)) }, eof)
 	close(work)
 	for range c.concurrency {
 		<-done
 	}
-	s := summarize(samples, time.Since(start), c.timeline)
-	s.First = first()
+	s := summarize(samples[:sent], time.Since(start), c.timeline)
+	s.Run, s.First = run, first()
+	if c.slow > 0 {
+		s.SlowShare = slowShare(samples[:sent], c.slow)
+	}
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(s)
+}
+
+// dispatch hands requests 0 to total-1 to the workers, each at its time,
+// until stop is closed; it returns how many it handed out.
+func dispatch(work chan<- int, total int, at func(i int) time.Time, stop <-chan struct{}) int {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for i := range total {
+		if d := time.Until(at(i)); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-timer.C:
+			case <-stop:
+				return i
+			}
+		}
+		select {
+		case work <- i:
+		case <-stop:
+			return i
+		}
+	}
+	return total
+}
+
+// slowShare is the share of samples that took longer than threshold.
+func slowShare(samples []sample, threshold time.Duration) *float64 {
+	share := 0.0
+	if len(samples) > 0 {
+		limit := float64(threshold.Microseconds()) / 1000
+		slow := 0
+		for _, x := range samples {
+			if x.MS > limit {
+				slow++
+			}
+		}
+		share = float64(slow) / float64(len(samples))
+	}
+	return &share
 }
 
 func summarize(samples []sample, took time.Duration, timeline bool) *loadSummary {
@@ -199,7 +265,7 @@ func summarize(samples []sample, took time.Duration, timeline bool) *loadSummary
 	slices.Sort(ms)
 	if n := len(ms); n > 0 {
 		rank := func(p float64) float64 { return ms[max(int(math.Ceil(p*float64(n)))-1, 0)] }
-		s.Latency.Min, s.Latency.P50, s.Latency.P99, s.Latency.Max = ms[0], rank(0.5), rank(0.99), ms[n-1]
+		s.Latency.Min, s.Latency.P50, s.Latency.P90, s.Latency.P99, s.Latency.P999, s.Latency.Max = ms[0], rank(0.5), rank(0.9), rank(0.99), rank(0.999), ms[n-1]
 	}
 	if timeline {
 		s.Timeline = samples

@@ -1,7 +1,8 @@
 // Command testapp is the small workload the integration tests and the
 // demo run in pods.
 //
-//	testapp serve [-grpc ADDR] [ADDR...]   answer HTTP on each ADDR (default :8080)
+//	testapp serve [-grpc ADDR] [-delay D] [-exit-on-term] [ADDR...]
+//	                                       answer HTTP on each ADDR (default :8080)
 //	testapp get URL...                     fetch each URL and print the answer
 //	testapp poll [-interval D] [-new-conn] URL
 //	testapp lookup NAME...
@@ -31,11 +32,24 @@
 // The delay comes first, then the failure, then the answer. A malformed
 // parameter is answered 400 naming it.
 //
+// -delay D makes a slow replica: every request (HTTP or gRPC) that asks
+// no delay of its own waits D, as if it had asked delay=D. -exit-on-term
+// exits at once on SIGTERM (status 143), with no graceful shutdown:
+// connections are cut and requests in flight are lost; without it SIGTERM
+// or SIGINT stop accepting and let requests in flight finish (up to 5s).
+//
+// Every request is logged to standard output as it arrives (before any
+// delay): "METHOD PATH from ADDR on port P", with " id=ID" when it carries
+// the header x-request-id, so that the logs of replicas which are gone
+// tell which requests reached them.
+//
 // GET /stats answers the counts of this process as JSON: requests,
 // grpc, in_flight, failed (as asked), delayed (delays served to the end),
-// cancelled (requests whose context ended during their delay);
-// /stats?reset=1 also zeroes them and forgets fail and attempt keys.
-// /stats and /healthz are not counted.
+// cancelled (requests whose context ended during their delay), posts (POST
+// requests) and duplicate_posts (POSTs whose x-request-id this process had
+// seen already: a POST delivered twice); /stats?reset=1 also zeroes them
+// and forgets fail and attempt keys and POST ids. /stats and /healthz are
+// not counted, not delayed and not logged.
 //
 // With -grpc ADDR, serve also answers grpc.health.v1.Health/Check (SERVING)
 // on ADDR, reading the same parameters from the call's metadata x-fail,
@@ -46,19 +60,27 @@
 // # load
 //
 // load sends -n requests (or -rate per second for -duration) over -c
-// keep-alive connections and prints a JSON summary: requests, seconds,
-// statuses (HTTP status, or gRPC code name with -grpc, or "error"),
-// errors, servers (which host answered: an echo's server, "hello from
-// HOST", or X-Echo-Server), latency_ms {min,p50,p99,max}, first (status,
-// header and body of request 0; redirects are not followed) and, with
-// -timeline, every request's start_unix_nano, ms, status and server. -X
-// sets the method, -d the body, -H 'Name: value' a header (repeatable;
-// "Host" sets the Host); {run} (random per invocation), {worker} and {i}
-// (the request's index) are replaced in headers and the URL, so
+// keep-alive connections and prints a JSON summary: run (the {run} below),
+// requests, seconds, statuses (HTTP status, or gRPC code name with -grpc,
+// or "error"), errors, servers (which host answered: an echo's server,
+// "hello from HOST", or X-Echo-Server), latency_ms
+// {min,p50,p90,p99,p999,max}, with -slow-threshold D slow_share (the share
+// of requests that took longer than D, failed ones included), first
+// (status, header and body of request 0; redirects are not followed) and,
+// with -timeline, every request's start_unix_nano, ms, status and server,
+// in the order of the requests' indexes. -X sets the method (GET, POST,
+// ...), -d the body, -H 'Name: value' a header (repeatable; "Host" sets
+// the Host); {run} (random per invocation), {worker} and {i} (the
+// request's index) are replaced in headers and the URL, so
 // -H 'x-attempt-key: {run}-{i}' gives every request its own attempt key
 // and -H 'x-fail-key: {run}-{worker}' every connection its own failure
-// sequence. With -grpc the target is HOST:PORT, each request is a
-// Health/Check and the headers are sent as metadata.
+// sequence. Every request carries x-request-id: {run}-{i}, unique per
+// request, unless -H sets x-request-id. With -until-eof the run also ends
+// when standard input does (kubectl exec -i: the caller closes it to end
+// a run whose length it does not know in advance; -duration still bounds
+// it), and the summary covers the requests sent until then. With -grpc
+// the target is HOST:PORT, each request is a Health/Check and the headers
+// are sent as metadata.
 package main
 
 import (
@@ -76,7 +98,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: testapp serve [-grpc ADDR] [ADDR...] | testapp get URL... | testapp poll [-interval D] [-new-conn] URL | testapp lookup NAME... | testapp load [flags] URL")
+		fmt.Fprintln(os.Stderr, "usage: testapp serve [-grpc ADDR] [-delay D] [-exit-on-term] [ADDR...] | testapp get URL... | testapp poll [-interval D] [-new-conn] URL | testapp lookup NAME... | testapp load [flags] URL")
 		os.Exit(2)
 	}
 	var err error

@@ -26,8 +26,13 @@ import (
 func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	grpcAddr := fs.String("grpc", "", "also serve grpc.health.v1.Health on this address")
+	delay := fs.Duration("delay", 0, "delay every request that asks no delay of its own by this much (a slow replica)")
+	exitOnTerm := fs.Bool("exit-on-term", false, "exit at once on SIGTERM, without a graceful shutdown")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *delay < 0 {
+		return fmt.Errorf("-delay %v is negative", *delay)
 	}
 	addrs := fs.Args()
 	if len(addrs) == 0 {
@@ -35,7 +40,19 @@ func serve(args []string) error {
 	}
 	host, _ := os.Hostname()
 	b := newBackend(host)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	b.delay = *delay
+	shutdownOn := []os.Signal{syscall.SIGTERM, syscall.SIGINT}
+	if *exitOnTerm {
+		shutdownOn = shutdownOn[1:]
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		go func() {
+			<-term
+			fmt.Println("SIGTERM: exiting at once (-exit-on-term)")
+			os.Exit(143) // as if the signal had killed it
+		}()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), shutdownOn...)
 	defer stop()
 	errs := make(chan error, len(addrs)+1)
 	for _, addr := range addrs {
@@ -91,25 +108,31 @@ type stats struct {
 	Failed    int64 `json:"failed"`    // failed as asked (fail)
 	Delayed   int64 `json:"delayed"`   // delays served to their end
 	Cancelled int64 `json:"cancelled"` // requests whose context ended during their delay
+	// Posts counts POST requests; DuplicatePosts those whose x-request-id
+	// this process had seen before (a POST delivered twice).
+	Posts          int64 `json:"posts"`
+	DuplicatePosts int64 `json:"duplicate_posts"`
 }
 
 // backend is the state of `testapp serve`: counts, the failure counter of
-// every fail key, and the attempt keys seen.
+// every fail key, and the attempt keys and POST request ids seen.
 type backend struct {
-	host string
+	host  string
+	delay time.Duration // -delay: the delay of a request that asks none
 
 	mu       sync.Mutex
 	stats    stats
 	counters map[string]uint64
 	attempts map[string]bool
+	postIDs  map[string]bool
 }
 
-// maxAttemptKeys bounds the attempt keys remembered; past it they are
-// forgotten all at once.
+// maxAttemptKeys bounds the attempt keys (and the POST request ids)
+// remembered; past it they are forgotten all at once.
 const maxAttemptKeys = 1 << 17
 
 func newBackend(host string) *backend {
-	return &backend{host: host, counters: map[string]uint64{}, attempts: map[string]bool{}}
+	return &backend{host: host, counters: map[string]uint64{}, attempts: map[string]bool{}, postIDs: map[string]bool{}}
 }
 
 // ask is what one request asks of the backend.
@@ -162,6 +185,9 @@ func parseAsk(get func(name string) string) (ask, error) {
 // handle counts a request and serves its delay; it reports whether the
 // request should fail, and false in ok when it was cancelled.
 func (b *backend) handle(ctx context.Context, what string, a ask, grpc bool) (fail, ok bool) {
+	if a.delay == 0 {
+		a.delay = b.delay
+	}
 	b.mu.Lock()
 	b.stats.Requests++
 	b.stats.InFlight++
@@ -199,6 +225,25 @@ func (b *backend) count(n *int64) {
 	b.mu.Lock()
 	*n++
 	b.mu.Unlock()
+}
+
+// countPost counts a POST and, when its request id is one this process
+// has seen, a duplicate.
+func (b *backend) countPost(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stats.Posts++
+	if id == "" {
+		return
+	}
+	if b.postIDs[id] {
+		b.stats.DuplicatePosts++
+		return
+	}
+	if len(b.postIDs) >= maxAttemptKeys {
+		clear(b.postIDs)
+	}
+	b.postIDs[id] = true
 }
 
 // firstAttemptLocked reports whether key is new, and remembers it.
@@ -239,6 +284,7 @@ func (b *backend) mux() *http.ServeMux {
 			b.stats = stats{InFlight: s.InFlight}
 			clear(b.counters)
 			clear(b.attempts)
+			clear(b.postIDs)
 		}
 		b.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
@@ -265,7 +311,15 @@ func (b *backend) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
 		_, port, _ = net.SplitHostPort(local.String())
 	}
-	fmt.Printf("%s %s from %s on port %s\n", r.Method, r.URL.Path, r.RemoteAddr, port)
+	id := r.Header.Get("X-Request-Id")
+	logID := ""
+	if id != "" {
+		logID = " id=" + id
+	}
+	fmt.Printf("%s %s from %s on port %s%s\n", r.Method, r.URL.Path, r.RemoteAddr, port, logID)
+	if r.Method == http.MethodPost {
+		b.countPost(id)
+	}
 	query := r.URL.Query()
 	a, err := parseAsk(func(name string) string {
 		if v := query.Get(name); v != "" {
