@@ -32,6 +32,20 @@ const (
 	ReasonIdleTimeout     = "idle-timeout"            // 504: the route's idle timeout passed
 )
 
+// errPeerNotReached: the endpoint's own proxy (a meshed peer) answered
+// that it could not connect to its application, so the request reached
+// no server and may be sent again, whatever its method. Only a peer that
+// proved the endpoint's mesh identity is believed.
+var errPeerNotReached = errors.New("the endpoint's proxy could not reach its application")
+
+// peerNotReached reports whether a meshed endpoint's answer (status and
+// plexus-proxy-error) says the request never reached the application: its
+// proxy failed to connect to it (the application is gone or not yet
+// listening, as in a rolling update).
+func peerNotReached(meshed bool, status int, reason string) bool {
+	return meshed && status == http.StatusBadGateway && reason == ReasonConnectRefused
+}
+
 // routeError is an answer the route stage decided.
 type routeError struct {
 	status int
@@ -91,6 +105,8 @@ func classify(err error) (int, string) {
 	switch {
 	case errors.As(err, &re):
 		return re.status, re.reason
+	case errors.Is(err, errPeerNotReached):
+		return http.StatusBadGateway, ReasonConnectRefused
 	case client && errors.As(err, &we):
 		return 499, ReasonClientGone // it stopped reading: nothing more can reach it
 	case client && errors.Is(err, errBadChunk):

@@ -22,6 +22,7 @@ type resHead struct {
 	chunked       bool
 	grpcStatus    []byte
 	conn          connHeaders
+	proxyError    []byte // plexus-proxy-error: the answer of a meshed peer's proxy
 }
 
 // parseResponse parses a response head as found by headEnd. Lines may end
@@ -79,6 +80,8 @@ func parseResponse(raw []byte) (resHead, error) {
 			h.conn.add(v)
 		case is(name, "grpc-status"):
 			h.grpcStatus = v
+		case h.status >= 500 && is(name, ErrorHeader):
+			h.proxyError = v
 		}
 		return true
 	})

@@ -220,6 +220,10 @@ func (hc *h1conn) exchange(up *upstream, h *reqHead) (resHead, error) {
 		if err != nil {
 			return resHead{}, err
 		}
+		if res.proxyError != nil && peerNotReached(!x.endpoint.Identity.IsZero(), res.status, string(res.proxyError)) {
+			// The connection is closed (its answer unread): rare.
+			return resHead{}, errPeerNotReached
+		}
 		if res.status >= 200 {
 			if x.req.Replayable {
 				hc.rd.discard(h.length())

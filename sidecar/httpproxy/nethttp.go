@@ -124,6 +124,10 @@ func (p *Proxy) send(ctx context.Context, x *exchange, r, out *http.Request) (re
 		o.URL = &u
 		var err error
 		res, err = t.RoundTrip(o)
+		if err == nil && peerNotReached(!x.endpoint.Identity.IsZero(), res.StatusCode, res.Header.Get(ErrorHeader)) {
+			res.Body.Close()
+			res, err = nil, errPeerNotReached
+		}
 		return err
 	})
 	if wait.stop() {

@@ -209,7 +209,7 @@ func (x *exchange) retrySafe(err error) bool {
 	switch {
 	case x.attempts > maxResends, errors.As(err, &ce), errors.As(err, &le), isTimeout(err):
 		return false
-	case errors.As(err, &de):
+	case errors.As(err, &de), errors.Is(err, errPeerNotReached):
 		return x.req.Replayable || x.req.ContentLength == 0
 	}
 	return errors.As(err, &ae) && !ae.answered && x.req.Replayable && (!ae.sent || ae.reused && x.req.idempotent())

@@ -60,3 +60,27 @@ func TestNoResendOfAPostThatReachedAServer(t *testing.T) {
 		t.Errorf("the server got the POST %d times, want 1", n)
 	}
 }
+
+// Only a meshed peer's own "could not connect to my application" answer
+// means the request reached no server.
+func TestPeerNotReached(t *testing.T) {
+	for _, c := range []struct {
+		meshed bool
+		status int
+		reason string
+		want   bool
+	}{
+		{true, 502, ReasonConnectRefused, true},
+		{false, 502, ReasonConnectRefused, false}, // an unmeshed server's header is not believed
+		{true, 502, ReasonUpstreamReset, false},   // the application may have taken it
+		{true, 503, ReasonConnectRefused, false},
+		{true, 502, "", false},
+	} {
+		if got := peerNotReached(c.meshed, c.status, c.reason); got != c.want {
+			t.Errorf("peerNotReached(%v, %d, %q) = %v, want %v", c.meshed, c.status, c.reason, got, c.want)
+		}
+	}
+	if s, r := classify(errPeerNotReached); s != 502 || r != ReasonConnectRefused {
+		t.Errorf("classify(errPeerNotReached) = %d %s, want 502 %s", s, r, ReasonConnectRefused)
+	}
+}
