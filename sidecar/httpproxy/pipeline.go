@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
@@ -48,6 +49,8 @@ type exchange struct {
 	// metrics; attemptOpen, that its end is not recorded yet.
 	attemptStart time.Time
 	attemptOpen  bool
+	// failed holds the endpoints a re-send must avoid.
+	failed [maxResends]netip.AddrPort
 	// reqCtx carries the route's request timeout, when it has one;
 	// attemptCtx, the current attempt's (response or per-attempt).
 	reqCtx, attemptCtx context.Context
@@ -150,18 +153,20 @@ func (x *exchange) attempt(send func(n int) error) error {
 		x.p.opts.Log.Debug("the request reached no server; sending it again",
 			"direction", x.req.Direction, "endpoint", x.endpoint.Addr, "err", err)
 		x.p.opts.Metrics.Resent(x.req.Direction)
-		if err := x.rebalance(x.endpoint.Addr); err != nil {
+		x.failed[(x.attempts-1)%len(x.failed)] = x.endpoint.Addr
+		if err := x.rebalance(); err != nil {
 			return err
 		}
 	}
 }
 
 // maxResends bounds the re-sends of one request by the retry rule.
-const maxResends = 2
+const maxResends = 3
 
-// rebalance chooses the endpoint of a re-send, another one than failed
-// when the balancer offers one in a few tries.
-func (x *exchange) rebalance(failed netip.AddrPort) error {
+// rebalance chooses the endpoint of a re-send, one that has not failed
+// this request when the balancer offers one in a few tries (during a
+// rolling update several endpoints may be going away at once).
+func (x *exchange) rebalance() error {
 	if x.p.opts.Balance == nil {
 		return nil
 	}
@@ -169,7 +174,7 @@ func (x *exchange) rebalance(failed netip.AddrPort) error {
 		if err := x.balance(context.Background()); err != nil {
 			return err
 		}
-		if x.endpoint.Addr != failed || try == 2 {
+		if !slices.Contains(x.failed[:], x.endpoint.Addr) || try == 3 {
 			return nil
 		}
 	}
