@@ -346,6 +346,9 @@ func (c *loadConfig) sender(run string) (send func(w, i int) sample, first func(
 			x.Status, x.err = "error", fmt.Sprintf("reading the body: %v", err)
 		}
 		x.Server = servedBy(body, resp.Header)
+		if v := resp.Header.Get("Plexus-Proxy-Error"); v != "" && x.err == "" {
+			x.err = "plexus-proxy-error: " + v // a proxy answered, and why
+		}
 		if i == 0 {
 			answer = &firstAnswer{Status: x.Status, Header: resp.Header, Body: string(body)}
 		}
