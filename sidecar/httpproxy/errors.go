@@ -38,12 +38,30 @@ const (
 // proved the endpoint's mesh identity is believed.
 var errPeerNotReached = errors.New("the endpoint's proxy could not reach its application")
 
+// errPeerAppFailed: the endpoint's own proxy answered that its
+// application broke the connection before any response (it exited, as in
+// a rolling update). The application may have acted on the request, so
+// only an idempotent request is sent again.
+var errPeerAppFailed = errors.New("the endpoint's application broke the connection before answering")
+
 // peerNotReached reports whether a meshed endpoint's answer (status and
 // plexus-proxy-error) says the request never reached the application: its
 // proxy failed to connect to it (the application is gone or not yet
 // listening, as in a rolling update).
 func peerNotReached(meshed bool, status int, reason string) bool {
 	return meshed && status == http.StatusBadGateway && reason == ReasonConnectRefused
+}
+
+// peerError is the error a meshed endpoint's own answer stands for, for
+// the retry rule: errPeerNotReached, errPeerAppFailed, or nil (relay it).
+func peerError(meshed bool, status int, reason string) error {
+	switch {
+	case peerNotReached(meshed, status, reason):
+		return errPeerNotReached
+	case meshed && status == http.StatusBadGateway && reason == ReasonUpstreamReset:
+		return errPeerAppFailed
+	}
+	return nil
 }
 
 // routeError is an answer the route stage decided.
@@ -107,6 +125,8 @@ func classify(err error) (int, string) {
 		return re.status, re.reason
 	case errors.Is(err, errPeerNotReached):
 		return http.StatusBadGateway, ReasonConnectRefused
+	case errors.Is(err, errPeerAppFailed):
+		return http.StatusBadGateway, ReasonUpstreamReset
 	case client && errors.As(err, &we):
 		return 499, ReasonClientGone // it stopped reading: nothing more can reach it
 	case client && errors.Is(err, errBadChunk):

@@ -220,9 +220,11 @@ func (hc *h1conn) exchange(up *upstream, h *reqHead) (resHead, error) {
 		if err != nil {
 			return resHead{}, err
 		}
-		if res.proxyError != nil && peerNotReached(!x.endpoint.Identity.IsZero(), res.status, string(res.proxyError)) {
-			// The connection is closed (its answer unread): rare.
-			return resHead{}, errPeerNotReached
+		if res.proxyError != nil {
+			if err := peerError(!x.endpoint.Identity.IsZero(), res.status, string(res.proxyError)); err != nil && x.retrySafe(err) {
+				// The connection is closed (its answer unread): rare.
+				return resHead{}, err
+			}
 		}
 		if res.status >= 200 {
 			if x.req.Replayable {

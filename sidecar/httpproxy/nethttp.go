@@ -124,9 +124,11 @@ func (p *Proxy) send(ctx context.Context, x *exchange, r, out *http.Request) (re
 		o.URL = &u
 		var err error
 		res, err = t.RoundTrip(o)
-		if err == nil && peerNotReached(!x.endpoint.Identity.IsZero(), res.StatusCode, res.Header.Get(ErrorHeader)) {
-			res.Body.Close()
-			res, err = nil, errPeerNotReached
+		if err == nil && res.StatusCode == http.StatusBadGateway {
+			if perr := peerError(!x.endpoint.Identity.IsZero(), res.StatusCode, res.Header.Get(ErrorHeader)); perr != nil && x.retrySafe(perr) {
+				res.Body.Close()
+				res, err = nil, perr
+			}
 		}
 		return err
 	})

@@ -216,6 +216,8 @@ func (x *exchange) retrySafe(err error) bool {
 		return false
 	case errors.As(err, &de), errors.Is(err, errPeerNotReached):
 		return x.req.Replayable || x.req.ContentLength == 0
+	case errors.Is(err, errPeerAppFailed):
+		return (x.req.Replayable || x.req.ContentLength == 0) && x.req.idempotent()
 	}
 	return errors.As(err, &ae) && !ae.answered && x.req.Replayable && (!ae.sent || ae.reused && x.req.idempotent())
 }

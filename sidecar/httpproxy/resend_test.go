@@ -84,3 +84,33 @@ func TestPeerNotReached(t *testing.T) {
 		t.Errorf("classify(errPeerNotReached) = %d %s, want 502 %s", s, r, ReasonConnectRefused)
 	}
 }
+
+// A meshed peer's upstream-reset means its application broke before
+// answering: re-sendable for idempotent requests only (the retry rule
+// decides); anything else is relayed.
+func TestPeerError(t *testing.T) {
+	for _, c := range []struct {
+		meshed bool
+		status int
+		reason string
+		want   error
+	}{
+		{true, 502, ReasonConnectRefused, errPeerNotReached},
+		{true, 502, ReasonUpstreamReset, errPeerAppFailed},
+		{false, 502, ReasonUpstreamReset, nil},
+		{true, 504, ReasonTimeout, nil},
+		{true, 502, ReasonTLS, nil},
+	} {
+		if got := peerError(c.meshed, c.status, c.reason); got != c.want {
+			t.Errorf("peerError(%v, %d, %q) = %v, want %v", c.meshed, c.status, c.reason, got, c.want)
+		}
+	}
+	get := &exchange{req: &Request{Method: "GET", Replayable: true}}
+	post := &exchange{req: &Request{Method: "POST", Replayable: true, ContentLength: 4}}
+	if !get.retrySafe(errPeerAppFailed) || post.retrySafe(errPeerAppFailed) {
+		t.Errorf("app failure: GET re-sent %v (want true), POST re-sent %v (want false)", get.retrySafe(errPeerAppFailed), post.retrySafe(errPeerAppFailed))
+	}
+	if !post.retrySafe(errPeerNotReached) {
+		t.Error("a POST the peer could not deliver is not re-sent")
+	}
+}
