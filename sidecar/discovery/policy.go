@@ -3,7 +3,6 @@ package discovery
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -75,26 +74,10 @@ func (s *policySub) firstDone() { s.once.Do(func() { close(s.first) }) }
 // followPolicy keeps a GetOutboundPolicy stream open for s until ctx ends;
 // the last policy stays in use while the control plane is away.
 func (r *Resolver) followPolicy(ctx context.Context, s *policySub) {
-	backoff := r.opts.MinBackoff
-	for {
-		got, err := r.streamPolicy(ctx, s)
-		if ctx.Err() != nil {
-			return
-		}
+	r.keepStream(ctx, func(ctx context.Context) (bool, error) { return r.streamPolicy(ctx, s) }, func(err error, retryIn time.Duration) {
 		s.firstDone()
-		if got {
-			backoff = r.opts.MinBackoff
-		}
-		r.opts.Log.Warn("outbound policy stream ended; keeping the cached policy and reconnecting", "dst", s.dst, "retry_in", backoff, "err", err)
-		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(2*backoff, r.opts.MaxBackoff)
-	}
+		r.opts.Log.Warn("outbound policy stream ended; keeping the cached policy and reconnecting", "dst", s.dst, "retry_in", retryIn, "err", err)
+	})
 }
 
 func (r *Resolver) streamPolicy(ctx context.Context, s *policySub) (got bool, err error) {
