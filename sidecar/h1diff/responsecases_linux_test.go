@@ -38,6 +38,7 @@ var responseCases = []responseCase{
 	{name: "te-chunked-chunked", sends: "`Transfer-Encoding: chunked, chunked`", script: now("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n8\r\nGET /r 0\r\n0\r\n\r\n")},
 	{name: "te-two-fields", sends: "two `Transfer-Encoding: chunked` fields", script: now("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n8\r\nGET /r 0\r\n0\r\n\r\n")},
 	{name: "ok", sends: "a correct response", script: now(ok)},
+	{name: "peer-proxy-error", sends: "a 502 with `plexus-proxy-error: connect-refused` (not a meshed peer: relayed, never re-sent)", script: now("HTTP/1.1 502 Bad Gateway\r\nPlexus-Proxy-Error: connect-refused\r\nContent-Length: 8\r\n\r\nGET /r 0")},
 	{name: "extra-response", sends: "a second, unsolicited response in the same write", script: now(ok, extra)},
 	{name: "extra-garbage", sends: "garbage after the response, same write", script: now(ok, "garbage\r\n\r\n")},
 	{name: "extra-response-late", sends: "an unsolicited response 300 ms after an on-time one", script: script{steps: []step{

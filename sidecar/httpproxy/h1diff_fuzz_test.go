@@ -12,6 +12,9 @@ import (
 // headSeeds are request and response heads for the differential fuzz
 // targets: plain ones and the ambiguous shapes smuggling is made of.
 var headSeeds = []string{
+	// A peer proxy's answer (parseResponse reads plexus-proxy-error on a 5xx).
+	"HTTP/1.1 502 Bad Gateway\r\nPlexus-Proxy-Error: connect-refused\r\nContent-Length: 0\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nplexus-proxy-error: upstream-reset\r\nContent-Length: 0\r\n\r\n",
 	"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
 	"POST /a HTTP/1.1\r\nHost: s\r\nConnection: Content-Length\r\nContent-Length: 35\r\n\r\n",
 	"POST /a HTTP/1.1\r\nHost: s\r\nConnection: Transfer-Encoding, host\r\nTransfer-Encoding: chunked\r\n\r\n",
