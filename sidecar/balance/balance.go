@@ -85,6 +85,25 @@ func NewEndpoint(c Config, weight uint32, now int64) *Endpoint {
 	return e
 }
 
+// JoinRTT is the starting estimate (Config.DefaultRTT) for an endpoint
+// that joins eps at now: the lowest estimate among them, or DefaultRTT
+// when eps is empty. tower starts every endpoint at the default RTT, so
+// in a set whose endpoints answer in 1 ms a newcomer wins no pair until
+// its 30 ms decays below theirs (τ·ln 30 ≈ 34 s): at low load a scale-up
+// takes no traffic for half a minute. Starting at the best estimate gives
+// it its share at once, and its first sample, if slower, raises it (the
+// peak).
+func JoinRTT(eps []*Endpoint, now int64) time.Duration {
+	if len(eps) == 0 {
+		return DefaultRTT
+	}
+	best := eps[0].Estimate(now)
+	for _, e := range eps[1:] {
+		best = min(best, e.Estimate(now))
+	}
+	return max(best, 1) // 0 would mean DefaultRTT to NewEndpoint
+}
+
 // SetWeight changes the weight (0 means 1), as discovery updates it.
 func (e *Endpoint) SetWeight(w uint32) { e.weight.Store(w) }
 

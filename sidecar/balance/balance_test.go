@@ -377,3 +377,38 @@ func TestConfigValidate(t *testing.T) {
 		t.Error("negative durations must be rejected")
 	}
 }
+
+// A newcomer to a set of fast endpoints takes its share at once: with the
+// default RTT it would win no pair against 1 ms endpoints for half a
+// minute (the scale-up that took no traffic in the cluster test).
+func TestJoinRTTGivesNewcomerItsShare(t *testing.T) {
+	now := int64(0)
+	old := NewEndpoint(Config{}, 0, now)
+	for range 50 { // warm it: 1 ms answers every 50 ms
+		h := old.Start(now)
+		now += int64(time.Millisecond)
+		h.Observe(now)
+		h.Done()
+		now += int64(49 * time.Millisecond)
+	}
+	cold := NewEndpoint(Config{}, 0, now)
+	joined := NewEndpoint(Config{DefaultRTT: JoinRTT([]*Endpoint{old}, now)}, 0, now)
+	if got := JoinRTT(nil, now); got != DefaultRTT {
+		t.Errorf("JoinRTT of an empty set = %s, want the default %s", got, DefaultRTT)
+	}
+	share := func(newcomer *Endpoint) int {
+		n := 0
+		for i := range 1000 {
+			if PickP2C([]*Endpoint{old, newcomer}, now, uint64(i)*0x9e3779b97f4a7c15) == newcomer {
+				n++
+			}
+		}
+		return n
+	}
+	if n := share(cold); n != 0 {
+		t.Errorf("control: an endpoint at the default RTT won %d of 1000 pairs against a 1 ms one; want 0", n)
+	}
+	if n := share(joined); n < 300 {
+		t.Errorf("an endpoint joining at JoinRTT won %d of 1000 pairs against an equal one; want about half", n)
+	}
+}

@@ -54,6 +54,8 @@ func (s *sub) apply(u *destinationpb.Update, snapshot bool) {
 	for _, ep := range s.eps {
 		old[ep.Addr] = ep
 	}
+	now := monoNow()
+	join := balance.Config{DefaultRTT: balance.JoinRTT(s.lbs, now)}
 	if snapshot {
 		s.eps = nil
 	}
@@ -72,7 +74,7 @@ func (s *sub) apply(u *destinationpb.Update, snapshot bool) {
 			ep := old[e.Addr]
 			if ep == nil || ep.Identity != e.Identity {
 				// A new identity at an old address is a new endpoint.
-				ep = &endpoint{lb: balance.NewEndpoint(balance.Config{}, wa.GetWeight(), monoNow())}
+				ep = &endpoint{lb: balance.NewEndpoint(join, wa.GetWeight(), now)}
 			}
 			ep.lb.SetWeight(wa.GetWeight())
 			ep.Endpoint = e
