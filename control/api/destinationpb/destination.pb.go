@@ -120,7 +120,7 @@ func (x OutboundRoute_Protocol) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OutboundRoute_Protocol.Descriptor instead.
 func (OutboundRoute_Protocol) EnumDescriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{12, 0}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{13, 0}
 }
 
 type PathMatch_Kind int32
@@ -169,7 +169,7 @@ func (x PathMatch_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PathMatch_Kind.Descriptor instead.
 func (PathMatch_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{15, 0}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{16, 0}
 }
 
 type HeaderMatch_Kind int32
@@ -215,7 +215,7 @@ func (x HeaderMatch_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use HeaderMatch_Kind.Descriptor instead.
 func (HeaderMatch_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{16, 0}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{17, 0}
 }
 
 type QueryMatch_Kind int32
@@ -261,7 +261,7 @@ func (x QueryMatch_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use QueryMatch_Kind.Descriptor instead.
 func (QueryMatch_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{17, 0}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{18, 0}
 }
 
 type GetDestination struct {
@@ -483,8 +483,14 @@ type WeightedAddr struct {
 	// Per-endpoint labels: pod, owner_kind, owner_name, serviceaccount, zone.
 	MetricLabels map[string]string `protobuf:"bytes,3,rep,name=metric_labels,json=metricLabels,proto3" json:"metric_labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The endpoint's proxy identity; unset when the endpoint is not meshed.
-	TlsIdentity   *TlsIdentity  `protobuf:"bytes,4,opt,name=tls_identity,json=tlsIdentity,proto3" json:"tls_identity,omitempty"`
-	ProtocolHint  *ProtocolHint `protobuf:"bytes,5,opt,name=protocol_hint,json=protocolHint,proto3" json:"protocol_hint,omitempty"`
+	TlsIdentity  *TlsIdentity  `protobuf:"bytes,4,opt,name=tls_identity,json=tlsIdentity,proto3" json:"tls_identity,omitempty"`
+	ProtocolHint *ProtocolHint `protobuf:"bytes,5,opt,name=protocol_hint,json=protocolHint,proto3" json:"protocol_hint,omitempty"`
+	// The endpoint is terminating but still serving (EndpointSlice
+	// conditions serving=true, terminating=true): a proxy sends it nothing
+	// new while any endpoint of the set is not terminating, and uses it only
+	// when every endpoint is (as kube-proxy does). Endpoints neither ready
+	// nor serving are not sent.
+	Terminating   bool `protobuf:"varint,6,opt,name=terminating,proto3" json:"terminating,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -552,6 +558,13 @@ func (x *WeightedAddr) GetProtocolHint() *ProtocolHint {
 		return x.ProtocolHint
 	}
 	return nil
+}
+
+func (x *WeightedAddr) GetTerminating() bool {
+	if x != nil {
+		return x.Terminating
+	}
+	return false
 }
 
 type TcpAddress struct {
@@ -946,9 +959,13 @@ type OutboundPolicy struct {
 	// specificity (Gateway API) and keeps this order for ties.
 	Routes []*OutboundRoute `protobuf:"bytes,3,rep,name=routes,proto3" json:"routes,omitempty"`
 	// The port is opaque: no routes apply.
-	Opaque        bool `protobuf:"varint,4,opt,name=opaque,proto3" json:"opaque,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Opaque bool `protobuf:"varint,4,opt,name=opaque,proto3" json:"opaque,omitempty"`
+	// Set when the parent Service turns failure accrual on
+	// (balancer.plexus.dev/failure-accrual: consecutive): the proxy ejects
+	// the endpoints of this parent's backends that fail this way.
+	FailureAccrual *FailureAccrual `protobuf:"bytes,5,opt,name=failure_accrual,json=failureAccrual,proto3" json:"failure_accrual,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *OutboundPolicy) Reset() {
@@ -1009,6 +1026,97 @@ func (x *OutboundPolicy) GetOpaque() bool {
 	return false
 }
 
+func (x *OutboundPolicy) GetFailureAccrual() *FailureAccrual {
+	if x != nil {
+		return x.FailureAccrual
+	}
+	return nil
+}
+
+// Consecutive-failure accrual (circuit breaking), from the Service's
+// balancer.plexus.dev annotations with the defaults of DESIGN.md §8 filled
+// in: every field is set.
+type FailureAccrual struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The N-th failure in a row ejects an endpoint.
+	ConsecutiveFailures uint32 `protobuf:"varint,1,opt,name=consecutive_failures,json=consecutiveFailures,proto3" json:"consecutive_failures,omitempty"`
+	// An ejection's penalty: min_penalty, doubling on each ejection in a
+	// row up to max_penalty, jittered by ±jitter_ratio/2.
+	MinPenalty  *durationpb.Duration `protobuf:"bytes,2,opt,name=min_penalty,json=minPenalty,proto3" json:"min_penalty,omitempty"`
+	MaxPenalty  *durationpb.Duration `protobuf:"bytes,3,opt,name=max_penalty,json=maxPenalty,proto3" json:"max_penalty,omitempty"`
+	JitterRatio float64              `protobuf:"fixed64,4,opt,name=jitter_ratio,json=jitterRatio,proto3" json:"jitter_ratio,omitempty"`
+	// Never eject an endpoint when that would leave fewer than this percent
+	// of the endpoints in.
+	MinHealthyPercent uint32 `protobuf:"varint,5,opt,name=min_healthy_percent,json=minHealthyPercent,proto3" json:"min_healthy_percent,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *FailureAccrual) Reset() {
+	*x = FailureAccrual{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailureAccrual) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailureAccrual) ProtoMessage() {}
+
+func (x *FailureAccrual) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailureAccrual.ProtoReflect.Descriptor instead.
+func (*FailureAccrual) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *FailureAccrual) GetConsecutiveFailures() uint32 {
+	if x != nil {
+		return x.ConsecutiveFailures
+	}
+	return 0
+}
+
+func (x *FailureAccrual) GetMinPenalty() *durationpb.Duration {
+	if x != nil {
+		return x.MinPenalty
+	}
+	return nil
+}
+
+func (x *FailureAccrual) GetMaxPenalty() *durationpb.Duration {
+	if x != nil {
+		return x.MaxPenalty
+	}
+	return nil
+}
+
+func (x *FailureAccrual) GetJitterRatio() float64 {
+	if x != nil {
+		return x.JitterRatio
+	}
+	return 0
+}
+
+func (x *FailureAccrual) GetMinHealthyPercent() uint32 {
+	if x != nil {
+		return x.MinHealthyPercent
+	}
+	return 0
+}
+
 type OutboundRoute struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// route_* labels. The default route: kind "default", name "http" or
@@ -1027,7 +1135,7 @@ type OutboundRoute struct {
 
 func (x *OutboundRoute) Reset() {
 	*x = OutboundRoute{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[12]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1039,7 +1147,7 @@ func (x *OutboundRoute) String() string {
 func (*OutboundRoute) ProtoMessage() {}
 
 func (x *OutboundRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[12]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1052,7 +1160,7 @@ func (x *OutboundRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutboundRoute.ProtoReflect.Descriptor instead.
 func (*OutboundRoute) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{12}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *OutboundRoute) GetRef() *ResourceRef {
@@ -1103,7 +1211,7 @@ type OutboundRule struct {
 
 func (x *OutboundRule) Reset() {
 	*x = OutboundRule{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[13]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1223,7 @@ func (x *OutboundRule) String() string {
 func (*OutboundRule) ProtoMessage() {}
 
 func (x *OutboundRule) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[13]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1236,7 @@ func (x *OutboundRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutboundRule.ProtoReflect.Descriptor instead.
 func (*OutboundRule) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{13}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *OutboundRule) GetMatches() []*RouteMatch {
@@ -1189,7 +1297,7 @@ type RouteMatch struct {
 
 func (x *RouteMatch) Reset() {
 	*x = RouteMatch{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[14]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1309,7 @@ func (x *RouteMatch) String() string {
 func (*RouteMatch) ProtoMessage() {}
 
 func (x *RouteMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[14]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1322,7 @@ func (x *RouteMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteMatch.ProtoReflect.Descriptor instead.
 func (*RouteMatch) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{14}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RouteMatch) GetPath() *PathMatch {
@@ -1262,7 +1370,7 @@ type PathMatch struct {
 
 func (x *PathMatch) Reset() {
 	*x = PathMatch{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[15]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1274,7 +1382,7 @@ func (x *PathMatch) String() string {
 func (*PathMatch) ProtoMessage() {}
 
 func (x *PathMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[15]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1287,7 +1395,7 @@ func (x *PathMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathMatch.ProtoReflect.Descriptor instead.
 func (*PathMatch) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{15}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PathMatch) GetKind() PathMatch_Kind {
@@ -1316,7 +1424,7 @@ type HeaderMatch struct {
 
 func (x *HeaderMatch) Reset() {
 	*x = HeaderMatch{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[16]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1436,7 @@ func (x *HeaderMatch) String() string {
 func (*HeaderMatch) ProtoMessage() {}
 
 func (x *HeaderMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[16]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1449,7 @@ func (x *HeaderMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderMatch.ProtoReflect.Descriptor instead.
 func (*HeaderMatch) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{16}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HeaderMatch) GetKind() HeaderMatch_Kind {
@@ -1377,7 +1485,7 @@ type QueryMatch struct {
 
 func (x *QueryMatch) Reset() {
 	*x = QueryMatch{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[17]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1497,7 @@ func (x *QueryMatch) String() string {
 func (*QueryMatch) ProtoMessage() {}
 
 func (x *QueryMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[17]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1510,7 @@ func (x *QueryMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryMatch.ProtoReflect.Descriptor instead.
 func (*QueryMatch) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{17}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *QueryMatch) GetKind() QueryMatch_Kind {
@@ -1443,7 +1551,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[18]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1455,7 +1563,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[18]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1468,7 +1576,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{18}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Condition) GetKind() isCondition_Kind {
@@ -1567,7 +1675,7 @@ type Conditions struct {
 
 func (x *Conditions) Reset() {
 	*x = Conditions{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[19]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1579,7 +1687,7 @@ func (x *Conditions) String() string {
 func (*Conditions) ProtoMessage() {}
 
 func (x *Conditions) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[19]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1592,7 +1700,7 @@ func (x *Conditions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Conditions.ProtoReflect.Descriptor instead.
 func (*Conditions) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{19}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Conditions) GetConditions() []*Condition {
@@ -1617,7 +1725,7 @@ type Filter struct {
 
 func (x *Filter) Reset() {
 	*x = Filter{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[20]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1737,7 @@ func (x *Filter) String() string {
 func (*Filter) ProtoMessage() {}
 
 func (x *Filter) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[20]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +1750,7 @@ func (x *Filter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Filter.ProtoReflect.Descriptor instead.
 func (*Filter) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{20}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Filter) GetKind() isFilter_Kind {
@@ -1727,7 +1835,7 @@ type HeaderModifier struct {
 
 func (x *HeaderModifier) Reset() {
 	*x = HeaderModifier{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[21]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +1847,7 @@ func (x *HeaderModifier) String() string {
 func (*HeaderModifier) ProtoMessage() {}
 
 func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[21]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +1860,7 @@ func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderModifier.ProtoReflect.Descriptor instead.
 func (*HeaderModifier) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{21}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HeaderModifier) GetSet() []*Header {
@@ -1786,7 +1894,7 @@ type Header struct {
 
 func (x *Header) Reset() {
 	*x = Header{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[22]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1798,7 +1906,7 @@ func (x *Header) String() string {
 func (*Header) ProtoMessage() {}
 
 func (x *Header) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[22]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1811,7 +1919,7 @@ func (x *Header) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Header.ProtoReflect.Descriptor instead.
 func (*Header) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{22}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Header) GetName() string {
@@ -1841,7 +1949,7 @@ type PathModifier struct {
 
 func (x *PathModifier) Reset() {
 	*x = PathModifier{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[23]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1853,7 +1961,7 @@ func (x *PathModifier) String() string {
 func (*PathModifier) ProtoMessage() {}
 
 func (x *PathModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[23]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1866,7 +1974,7 @@ func (x *PathModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathModifier.ProtoReflect.Descriptor instead.
 func (*PathModifier) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{23}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PathModifier) GetKind() isPathModifier_Kind {
@@ -1928,7 +2036,7 @@ type RequestRedirect struct {
 
 func (x *RequestRedirect) Reset() {
 	*x = RequestRedirect{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[24]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1940,7 +2048,7 @@ func (x *RequestRedirect) String() string {
 func (*RequestRedirect) ProtoMessage() {}
 
 func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[24]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1953,7 +2061,7 @@ func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRedirect.ProtoReflect.Descriptor instead.
 func (*RequestRedirect) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{24}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RequestRedirect) GetScheme() string {
@@ -2001,7 +2109,7 @@ type URLRewrite struct {
 
 func (x *URLRewrite) Reset() {
 	*x = URLRewrite{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[25]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2013,7 +2121,7 @@ func (x *URLRewrite) String() string {
 func (*URLRewrite) ProtoMessage() {}
 
 func (x *URLRewrite) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[25]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2026,7 +2134,7 @@ func (x *URLRewrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use URLRewrite.ProtoReflect.Descriptor instead.
 func (*URLRewrite) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{25}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *URLRewrite) GetHostname() string {
@@ -2061,7 +2169,7 @@ type Backend struct {
 
 func (x *Backend) Reset() {
 	*x = Backend{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[26]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2181,7 @@ func (x *Backend) String() string {
 func (*Backend) ProtoMessage() {}
 
 func (x *Backend) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[26]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2194,7 @@ func (x *Backend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backend.ProtoReflect.Descriptor instead.
 func (*Backend) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{26}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Backend) GetRef() *ResourceRef {
@@ -2138,7 +2246,7 @@ type Timeouts struct {
 
 func (x *Timeouts) Reset() {
 	*x = Timeouts{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[27]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2150,7 +2258,7 @@ func (x *Timeouts) String() string {
 func (*Timeouts) ProtoMessage() {}
 
 func (x *Timeouts) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[27]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2163,7 +2271,7 @@ func (x *Timeouts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timeouts.ProtoReflect.Descriptor instead.
 func (*Timeouts) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{27}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Timeouts) GetRequest() *durationpb.Duration {
@@ -2207,7 +2315,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[28]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2219,7 +2327,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[28]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2232,7 +2340,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{28}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RetryPolicy) GetLimit() uint32 {
@@ -2287,7 +2395,7 @@ type StatusRange struct {
 
 func (x *StatusRange) Reset() {
 	*x = StatusRange{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[29]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2407,7 @@ func (x *StatusRange) String() string {
 func (*StatusRange) ProtoMessage() {}
 
 func (x *StatusRange) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[29]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2420,7 @@ func (x *StatusRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRange.ProtoReflect.Descriptor instead.
 func (*StatusRange) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{29}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StatusRange) GetMin() uint32 {
@@ -2341,7 +2449,7 @@ type RetryBudget struct {
 
 func (x *RetryBudget) Reset() {
 	*x = RetryBudget{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[30]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2353,7 +2461,7 @@ func (x *RetryBudget) String() string {
 func (*RetryBudget) ProtoMessage() {}
 
 func (x *RetryBudget) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[30]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2366,7 +2474,7 @@ func (x *RetryBudget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudget.ProtoReflect.Descriptor instead.
 func (*RetryBudget) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{30}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RetryBudget) GetRatio() float64 {
@@ -2400,7 +2508,7 @@ type ResponseClass struct {
 
 func (x *ResponseClass) Reset() {
 	*x = ResponseClass{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[31]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2412,7 +2520,7 @@ func (x *ResponseClass) String() string {
 func (*ResponseClass) ProtoMessage() {}
 
 func (x *ResponseClass) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[31]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2425,7 +2533,7 @@ func (x *ResponseClass) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseClass.ProtoReflect.Descriptor instead.
 func (*ResponseClass) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{31}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ResponseClass) GetCondition() *ResponseMatch {
@@ -2457,7 +2565,7 @@ type ResponseMatch struct {
 
 func (x *ResponseMatch) Reset() {
 	*x = ResponseMatch{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[32]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2469,7 +2577,7 @@ func (x *ResponseMatch) String() string {
 func (*ResponseMatch) ProtoMessage() {}
 
 func (x *ResponseMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[32]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2482,7 +2590,7 @@ func (x *ResponseMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseMatch.ProtoReflect.Descriptor instead.
 func (*ResponseMatch) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{32}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ResponseMatch) GetKind() isResponseMatch_Kind {
@@ -2565,7 +2673,7 @@ type ResponseMatches struct {
 
 func (x *ResponseMatches) Reset() {
 	*x = ResponseMatches{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[33]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2577,7 +2685,7 @@ func (x *ResponseMatches) String() string {
 func (*ResponseMatches) ProtoMessage() {}
 
 func (x *ResponseMatches) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[33]
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2590,7 +2698,7 @@ func (x *ResponseMatches) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseMatches.ProtoReflect.Descriptor instead.
 func (*ResponseMatches) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{33}
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ResponseMatches) GetMatches() []*ResponseMatch {
@@ -2618,13 +2726,14 @@ const file_control_api_destinationpb_destination_proto_rawDesc = "" +
 	"\rmetric_labels\x18\x02 \x03(\v20.plexus.destination.v1.AddrSet.MetricLabelsEntryR\fmetricLabels\x1a?\n" +
 	"\x11MetricLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8b\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xad\x03\n" +
 	"\fWeightedAddr\x125\n" +
 	"\x04addr\x18\x01 \x01(\v2!.plexus.destination.v1.TcpAddressR\x04addr\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\rR\x06weight\x12Z\n" +
 	"\rmetric_labels\x18\x03 \x03(\v25.plexus.destination.v1.WeightedAddr.MetricLabelsEntryR\fmetricLabels\x12E\n" +
 	"\ftls_identity\x18\x04 \x01(\v2\".plexus.destination.v1.TlsIdentityR\vtlsIdentity\x12H\n" +
-	"\rprotocol_hint\x18\x05 \x01(\v2#.plexus.destination.v1.ProtocolHintR\fprotocolHint\x1a?\n" +
+	"\rprotocol_hint\x18\x05 \x01(\v2#.plexus.destination.v1.ProtocolHintR\fprotocolHint\x12 \n" +
+	"\vterminating\x18\x06 \x01(\bR\vterminating\x1a?\n" +
 	"\x11MetricLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"0\n" +
@@ -2655,12 +2764,21 @@ const file_control_api_destinationpb_destination_proto_rawDesc = "" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x12\n" +
 	"\x04port\x18\x05 \x01(\rR\x04port\x12!\n" +
-	"\fsection_name\x18\x06 \x01(\tR\vsectionName\"\xba\x01\n" +
+	"\fsection_name\x18\x06 \x01(\tR\vsectionName\"\x8a\x02\n" +
 	"\x0eOutboundPolicy\x12:\n" +
 	"\x06parent\x18\x01 \x01(\v2\".plexus.destination.v1.ResourceRefR\x06parent\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\tR\x06source\x12<\n" +
 	"\x06routes\x18\x03 \x03(\v2$.plexus.destination.v1.OutboundRouteR\x06routes\x12\x16\n" +
-	"\x06opaque\x18\x04 \x01(\bR\x06opaque\"\x89\x02\n" +
+	"\x06opaque\x18\x04 \x01(\bR\x06opaque\x12N\n" +
+	"\x0ffailure_accrual\x18\x05 \x01(\v2%.plexus.destination.v1.FailureAccrualR\x0efailureAccrual\"\x8e\x02\n" +
+	"\x0eFailureAccrual\x121\n" +
+	"\x14consecutive_failures\x18\x01 \x01(\rR\x13consecutiveFailures\x12:\n" +
+	"\vmin_penalty\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"minPenalty\x12:\n" +
+	"\vmax_penalty\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"maxPenalty\x12!\n" +
+	"\fjitter_ratio\x18\x04 \x01(\x01R\vjitterRatio\x12.\n" +
+	"\x13min_healthy_percent\x18\x05 \x01(\rR\x11minHealthyPercent\"\x89\x02\n" +
 	"\rOutboundRoute\x124\n" +
 	"\x03ref\x18\x01 \x01(\v2\".plexus.destination.v1.ResourceRefR\x03ref\x12I\n" +
 	"\bprotocol\x18\x02 \x01(\x0e2-.plexus.destination.v1.OutboundRoute.ProtocolR\bprotocol\x12\x1c\n" +
@@ -2803,7 +2921,7 @@ func file_control_api_destinationpb_destination_proto_rawDescGZIP() []byte {
 }
 
 var file_control_api_destinationpb_destination_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_control_api_destinationpb_destination_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_control_api_destinationpb_destination_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_control_api_destinationpb_destination_proto_goTypes = []any{
 	(ProtocolHint_Protocol)(0),  // 0: plexus.destination.v1.ProtocolHint.Protocol
 	(OutboundRoute_Protocol)(0), // 1: plexus.destination.v1.OutboundRoute.Protocol
@@ -2822,100 +2940,104 @@ var file_control_api_destinationpb_destination_proto_goTypes = []any{
 	(*Route)(nil),               // 14: plexus.destination.v1.Route
 	(*ResourceRef)(nil),         // 15: plexus.destination.v1.ResourceRef
 	(*OutboundPolicy)(nil),      // 16: plexus.destination.v1.OutboundPolicy
-	(*OutboundRoute)(nil),       // 17: plexus.destination.v1.OutboundRoute
-	(*OutboundRule)(nil),        // 18: plexus.destination.v1.OutboundRule
-	(*RouteMatch)(nil),          // 19: plexus.destination.v1.RouteMatch
-	(*PathMatch)(nil),           // 20: plexus.destination.v1.PathMatch
-	(*HeaderMatch)(nil),         // 21: plexus.destination.v1.HeaderMatch
-	(*QueryMatch)(nil),          // 22: plexus.destination.v1.QueryMatch
-	(*Condition)(nil),           // 23: plexus.destination.v1.Condition
-	(*Conditions)(nil),          // 24: plexus.destination.v1.Conditions
-	(*Filter)(nil),              // 25: plexus.destination.v1.Filter
-	(*HeaderModifier)(nil),      // 26: plexus.destination.v1.HeaderModifier
-	(*Header)(nil),              // 27: plexus.destination.v1.Header
-	(*PathModifier)(nil),        // 28: plexus.destination.v1.PathModifier
-	(*RequestRedirect)(nil),     // 29: plexus.destination.v1.RequestRedirect
-	(*URLRewrite)(nil),          // 30: plexus.destination.v1.URLRewrite
-	(*Backend)(nil),             // 31: plexus.destination.v1.Backend
-	(*Timeouts)(nil),            // 32: plexus.destination.v1.Timeouts
-	(*RetryPolicy)(nil),         // 33: plexus.destination.v1.RetryPolicy
-	(*StatusRange)(nil),         // 34: plexus.destination.v1.StatusRange
-	(*RetryBudget)(nil),         // 35: plexus.destination.v1.RetryBudget
-	(*ResponseClass)(nil),       // 36: plexus.destination.v1.ResponseClass
-	(*ResponseMatch)(nil),       // 37: plexus.destination.v1.ResponseMatch
-	(*ResponseMatches)(nil),     // 38: plexus.destination.v1.ResponseMatches
-	nil,                         // 39: plexus.destination.v1.AddrSet.MetricLabelsEntry
-	nil,                         // 40: plexus.destination.v1.WeightedAddr.MetricLabelsEntry
-	(*durationpb.Duration)(nil), // 41: google.protobuf.Duration
+	(*FailureAccrual)(nil),      // 17: plexus.destination.v1.FailureAccrual
+	(*OutboundRoute)(nil),       // 18: plexus.destination.v1.OutboundRoute
+	(*OutboundRule)(nil),        // 19: plexus.destination.v1.OutboundRule
+	(*RouteMatch)(nil),          // 20: plexus.destination.v1.RouteMatch
+	(*PathMatch)(nil),           // 21: plexus.destination.v1.PathMatch
+	(*HeaderMatch)(nil),         // 22: plexus.destination.v1.HeaderMatch
+	(*QueryMatch)(nil),          // 23: plexus.destination.v1.QueryMatch
+	(*Condition)(nil),           // 24: plexus.destination.v1.Condition
+	(*Conditions)(nil),          // 25: plexus.destination.v1.Conditions
+	(*Filter)(nil),              // 26: plexus.destination.v1.Filter
+	(*HeaderModifier)(nil),      // 27: plexus.destination.v1.HeaderModifier
+	(*Header)(nil),              // 28: plexus.destination.v1.Header
+	(*PathModifier)(nil),        // 29: plexus.destination.v1.PathModifier
+	(*RequestRedirect)(nil),     // 30: plexus.destination.v1.RequestRedirect
+	(*URLRewrite)(nil),          // 31: plexus.destination.v1.URLRewrite
+	(*Backend)(nil),             // 32: plexus.destination.v1.Backend
+	(*Timeouts)(nil),            // 33: plexus.destination.v1.Timeouts
+	(*RetryPolicy)(nil),         // 34: plexus.destination.v1.RetryPolicy
+	(*StatusRange)(nil),         // 35: plexus.destination.v1.StatusRange
+	(*RetryBudget)(nil),         // 36: plexus.destination.v1.RetryBudget
+	(*ResponseClass)(nil),       // 37: plexus.destination.v1.ResponseClass
+	(*ResponseMatch)(nil),       // 38: plexus.destination.v1.ResponseMatch
+	(*ResponseMatches)(nil),     // 39: plexus.destination.v1.ResponseMatches
+	nil,                         // 40: plexus.destination.v1.AddrSet.MetricLabelsEntry
+	nil,                         // 41: plexus.destination.v1.WeightedAddr.MetricLabelsEntry
+	(*durationpb.Duration)(nil), // 42: google.protobuf.Duration
 }
 var file_control_api_destinationpb_destination_proto_depIdxs = []int32{
 	7,  // 0: plexus.destination.v1.Update.add:type_name -> plexus.destination.v1.AddrSet
 	7,  // 1: plexus.destination.v1.Update.remove:type_name -> plexus.destination.v1.AddrSet
 	12, // 2: plexus.destination.v1.Update.no_endpoints:type_name -> plexus.destination.v1.NoEndpoints
 	8,  // 3: plexus.destination.v1.AddrSet.addrs:type_name -> plexus.destination.v1.WeightedAddr
-	39, // 4: plexus.destination.v1.AddrSet.metric_labels:type_name -> plexus.destination.v1.AddrSet.MetricLabelsEntry
+	40, // 4: plexus.destination.v1.AddrSet.metric_labels:type_name -> plexus.destination.v1.AddrSet.MetricLabelsEntry
 	9,  // 5: plexus.destination.v1.WeightedAddr.addr:type_name -> plexus.destination.v1.TcpAddress
-	40, // 6: plexus.destination.v1.WeightedAddr.metric_labels:type_name -> plexus.destination.v1.WeightedAddr.MetricLabelsEntry
+	41, // 6: plexus.destination.v1.WeightedAddr.metric_labels:type_name -> plexus.destination.v1.WeightedAddr.MetricLabelsEntry
 	10, // 7: plexus.destination.v1.WeightedAddr.tls_identity:type_name -> plexus.destination.v1.TlsIdentity
 	11, // 8: plexus.destination.v1.WeightedAddr.protocol_hint:type_name -> plexus.destination.v1.ProtocolHint
 	0,  // 9: plexus.destination.v1.ProtocolHint.protocol:type_name -> plexus.destination.v1.ProtocolHint.Protocol
 	14, // 10: plexus.destination.v1.DestinationProfile.routes:type_name -> plexus.destination.v1.Route
 	15, // 11: plexus.destination.v1.OutboundPolicy.parent:type_name -> plexus.destination.v1.ResourceRef
-	17, // 12: plexus.destination.v1.OutboundPolicy.routes:type_name -> plexus.destination.v1.OutboundRoute
-	15, // 13: plexus.destination.v1.OutboundRoute.ref:type_name -> plexus.destination.v1.ResourceRef
-	1,  // 14: plexus.destination.v1.OutboundRoute.protocol:type_name -> plexus.destination.v1.OutboundRoute.Protocol
-	18, // 15: plexus.destination.v1.OutboundRoute.rules:type_name -> plexus.destination.v1.OutboundRule
-	19, // 16: plexus.destination.v1.OutboundRule.matches:type_name -> plexus.destination.v1.RouteMatch
-	25, // 17: plexus.destination.v1.OutboundRule.filters:type_name -> plexus.destination.v1.Filter
-	31, // 18: plexus.destination.v1.OutboundRule.backends:type_name -> plexus.destination.v1.Backend
-	32, // 19: plexus.destination.v1.OutboundRule.timeouts:type_name -> plexus.destination.v1.Timeouts
-	33, // 20: plexus.destination.v1.OutboundRule.retry:type_name -> plexus.destination.v1.RetryPolicy
-	36, // 21: plexus.destination.v1.OutboundRule.response_classes:type_name -> plexus.destination.v1.ResponseClass
-	20, // 22: plexus.destination.v1.RouteMatch.path:type_name -> plexus.destination.v1.PathMatch
-	21, // 23: plexus.destination.v1.RouteMatch.headers:type_name -> plexus.destination.v1.HeaderMatch
-	22, // 24: plexus.destination.v1.RouteMatch.query:type_name -> plexus.destination.v1.QueryMatch
-	23, // 25: plexus.destination.v1.RouteMatch.condition:type_name -> plexus.destination.v1.Condition
-	2,  // 26: plexus.destination.v1.PathMatch.kind:type_name -> plexus.destination.v1.PathMatch.Kind
-	3,  // 27: plexus.destination.v1.HeaderMatch.kind:type_name -> plexus.destination.v1.HeaderMatch.Kind
-	4,  // 28: plexus.destination.v1.QueryMatch.kind:type_name -> plexus.destination.v1.QueryMatch.Kind
-	24, // 29: plexus.destination.v1.Condition.all:type_name -> plexus.destination.v1.Conditions
-	24, // 30: plexus.destination.v1.Condition.any:type_name -> plexus.destination.v1.Conditions
-	23, // 31: plexus.destination.v1.Condition.not:type_name -> plexus.destination.v1.Condition
-	23, // 32: plexus.destination.v1.Conditions.conditions:type_name -> plexus.destination.v1.Condition
-	26, // 33: plexus.destination.v1.Filter.request_header_modifier:type_name -> plexus.destination.v1.HeaderModifier
-	26, // 34: plexus.destination.v1.Filter.response_header_modifier:type_name -> plexus.destination.v1.HeaderModifier
-	29, // 35: plexus.destination.v1.Filter.request_redirect:type_name -> plexus.destination.v1.RequestRedirect
-	30, // 36: plexus.destination.v1.Filter.url_rewrite:type_name -> plexus.destination.v1.URLRewrite
-	27, // 37: plexus.destination.v1.HeaderModifier.set:type_name -> plexus.destination.v1.Header
-	27, // 38: plexus.destination.v1.HeaderModifier.add:type_name -> plexus.destination.v1.Header
-	28, // 39: plexus.destination.v1.RequestRedirect.path:type_name -> plexus.destination.v1.PathModifier
-	28, // 40: plexus.destination.v1.URLRewrite.path:type_name -> plexus.destination.v1.PathModifier
-	15, // 41: plexus.destination.v1.Backend.ref:type_name -> plexus.destination.v1.ResourceRef
-	25, // 42: plexus.destination.v1.Backend.filters:type_name -> plexus.destination.v1.Filter
-	41, // 43: plexus.destination.v1.Timeouts.request:type_name -> google.protobuf.Duration
-	41, // 44: plexus.destination.v1.Timeouts.response:type_name -> google.protobuf.Duration
-	41, // 45: plexus.destination.v1.Timeouts.idle:type_name -> google.protobuf.Duration
-	34, // 46: plexus.destination.v1.RetryPolicy.http_statuses:type_name -> plexus.destination.v1.StatusRange
-	41, // 47: plexus.destination.v1.RetryPolicy.attempt_timeout:type_name -> google.protobuf.Duration
-	35, // 48: plexus.destination.v1.RetryPolicy.budget:type_name -> plexus.destination.v1.RetryBudget
-	41, // 49: plexus.destination.v1.RetryBudget.ttl:type_name -> google.protobuf.Duration
-	37, // 50: plexus.destination.v1.ResponseClass.condition:type_name -> plexus.destination.v1.ResponseMatch
-	34, // 51: plexus.destination.v1.ResponseMatch.status:type_name -> plexus.destination.v1.StatusRange
-	38, // 52: plexus.destination.v1.ResponseMatch.all:type_name -> plexus.destination.v1.ResponseMatches
-	38, // 53: plexus.destination.v1.ResponseMatch.any:type_name -> plexus.destination.v1.ResponseMatches
-	37, // 54: plexus.destination.v1.ResponseMatch.not:type_name -> plexus.destination.v1.ResponseMatch
-	37, // 55: plexus.destination.v1.ResponseMatches.matches:type_name -> plexus.destination.v1.ResponseMatch
-	5,  // 56: plexus.destination.v1.Destination.Get:input_type -> plexus.destination.v1.GetDestination
-	5,  // 57: plexus.destination.v1.Destination.GetProfile:input_type -> plexus.destination.v1.GetDestination
-	5,  // 58: plexus.destination.v1.Destination.GetOutboundPolicy:input_type -> plexus.destination.v1.GetDestination
-	6,  // 59: plexus.destination.v1.Destination.Get:output_type -> plexus.destination.v1.Update
-	13, // 60: plexus.destination.v1.Destination.GetProfile:output_type -> plexus.destination.v1.DestinationProfile
-	16, // 61: plexus.destination.v1.Destination.GetOutboundPolicy:output_type -> plexus.destination.v1.OutboundPolicy
-	59, // [59:62] is the sub-list for method output_type
-	56, // [56:59] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	18, // 12: plexus.destination.v1.OutboundPolicy.routes:type_name -> plexus.destination.v1.OutboundRoute
+	17, // 13: plexus.destination.v1.OutboundPolicy.failure_accrual:type_name -> plexus.destination.v1.FailureAccrual
+	42, // 14: plexus.destination.v1.FailureAccrual.min_penalty:type_name -> google.protobuf.Duration
+	42, // 15: plexus.destination.v1.FailureAccrual.max_penalty:type_name -> google.protobuf.Duration
+	15, // 16: plexus.destination.v1.OutboundRoute.ref:type_name -> plexus.destination.v1.ResourceRef
+	1,  // 17: plexus.destination.v1.OutboundRoute.protocol:type_name -> plexus.destination.v1.OutboundRoute.Protocol
+	19, // 18: plexus.destination.v1.OutboundRoute.rules:type_name -> plexus.destination.v1.OutboundRule
+	20, // 19: plexus.destination.v1.OutboundRule.matches:type_name -> plexus.destination.v1.RouteMatch
+	26, // 20: plexus.destination.v1.OutboundRule.filters:type_name -> plexus.destination.v1.Filter
+	32, // 21: plexus.destination.v1.OutboundRule.backends:type_name -> plexus.destination.v1.Backend
+	33, // 22: plexus.destination.v1.OutboundRule.timeouts:type_name -> plexus.destination.v1.Timeouts
+	34, // 23: plexus.destination.v1.OutboundRule.retry:type_name -> plexus.destination.v1.RetryPolicy
+	37, // 24: plexus.destination.v1.OutboundRule.response_classes:type_name -> plexus.destination.v1.ResponseClass
+	21, // 25: plexus.destination.v1.RouteMatch.path:type_name -> plexus.destination.v1.PathMatch
+	22, // 26: plexus.destination.v1.RouteMatch.headers:type_name -> plexus.destination.v1.HeaderMatch
+	23, // 27: plexus.destination.v1.RouteMatch.query:type_name -> plexus.destination.v1.QueryMatch
+	24, // 28: plexus.destination.v1.RouteMatch.condition:type_name -> plexus.destination.v1.Condition
+	2,  // 29: plexus.destination.v1.PathMatch.kind:type_name -> plexus.destination.v1.PathMatch.Kind
+	3,  // 30: plexus.destination.v1.HeaderMatch.kind:type_name -> plexus.destination.v1.HeaderMatch.Kind
+	4,  // 31: plexus.destination.v1.QueryMatch.kind:type_name -> plexus.destination.v1.QueryMatch.Kind
+	25, // 32: plexus.destination.v1.Condition.all:type_name -> plexus.destination.v1.Conditions
+	25, // 33: plexus.destination.v1.Condition.any:type_name -> plexus.destination.v1.Conditions
+	24, // 34: plexus.destination.v1.Condition.not:type_name -> plexus.destination.v1.Condition
+	24, // 35: plexus.destination.v1.Conditions.conditions:type_name -> plexus.destination.v1.Condition
+	27, // 36: plexus.destination.v1.Filter.request_header_modifier:type_name -> plexus.destination.v1.HeaderModifier
+	27, // 37: plexus.destination.v1.Filter.response_header_modifier:type_name -> plexus.destination.v1.HeaderModifier
+	30, // 38: plexus.destination.v1.Filter.request_redirect:type_name -> plexus.destination.v1.RequestRedirect
+	31, // 39: plexus.destination.v1.Filter.url_rewrite:type_name -> plexus.destination.v1.URLRewrite
+	28, // 40: plexus.destination.v1.HeaderModifier.set:type_name -> plexus.destination.v1.Header
+	28, // 41: plexus.destination.v1.HeaderModifier.add:type_name -> plexus.destination.v1.Header
+	29, // 42: plexus.destination.v1.RequestRedirect.path:type_name -> plexus.destination.v1.PathModifier
+	29, // 43: plexus.destination.v1.URLRewrite.path:type_name -> plexus.destination.v1.PathModifier
+	15, // 44: plexus.destination.v1.Backend.ref:type_name -> plexus.destination.v1.ResourceRef
+	26, // 45: plexus.destination.v1.Backend.filters:type_name -> plexus.destination.v1.Filter
+	42, // 46: plexus.destination.v1.Timeouts.request:type_name -> google.protobuf.Duration
+	42, // 47: plexus.destination.v1.Timeouts.response:type_name -> google.protobuf.Duration
+	42, // 48: plexus.destination.v1.Timeouts.idle:type_name -> google.protobuf.Duration
+	35, // 49: plexus.destination.v1.RetryPolicy.http_statuses:type_name -> plexus.destination.v1.StatusRange
+	42, // 50: plexus.destination.v1.RetryPolicy.attempt_timeout:type_name -> google.protobuf.Duration
+	36, // 51: plexus.destination.v1.RetryPolicy.budget:type_name -> plexus.destination.v1.RetryBudget
+	42, // 52: plexus.destination.v1.RetryBudget.ttl:type_name -> google.protobuf.Duration
+	38, // 53: plexus.destination.v1.ResponseClass.condition:type_name -> plexus.destination.v1.ResponseMatch
+	35, // 54: plexus.destination.v1.ResponseMatch.status:type_name -> plexus.destination.v1.StatusRange
+	39, // 55: plexus.destination.v1.ResponseMatch.all:type_name -> plexus.destination.v1.ResponseMatches
+	39, // 56: plexus.destination.v1.ResponseMatch.any:type_name -> plexus.destination.v1.ResponseMatches
+	38, // 57: plexus.destination.v1.ResponseMatch.not:type_name -> plexus.destination.v1.ResponseMatch
+	38, // 58: plexus.destination.v1.ResponseMatches.matches:type_name -> plexus.destination.v1.ResponseMatch
+	5,  // 59: plexus.destination.v1.Destination.Get:input_type -> plexus.destination.v1.GetDestination
+	5,  // 60: plexus.destination.v1.Destination.GetProfile:input_type -> plexus.destination.v1.GetDestination
+	5,  // 61: plexus.destination.v1.Destination.GetOutboundPolicy:input_type -> plexus.destination.v1.GetDestination
+	6,  // 62: plexus.destination.v1.Destination.Get:output_type -> plexus.destination.v1.Update
+	13, // 63: plexus.destination.v1.Destination.GetProfile:output_type -> plexus.destination.v1.DestinationProfile
+	16, // 64: plexus.destination.v1.Destination.GetOutboundPolicy:output_type -> plexus.destination.v1.OutboundPolicy
+	62, // [62:65] is the sub-list for method output_type
+	59, // [59:62] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_control_api_destinationpb_destination_proto_init() }
@@ -2928,24 +3050,24 @@ func file_control_api_destinationpb_destination_proto_init() {
 		(*Update_Remove)(nil),
 		(*Update_NoEndpoints)(nil),
 	}
-	file_control_api_destinationpb_destination_proto_msgTypes[18].OneofWrappers = []any{
+	file_control_api_destinationpb_destination_proto_msgTypes[19].OneofWrappers = []any{
 		(*Condition_Method)(nil),
 		(*Condition_PathRegex)(nil),
 		(*Condition_All)(nil),
 		(*Condition_Any)(nil),
 		(*Condition_Not)(nil),
 	}
-	file_control_api_destinationpb_destination_proto_msgTypes[20].OneofWrappers = []any{
+	file_control_api_destinationpb_destination_proto_msgTypes[21].OneofWrappers = []any{
 		(*Filter_RequestHeaderModifier)(nil),
 		(*Filter_ResponseHeaderModifier)(nil),
 		(*Filter_RequestRedirect)(nil),
 		(*Filter_UrlRewrite)(nil),
 	}
-	file_control_api_destinationpb_destination_proto_msgTypes[23].OneofWrappers = []any{
+	file_control_api_destinationpb_destination_proto_msgTypes[24].OneofWrappers = []any{
 		(*PathModifier_Full)(nil),
 		(*PathModifier_Prefix)(nil),
 	}
-	file_control_api_destinationpb_destination_proto_msgTypes[32].OneofWrappers = []any{
+	file_control_api_destinationpb_destination_proto_msgTypes[33].OneofWrappers = []any{
 		(*ResponseMatch_Status)(nil),
 		(*ResponseMatch_All)(nil),
 		(*ResponseMatch_Any)(nil),
@@ -2957,7 +3079,7 @@ func file_control_api_destinationpb_destination_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_api_destinationpb_destination_proto_rawDesc), len(file_control_api_destinationpb_destination_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   36,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
