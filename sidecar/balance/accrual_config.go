@@ -1,27 +1,12 @@
 package balance
 
 import (
-	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
-)
 
-// The failure-accrual annotations of a Service (DESIGN.md §8), named as
-// Linkerd's balancer.linkerd.io ones.
-const (
-	AnnotationFailureAccrual    = "balancer.plexus.dev/failure-accrual"
-	AnnotationMaxFailures       = "balancer.plexus.dev/failure-accrual-consecutive-max-failures"
-	AnnotationMinPenalty        = "balancer.plexus.dev/failure-accrual-consecutive-min-penalty"
-	AnnotationMaxPenalty        = "balancer.plexus.dev/failure-accrual-consecutive-max-penalty"
-	AnnotationJitterRatio       = "balancer.plexus.dev/failure-accrual-consecutive-jitter-ratio"
-	AnnotationMinHealthyPercent = "balancer.plexus.dev/min-healthy-percent"
+	"github.com/plexus-mesh/plexus/control/api/balancerannotations"
 )
-
-// AccrualConsecutive is the one value of AnnotationFailureAccrual: it
-// turns consecutive-failure accrual on.
-const AccrualConsecutive = "consecutive"
 
 // AccrualConfig configures failure accrual over one balancer's endpoints.
 // Unlike Config, zero fields are values, not defaults: start from
@@ -41,15 +26,18 @@ type AccrualConfig struct {
 	MinHealthyPercent int
 }
 
-// DefaultAccrualConfig returns the defaults of DESIGN.md §8: 7 failures,
-// penalty 1s to 1m, jitter 0.5, floor 50 %.
+// DefaultAccrualConfig returns the defaults of DESIGN.md §8 (7 failures,
+// penalty 1s to 1m, jitter 0.5, floor 50 %), taken from
+// control/api/balancerannotations.Defaults, where they are defined: the
+// control plane fills every field of a policy's FailureAccrual from there.
 func DefaultAccrualConfig() AccrualConfig {
+	d := balancerannotations.Defaults()
 	return AccrualConfig{
-		ConsecutiveFailures: 7,
-		MinPenalty:          time.Second,
-		MaxPenalty:          time.Minute,
-		JitterRatio:         0.5,
-		MinHealthyPercent:   50,
+		ConsecutiveFailures: d.ConsecutiveFailures,
+		MinPenalty:          d.MinPenalty,
+		MaxPenalty:          d.MaxPenalty,
+		JitterRatio:         d.JitterRatio,
+		MinHealthyPercent:   d.MinHealthyPercent,
 	}
 }
 
@@ -91,89 +79,6 @@ func (c AccrualConfig) Penalty(k int, rnd uint64) time.Duration {
 // maxOut is how many of n endpoints may be out at once.
 func (c AccrualConfig) maxOut(n int64) int64 {
 	return n * int64(100-c.MinHealthyPercent) / 100
-}
-
-// ParseAccrual reads the failure-accrual annotations of a Service (others
-// are ignored). enabled is whether AnnotationFailureAccrual is
-// "consecutive"; the other annotations are parsed whether or not it is.
-// Every malformed value is an error naming the annotation and the value,
-// all joined; such a value is left at its default, as are both penalties
-// when the min exceeds the max, so the config returned always passes
-// Validate. Values: max-failures an integer ≥ 1; penalties Go durations
-// > 0 (500ms, 10s, 1m); jitter-ratio a number in [0, 1];
-// min-healthy-percent an integer in [0, 100], a trailing % allowed.
-func ParseAccrual(annotations map[string]string) (c AccrualConfig, enabled bool, err error) {
-	c = DefaultAccrualConfig()
-	var errs []error
-	get := func(name string, parse func(string) error) bool {
-		raw, ok := annotations[name]
-		if !ok {
-			return false
-		}
-		if err := parse(strings.TrimSpace(raw)); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %q %w", name, raw, err))
-			return false
-		}
-		return true
-	}
-	get(AnnotationFailureAccrual, func(s string) error {
-		if s != AccrualConsecutive {
-			return errors.New(`is not "consecutive"`)
-		}
-		enabled = true
-		return nil
-	})
-	get(AnnotationMaxFailures, func(s string) error {
-		n, err := strconv.ParseInt(s, 10, 32)
-		if err != nil || n < 1 {
-			return errors.New("is not an integer of at least 1")
-		}
-		c.ConsecutiveFailures = int(n)
-		return nil
-	})
-	minSet := get(AnnotationMinPenalty, durationInto(&c.MinPenalty))
-	maxSet := get(AnnotationMaxPenalty, durationInto(&c.MaxPenalty))
-	if c.MinPenalty > c.MaxPenalty { // only a value set can do this
-		minRaw, maxRaw := annotations[AnnotationMinPenalty], annotations[AnnotationMaxPenalty]
-		switch {
-		case minSet && maxSet:
-			errs = append(errs, fmt.Errorf("%s: %q is above %s: %q", AnnotationMinPenalty, minRaw, AnnotationMaxPenalty, maxRaw))
-		case minSet:
-			errs = append(errs, fmt.Errorf("%s: %q is above the default max penalty %s", AnnotationMinPenalty, minRaw, c.MaxPenalty))
-		default:
-			errs = append(errs, fmt.Errorf("%s: %q is below the default min penalty %s", AnnotationMaxPenalty, maxRaw, c.MinPenalty))
-		}
-		d := DefaultAccrualConfig()
-		c.MinPenalty, c.MaxPenalty = d.MinPenalty, d.MaxPenalty
-	}
-	get(AnnotationJitterRatio, func(s string) error {
-		j, err := strconv.ParseFloat(s, 64)
-		if err != nil || !(j >= 0 && j <= 1) {
-			return errors.New("is not a number in [0, 1]")
-		}
-		c.JitterRatio = j
-		return nil
-	})
-	get(AnnotationMinHealthyPercent, func(s string) error {
-		n, err := strconv.Atoi(strings.TrimSuffix(s, "%"))
-		if err != nil || n < 0 || n > 100 {
-			return errors.New("is not an integer percentage in [0, 100]")
-		}
-		c.MinHealthyPercent = n
-		return nil
-	})
-	return c, enabled, errors.Join(errs...)
-}
-
-func durationInto(d *time.Duration) func(string) error {
-	return func(s string) error {
-		v, err := time.ParseDuration(s)
-		if err != nil || v <= 0 {
-			return errors.New("is not a positive duration (like 500ms or 10s)")
-		}
-		*d = v
-		return nil
-	}
 }
 
 // IsFailureStatus reports whether a response counts as a failure for

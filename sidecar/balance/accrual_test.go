@@ -3,7 +3,6 @@ package balance
 import (
 	"math"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -497,106 +496,6 @@ func TestAccrualConfigValidate(t *testing.T) {
 	c.JitterRatio, c.MinHealthyPercent, c.MaxPenalty = 1, 0, c.MinPenalty
 	if err := c.Validate(); err != nil {
 		t.Errorf("edge values: %v", err)
-	}
-}
-
-func TestParseAccrual(t *testing.T) {
-	def := DefaultAccrualConfig()
-	with := func(f func(*AccrualConfig)) AccrualConfig { c := def; f(&c); return c }
-	on := map[string]string{AnnotationFailureAccrual: "consecutive"}
-	plus := func(kv ...string) map[string]string {
-		m := map[string]string{AnnotationFailureAccrual: "consecutive"}
-		for i := 0; i < len(kv); i += 2 {
-			m[kv[i]] = kv[i+1]
-		}
-		return m
-	}
-	anyErr := []string{}
-	for _, tc := range []struct {
-		name    string
-		in      map[string]string
-		want    AccrualConfig
-		enabled bool
-		errs    []string // nil: no error; else each must appear in it
-	}{
-		{"none", nil, def, false, nil},
-		{"others ignored", map[string]string{"retry.plexus.dev/http": "5xx"}, def, false, nil},
-		{"on, defaults", on, def, true, nil},
-		{"spaces trimmed", map[string]string{AnnotationFailureAccrual: " consecutive "}, def, true, nil},
-		{"all set", plus(AnnotationMaxFailures, "3", AnnotationMinPenalty, "500ms", AnnotationMaxPenalty, "10s",
-			AnnotationJitterRatio, "0.25", AnnotationMinHealthyPercent, "75"),
-			AccrualConfig{3, 500 * time.Millisecond, 10 * time.Second, 0.25, 75}, true, nil},
-		{"percent sign", plus(AnnotationMinHealthyPercent, "30%"), with(func(c *AccrualConfig) { c.MinHealthyPercent = 30 }), true, nil},
-		{"edges", plus(AnnotationJitterRatio, "0", AnnotationMinHealthyPercent, "0", AnnotationMaxFailures, "1",
-			AnnotationMinPenalty, "1m", AnnotationMaxPenalty, "1m"),
-			AccrualConfig{1, time.Minute, time.Minute, 0, 0}, true, nil},
-		{"settings without the switch", map[string]string{AnnotationMaxFailures: "3"},
-			with(func(c *AccrualConfig) { c.ConsecutiveFailures = 3 }), false, nil},
-
-		{"mode unknown", map[string]string{AnnotationFailureAccrual: "always"}, def, false, []string{`"consecutive"`}},
-		{"mode case", map[string]string{AnnotationFailureAccrual: "Consecutive"}, def, false, anyErr},
-		{"mode empty", map[string]string{AnnotationFailureAccrual: ""}, def, false, anyErr},
-		{"failures zero", plus(AnnotationMaxFailures, "0"), def, true, []string{"at least 1"}},
-		{"failures negative", plus(AnnotationMaxFailures, "-3"), def, true, anyErr},
-		{"failures not a number", plus(AnnotationMaxFailures, "seven"), def, true, anyErr},
-		{"failures fraction", plus(AnnotationMaxFailures, "1.5"), def, true, anyErr},
-		{"failures too big", plus(AnnotationMaxFailures, "99999999999"), def, true, anyErr},
-		{"failures empty", plus(AnnotationMaxFailures, ""), def, true, anyErr},
-		{"min penalty no unit", plus(AnnotationMinPenalty, "1"), def, true, []string{"positive duration"}},
-		{"min penalty zero", plus(AnnotationMinPenalty, "0s"), def, true, anyErr},
-		{"min penalty negative", plus(AnnotationMinPenalty, "-1s"), def, true, anyErr},
-		{"min penalty garbage", plus(AnnotationMinPenalty, "soon"), def, true, anyErr},
-		{"max penalty zero", plus(AnnotationMaxPenalty, "0"), def, true, anyErr},
-		{"max penalty garbage", plus(AnnotationMaxPenalty, "1 minute"), def, true, anyErr},
-		{"min above max", plus(AnnotationMinPenalty, "10s", AnnotationMaxPenalty, "5s"), def, true,
-			[]string{AnnotationMaxPenalty, `"5s"`}},
-		{"min above default max", plus(AnnotationMinPenalty, "2m"), def, true, []string{"default max penalty 1m0s"}},
-		{"max below default min", plus(AnnotationMaxPenalty, "500ms"), def, true, []string{"default min penalty 1s"}},
-		{"jitter negative", plus(AnnotationJitterRatio, "-0.1"), def, true, []string{"[0, 1]"}},
-		{"jitter above 1", plus(AnnotationJitterRatio, "1.5"), def, true, anyErr},
-		{"jitter NaN", plus(AnnotationJitterRatio, "NaN"), def, true, anyErr},
-		{"jitter Inf", plus(AnnotationJitterRatio, "Inf"), def, true, anyErr},
-		{"jitter garbage", plus(AnnotationJitterRatio, "half"), def, true, anyErr},
-		{"percent above 100", plus(AnnotationMinHealthyPercent, "101"), def, true, []string{"[0, 100]"}},
-		{"percent negative", plus(AnnotationMinHealthyPercent, "-1"), def, true, anyErr},
-		{"percent fraction", plus(AnnotationMinHealthyPercent, "50.5"), def, true, anyErr},
-		{"percent garbage", plus(AnnotationMinHealthyPercent, "half"), def, true, anyErr},
-		{"percent only a sign", plus(AnnotationMinHealthyPercent, "%"), def, true, anyErr},
-		{"one bad among good", plus(AnnotationMaxFailures, "x", AnnotationMinPenalty, "2s"),
-			with(func(c *AccrualConfig) { c.MinPenalty = 2 * time.Second }), true, anyErr},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, enabled, err := ParseAccrual(tc.in)
-			if got != tc.want || enabled != tc.enabled {
-				t.Errorf("got %+v enabled %v, want %+v enabled %v", got, enabled, tc.want, tc.enabled)
-			}
-			if verr := got.Validate(); verr != nil {
-				t.Errorf("returned config invalid: %v", verr)
-			}
-			if tc.errs == nil {
-				if err != nil {
-					t.Errorf("unexpected error: %v", err)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatal("no error")
-			}
-			// The error names every malformed annotation and its value.
-			for name, value := range tc.in {
-				if name == AnnotationFailureAccrual && value == "consecutive" {
-					continue
-				}
-				if _, _, e := ParseAccrual(map[string]string{name: value}); e != nil && !strings.Contains(err.Error(), name+": "+`"`+value+`"`) {
-					t.Errorf("error %q does not name %s: %q", err, name, value)
-				}
-			}
-			for _, s := range tc.errs {
-				if !strings.Contains(err.Error(), s) {
-					t.Errorf("error %q does not say %q", err, s)
-				}
-			}
-		})
 	}
 }
 
