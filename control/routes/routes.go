@@ -61,12 +61,15 @@ type Input struct {
 // (source "serviceprofile"), else from the Accepted routes attached to
 // the port (source "httproute"; the GRPCRoutes alone when there are
 // any), else a default route to the Service
-// itself (source "default"). The output is deterministic.
+// itself (source "default"). Whatever the source, FailureAccrual comes
+// from the Service's balancer annotations. The output is deterministic.
 func Translate(in Input) *destinationpb.OutboundPolicy {
 	e := newEnv(in)
 	var serviceErr error
 	e.service, serviceErr = routeannotations.Parse(in.Service.Annotations)
-	warnings := prefixEach(fmt.Sprintf("Service %s/%s: ", in.Service.Namespace, in.Service.Name), serviceErr)
+	accrual, accrualErr := failureAccrual(in.Service.Annotations)
+	servicePrefix := fmt.Sprintf("Service %s/%s: ", in.Service.Namespace, in.Service.Name)
+	warnings := append(prefixEach(servicePrefix, serviceErr), prefixEach(servicePrefix, accrualErr)...)
 	profile := in.Profile
 	if profile != nil {
 		if err := profile.Validate(in.ClusterDomain); err != nil {
@@ -78,7 +81,11 @@ func Translate(in Input) *destinationpb.OutboundPolicy {
 		in.Warn(errors.Join(warnings...))
 	}
 
-	policy := &destinationpb.OutboundPolicy{Parent: e.parentRef(), Opaque: profile != nil && slices.Contains(profile.Spec.OpaquePorts, uint32(in.Port))}
+	policy := &destinationpb.OutboundPolicy{
+		Parent:         e.parentRef(),
+		Opaque:         profile != nil && slices.Contains(profile.Spec.OpaquePorts, uint32(in.Port)),
+		FailureAccrual: accrual,
+	}
 	switch {
 	case profile != nil && (len(profile.Spec.Routes) > 0 || len(profile.Spec.DstOverrides) > 0):
 		policy.Source = SourceServiceProfile
