@@ -50,6 +50,13 @@ type routeCluster struct {
 // over an in-memory gRPC connection, until the test ends.
 func startRouteCluster(t testing.TB, crds bool, objs ...any) *routeCluster {
 	t.Helper()
+	return startRouteClusterLogging(t, io.Discard, crds, objs...)
+}
+
+// startRouteClusterLogging is startRouteCluster with the server's log
+// written to logTo (and to the test's log with -v).
+func startRouteClusterLogging(t testing.TB, logTo io.Writer, crds bool, objs ...any) *routeCluster {
+	t.Helper()
 	var core, gw, dyn []runtime.Object
 	for _, o := range objs {
 		switch o := o.(type) {
@@ -81,10 +88,10 @@ func startRouteCluster(t testing.TB, crds bool, objs ...any) *routeCluster {
 			}},
 		}
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+		logTo = io.MultiWriter(logTo, testWriter{t})
 	}
+	log := slog.New(slog.NewTextHandler(logTo, nil))
 	srv, err := New(DefaultConfig(), c.core, prometheus.NewRegistry(), log)
 	if err != nil {
 		t.Fatal(err)
