@@ -20,10 +20,14 @@ type endpoint struct {
 	identity string            // SPIFFE ID; empty when the pod is not meshed
 	opaque   bool              // the target port is in the pod's opaque-ports
 	labels   map[string]string // pod, owner_kind, owner_name, serviceaccount, zone
+	// terminating: not ready, but serving while its pod shuts down; a
+	// proxy sends it nothing new while any endpoint of the set is not
+	// terminating.
+	terminating bool
 }
 
 func (e endpoint) equal(o endpoint) bool {
-	return e.addr == o.addr && e.identity == o.identity && e.opaque == o.opaque && maps.Equal(e.labels, o.labels)
+	return e.addr == o.addr && e.identity == o.identity && e.opaque == o.opaque && e.terminating == o.terminating && maps.Equal(e.labels, o.labels)
 }
 
 // profile is what GetProfile streams.
@@ -36,7 +40,7 @@ type profile struct {
 type snapshot struct {
 	exists    bool                        // the service (or pod IP) is known
 	setLabels map[string]string           // namespace, service
-	endpoints map[netip.AddrPort]endpoint // ready endpoints
+	endpoints map[netip.AddrPort]endpoint // ready and terminating endpoints
 	profile   profile
 }
 

@@ -17,10 +17,10 @@ func (w *watcher) snapshot(pk pubKey) snapshot {
 	return w.serviceSnapshot(pk.Namespace, pk.Name, pk.Port)
 }
 
-// serviceSnapshot: the ready endpoints of the service's port. A service
-// that does not exist, or is of type ExternalName (proxies should resolve
-// it through DNS), has exists=false. A service without that port exists
-// but has no endpoints.
+// serviceSnapshot: the ready and the terminating-but-serving endpoints of
+// the service's port. A service that does not exist, or is of type
+// ExternalName (proxies should resolve it through DNS), has exists=false.
+// A service without that port exists but has no endpoints.
 func (w *watcher) serviceSnapshot(ns, name string, port uint16) snapshot {
 	fqdn := target{Namespace: ns, Name: name}.fqdn(w.cfg.ClusterDomain)
 	s := snapshot{
@@ -80,10 +80,13 @@ func slicePort(slice *discoveryv1.EndpointSlice, name string) (uint16, bool) {
 	return 0, false
 }
 
-// addSliceEndpoint adds ep to s if it is ready and its pod (when it names
-// one) still exists and runs.
+// addSliceEndpoint adds ep to s if its conditions say it takes traffic
+// (see sliceEndpointState) and its pod (when it names one) still exists
+// and runs. An address that several slices list is ready if any of them
+// says so.
 func (w *watcher) addSliceEndpoint(s *snapshot, ep *discoveryv1.Endpoint, ns string, port uint16) {
-	if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+	publish, terminating := sliceEndpointState(ep.Conditions)
+	if !publish {
 		return
 	}
 	var pod *corev1.Pod
@@ -108,8 +111,28 @@ func (w *watcher) addSliceEndpoint(s *snapshot, ep *discoveryv1.Endpoint, ns str
 			continue
 		}
 		addr := netip.AddrPortFrom(ip.Unmap(), port)
-		s.endpoints[addr] = podEndpoint(w.cfg.TrustDomain, addr, pod, zone)
+		if seen, ok := s.endpoints[addr]; ok && !seen.terminating {
+			continue
+		}
+		e := podEndpoint(w.cfg.TrustDomain, addr, pod, zone)
+		e.terminating = terminating
+		s.endpoints[addr] = e
 	}
+}
+
+// sliceEndpointState reads an EndpointSlice endpoint's conditions as the
+// API defines them: a ready one (ready unset counts as ready) is
+// published; one not ready but serving and terminating (a pod shutting
+// down gracefully) is published as terminating; any other is not
+// published (serving or terminating unset counts as false).
+func sliceEndpointState(c discoveryv1.EndpointConditions) (publish, terminating bool) {
+	switch {
+	case c.Ready == nil || *c.Ready:
+		return true, false
+	case c.Serving != nil && *c.Serving && c.Terminating != nil && *c.Terminating:
+		return true, true
+	}
+	return false, false
 }
 
 // podIPSnapshot: the pod with IP ip, whether ready or not (the client

@@ -130,7 +130,7 @@ func sortedEndpoints(m map[netip.AddrPort]endpoint, keep func(endpoint) bool) []
 func addUpdate(setLabels map[string]string, eps []endpoint) *pb.Update {
 	addrs := make([]*pb.WeightedAddr, len(eps))
 	for i, e := range eps {
-		wa := &pb.WeightedAddr{Addr: tcpAddress(e.addr), Weight: Weight, MetricLabels: e.labels, ProtocolHint: &pb.ProtocolHint{}}
+		wa := &pb.WeightedAddr{Addr: tcpAddress(e.addr), Weight: Weight, MetricLabels: e.labels, ProtocolHint: &pb.ProtocolHint{}, Terminating: e.terminating}
 		if e.identity != "" {
 			wa.TlsIdentity = &pb.TlsIdentity{SpiffeId: e.identity}
 		}
