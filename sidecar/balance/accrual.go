@@ -208,6 +208,9 @@ func (b *Breaker) Failure(now int64, rnd uint64) {
 // Cancel reports a request on b that ended with no verdict (cancelled by
 // its client): if a probe is in flight, another request may be the probe.
 func (b *Breaker) Cancel() {
+	if b.phase.Load() != phaseProbing {
+		return
+	}
 	b.mu.Lock()
 	b.phase.CompareAndSwap(phaseProbing, phaseEjected) // until is past
 	b.mu.Unlock()
@@ -312,15 +315,24 @@ const pickTries = 4
 // with Start and report its outcome with Success, Failure or Cancel. It
 // allocates nothing.
 func PickP2CAvailable(bs []*Breaker, now int64, rnd uint64) *Breaker {
+	if i := IndexP2CAvailable(bs, now, rnd); i >= 0 {
+		return bs[i]
+	}
+	return nil
+}
+
+// IndexP2CAvailable is PickP2CAvailable returning the index in bs (-1 for
+// none), for callers that keep their own state beside each Breaker.
+func IndexP2CAvailable(bs []*Breaker, now int64, rnd uint64) int {
 	n := uint64(len(bs))
 	switch n {
 	case 0:
-		return nil
+		return -1
 	case 1:
 		if bs[0].take(now) {
-			return bs[0]
+			return 0
 		}
-		return nil
+		return -1
 	}
 	for range pickTries {
 		i := (rnd & math.MaxUint32) * n >> 32
@@ -328,55 +340,55 @@ func PickP2CAvailable(bs []*Breaker, now int64, rnd uint64) *Breaker {
 		if j >= i {
 			j++
 		}
-		if b := pickPair(bs[i], bs[j], now); b != nil {
-			return b
+		if k := pickPair(bs, int(i), int(j), now); k >= 0 {
+			return k
 		}
 		rnd = mix(rnd)
 	}
-	i := (rnd & math.MaxUint32) * n >> 32
-	var first *Breaker
+	i := int((rnd & math.MaxUint32) * n >> 32)
+	first := -1
 	for range n {
-		if b := bs[i]; b.Available(now) {
-			if first == nil {
-				first = b
-			} else if p := pickPair(first, b, now); p != nil {
-				return p
+		if bs[i].Available(now) {
+			if first < 0 {
+				first = i
+			} else if k := pickPair(bs, first, i, now); k >= 0 {
+				return k
 			} else {
-				first = nil // both claimed by others meanwhile
+				first = -1 // both claimed by others meanwhile
 			}
 		}
-		if i++; i == n {
+		if i++; i == int(n) {
 			i = 0
 		}
 	}
-	if first != nil && first.take(now) {
+	if first >= 0 && bs[first].take(now) {
 		return first
 	}
-	return nil
+	return -1
 }
 
-// pickPair returns the available one of a and b of lower Cost at now,
-// taken, or the other if it cannot be taken, or nil.
-func pickPair(a, b *Breaker, now int64) *Breaker {
-	switch aok, bok := a.Available(now), b.Available(now); {
-	case aok && bok:
-		if b.Cost(now) < a.Cost(now) {
-			a, b = b, a
+// pickPair returns the index of the available one of bs[i] and bs[j] of
+// lower Cost at now, taken, or the other if it cannot be taken, or -1.
+func pickPair(bs []*Breaker, i, j int, now int64) int {
+	switch iok, jok := bs[i].Available(now), bs[j].Available(now); {
+	case iok && jok:
+		if bs[j].Cost(now) < bs[i].Cost(now) {
+			i, j = j, i
 		}
-	case aok:
-		b = nil
-	case bok:
-		a, b = b, nil
+	case iok:
+		j = -1
+	case jok:
+		i, j = j, -1
 	default:
-		return nil
+		return -1
 	}
-	if a.take(now) {
-		return a
+	if bs[i].take(now) {
+		return i
 	}
-	if b != nil && b.take(now) {
-		return b
+	if j >= 0 && bs[j].take(now) {
+		return j
 	}
-	return nil
+	return -1
 }
 
 // mix is splitmix64's step: a new random word from rnd.

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/netip"
 	"sync"
 	"time"
@@ -61,12 +60,18 @@ type Options struct {
 	IdleTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the reconnect backoff.
 	MinBackoff, MaxBackoff time.Duration
+	// FailFastTimeout bounds how long a pick waits for an endpoint of a
+	// service that has none available (DefaultFailFastTimeout when 0).
+	FailFastTimeout time.Duration
 	// Instrument, when set, is called with each compiled outbound policy
 	// before any request uses it (the proxy attaches its metric series).
 	Instrument func(*routes.Table)
 	// Release, when set, is called with a table that a newer one replaced
 	// or whose destination was dropped (the proxy frees its series).
 	Release func(*routes.Table)
+	// EndpointsRemoved, when set, is told of addresses that left an
+	// endpoint set (the proxy closes its idle connections to them).
+	EndpointsRemoved func([]netip.AddrPort)
 }
 
 // Endpoint is where to send a connection or request.
@@ -90,12 +95,11 @@ type Pick struct {
 	Fallback bool
 	ep       *endpoint
 	s        *sub
+	br       *balance.Breaker // with failure accrual on
 	// h counts the request on the endpoint's balancer state: pending
 	// until Done, its RTT sampled by FirstByte.
 	h balance.Handle
 }
-
-// Done releases the pick's in-flight slot.
 
 // Keepalive of the stream to destination; the destination server permits
 // pings this often (control/destinationcmd).
@@ -104,23 +108,17 @@ const (
 	KeepaliveTimeout = 10 * time.Second
 )
 
-func (p Pick) Done() {
-	p.h.Done()
-	if p.s != nil {
-		p.s.active.Add(-1)
-		p.s.touch()
-	}
-}
-
 // Resolver is the cache of subscriptions. Create it with New; Close it.
 type Resolver struct {
 	opts    Options
 	lookups *prometheus.CounterVec
 	streams *prometheus.CounterVec
 	subsG   prometheus.Gauge
-	ctx     context.Context
-	cancel  context.CancelFunc
-	done    chan struct{}
+	// failFast counts picks failed for want of an endpoint, by reason.
+	failFast *prometheus.CounterVec
+	ctx      context.Context
+	cancel   context.CancelFunc
+	done     chan struct{}
 
 	// defaultTable is the policy of a destination without one.
 	defaultTable *routes.Table
@@ -137,6 +135,9 @@ func New(opts Options) *Resolver {
 	}
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = DefaultIdleTimeout
+	}
+	if opts.FailFastTimeout <= 0 {
+		opts.FailFastTimeout = DefaultFailFastTimeout
 	}
 	if opts.MinBackoff <= 0 {
 		opts.MinBackoff = DefaultMinBackoff
@@ -155,6 +156,10 @@ func New(opts Options) *Resolver {
 		subsG: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "destination_subscriptions", Help: "Destinations with an open subscription.",
 		}),
+		failFast: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbound_balancer_fail_fast_total",
+			Help: "Requests and connections failed for want of an available endpoint, by reason (timeout: waited 3s; fail-fast: failed at once after such a wait; queue-full: 100 already waited).",
+		}, []string{"reason"}),
 		done:         make(chan struct{}),
 		subs:         map[subKey]*sub{},
 		policies:     map[netip.AddrPort]*policySub{},
@@ -163,7 +168,7 @@ func New(opts Options) *Resolver {
 	if opts.Instrument != nil {
 		opts.Instrument(r.defaultTable)
 	}
-	opts.Registerer.MustRegister(r.lookups, r.streams, r.subsG)
+	opts.Registerer.MustRegister(r.lookups, r.streams, r.subsG, r.failFast)
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	go r.janitor()
 	return r
@@ -190,12 +195,13 @@ func (r *Resolver) Close() {
 	<-r.done
 }
 
-// Pick returns the endpoint to use for one request or connection to dst.
-// The first Pick for dst subscribes and waits up to FirstTimeout (or
-// ctx) for destination's first answer. It returns ErrNoEndpoints when the
-// service exists without endpoints.
+// Pick returns the endpoint to use for one HTTP request to dst, without
+// failure accrual (PickHTTP with no backend). The first Pick for dst
+// subscribes and waits up to FirstTimeout (or ctx) for destination's
+// first answer. When the service exists without endpoints it waits for
+// one as PickHTTP does.
 func (r *Resolver) Pick(ctx context.Context, dst netip.AddrPort) (Pick, error) {
-	return r.pick(ctx, subKey{addr: dst}, dst, false)
+	return r.pick(ctx, subKey{addr: dst}, dst, pickOpts{})
 }
 
 // PickService returns the endpoint for one request to a route's backend
@@ -204,7 +210,11 @@ func (r *Resolver) Pick(ctx context.Context, dst netip.AddrPort) (Pick, error) {
 // not know, or cannot tell about, is an error (ErrNoEndpoints when known
 // and empty).
 func (r *Resolver) PickService(ctx context.Context, authority string) (Pick, error) {
-	pk, err := r.pick(ctx, subKey{name: authority}, netip.AddrPort{}, false)
+	return r.pickService(ctx, authority, pickOpts{})
+}
+
+func (r *Resolver) pickService(ctx context.Context, authority string, o pickOpts) (Pick, error) {
+	pk, err := r.pick(ctx, subKey{name: authority}, netip.AddrPort{}, o)
 	if err == nil && pk.Fallback {
 		return Pick{}, fmt.Errorf("backend %s: %w", authority, ErrUnknownService)
 	}
@@ -228,62 +238,6 @@ func (k subKey) path() string {
 		return k.name
 	}
 	return k.addr.String()
-}
-
-// pick serves Pick, PickConn and PickService: key names the
-// subscription; dst is the original destination to fall back to; conn
-// picks for an opaque connection.
-func (r *Resolver) pick(ctx context.Context, key subKey, dst netip.AddrPort, conn bool) (Pick, error) {
-	s := r.subscription(key)
-	defer s.touch()
-	if !s.synced.Load() {
-		t := time.NewTimer(r.opts.FirstTimeout)
-		select {
-		case <-s.first:
-		case <-t.C:
-		case <-ctx.Done():
-		}
-		t.Stop()
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case !s.hasState:
-		r.lookups.WithLabelValues(ResultUnavailable).Inc()
-		if !s.warned {
-			s.warned = true
-			r.opts.Log.Warn("destination unavailable and nothing cached; using the original destination", "dst", s.dst, "err", s.lastErr)
-		}
-		return Pick{Endpoint: Endpoint{Addr: dst}, Fallback: true}, nil
-	case !s.exists:
-		r.lookups.WithLabelValues(ResultNotFound).Inc()
-		return Pick{Endpoint: Endpoint{Addr: dst}, Fallback: true}, nil
-	case len(s.eps) == 0:
-		r.lookups.WithLabelValues(ResultNoEndpoints).Inc()
-		return Pick{}, fmt.Errorf("%s: %w", s.dst, ErrNoEndpoints)
-	}
-	r.lookups.WithLabelValues(ResultEndpoints).Inc()
-	now := monoNow()
-	var i int
-	if conn {
-		i = balance.IndexLeastLoaded(s.lbs, rand.Uint64())
-	} else {
-		i = balance.IndexP2C(s.lbs, now, rand.Uint64())
-	}
-	ep := s.eps[i]
-	s.active.Add(1)
-	return Pick{Endpoint: ep.Endpoint, ep: ep, s: s, h: ep.lb.Start(now)}, nil
-}
-
-// FirstByte records that the first response byte arrived: the request's
-// round-trip time, which feeds the endpoint's peak-EWMA estimate.
-func (p *Pick) FirstByte() { p.h.Observe(monoNow()) }
-
-// PickConn is Pick for an opaque connection: of two endpoints, the one
-// with fewer connections (least-loaded power of two choices); a
-// connection's lifetime says nothing of the endpoint's latency.
-func (r *Resolver) PickConn(ctx context.Context, dst netip.AddrPort) (Pick, error) {
-	return r.pick(ctx, subKey{addr: dst}, dst, true)
 }
 
 // monoBase anchors monoNow, the balancer's monotonic clock.
@@ -365,8 +319,11 @@ func (r *Resolver) stream(ctx context.Context, s *sub) (got bool, err error) {
 		if err != nil {
 			return got, fmt.Errorf("get %s: %w", s.dst, err)
 		}
-		s.apply(u, !got)
+		removed := s.apply(u, !got)
 		got = true
+		if len(removed) > 0 && r.opts.EndpointsRemoved != nil {
+			r.opts.EndpointsRemoved(removed)
+		}
 		s.firstDone()
 	}
 }

@@ -155,7 +155,7 @@ func TestLeastLoaded(t *testing.T) {
 }
 
 func TestNoEndpointsAndNotFound(t *testing.T) {
-	e := newEnv(t, nil)
+	e := newEnv(t, func(o *Options) { o.FailFastTimeout = 100 * time.Millisecond })
 	known := netip.MustParseAddrPort("10.96.0.11:80")
 	e.srv.Set(known.String(), destinationtest.NoEndpoints(true))
 	if _, err := e.r.Pick(context.Background(), known); !errors.Is(err, ErrNoEndpoints) {

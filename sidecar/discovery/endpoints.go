@@ -27,15 +27,29 @@ type sub struct {
 	mu       sync.Mutex
 	hasState bool // a message arrived at some point: the fields below are known
 	exists   bool
-	eps      []*endpoint
-	lbs      []*balance.Endpoint // eps' balancer states, in the same order
+	eps      []*endpoint // every endpoint known, terminating ones too
+	labels   map[string]string
+	// pickable are the endpoints that take new requests: the ready ones,
+	// or, when none is, the terminating ones (as kube-proxy); lbs and brs
+	// are their balancer states and, with accrual on, breakers.
+	pickable []*endpoint
+	lbs      []*balance.Endpoint
+	brs      []*balance.Breaker
+	acc      *balance.Accrual // failure accrual; nil: off
+	// changed is closed and replaced whenever pickable may have changed:
+	// it wakes the picks waiting for an endpoint.
+	changed  chan struct{}
+	waiting  int  // picks waiting for an endpoint
+	failFast bool // a pick waited FailFastTimeout in vain; none since
 	warned   bool
 	lastErr  error
 }
 
 type endpoint struct {
 	Endpoint
-	lb *balance.Endpoint
+	lb          *balance.Endpoint
+	br          *balance.Breaker // while pickable with accrual on
+	terminating bool
 }
 
 func (s *sub) touch() { s.used.Store(time.Now().UnixNano()) }
@@ -44,8 +58,9 @@ func (s *sub) firstDone() {
 	s.once.Do(func() { close(s.first) })
 }
 
-// apply folds an update into the set; snapshot replaces it.
-func (s *sub) apply(u *destinationpb.Update, snapshot bool) {
+// apply folds an update into the set (snapshot replaces it) and returns
+// the addresses that left it.
+func (s *sub) apply(u *destinationpb.Update, snapshot bool) (removed []netip.AddrPort) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.hasState, s.warned = true, false
@@ -65,6 +80,7 @@ func (s *sub) apply(u *destinationpb.Update, snapshot bool) {
 		s.eps = nil
 	case *destinationpb.Update_Add:
 		s.exists = true
+		s.labels = v.Add.GetMetricLabels()
 		for _, wa := range v.Add.GetAddrs() {
 			e, ok := toEndpoint(wa, v.Add.GetMetricLabels())
 			if !ok {
@@ -78,6 +94,7 @@ func (s *sub) apply(u *destinationpb.Update, snapshot bool) {
 			}
 			ep.lb.SetWeight(wa.GetWeight())
 			ep.Endpoint = e
+			ep.terminating = wa.GetTerminating()
 			s.eps = append(s.eps, ep)
 		}
 	case *destinationpb.Update_Remove:
@@ -87,10 +104,91 @@ func (s *sub) apply(u *destinationpb.Update, snapshot bool) {
 			}
 		}
 	}
-	s.lbs = make([]*balance.Endpoint, len(s.eps))
-	for i, ep := range s.eps {
-		s.lbs[i] = ep.lb
+	kept := make(map[*endpoint]bool, len(s.eps))
+	for _, ep := range s.eps {
+		kept[ep] = true
 	}
+	for a, ep := range old {
+		if !kept[ep] {
+			removed = append(removed, a)
+		}
+	}
+	s.rebuild()
+	return removed
+}
+
+// rebuild recomputes pickable and its breakers after eps or acc changed,
+// and wakes the picks waiting for an endpoint.
+func (s *sub) rebuild() {
+	var ready, terminating []*endpoint
+	for _, ep := range s.eps {
+		if ep.terminating {
+			terminating = append(terminating, ep)
+		} else {
+			ready = append(ready, ep)
+		}
+	}
+	pickable := ready
+	if len(ready) == 0 {
+		pickable = terminating
+	}
+	in := make(map[*endpoint]bool, len(pickable))
+	for _, ep := range pickable {
+		in[ep] = true
+	}
+	for _, ep := range s.pickable {
+		if !in[ep] && ep.br != nil {
+			ep.br.Remove()
+			ep.br = nil
+		}
+	}
+	s.pickable = pickable
+	s.lbs = make([]*balance.Endpoint, len(pickable))
+	s.brs = nil
+	if s.acc != nil {
+		s.brs = make([]*balance.Breaker, len(pickable))
+	}
+	for i, ep := range pickable {
+		s.lbs[i] = ep.lb
+		if s.acc != nil {
+			if ep.br == nil {
+				ep.br = s.acc.Add(ep.lb)
+			}
+			s.brs[i] = ep.br
+		}
+	}
+	if len(pickable) > 0 {
+		s.failFast = false
+	}
+	if s.changed != nil {
+		close(s.changed)
+	}
+	s.changed = make(chan struct{})
+}
+
+// setAccrual turns failure accrual on with c, or off (nil), unless it is
+// already so; a new config starts every endpoint afresh. s.mu is held.
+// Two parents with different configs sharing this backend would reset
+// each other's breakers: the last one asked wins.
+func (s *sub) setAccrual(c *balance.AccrualConfig) {
+	switch {
+	case c == nil && s.acc == nil:
+		return
+	case c != nil && s.acc != nil && s.acc.Config() == *c:
+		return
+	}
+	for _, ep := range s.pickable {
+		if ep.br != nil {
+			ep.br.Remove()
+			ep.br = nil
+		}
+	}
+	s.acc = nil
+	if c != nil {
+		// Compile validated c; an invalid one leaves accrual off.
+		s.acc, _ = balance.NewAccrual(*c)
+	}
+	s.rebuild()
 }
 
 func slicesDelete(eps []*endpoint, a netip.AddrPort) []*endpoint {

@@ -26,13 +26,7 @@ func (r *Resolver) Policy(ctx context.Context, dst netip.AddrPort) *routes.Table
 	if t := s.table.Load(); t != nil {
 		return t
 	}
-	tm := time.NewTimer(r.opts.FirstTimeout)
-	select {
-	case <-s.first:
-	case <-tm.C:
-	case <-ctx.Done():
-	}
-	tm.Stop()
+	waitFirst(ctx, s.first, r.opts.FirstTimeout)
 	if t := s.table.Load(); t != nil {
 		return t
 	}

@@ -31,3 +31,15 @@ func (r *Resolver) keepStream(ctx context.Context, stream func(context.Context) 
 		backoff = min(2*backoff, r.opts.MaxBackoff)
 	}
 }
+
+// waitFirst waits until first is closed (a stream's first answer), d
+// passed, or ctx ended.
+func waitFirst(ctx context.Context, first <-chan struct{}, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-first:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

@@ -20,7 +20,8 @@ const (
 	ReasonTimeout         = "response-timeout"        // 504: a deadline passed before response headers
 	ReasonClientGone      = "client-canceled"         // no response: the client went away first
 	ReasonClientReset     = "client-reset"            // the client stopped reading the response body
-	ReasonNoEndpoints     = "no-endpoints"            // 503: destination knows the service but nothing is ready
+	ReasonNoEndpoints     = "no-endpoints"            // 503: destination knows the service but nothing was available for 3 s
+	ReasonQueueFull       = "queue-full"              // 503: 100 requests already wait for an endpoint of the service
 	ReasonTLS             = "tls-handshake"           // 502: the upstream proxy failed mesh mTLS (e.g. wrong identity)
 	ReasonBadRequest      = "bad-request"             // 400: the request's chunked body is malformed
 	ReasonRequestTimeout  = "request-timeout"         // 408: the request body stalled
@@ -137,6 +138,8 @@ func classify(err error) (int, string) {
 		return 499, ReasonClientGone
 	case errors.Is(err, ErrNoEndpoints):
 		return http.StatusServiceUnavailable, ReasonNoEndpoints
+	case errors.Is(err, ErrQueueFull):
+		return http.StatusServiceUnavailable, ReasonQueueFull
 	case errors.As(err, &te):
 		return http.StatusBadGateway, ReasonTLS
 	case errors.Is(err, context.Canceled):

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/sidecar/balance"
 	"github.com/plexus-mesh/plexus/sidecar/forward"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
@@ -61,13 +62,19 @@ type Endpoint struct {
 type Load interface {
 	// FirstByte is called when response headers arrive.
 	FirstByte()
-	// Done is called once the request has finished.
-	Done()
+	// Done is called once the attempt has finished, with its outcome
+	// for failure accrual.
+	Done(balance.Outcome)
 }
 
 // ErrNoEndpoints is wrapped by a Balance error when the destination exists
 // but has no endpoint to send to (answered 503, reason no-endpoints).
 var ErrNoEndpoints = errors.New("no ready endpoints")
+
+// ErrQueueFull is wrapped by a Balance error when too many requests
+// already wait for an endpoint of the destination (answered 503, reason
+// queue-full).
+var ErrQueueFull = errors.New("too many requests wait for an endpoint")
 
 type endpointKey struct{}
 

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/plexus-mesh/plexus/sidecar/balance"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
@@ -54,6 +55,9 @@ type exchange struct {
 	// reqCtx carries the route's request timeout, when it has one;
 	// attemptCtx, the current attempt's (response or per-attempt).
 	reqCtx, attemptCtx context.Context
+	// outcome is the verdict on the current attempt's endpoint, told to
+	// its Load when the attempt ends (outcome.go).
+	outcome balance.Outcome
 }
 
 // route runs the route stage: which rule of the destination's routes
@@ -154,6 +158,7 @@ func (x *exchange) attempt(send func(n int) error) error {
 			"direction", x.req.Direction, "endpoint", x.endpoint.Addr, "err", err)
 		x.p.opts.Metrics.Resent(x.req.Direction)
 		x.failed[(x.attempts-1)%len(x.failed)] = x.endpoint.Addr
+		x.judgeError(err)
 		if err := x.rebalance(); err != nil {
 			return err
 		}
@@ -239,6 +244,7 @@ func (x *exchange) finish(status int, grpcStatus, reason string) {
 	} else {
 		x.rec.Done(status, grpcStatus, reason)
 	}
+	x.judgeResponse(status, grpcStatus, reason)
 	x.routeDone(status, grpcStatus, reason)
 }
 
@@ -248,6 +254,7 @@ func (x *exchange) fail(err error) answer {
 	a := failure(err, x.req.GRPC)
 	x.p.opts.Log.Debug("request failed", "direction", x.req.Direction, "host", x.req.Authority, "reason", a.reason, "err", err)
 	x.p.countLimit(err)
+	x.judgeError(err)
 	if a.reason != ReasonClientGone {
 		x.rec.Headers(a.status)
 	}
@@ -259,8 +266,9 @@ func (x *exchange) fail(err error) answer {
 // end releases what balance took (the endpoint's in-flight count).
 func (x *exchange) end() {
 	if x.endpoint.Load != nil {
-		x.endpoint.Load.Done()
+		x.endpoint.Load.Done(x.outcome)
 		x.endpoint.Load = nil
 	}
+	x.outcome = balance.OutcomeNone
 	x.routed = false
 }

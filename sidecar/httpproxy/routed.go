@@ -95,7 +95,7 @@ func (p *Proxy) serveRule(w http.ResponseWriter, r *http.Request, x *exchange) {
 			if res != nil {
 				res.Body.Close()
 			}
-			x.attemptDone(status, grpc, errLabel(err))
+			x.attemptDone(status, grpc, err)
 			done()
 			acancel()
 			if !sleep(ctx, routes.Backoff(n+1, rand.Uint64())) {

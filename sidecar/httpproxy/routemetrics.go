@@ -69,9 +69,15 @@ func (x *exchange) sent() {
 	}
 }
 
-// attemptDone records the end of an attempt that is not the last one.
-func (x *exchange) attemptDone(status int, grpcStatus, errLabel string) {
-	x.attemptEnd(time.Now(), status, grpcStatus, errLabel)
+// attemptDone records the end of an attempt that is not the last one:
+// its response status, or err.
+func (x *exchange) attemptDone(status int, grpcStatus string, err error) {
+	if err != nil {
+		x.judgeError(err)
+	} else {
+		x.judgeResponse(status, grpcStatus, "")
+	}
+	x.attemptEnd(time.Now(), status, grpcStatus, errLabel(err))
 }
 
 func (x *exchange) attemptEnd(now time.Time, status int, grpcStatus, errLabel string) {
@@ -121,6 +127,8 @@ func errLabelOf(reason string) string {
 		return metrics.RouteErrCancel
 	case ReasonNoEndpoints:
 		return metrics.RouteErrFailFast
+	case ReasonQueueFull:
+		return metrics.RouteErrLoadShed
 	}
 	return metrics.RouteErrUnexpected
 }

@@ -31,6 +31,7 @@ const (
 	RouteErrIdleTimeout     = "IDLE_TIMEOUT"
 	RouteErrCancel          = "CANCEL"
 	RouteErrFailFast        = "FAILFAST"
+	RouteErrLoadShed        = "LOADSHED"
 	RouteErrUnexpected      = "UNEXPECTED"
 )
 

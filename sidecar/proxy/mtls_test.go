@@ -29,15 +29,13 @@ var (
 // staticResolver sends every destination to one endpoint.
 type staticResolver struct{ ep discovery.Endpoint }
 
-func (r staticResolver) Pick(context.Context, netip.AddrPort) (discovery.Pick, error) {
+func (r staticResolver) PickHTTP(context.Context, netip.AddrPort, *routes.Backend) (discovery.Pick, error) {
 	return discovery.Pick{Endpoint: r.ep}, nil
 }
+
+func (r staticResolver) Opaque(context.Context, netip.AddrPort) bool { return r.ep.Opaque }
 
 func (r staticResolver) PickConn(context.Context, netip.AddrPort) (discovery.Pick, error) {
-	return discovery.Pick{Endpoint: r.ep}, nil
-}
-
-func (r staticResolver) PickService(context.Context, string) (discovery.Pick, error) {
 	return discovery.Pick{Endpoint: r.ep}, nil
 }
 

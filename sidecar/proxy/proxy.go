@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/plexus-mesh/plexus/sidecar/balance"
 	"github.com/plexus-mesh/plexus/sidecar/config"
 	"github.com/plexus-mesh/plexus/sidecar/detect"
 	"github.com/plexus-mesh/plexus/sidecar/discovery"
@@ -64,11 +65,13 @@ type Options struct {
 // Resolver picks the endpoint for one outbound connection or request, and
 // knows the routes of each destination (discovery.Resolver).
 type Resolver interface {
-	Pick(ctx context.Context, dst netip.AddrPort) (discovery.Pick, error)
+	// PickHTTP picks the endpoint of one request: among backend's
+	// endpoints, or dst's.
+	PickHTTP(ctx context.Context, dst netip.AddrPort, backend *routes.Backend) (discovery.Pick, error)
 	// PickConn picks the endpoint of an opaque connection.
 	PickConn(ctx context.Context, dst netip.AddrPort) (discovery.Pick, error)
-	// PickService picks among a route backend's endpoints.
-	PickService(ctx context.Context, authority string) (discovery.Pick, error)
+	// Opaque reports whether dst's endpoints are marked opaque.
+	Opaque(ctx context.Context, dst netip.AddrPort) bool
 	// Policy returns dst's routes.
 	Policy(ctx context.Context, dst netip.AddrPort) *routes.Table
 }
@@ -333,11 +336,7 @@ func (p *Proxy) handle(c *net.TCPConn, dir string, release func()) {
 	}
 	if dir == metrics.Outbound && p.opts.Resolver != nil {
 		// The endpoint's protocol hint may make the port opaque.
-		pk, err := p.opts.Resolver.Pick(context.Background(), dst)
-		if err == nil {
-			pk.Done()
-		}
-		if err == nil && pk.Opaque {
+		if p.opts.Resolver.Opaque(context.Background(), dst) {
 			p.forwardOpaque(src, src, dir, dst, target)
 			return
 		}
@@ -369,6 +368,16 @@ func (p *Proxy) handle(c *net.TCPConn, dir string, release func()) {
 	handed = true
 }
 
+// load is a discovery pick as the balancer state of one request.
+type load struct{ discovery.Pick }
+
+// Done reports the request's outcome to failure accrual and releases the
+// pick.
+func (l *load) Done(o balance.Outcome) {
+	l.Report(o)
+	l.Pick.Done()
+}
+
 // rawConn is c's socket, or nil.
 func rawConn(c *net.TCPConn) syscall.RawConn {
 	raw, err := c.SyscallConn()
@@ -382,20 +391,16 @@ func rawConn(c *net.TCPConn) syscall.RawConn {
 // route backend's endpoints, or the original destination's when the
 // backend is the destination's own Service (or there is none).
 func (p *Proxy) balance(ctx context.Context, dst netip.AddrPort, backend *routes.Backend) (httpproxy.Endpoint, error) {
-	var pk discovery.Pick
-	var err error
-	if backend == nil || backend.Authority == "" {
-		pk, err = p.opts.Resolver.Pick(ctx, dst)
-	} else {
-		pk, err = p.opts.Resolver.PickService(ctx, backend.Authority)
-	}
-	if errors.Is(err, discovery.ErrNoEndpoints) || errors.Is(err, discovery.ErrUnknownService) {
+	pk, err := p.opts.Resolver.PickHTTP(ctx, dst, backend)
+	switch {
+	case errors.Is(err, discovery.ErrNoEndpoints), errors.Is(err, discovery.ErrUnknownService):
 		return httpproxy.Endpoint{}, fmt.Errorf("%w: %w", httpproxy.ErrNoEndpoints, err)
-	}
-	if err != nil {
+	case errors.Is(err, discovery.ErrQueueFull):
+		return httpproxy.Endpoint{}, fmt.Errorf("%w: %w", httpproxy.ErrQueueFull, err)
+	case err != nil:
 		return httpproxy.Endpoint{}, err
 	}
-	ep := httpproxy.Endpoint{Addr: pk.Addr, Load: &pk}
+	ep := httpproxy.Endpoint{Addr: pk.Addr, Load: &load{pk}}
 	if p.opts.Certs != nil {
 		ep.Identity = pk.Identity
 	}

@@ -3,6 +3,7 @@ package routes
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/textproto"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/sidecar/balance"
 )
 
 // RuleError is one rule (Rule -1: a whole route) that Compile dropped.
@@ -74,7 +76,41 @@ func Compile(p *destinationpb.OutboundPolicy) (*Table, error) {
 	}
 	c.table.index(entries)
 	c.table.sendParentToDestination()
+	if fa := p.GetFailureAccrual(); fa != nil {
+		acc, err := compileAccrual(fa)
+		if err != nil {
+			c.errs = append(c.errs, err) // balanced without accrual
+		}
+		c.table.setAccrual(acc)
+	}
 	return c.table, errors.Join(c.errs...)
+}
+
+// compileAccrual converts the parent's failure accrual; nil with an
+// error when the values are unusable.
+func compileAccrual(fa *destinationpb.FailureAccrual) (*balance.AccrualConfig, error) {
+	c := balance.AccrualConfig{
+		ConsecutiveFailures: int(min(fa.GetConsecutiveFailures(), math.MaxInt32)),
+		MinPenalty:          fa.GetMinPenalty().AsDuration(),
+		MaxPenalty:          fa.GetMaxPenalty().AsDuration(),
+		JitterRatio:         fa.GetJitterRatio(),
+		MinHealthyPercent:   int(min(fa.GetMinHealthyPercent(), math.MaxInt32)),
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("failure accrual left off: %w", err)
+	}
+	return &c, nil
+}
+
+// setAccrual gives every backend the parent's failure accrual.
+func (t *Table) setAccrual(acc *balance.AccrualConfig) {
+	for _, r := range t.Routes {
+		for _, rule := range r.Rules {
+			for _, b := range rule.Backends {
+				b.Accrual = acc
+			}
+		}
+	}
 }
 
 // sendParentToDestination clears the Authority of the backends that are

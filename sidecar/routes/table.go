@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/sidecar/balance"
 )
 
 // Table is the compiled route table of one destination. It is immutable and
@@ -92,6 +93,9 @@ type Backend struct {
 	Weight uint32
 	// Series is the caller's per-backend state, as Route.Series.
 	Series any
+	// Accrual, when set, is the failure accrual (circuit breaking) of the
+	// parent Service, for the balancer of this backend's endpoints.
+	Accrual *balance.AccrualConfig
 
 	filters filterChain
 }

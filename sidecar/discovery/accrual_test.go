@@ -1,0 +1,107 @@
+package discovery
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/plexus-mesh/plexus/sidecar/balance"
+	"github.com/plexus-mesh/plexus/sidecar/routes"
+)
+
+// pickReport picks for backend and reports failure when the endpoint is
+// in failing, success otherwise; it returns the address picked.
+func (e *env) pickReport(backend *routes.Backend, failing map[string]bool) string {
+	e.t.Helper()
+	p, err := e.r.PickHTTP(context.Background(), svc, backend)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	a := p.Addr.String()
+	if failing[a] {
+		p.Report(balance.OutcomeFailure)
+	} else {
+		p.Report(balance.OutcomeSuccess)
+	}
+	p.Done()
+	return a
+}
+
+// Failure accrual through the pick path: a failing endpoint is ejected
+// after N failures in a row, gets exactly one probe once its penalty is
+// over, and is back after a successful one; the floor keeps one of two
+// failing endpoints in.
+func TestAccrualThroughPicks(t *testing.T) {
+	e := newEnv(t, nil)
+	e.srv.Set(svc.String(), add(wa("10.1.0.1:8080", webID), wa("10.1.0.2:8080", webID), wa("10.1.0.3:8080", webID)))
+	cfg := &balance.AccrualConfig{ConsecutiveFailures: 3, MinPenalty: 300 * time.Millisecond, MaxPenalty: time.Second, MinHealthyPercent: 50}
+	backend := &routes.Backend{Accrual: cfg}
+	bad := map[string]bool{"10.1.0.1:8080": true}
+
+	picked := map[string]int{}
+	for range 200 {
+		picked[e.pickReport(backend, bad)]++
+	}
+	if n := picked["10.1.0.1:8080"]; n != 3 {
+		t.Errorf("the failing endpoint took %d of 200 picks within its penalty, want exactly 3 (the failures that ejected it)", n)
+	}
+
+	time.Sleep(350 * time.Millisecond) // the penalty is over: one probe is due
+	var probes int
+	var probe Pick
+	for range 50 {
+		p, err := e.r.PickHTTP(context.Background(), svc, backend)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Addr.String() == "10.1.0.1:8080" {
+			probes++
+			probe = p // held: its outcome is still awaited
+			continue
+		}
+		p.Report(balance.OutcomeSuccess)
+		p.Done()
+	}
+	if probes != 1 {
+		t.Fatalf("after the penalty the endpoint got %d of 50 picks with its probe in flight, want exactly 1", probes)
+	}
+	probe.Report(balance.OutcomeSuccess) // fixed
+	probe.Done()
+	picked = map[string]int{}
+	for range 300 {
+		picked[e.pickReport(backend, nil)]++
+	}
+	if n := picked["10.1.0.1:8080"]; n < 30 {
+		t.Errorf("after a successful probe the endpoint took %d of 300 picks, want its share back", n)
+	}
+
+	// Without accrual (no config on the backend) nothing is ejected.
+	picked = map[string]int{}
+	for range 300 {
+		picked[e.pickReport(&routes.Backend{}, bad)]++
+	}
+	if n := picked["10.1.0.1:8080"]; n < 30 {
+		t.Errorf("with accrual off the failing endpoint took %d of 300 picks, want about a third", n)
+	}
+}
+
+func TestAccrualFloor(t *testing.T) {
+	e := newEnv(t, nil)
+	e.srv.Set(svc.String(), add(wa("10.1.0.1:8080", webID), wa("10.1.0.2:8080", webID)))
+	backend := &routes.Backend{Accrual: &balance.AccrualConfig{ConsecutiveFailures: 2, MinPenalty: time.Minute, MaxPenalty: time.Minute, MinHealthyPercent: 50}}
+	all := map[string]bool{"10.1.0.1:8080": true, "10.1.0.2:8080": true}
+	picked := map[string]int{}
+	for range 100 {
+		picked[e.pickReport(backend, all)]++ // never waits: the floor keeps one in
+	}
+	if len(picked) != 2 {
+		t.Errorf("picks = %v, want both used (one ejected, after taking its failures)", picked)
+	}
+	first := map[string]int{}
+	for range 50 {
+		first[e.pickReport(backend, all)]++
+	}
+	if len(first) != 1 {
+		t.Errorf("with both failing, later picks = %v, want all on the one the floor keeps in", first)
+	}
+}

@@ -1,0 +1,232 @@
+package discovery
+
+// Choosing an endpoint: peak-EWMA power of two choices for requests,
+// least-loaded for opaque connections, over the endpoints failure accrual
+// has not ejected; and, while a known service has none, a bounded wait.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"time"
+
+	"github.com/plexus-mesh/plexus/sidecar/balance"
+	"github.com/plexus-mesh/plexus/sidecar/routes"
+)
+
+// The queue of a service without an available endpoint, as Linkerd's: a
+// pick waits up to Options.FailFastTimeout (3 s) for one, at most
+// MaxWaiting at once. After a pick waited in vain the service is in
+// fail-fast: picks fail at once until an endpoint is available again.
+const (
+	DefaultFailFastTimeout = 3 * time.Second
+	MaxWaiting             = 100
+)
+
+// ErrQueueFull is returned by a pick when MaxWaiting picks already wait
+// for an endpoint of the service.
+var ErrQueueFull = errors.New("too many requests wait for an endpoint of the service")
+
+// Fail-fast outcomes, the values of the reason label of
+// balancer_fail_fast_total.
+const (
+	FailFastWaited    = "timeout"    // waited the fail-fast timeout in vain
+	FailFastAtOnce    = "fail-fast"  // failed at once: the service is in fail-fast
+	FailFastQueueFull = "queue-full" // MaxWaiting picks already waited
+)
+
+// pickOpts say what a pick is for.
+type pickOpts struct {
+	conn   bool                   // an opaque connection: least-loaded
+	noWait bool                   // answer from the cache, never wait for an endpoint
+	acc    *balance.AccrualConfig // the parent's failure accrual; nil: off
+}
+
+// PickHTTP returns the endpoint of one HTTP request to dst: among
+// backend's endpoints when it names a Service authority, else dst's,
+// with the failure accrual backend carries. A service that exists without
+// an available endpoint makes it wait (see DefaultFailFastTimeout). Report the
+// request's outcome with Report, then call Done.
+func (r *Resolver) PickHTTP(ctx context.Context, dst netip.AddrPort, backend *routes.Backend) (Pick, error) {
+	var o pickOpts
+	if backend != nil {
+		o.acc = backend.Accrual
+		if backend.Authority != "" {
+			return r.pickService(ctx, backend.Authority, o)
+		}
+	}
+	return r.pick(ctx, subKey{addr: dst}, dst, o)
+}
+
+// PickConn is Pick for an opaque connection: of two endpoints, the one
+// with fewer connections (least-loaded power of two choices); a
+// connection's lifetime says nothing of the endpoint's latency.
+func (r *Resolver) PickConn(ctx context.Context, dst netip.AddrPort) (Pick, error) {
+	return r.pick(ctx, subKey{addr: dst}, dst, pickOpts{conn: true})
+}
+
+// Opaque reports whether destination marks dst's endpoints opaque (the
+// protocol hint), waiting only for the first answer about dst.
+func (r *Resolver) Opaque(ctx context.Context, dst netip.AddrPort) bool {
+	pk, err := r.pick(ctx, subKey{addr: dst}, dst, pickOpts{conn: true, noWait: true})
+	if err != nil {
+		return false
+	}
+	pk.Done()
+	return pk.Opaque
+}
+
+// pick serves the Pick methods: key names the subscription; dst is the
+// original destination to fall back to.
+func (r *Resolver) pick(ctx context.Context, key subKey, dst netip.AddrPort, o pickOpts) (Pick, error) {
+	s := r.subscription(key)
+	defer s.touch()
+	if !s.synced.Load() {
+		waitFirst(ctx, s.first, r.opts.FirstTimeout)
+	}
+	var deadline *time.Timer
+	defer func() {
+		if deadline != nil {
+			deadline.Stop()
+		}
+	}()
+	for {
+		s.mu.Lock()
+		pk, err, wake := r.pickLocked(s, dst, o)
+		if !errors.Is(err, errWait) {
+			s.mu.Unlock()
+			return pk, err
+		}
+		switch {
+		case o.noWait:
+			s.mu.Unlock()
+			return Pick{}, fmt.Errorf("%s: %w", s.dst, ErrNoEndpoints)
+		case s.failFast:
+			s.mu.Unlock()
+			r.failFast.WithLabelValues(FailFastAtOnce).Inc()
+			return Pick{}, fmt.Errorf("%s: in fail-fast, no endpoint available for %s: %w", s.dst, r.opts.FailFastTimeout, ErrNoEndpoints)
+		case s.waiting >= MaxWaiting:
+			s.mu.Unlock()
+			r.failFast.WithLabelValues(FailFastQueueFull).Inc()
+			return Pick{}, fmt.Errorf("%s: %w", s.dst, ErrQueueFull)
+		}
+		changed := s.changed
+		s.waiting++
+		s.mu.Unlock()
+		if deadline == nil {
+			deadline = time.NewTimer(r.opts.FailFastTimeout)
+		}
+		var probe <-chan time.Time
+		var probeTimer *time.Timer
+		if wake > 0 {
+			probeTimer = time.NewTimer(time.Duration(wake - monoNow()))
+			probe = probeTimer.C
+		}
+		timedOut := false
+		select {
+		case <-changed:
+		case <-probe:
+		case <-deadline.C:
+			timedOut = true
+		case <-ctx.Done():
+		}
+		if probeTimer != nil {
+			probeTimer.Stop()
+		}
+		s.mu.Lock()
+		s.waiting--
+		if timedOut {
+			s.failFast = true
+		}
+		s.mu.Unlock()
+		switch {
+		case timedOut:
+			r.failFast.WithLabelValues(FailFastWaited).Inc()
+			return Pick{}, fmt.Errorf("%s: no endpoint available in %s: %w", s.dst, r.opts.FailFastTimeout, ErrNoEndpoints)
+		case ctx.Err() != nil:
+			return Pick{}, fmt.Errorf("%s: waiting for an endpoint: %w", s.dst, context.Cause(ctx))
+		}
+	}
+}
+
+// errWait: the service exists and no endpoint is available now.
+var errWait = errors.New("wait for an endpoint")
+
+// pickLocked picks from s's cache (s.mu held). errWait says to wait; wake,
+// when positive, is the monotonic time an ejected endpoint's probe is due.
+func (r *Resolver) pickLocked(s *sub, dst netip.AddrPort, o pickOpts) (pk Pick, err error, wake int64) {
+	switch {
+	case !s.hasState:
+		r.lookups.WithLabelValues(ResultUnavailable).Inc()
+		if !s.warned {
+			s.warned = true
+			r.opts.Log.Warn("destination unavailable and nothing cached; using the original destination", "dst", s.dst, "err", s.lastErr)
+		}
+		return Pick{Endpoint: Endpoint{Addr: dst}, Fallback: true}, nil, 0
+	case !s.exists:
+		r.lookups.WithLabelValues(ResultNotFound).Inc()
+		return Pick{Endpoint: Endpoint{Addr: dst}, Fallback: true}, nil, 0
+	case len(s.pickable) == 0:
+		r.lookups.WithLabelValues(ResultNoEndpoints).Inc()
+		return Pick{}, errWait, 0
+	}
+	now := monoNow()
+	if !o.conn {
+		s.setAccrual(o.acc)
+	}
+	var ep *endpoint
+	var br *balance.Breaker
+	switch {
+	case o.conn:
+		ep = s.pickable[balance.IndexLeastLoaded(s.lbs, rand.Uint64())]
+	case s.acc != nil:
+		i := balance.IndexP2CAvailable(s.brs, now, rand.Uint64())
+		if i < 0 {
+			r.lookups.WithLabelValues(ResultNoEndpoints).Inc()
+			return Pick{}, errWait, s.nextProbe()
+		}
+		ep, br = s.pickable[i], s.brs[i]
+	default:
+		ep = s.pickable[balance.IndexP2C(s.lbs, now, rand.Uint64())]
+	}
+	r.lookups.WithLabelValues(ResultEndpoints).Inc()
+	s.active.Add(1)
+	return Pick{Endpoint: ep.Endpoint, ep: ep, s: s, br: br, h: ep.lb.Start(now)}, nil, 0
+}
+
+// nextProbe is when the first ejected endpoint's penalty ends (s.mu held).
+func (s *sub) nextProbe() int64 {
+	var first int64
+	for _, b := range s.brs {
+		if end, ok := b.PenaltyEnd(); ok && (first == 0 || end < first) {
+			first = end
+		}
+	}
+	return first
+}
+
+// FirstByte records that the first response byte arrived: the request's
+// round-trip time, which feeds the endpoint's peak-EWMA estimate.
+func (p *Pick) FirstByte() { p.h.Observe(monoNow()) }
+
+// Report tells failure accrual how the request ended (nothing when it is
+// off). Call it once, before Done.
+func (p *Pick) Report(o balance.Outcome) {
+	if p.br != nil {
+		p.br.Report(o, monoNow(), rand.Uint64())
+		p.br = nil
+	}
+}
+
+// Done releases the pick's in-flight slot. Calls after the first are
+// ignored.
+func (p *Pick) Done() {
+	p.h.Done()
+	if p.s != nil {
+		p.s.active.Add(-1)
+		p.s.touch()
+		p.s = nil
+	}
+}

@@ -1,0 +1,108 @@
+package httpproxy
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+
+	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/sidecar/balance"
+	"github.com/plexus-mesh/plexus/sidecar/routes"
+)
+
+// outcomes records the verdicts the pipeline gives each endpoint.
+type outcomes struct {
+	mu  sync.Mutex
+	got []string
+}
+
+type recordingLoad struct {
+	o    *outcomes
+	addr netip.AddrPort
+}
+
+func (l *recordingLoad) FirstByte() {}
+func (l *recordingLoad) Done(o balance.Outcome) {
+	l.o.mu.Lock()
+	defer l.o.mu.Unlock()
+	l.o.got = append(l.o.got, fmt.Sprintf("%s=%d", l.addr, o))
+}
+
+func (o *outcomes) take() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	got := o.got
+	o.got = nil
+	return got
+}
+
+// Each attempt's endpoint is told how it did, for failure accrual: a
+// failure status or a refused connection is a failure, any other answer
+// a success; an endpoint that refused is judged before the re-send goes
+// elsewhere. Both engines.
+func TestOutcomeReportedPerAttempt(t *testing.T) {
+	fails := rtServe(t, "bad", func(w http.ResponseWriter, r *http.Request, n int) bool {
+		w.WriteHeader(http.StatusInternalServerError)
+		return true
+	})
+	good := rtServe(t, "good", nil)
+	ln := rtListen(t)
+	gone := netip.MustParseAddrPort(ln.Addr().String())
+	ln.Close()
+	rec := &outcomes{}
+	pol := rtPolicy(rtRoute("web", &pb.OutboundRule{Backends: []*pb.Backend{rtBackend("b", 1)}}))
+	var e *rtEnv
+	var order []netip.AddrPort
+	var next int
+	var mu sync.Mutex
+	e = newRouteEnv(t, netip.MustParseAddrPort("127.0.0.1:1"), pol, nil, func(o *Options) {
+		o.Balance = func(_ context.Context, _ netip.AddrPort, _ *routes.Backend) (Endpoint, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			a := order[next%len(order)]
+			next++
+			return Endpoint{Addr: a, Load: &recordingLoad{o: rec, addr: a}}, nil
+		}
+	})
+	success, failure := int(balance.OutcomeSuccess), int(balance.OutcomeFailure)
+	for _, en := range e.engines(t) {
+		for _, c := range []struct {
+			name   string
+			order  []netip.AddrPort
+			status int
+			want   []string
+		}{
+			{"200", []netip.AddrPort{good.addr}, 200, []string{fmt.Sprintf("%s=%d", good.addr, success)}},
+			{"500", []netip.AddrPort{fails.addr}, 500, []string{fmt.Sprintf("%s=%d", fails.addr, failure)}},
+			{"refused, then re-sent", []netip.AddrPort{gone, good.addr}, 200,
+				[]string{fmt.Sprintf("%s=%d", gone, failure), fmt.Sprintf("%s=%d", good.addr, success)}},
+		} {
+			mu.Lock()
+			order, next = c.order, 0
+			mu.Unlock()
+			res, _ := en.do(t, "GET", "/", nil)
+			if res.StatusCode != c.status {
+				t.Errorf("%s %s: status %d, want %d", en.name, c.name, res.StatusCode, c.status)
+			}
+			if got := rec.take(); !slices.Equal(got, c.want) {
+				t.Errorf("%s %s: outcomes %v, want %v", en.name, c.name, got, c.want)
+			}
+		}
+	}
+}
+
+func TestEndpointFault(t *testing.T) {
+	for reason, want := range map[string]bool{
+		ReasonConnectRefused: true, ReasonUpstreamReset: true, ReasonTLS: true, ReasonTimeout: true,
+		ReasonClientGone: false, ReasonClientReset: false, ReasonNoEndpoints: false, ReasonQueueFull: false,
+		ReasonNoRoute: false, ReasonRouteTimeout: false, ReasonBadRequest: false, "": false,
+	} {
+		if got := endpointFault(reason); got != want {
+			t.Errorf("endpointFault(%q) = %v, want %v", reason, got, want)
+		}
+	}
+}
