@@ -129,3 +129,21 @@ func (p *h1pool) closeIdle() {
 		delete(p.idle, k)
 	}
 }
+
+// closeIdleTo closes the idle connections to addrs (endpoints that left
+// discovery: their servers are going away).
+func (p *h1pool) closeIdleTo(addrs []netip.AddrPort) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, list := range p.idle {
+		for _, a := range addrs {
+			if k.addr == a {
+				for _, u := range list {
+					u.close()
+				}
+				delete(p.idle, k)
+				break
+			}
+		}
+	}
+}

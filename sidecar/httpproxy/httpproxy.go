@@ -201,6 +201,11 @@ func (p *Proxy) CloseIdle() {
 	p.h1pool.closeIdle()
 }
 
+// CloseIdleTo closes the fast path's idle upstream connections to addrs,
+// endpoints that discovery removed. (net/http's pools close theirs after
+// IdleConnTimeout: they cannot be closed per address.)
+func (p *Proxy) CloseIdleTo(addrs []netip.AddrPort) { p.h1pool.closeIdleTo(addrs) }
+
 // dialError marks an error from connecting upstream.
 type dialError struct{ err error }
 

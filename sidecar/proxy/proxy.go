@@ -368,6 +368,14 @@ func (p *Proxy) handle(c *net.TCPConn, dir string, release func()) {
 	handed = true
 }
 
+// EndpointsRemoved closes the outbound fast path's idle connections to
+// endpoints that discovery removed (discovery.Options.EndpointsRemoved).
+func (p *Proxy) EndpointsRemoved(addrs []netip.AddrPort) {
+	if d := p.dirs[metrics.Outbound]; d != nil {
+		d.proxy.CloseIdleTo(addrs)
+	}
+}
+
 // load is a discovery pick as the balancer state of one request.
 type load struct{ discovery.Pick }
 

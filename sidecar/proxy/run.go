@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -72,6 +73,8 @@ func Run(ctx context.Context, ro RunOptions) error {
 	m := metrics.New(reg, MaxTargets)
 	var ident Identity
 	var resolver Resolver
+	// built is the proxy once New returned (discovery callbacks may come first).
+	var built atomic.Pointer[Proxy]
 	if cfg.IdentityEnabled() {
 		if ro.NewIdentity == nil {
 			return ErrIdentityNotWired
@@ -100,6 +103,11 @@ func Run(ctx context.Context, ro RunOptions) error {
 				ContextToken: fmt.Sprintf(`{"ns":%q}`, cfg.PodNamespace),
 				Instrument:   func(t *routes.Table) { httpproxy.InstrumentRoutes(m, t) },
 				Release:      func(t *routes.Table) { httpproxy.ReleaseRoutes(m, t) },
+				EndpointsRemoved: func(addrs []netip.AddrPort) {
+					if p := built.Load(); p != nil {
+						p.EndpointsRemoved(addrs)
+					}
+				},
 			})
 			defer r.Close()
 			resolver = r
@@ -135,6 +143,7 @@ func Run(ctx context.Context, ro RunOptions) error {
 		popts.Resolver = resolver
 	}
 	p = New(popts)
+	built.Store(p)
 
 	listen := func(name string, port uint16) (net.Listener, error) {
 		ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(int(port))))
