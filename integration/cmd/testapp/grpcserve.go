@@ -29,6 +29,7 @@ func (h healthServer) Check(ctx context.Context, req *healthpb.HealthCheckReques
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	h.b.forceFailure(&a)
 	grpc.SetHeader(ctx, metadata.Pairs("x-echo-server", h.b.host))
 	fail, ok := h.b.handle(ctx, "grpc Check "+req.GetService(), a, true)
 	switch {

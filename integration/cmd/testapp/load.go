@@ -149,7 +149,10 @@ type sample struct {
 	MS            float64 `json:"ms"`
 	Status        string  `json:"status"`
 	Server        string  `json:"server,omitempty"`
-	err           string
+	// ProxyError is the answer's plexus-proxy-error header (HTTP): a
+	// proxy answered, and why.
+	ProxyError string `json:"proxy_error,omitempty"`
+	err        string
 }
 
 // maxErrorKinds bounds the distinct error texts a summary keeps.
@@ -346,8 +349,11 @@ func (c *loadConfig) sender(run string) (send func(w, i int) sample, first func(
 			x.Status, x.err = "error", fmt.Sprintf("reading the body: %v", err)
 		}
 		x.Server = servedBy(body, resp.Header)
-		if v := resp.Header.Get("Plexus-Proxy-Error"); v != "" && x.err == "" {
-			x.err = "plexus-proxy-error: " + v // a proxy answered, and why
+		if v := resp.Header.Get("Plexus-Proxy-Error"); v != "" {
+			x.ProxyError = v
+			if x.err == "" {
+				x.err = "plexus-proxy-error: " + v // counted under its reason
+			}
 		}
 		if i == 0 {
 			answer = &firstAnswer{Status: x.Status, Header: resp.Header, Body: string(body)}

@@ -43,13 +43,23 @@
 // the header x-request-id, so that the logs of replicas which are gone
 // tell which requests reached them.
 //
+// GET /testapp/fail?status=N makes every later request fail as if it
+// asked fail=1&status=N (a gRPC call with its x-code), until
+// /testapp/fail?status=0: a replica a test breaks and fixes at run time.
+// GET /testapp/received answers JSON {host, dropped, received}: every
+// HTTP request answered (up to 65536; past that the older half is
+// forgotten and counted in dropped), in the order of arrival, each as
+// {unix_nano (when it arrived), path, status (0: cancelled during its
+// delay, never answered)}.
+//
 // GET /stats answers the counts of this process as JSON: requests,
 // grpc, in_flight, failed (as asked), delayed (delays served to the end),
 // cancelled (requests whose context ended during their delay), posts (POST
 // requests) and duplicate_posts (POSTs whose x-request-id this process had
 // seen already: a POST delivered twice); /stats?reset=1 also zeroes them
-// and forgets fail and attempt keys and POST ids. /stats and /healthz are
-// not counted, not delayed and not logged.
+// and forgets fail and attempt keys and POST ids. /stats, /healthz,
+// /testapp/fail and /testapp/received are not counted, not delayed, not
+// recorded and not logged as requests.
 //
 // With -grpc ADDR, serve also answers grpc.health.v1.Health/Check (SERVING)
 // on ADDR, reading the same parameters from the call's metadata x-fail,
@@ -67,8 +77,10 @@
 // {min,p50,p90,p99,p999,max}, with -slow-threshold D slow_share (the share
 // of requests that took longer than D, failed ones included), first
 // (status, header and body of request 0; redirects are not followed) and,
-// with -timeline, every request's start_unix_nano, ms, status and server,
-// in the order of the requests' indexes. -X sets the method (GET, POST,
+// with -timeline, every request's start_unix_nano, ms, status, server and
+// proxy_error (the answer's plexus-proxy-error header), in the order of
+// the requests' indexes. A proxy's answer is also counted in errors
+// under "plexus-proxy-error: REASON". -X sets the method (GET, POST,
 // ...), -d the body, -H 'Name: value' a header (repeatable; "Host" sets
 // the Host); {run} (random per invocation), {worker} and {i} (the
 // request's index) are replaced in headers and the URL, so

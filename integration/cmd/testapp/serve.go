@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -125,7 +127,21 @@ type backend struct {
 	counters map[string]uint64
 	attempts map[string]bool
 	postIDs  map[string]bool
+	failing  int        // the status every request fails with (/testapp/fail), or 0
+	received []received // HTTP requests answered, in the order they were
+	dropped  int64      // requests forgotten from received (maxReceived)
 }
+
+// received is one HTTP request of /testapp/received.
+type received struct {
+	UnixNano int64  `json:"unix_nano"` // when it arrived
+	Path     string `json:"path"`
+	Status   int    `json:"status"` // 0: cancelled during its delay, never answered
+}
+
+// maxReceived bounds the requests /testapp/received remembers; past it
+// the older half is forgotten.
+const maxReceived = 1 << 16
 
 // maxAttemptKeys bounds the attempt keys (and the POST request ids)
 // remembered; past it they are forgotten all at once.
@@ -180,6 +196,29 @@ func parseAsk(get func(name string) string) (ask, error) {
 	}
 	a.echo = get("echo") != "" && get("echo") != "0"
 	return a, errors.Join(errs...)
+}
+
+// forceFailure makes a fail every time, with the status (HTTP) set by
+// /testapp/fail, while that is on.
+func (b *backend) forceFailure(a *ask) {
+	b.mu.Lock()
+	status := b.failing
+	b.mu.Unlock()
+	if status != 0 {
+		a.fail, a.status = 1, status
+	}
+}
+
+// record remembers an HTTP request for /testapp/received.
+func (b *backend) record(arrived time.Time, path string, status int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.received) >= maxReceived {
+		half := len(b.received) / 2
+		b.dropped += int64(half)
+		b.received = append(b.received[:0], b.received[half:]...)
+	}
+	b.received = append(b.received, received{UnixNano: arrived.UnixNano(), Path: path, Status: status})
 }
 
 // handle counts a request and serves its delay; it reports whether the
@@ -290,6 +329,31 @@ func (b *backend) mux() *http.ServeMux {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(s)
 	})
+	mux.HandleFunc("/testapp/fail", func(w http.ResponseWriter, r *http.Request) {
+		v := r.URL.Query().Get("status")
+		status, err := strconv.Atoi(v)
+		if err != nil || status != 0 && (status < 100 || status > 599) {
+			http.Error(w, fmt.Sprintf("status=%q is neither 0 nor an HTTP status", v), http.StatusBadRequest)
+			return
+		}
+		b.mu.Lock()
+		b.failing = status
+		b.mu.Unlock()
+		fmt.Printf("/testapp/fail: failing every request with %d (0: none)\n", status)
+		fmt.Fprintf(w, "failing=%d\n", status)
+	})
+	mux.HandleFunc("/testapp/received", func(w http.ResponseWriter, r *http.Request) {
+		b.mu.Lock()
+		out := struct {
+			Host     string     `json:"host"`
+			Dropped  int64      `json:"dropped"`
+			Received []received `json:"received"`
+		}{b.host, b.dropped, slices.Clone(b.received)}
+		b.mu.Unlock()
+		slices.SortStableFunc(out.Received, func(x, y received) int { return cmp.Compare(x.UnixNano, y.UnixNano) })
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(out)
+	})
 	mux.HandleFunc("/", b.serveHTTP)
 	return mux
 }
@@ -307,6 +371,8 @@ type echoed struct {
 }
 
 func (b *backend) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	arrived, status := time.Now(), http.StatusOK
+	defer func() { b.record(arrived, r.URL.Path, status) }()
 	port := "?"
 	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
 		_, port, _ = net.SplitHostPort(local.String())
@@ -328,14 +394,18 @@ func (b *backend) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return r.Header.Get("x-" + name)
 	})
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		status = http.StatusBadRequest
+		http.Error(w, err.Error(), status)
 		return
 	}
+	b.forceFailure(&a)
 	fail, ok := b.handle(r.Context(), r.Method+" "+r.URL.Path, a, false)
 	switch {
 	case !ok:
+		status = 0
 		return // nobody is listening
 	case fail:
+		status = a.status
 		http.Error(w, fmt.Sprintf("failing as asked (fail=%v) on %s", a.fail, b.host), a.status)
 	case a.echo:
 		w.Header().Set("Content-Type", "application/json")
