@@ -1,8 +1,9 @@
 // Package admin serves the proxy's admin endpoints: /live, /ready,
-// /metrics and /shutdown.
+// /metrics, /shutdown and /endpoints.
 package admin
 
 import (
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -19,6 +20,9 @@ type Options struct {
 	Ready func() error
 	// Shutdown starts a graceful shutdown; it must not block.
 	Shutdown func()
+	// Endpoints, when set, returns the balancer's state (a JSON-encodable
+	// value) for /endpoints.
+	Endpoints func() any
 }
 
 // Handler returns the admin mux:
@@ -27,6 +31,7 @@ type Options struct {
 //	GET  /ready     200 when Ready returns nil, else 503 with the reason
 //	GET  /metrics   Prometheus text exposition
 //	POST /shutdown  starts a graceful shutdown; only from a loopback address
+//	GET  /endpoints the balancer's endpoints as JSON; only from a loopback address
 func Handler(opts Options) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) {
@@ -47,6 +52,22 @@ func Handler(opts Options) http.Handler {
 		}
 		opts.Shutdown()
 		io.WriteString(w, "shutting down\n")
+	})
+	mux.HandleFunc("GET /endpoints", func(w http.ResponseWriter, r *http.Request) {
+		if !fromLoopback(r) {
+			// Who a pod talks to, and how each peer fares, is not for
+			// anyone who can reach the admin port.
+			http.Error(w, "endpoints are only served to localhost", http.StatusForbidden)
+			return
+		}
+		var state any = []struct{}{}
+		if opts.Endpoints != nil {
+			state = opts.Endpoints()
+		}
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(state)
 	})
 	return mux
 }

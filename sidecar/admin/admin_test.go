@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -53,5 +54,29 @@ func TestAdmin(t *testing.T) {
 	}
 	if shutdowns != 3 {
 		t.Errorf("shutdowns = %d", shutdowns)
+	}
+}
+
+// /endpoints is JSON for localhost only.
+func TestEndpointsLoopbackOnly(t *testing.T) {
+	h := Handler(Options{Gatherer: prometheus.NewRegistry(), Ready: func() error { return nil }, Shutdown: func() {},
+		Endpoints: func() any { return []map[string]string{{"addr": "10.1.0.1:8080", "state": "ejected"}} }})
+	do := func(remote string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", "/endpoints", nil)
+		r.RemoteAddr = remote
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	if w := do("10.0.0.1:1"); w.Code != http.StatusForbidden || strings.Contains(w.Body.String(), "10.1.0.1") {
+		t.Errorf("from the pod network: %d %q, want 403 and nothing of the state", w.Code, w.Body.String())
+	}
+	w := do("127.0.0.1:1")
+	var got []map[string]string
+	if err := json.Unmarshal(w.Body.Bytes(), &got); w.Code != 200 || err != nil || len(got) != 1 || got[0]["state"] != "ejected" {
+		t.Errorf("from localhost: %d %q (%v), want the JSON state", w.Code, w.Body.String(), err)
+	}
+	if ct := w.Header().Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type = %q", ct)
 	}
 }

@@ -2,8 +2,11 @@ package discovery
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/plexus-mesh/plexus/sidecar/balance"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
@@ -45,6 +48,7 @@ func TestAccrualThroughPicks(t *testing.T) {
 	if n := picked["10.1.0.1:8080"]; n != 3 {
 		t.Errorf("the failing endpoint took %d of 200 picks within its penalty, want exactly 3 (the failures that ejected it)", n)
 	}
+	e.wantEjected(t, "10.1.0.1:8080")
 
 	time.Sleep(350 * time.Millisecond) // the penalty is over: one probe is due
 	var probes int
@@ -103,5 +107,35 @@ func TestAccrualFloor(t *testing.T) {
 	}
 	if len(first) != 1 {
 		t.Errorf("with both failing, later picks = %v, want all on the one the floor keeps in", first)
+	}
+}
+
+// wantEjected checks the diagnostics of an ejection: /endpoints' state
+// and the balancer metrics.
+func (e *env) wantEjected(t *testing.T, addr string) {
+	t.Helper()
+	sets := e.r.Endpoints()
+	if len(sets) != 1 || !sets[0].FailureAccrual || sets[0].Ejections != 1 {
+		t.Fatalf("Endpoints() = %+v, want one set with accrual and 1 ejection", sets)
+	}
+	for _, ep := range sets[0].Endpoints {
+		switch {
+		case ep.Addr == addr && (ep.State != "ejected" || ep.PenaltyLeftMs <= 0):
+			t.Errorf("%s: state %q, penalty left %vms; want ejected with a penalty running", addr, ep.State, ep.PenaltyLeftMs)
+		case ep.Addr != addr && ep.State != "ready":
+			t.Errorf("%s: state %q, want ready", ep.Addr, ep.State)
+		}
+	}
+	want := `
+# HELP outbound_http_balancer_ejections_total Endpoints ejected by failure accrual, re-ejections after a failed probe included (since accrual was configured for the backend).
+# TYPE outbound_http_balancer_ejections_total counter
+outbound_http_balancer_ejections_total{backend_name="web",backend_namespace="",backend_port="80"} 1
+# HELP outbound_http_balancer_endpoints Endpoints of each backend by state: ready takes requests; pending does not (ejected by failure accrual, its probe in flight, or terminating).
+# TYPE outbound_http_balancer_endpoints gauge
+outbound_http_balancer_endpoints{backend_name="web",backend_namespace="",backend_port="80",endpoint_state="pending"} 1
+outbound_http_balancer_endpoints{backend_name="web",backend_namespace="",backend_port="80",endpoint_state="ready"} 2
+`
+	if err := testutil.GatherAndCompare(e.reg, strings.NewReader(want), "outbound_http_balancer_endpoints", "outbound_http_balancer_ejections_total"); err != nil {
+		t.Error(err)
 	}
 }

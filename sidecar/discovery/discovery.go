@@ -168,7 +168,7 @@ func New(opts Options) *Resolver {
 	if opts.Instrument != nil {
 		opts.Instrument(r.defaultTable)
 	}
-	opts.Registerer.MustRegister(r.lookups, r.streams, r.subsG, r.failFast)
+	opts.Registerer.MustRegister(r.lookups, r.streams, r.subsG, r.failFast, newBalancerCollector(r))
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	go r.janitor()
 	return r

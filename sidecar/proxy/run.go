@@ -134,6 +134,12 @@ func Run(ctx context.Context, ro RunOptions) error {
 			return nil // listeners are bound before the admin server starts
 		},
 		Shutdown: func() { stopOnce.Do(func() { close(stop) }) },
+		Endpoints: func() any {
+			if r, ok := resolver.(*discovery.Resolver); ok {
+				return r.Endpoints()
+			}
+			return []discovery.EndpointSet{}
+		},
 	})
 	popts := Options{Config: cfg, Metrics: m, Log: log, Probe: adminHandler}
 	if ident != nil {
