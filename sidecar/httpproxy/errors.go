@@ -22,6 +22,7 @@ const (
 	ReasonClientReset     = "client-reset"            // the client stopped reading the response body
 	ReasonNoEndpoints     = "no-endpoints"            // 503: destination knows the service but nothing was available for 3 s
 	ReasonQueueFull       = "queue-full"              // 503: 100 requests already wait for an endpoint of the service
+	ReasonDraining        = "draining"                // 503: the endpoint's proxy is shutting down and forwarded nothing
 	ReasonTLS             = "tls-handshake"           // 502: the upstream proxy failed mesh mTLS (e.g. wrong identity)
 	ReasonBadRequest      = "bad-request"             // 400: the request's chunked body is malformed
 	ReasonRequestTimeout  = "request-timeout"         // 408: the request body stalled
@@ -48,9 +49,11 @@ var errPeerAppFailed = errors.New("the endpoint's application broke the connecti
 // peerNotReached reports whether a meshed endpoint's answer (status and
 // plexus-proxy-error) says the request never reached the application: its
 // proxy failed to connect to it (the application is gone or not yet
-// listening, as in a rolling update).
+// listening, as in a rolling update), or is shutting down and forwarded
+// nothing.
 func peerNotReached(meshed bool, status int, reason string) bool {
-	return meshed && status == http.StatusBadGateway && reason == ReasonConnectRefused
+	return meshed && (status == http.StatusBadGateway && reason == ReasonConnectRefused ||
+		status == http.StatusServiceUnavailable && reason == ReasonDraining)
 }
 
 // peerError is the error a meshed endpoint's own answer stands for, for
@@ -73,6 +76,9 @@ type routeError struct {
 }
 
 func (e *routeError) Error() string { return e.reason + ": " + e.msg }
+
+// errDraining: the proxy is shutting down and forwards nothing new.
+var errDraining = &routeError{status: http.StatusServiceUnavailable, reason: ReasonDraining, msg: "the proxy is shutting down; the request was not forwarded"}
 
 // errNoRoute: the destination has routes and none matches the request.
 var errNoRoute = &routeError{status: http.StatusNotFound, reason: ReasonNoRoute, msg: "no route matches the request"}

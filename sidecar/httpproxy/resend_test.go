@@ -71,6 +71,8 @@ func TestPeerNotReached(t *testing.T) {
 		want   bool
 	}{
 		{true, 502, ReasonConnectRefused, true},
+		{true, 503, ReasonDraining, true}, // its proxy is shutting down and forwarded nothing
+		{false, 503, ReasonDraining, false},
 		{false, 502, ReasonConnectRefused, false}, // an unmeshed server's header is not believed
 		{true, 502, ReasonUpstreamReset, false},   // the application may have taken it
 		{true, 503, ReasonConnectRefused, false},
