@@ -17,7 +17,8 @@ const (
 )
 
 // Report reports a request on b that ended with o at now; rnd, a
-// uniformly random word, draws the jitter of a penalty it starts.
+// uniformly random word, draws the jitter of a penalty it starts. Only a
+// failure reads now (a caller may skip reading the clock otherwise).
 func (b *Breaker) Report(o Outcome, now int64, rnd uint64) {
 	switch o {
 	case OutcomeSuccess:

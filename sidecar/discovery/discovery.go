@@ -116,6 +116,9 @@ type Resolver struct {
 	subsG   prometheus.Gauge
 	// failFast counts picks failed for want of an endpoint, by reason.
 	failFast *prometheus.CounterVec
+	// lookedUp is lookups' endpoints series, resolved once: it counts
+	// every request.
+	lookedUp prometheus.Counter
 	ctx      context.Context
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -165,6 +168,7 @@ func New(opts Options) *Resolver {
 		policies:     map[netip.AddrPort]*policySub{},
 		defaultTable: routes.Default(),
 	}
+	r.lookedUp = r.lookups.WithLabelValues(ResultEndpoints)
 	if opts.Instrument != nil {
 		opts.Instrument(r.defaultTable)
 	}
@@ -258,8 +262,7 @@ func (r *Resolver) subscriptionLocked(key subKey) *sub {
 		return s
 	}
 	ctx, cancel := context.WithCancel(r.ctx)
-	s := &sub{dst: key.path(), first: make(chan struct{}), cancel: cancel}
-	s.touch()
+	s := &sub{dst: key.path(), first: make(chan struct{}), cancel: cancel, seen: time.Now().UnixNano()}
 	r.subs[key] = s
 	r.subsG.Inc()
 	go r.follow(ctx, s)
@@ -280,7 +283,10 @@ func (r *Resolver) janitor() {
 		now := time.Now().UnixNano()
 		r.mu.Lock()
 		for dst, s := range r.subs {
-			if s.active.Load() == 0 && time.Duration(now-s.used.Load()) > r.opts.IdleTimeout {
+			if s.used.Swap(false) {
+				s.seen = now
+			}
+			if s.active.Load() == 0 && time.Duration(now-s.seen) > r.opts.IdleTimeout {
 				s.cancel()
 				delete(r.subs, dst)
 				r.subsG.Dec()

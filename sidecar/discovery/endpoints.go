@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/control/spiffe"
@@ -21,7 +20,10 @@ type sub struct {
 	first  chan struct{} // closed after the first message or failed stream
 	once   sync.Once
 	synced atomic.Bool
-	used   atomic.Int64 // unix nanos of the last Pick or Done
+	// used is set by every pick and Done (no clock read per request);
+	// the janitor turns it into seen, the last time it found it set.
+	used   atomic.Bool
+	seen   int64        // unix nanos; the janitor's (under Resolver.mu)
 	active atomic.Int64 // picks not yet Done
 
 	mu       sync.Mutex
@@ -52,7 +54,12 @@ type endpoint struct {
 	terminating bool
 }
 
-func (s *sub) touch() { s.used.Store(time.Now().UnixNano()) }
+// touch marks s used (see used).
+func (s *sub) touch() {
+	if !s.used.Load() {
+		s.used.Store(true)
+	}
+}
 
 func (s *sub) firstDone() {
 	s.once.Do(func() { close(s.first) })

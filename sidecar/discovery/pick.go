@@ -191,7 +191,7 @@ func (r *Resolver) pickLocked(s *sub, dst netip.AddrPort, o pickOpts) (pk Pick, 
 	default:
 		ep = s.pickable[balance.IndexP2C(s.lbs, now, rand.Uint64())]
 	}
-	r.lookups.WithLabelValues(ResultEndpoints).Inc()
+	r.lookedUp.Inc()
 	s.active.Add(1)
 	return Pick{Endpoint: ep.Endpoint, ep: ep, s: s, br: br, h: ep.lb.Start(now)}, nil, 0
 }
@@ -214,10 +214,15 @@ func (p *Pick) FirstByte() { p.h.Observe(monoNow()) }
 // Report tells failure accrual how the request ended (nothing when it is
 // off). Call it once, before Done.
 func (p *Pick) Report(o balance.Outcome) {
-	if p.br != nil {
-		p.br.Report(o, monoNow(), rand.Uint64())
-		p.br = nil
+	if p.br == nil {
+		return
 	}
+	var now int64
+	if o == balance.OutcomeFailure {
+		now = monoNow() // only a failure may start a penalty
+	}
+	p.br.Report(o, now, rand.Uint64())
+	p.br = nil
 }
 
 // Done releases the pick's in-flight slot. Calls after the first are
