@@ -33,7 +33,10 @@
 // parameter is answered 400 naming it.
 //
 // -delay D makes a slow replica: every request (HTTP or gRPC) that asks
-// no delay of its own waits D, as if it had asked delay=D. -exit-on-term
+// no delay of its own waits D, as if it had asked delay=D.
+// GET /testapp/delay?ms=N replaces that delay at run time with N
+// milliseconds, until the next /testapp/delay; ms=0 turns it off, whatever
+// -delay said: a replica a test slows down and restores. -exit-on-term
 // exits at once on SIGTERM (status 143), with no graceful shutdown:
 // connections are cut and requests in flight are lost; without it SIGTERM
 // or SIGINT stop accepting and let requests in flight finish (up to 5s).
@@ -58,8 +61,8 @@
 // requests) and duplicate_posts (POSTs whose x-request-id this process had
 // seen already: a POST delivered twice); /stats?reset=1 also zeroes them
 // and forgets fail and attempt keys and POST ids. /stats, /healthz,
-// /testapp/fail and /testapp/received are not counted, not delayed, not
-// recorded and not logged as requests.
+// /testapp/delay, /testapp/fail and /testapp/received are not counted, not
+// delayed, not recorded and not logged as requests.
 //
 // With -grpc ADDR, serve also answers grpc.health.v1.Health/Check (SERVING)
 // on ADDR, reading the same parameters from the call's metadata x-fail,

@@ -28,7 +28,7 @@ import (
 func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	grpcAddr := fs.String("grpc", "", "also serve grpc.health.v1.Health on this address")
-	delay := fs.Duration("delay", 0, "delay every request that asks no delay of its own by this much (a slow replica)")
+	delay := fs.Duration("delay", 0, "delay every request that asks no delay of its own by this much (a slow replica; /testapp/delay changes it at run time)")
 	exitOnTerm := fs.Bool("exit-on-term", false, "exit at once on SIGTERM, without a graceful shutdown")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -119,17 +119,17 @@ type stats struct {
 // backend is the state of `testapp serve`: counts, the failure counter of
 // every fail key, and the attempt keys and POST request ids seen.
 type backend struct {
-	host  string
-	delay time.Duration // -delay: the delay of a request that asks none
+	host string
 
 	mu       sync.Mutex
 	stats    stats
 	counters map[string]uint64
 	attempts map[string]bool
 	postIDs  map[string]bool
-	failing  int        // the status every request fails with (/testapp/fail), or 0
-	received []received // HTTP requests answered, in the order they were
-	dropped  int64      // requests forgotten from received (maxReceived)
+	delay    time.Duration // the delay of a request that asks none: -delay, then /testapp/delay
+	failing  int           // the status every request fails with (/testapp/fail), or 0
+	received []received    // HTTP requests answered, in the order they were
+	dropped  int64         // requests forgotten from received (maxReceived)
 }
 
 // received is one HTTP request of /testapp/received.
@@ -142,6 +142,9 @@ type received struct {
 // maxReceived bounds the requests /testapp/received remembers; past it
 // the older half is forgotten.
 const maxReceived = 1 << 16
+
+// maxDelayMillis bounds /testapp/delay?ms=N: an hour.
+const maxDelayMillis = 3_600_000
 
 // maxAttemptKeys bounds the attempt keys (and the POST request ids)
 // remembered; past it they are forgotten all at once.
@@ -224,10 +227,10 @@ func (b *backend) record(arrived time.Time, path string, status int) {
 // handle counts a request and serves its delay; it reports whether the
 // request should fail, and false in ok when it was cancelled.
 func (b *backend) handle(ctx context.Context, what string, a ask, grpc bool) (fail, ok bool) {
+	b.mu.Lock()
 	if a.delay == 0 {
 		a.delay = b.delay
 	}
-	b.mu.Lock()
 	b.stats.Requests++
 	b.stats.InFlight++
 	if grpc {
@@ -341,6 +344,20 @@ func (b *backend) mux() *http.ServeMux {
 		b.mu.Unlock()
 		fmt.Printf("/testapp/fail: failing every request with %d (0: none)\n", status)
 		fmt.Fprintf(w, "failing=%d\n", status)
+	})
+	mux.HandleFunc("/testapp/delay", func(w http.ResponseWriter, r *http.Request) {
+		v := r.URL.Query().Get("ms")
+		ms, err := strconv.Atoi(v)
+		if err != nil || ms < 0 || ms > maxDelayMillis {
+			http.Error(w, fmt.Sprintf("ms=%q is not a number of milliseconds from 0 to %d", v, maxDelayMillis), http.StatusBadRequest)
+			return
+		}
+		d := time.Duration(ms) * time.Millisecond
+		b.mu.Lock()
+		b.delay = d
+		b.mu.Unlock()
+		fmt.Printf("/testapp/delay: delaying every request that asks no delay of its own by %v (0: none)\n", d)
+		fmt.Fprintf(w, "delay=%v\n", d)
 	})
 	mux.HandleFunc("/testapp/received", func(w http.ResponseWriter, r *http.Request) {
 		b.mu.Lock()

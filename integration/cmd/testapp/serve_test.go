@@ -67,6 +67,56 @@ func TestFailAndReceived(t *testing.T) {
 	}
 }
 
+func TestDelayAtRunTime(t *testing.T) {
+	b := newBackend("h")
+	b.delay = time.Hour // -delay 1h
+	srv := httptest.NewServer(b.mux())
+	defer srv.Close()
+	client := &http.Client{Timeout: 5 * time.Second} // a request that waits out -delay fails
+	get := func(path string) (int, time.Duration) {
+		t.Helper()
+		start := time.Now()
+		resp, err := client.Get(srv.URL + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, time.Since(start)
+	}
+	const slow = 30 * time.Millisecond
+	for _, step := range []struct {
+		path    string
+		want    int
+		atLeast time.Duration
+	}{
+		{"/testapp/delay?ms=0", 200, 0}, // turns -delay off
+		{"/a", 200, 0},
+		{"/testapp/delay?ms=30", 200, 0},
+		{"/b", 200, slow},
+		{"/testapp/delay?ms=-1", 400, 0},
+		{"/testapp/delay?ms=abc", 400, 0},
+		{"/testapp/delay", 400, 0},
+		{"/testapp/delay?ms=3600001", 400, 0},
+		{"/c", 200, slow}, // a refused change leaves the delay as it was
+		{"/testapp/delay?ms=0", 200, 0},
+		{"/d", 200, 0},
+	} {
+		got, took := get(step.path)
+		if got != step.want || took < step.atLeast {
+			t.Errorf("GET %s: %d after %v, want %d after at least %v", step.path, got, took, step.want, step.atLeast)
+		}
+	}
+
+	b.mu.Lock()
+	s, received := b.stats, b.received
+	b.mu.Unlock()
+	// Only /b and /c waited; /testapp/delay is not a request.
+	if s.Requests != 4 || s.Delayed != 2 || len(received) != 4 {
+		t.Errorf("stats %+v and %d recorded, want 4 requests of which 2 delayed, and 4 recorded", s, len(received))
+	}
+}
+
 func TestReceivedForgetsTheOlderHalf(t *testing.T) {
 	b := newBackend("h")
 	for range maxReceived + 1 {
