@@ -467,11 +467,6 @@ func setDelay(t *testing.T, p corev1.Pod, ms int) {
 	}
 }
 
-// receivedAt is breakerTest.received, which uses nothing of its receiver.
-func receivedAt(t *testing.T, p corev1.Pod, path string) []arrival {
-	t.Helper()
-	return (*breakerTest)(nil).received(t, p, path)
-}
 
 // estimates describes the meshed client's proxy's peak-EWMA estimates of
 // the replicas, from its admin /endpoints (loopback only, so asked from

@@ -124,7 +124,7 @@ func deployBreaker(t *testing.T, c *clustertest.Cluster) *breakerTest {
 		})
 	}
 	for _, p := range b.backends {
-		b.received(t, p, "/warm-up") // the test reaches the pod
+		receivedAt(t, p, "/warm-up") // the test reaches the pod
 	}
 	return b
 }
@@ -157,7 +157,7 @@ func (b *breakerTest) circuitBreaking(t *testing.T) {
 	fixed := time.Now()
 	b.setFailing(t, bad, 0)
 	res := timed(t, run)
-	got := b.received(t, bad, "/accrual")
+	got := receivedAt(t, bad, "/accrual")
 
 	if share := float64(plain.Statuses["500"]) / float64(max(plain.Requests, 1)); share < 0.2 || plain.Statuses["200"]+plain.Statuses["500"] != plain.Requests {
 		t.Errorf("without failure accrual the failing replica answered %.1f%% of %d requests (%v %v), want about a third: the test proves nothing",
@@ -291,7 +291,7 @@ func (b *breakerTest) floor(t *testing.T) {
 	total, serving := 0, 0
 	var counts []string
 	for _, p := range b.backends {
-		got := b.received(t, p, "/floor")
+		got := receivedAt(t, p, "/floor")
 		n := countReceived(got, late, time.Now())
 		total += len(got)
 		if n > 0 {
@@ -494,9 +494,9 @@ func countReceived(got []arrival, from, to time.Time) int {
 	return n
 }
 
-// received returns the requests for path that a backend replica
+// receivedAt returns the requests for path that a backend replica
 // received, in order (testapp's /testapp/received).
-func (b *breakerTest) received(t *testing.T, p corev1.Pod, path string) []arrival {
+func receivedAt(t *testing.T, p corev1.Pod, path string) []arrival {
 	t.Helper()
 	var out struct {
 		Dropped  int64
