@@ -201,10 +201,17 @@ func (p *Proxy) CloseIdle() {
 	p.h1pool.closeIdle()
 }
 
-// CloseIdleTo closes the fast path's idle upstream connections to addrs,
-// endpoints that discovery removed. (net/http's pools close theirs after
-// IdleConnTimeout: they cannot be closed per address.)
-func (p *Proxy) CloseIdleTo(addrs []netip.AddrPort) { p.h1pool.closeIdleTo(addrs) }
+// CloseIdleTo closes the idle upstream connections to addrs, endpoints
+// that discovery removed: the fast path's exactly; net/http's pools
+// (HTTP/2, hand-offs) cannot close per address, so all their idle
+// connections go (an HTTP/2 connection is idle when it carries no
+// stream; removals come with rollouts and scaling, not per request).
+func (p *Proxy) CloseIdleTo(addrs []netip.AddrPort) {
+	p.h1pool.closeIdleTo(addrs)
+	for _, t := range []*http.Transport{p.h1, p.h2, p.h1TLS, p.h2TLS} {
+		t.CloseIdleConnections()
+	}
+}
 
 // dialError marks an error from connecting upstream.
 type dialError struct{ err error }
