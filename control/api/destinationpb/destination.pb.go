@@ -2708,6 +2708,500 @@ func (x *ResponseMatches) GetMatches() []*ResponseMatch {
 	return nil
 }
 
+type InboundPolicyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Pod           string                 `protobuf:"bytes,2,opt,name=pod,proto3" json:"pod,omitempty"`
+	Port          uint32                 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InboundPolicyRequest) Reset() {
+	*x = InboundPolicyRequest{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InboundPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InboundPolicyRequest) ProtoMessage() {}
+
+func (x *InboundPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InboundPolicyRequest.ProtoReflect.Descriptor instead.
+func (*InboundPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *InboundPolicyRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *InboundPolicyRequest) GetPod() string {
+	if x != nil {
+		return x.Pod
+	}
+	return ""
+}
+
+func (x *InboundPolicyRequest) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+// InboundPolicy is the policy of one port of a pod.
+type InboundPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Server that selects the port (group policy.plexus.dev, kind
+	// Server), or group "" kind "default" named after the default inbound
+	// policy in effect (all-unauthenticated, deny, ...): srv_* labels.
+	Server *ResourceRef `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	// The Server's proxyProtocol: "unknown" (detect), "HTTP/1", "HTTP/2",
+	// "gRPC", "opaque" or "TLS".
+	Protocol string `protobuf:"bytes,2,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	// Who may connect, and send any request on a route that has no
+	// authorizations of its own: a client allowed by any of them is
+	// allowed (none: nobody, the deny policy).
+	Authorizations []*Authorization `protobuf:"bytes,3,rep,name=authorizations,proto3" json:"authorizations,omitempty"`
+	// The HTTPRoutes and GRPCRoutes whose parent is the Server, in the order
+	// the control plane ranks them, and the probe route (kind "default",
+	// name "probe": the pod's own HTTP probe paths on this port, allowed
+	// from its node). With routes, a request that matches none is answered
+	// 404; a request on a route is allowed by the route's authorizations
+	// or the port's. Without routes every request is on the default route.
+	Routes []*InboundRoute `protobuf:"bytes,4,rep,name=routes,proto3" json:"routes,omitempty"`
+	// Audit: every request and connection is allowed, and those the
+	// authorizations would deny are logged and counted (dry_run="true").
+	Audit bool `protobuf:"varint,5,opt,name=audit,proto3" json:"audit,omitempty"`
+	// Set when an HTTPLocalRateLimitPolicy targets the Server.
+	RateLimit     *RateLimit `protobuf:"bytes,6,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InboundPolicy) Reset() {
+	*x = InboundPolicy{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InboundPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InboundPolicy) ProtoMessage() {}
+
+func (x *InboundPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InboundPolicy.ProtoReflect.Descriptor instead.
+func (*InboundPolicy) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *InboundPolicy) GetServer() *ResourceRef {
+	if x != nil {
+		return x.Server
+	}
+	return nil
+}
+
+func (x *InboundPolicy) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+func (x *InboundPolicy) GetAuthorizations() []*Authorization {
+	if x != nil {
+		return x.Authorizations
+	}
+	return nil
+}
+
+func (x *InboundPolicy) GetRoutes() []*InboundRoute {
+	if x != nil {
+		return x.Routes
+	}
+	return nil
+}
+
+func (x *InboundPolicy) GetAudit() bool {
+	if x != nil {
+		return x.Audit
+	}
+	return false
+}
+
+func (x *InboundPolicy) GetRateLimit() *RateLimit {
+	if x != nil {
+		return x.RateLimit
+	}
+	return nil
+}
+
+// Authorization allows clients from networks that authenticate as it
+// requires.
+type Authorization struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The AuthorizationPolicy (or, for a default policy or a Server's
+	// accessPolicy, group "" kind "default" named after it): authz_* labels.
+	Ref *ResourceRef `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// The client's address must be in one of these (and in none of its
+	// excepts); empty: any address.
+	Networks []*Network `protobuf:"bytes,2,rep,name=networks,proto3" json:"networks,omitempty"`
+	// When set, the client must have proved a mesh identity matching one of
+	// identities (exact SPIFFE IDs) or prefixes (SPIFFE ID prefixes, "" for
+	// any identity); both empty: any mesh identity. When unset, plaintext
+	// clients are allowed too.
+	MeshTls    bool     `protobuf:"varint,3,opt,name=mesh_tls,json=meshTls,proto3" json:"mesh_tls,omitempty"`
+	Identities []string `protobuf:"bytes,4,rep,name=identities,proto3" json:"identities,omitempty"`
+	Prefixes   []string `protobuf:"bytes,5,rep,name=prefixes,proto3" json:"prefixes,omitempty"`
+	// Dry run (policy.plexus.dev/dry-run): evaluated and reported, never
+	// enforced (see InboundPolicy.audit).
+	DryRun        bool `protobuf:"varint,6,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Authorization) Reset() {
+	*x = Authorization{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Authorization) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Authorization) ProtoMessage() {}
+
+func (x *Authorization) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Authorization.ProtoReflect.Descriptor instead.
+func (*Authorization) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *Authorization) GetRef() *ResourceRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *Authorization) GetNetworks() []*Network {
+	if x != nil {
+		return x.Networks
+	}
+	return nil
+}
+
+func (x *Authorization) GetMeshTls() bool {
+	if x != nil {
+		return x.MeshTls
+	}
+	return false
+}
+
+func (x *Authorization) GetIdentities() []string {
+	if x != nil {
+		return x.Identities
+	}
+	return nil
+}
+
+func (x *Authorization) GetPrefixes() []string {
+	if x != nil {
+		return x.Prefixes
+	}
+	return nil
+}
+
+func (x *Authorization) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type Network struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cidr          string                 `protobuf:"bytes,1,opt,name=cidr,proto3" json:"cidr,omitempty"`
+	Except        []string               `protobuf:"bytes,2,rep,name=except,proto3" json:"except,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Network) Reset() {
+	*x = Network{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Network) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Network) ProtoMessage() {}
+
+func (x *Network) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Network.ProtoReflect.Descriptor instead.
+func (*Network) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *Network) GetCidr() string {
+	if x != nil {
+		return x.Cidr
+	}
+	return ""
+}
+
+func (x *Network) GetExcept() []string {
+	if x != nil {
+		return x.Except
+	}
+	return nil
+}
+
+type InboundRoute struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ref   *ResourceRef           `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// Any of matches (none: every request).
+	Matches        []*RouteMatch    `protobuf:"bytes,2,rep,name=matches,proto3" json:"matches,omitempty"`
+	Authorizations []*Authorization `protobuf:"bytes,3,rep,name=authorizations,proto3" json:"authorizations,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *InboundRoute) Reset() {
+	*x = InboundRoute{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InboundRoute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InboundRoute) ProtoMessage() {}
+
+func (x *InboundRoute) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InboundRoute.ProtoReflect.Descriptor instead.
+func (*InboundRoute) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *InboundRoute) GetRef() *ResourceRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *InboundRoute) GetMatches() []*RouteMatch {
+	if x != nil {
+		return x.Matches
+	}
+	return nil
+}
+
+func (x *InboundRoute) GetAuthorizations() []*Authorization {
+	if x != nil {
+		return x.Authorizations
+	}
+	return nil
+}
+
+// RateLimit is an HTTPLocalRateLimitPolicy for the Server's requests.
+type RateLimit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ref   *ResourceRef           `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// 0: no limit of that kind.
+	TotalPerSecond    uint32               `protobuf:"varint,2,opt,name=total_per_second,json=totalPerSecond,proto3" json:"total_per_second,omitempty"`
+	IdentityPerSecond uint32               `protobuf:"varint,3,opt,name=identity_per_second,json=identityPerSecond,proto3" json:"identity_per_second,omitempty"`
+	Overrides         []*RateLimitOverride `protobuf:"bytes,4,rep,name=overrides,proto3" json:"overrides,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *RateLimit) Reset() {
+	*x = RateLimit{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateLimit) ProtoMessage() {}
+
+func (x *RateLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateLimit.ProtoReflect.Descriptor instead.
+func (*RateLimit) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *RateLimit) GetRef() *ResourceRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *RateLimit) GetTotalPerSecond() uint32 {
+	if x != nil {
+		return x.TotalPerSecond
+	}
+	return 0
+}
+
+func (x *RateLimit) GetIdentityPerSecond() uint32 {
+	if x != nil {
+		return x.IdentityPerSecond
+	}
+	return 0
+}
+
+func (x *RateLimit) GetOverrides() []*RateLimitOverride {
+	if x != nil {
+		return x.Overrides
+	}
+	return nil
+}
+
+type RateLimitOverride struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	RequestsPerSecond uint32                 `protobuf:"varint,1,opt,name=requests_per_second,json=requestsPerSecond,proto3" json:"requests_per_second,omitempty"`
+	// Exact SPIFFE IDs the override applies to.
+	Identities    []string `protobuf:"bytes,2,rep,name=identities,proto3" json:"identities,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RateLimitOverride) Reset() {
+	*x = RateLimitOverride{}
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateLimitOverride) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateLimitOverride) ProtoMessage() {}
+
+func (x *RateLimitOverride) ProtoReflect() protoreflect.Message {
+	mi := &file_control_api_destinationpb_destination_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateLimitOverride.ProtoReflect.Descriptor instead.
+func (*RateLimitOverride) Descriptor() ([]byte, []int) {
+	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *RateLimitOverride) GetRequestsPerSecond() uint32 {
+	if x != nil {
+		return x.RequestsPerSecond
+	}
+	return 0
+}
+
+func (x *RateLimitOverride) GetIdentities() []string {
+	if x != nil {
+		return x.Identities
+	}
+	return nil
+}
+
 var File_control_api_destinationpb_destination_proto protoreflect.FileDescriptor
 
 const file_control_api_destinationpb_destination_proto_rawDesc = "" +
@@ -2901,12 +3395,51 @@ const file_control_api_destinationpb_destination_proto_rawDesc = "" +
 	"\x03not\x18\x04 \x01(\v2$.plexus.destination.v1.ResponseMatchH\x00R\x03notB\x06\n" +
 	"\x04kind\"Q\n" +
 	"\x0fResponseMatches\x12>\n" +
-	"\amatches\x18\x01 \x03(\v2$.plexus.destination.v1.ResponseMatchR\amatches2\xa3\x02\n" +
+	"\amatches\x18\x01 \x03(\v2$.plexus.destination.v1.ResponseMatchR\amatches\"Z\n" +
+	"\x14InboundPolicyRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03pod\x18\x02 \x01(\tR\x03pod\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\rR\x04port\"\xc9\x02\n" +
+	"\rInboundPolicy\x12:\n" +
+	"\x06server\x18\x01 \x01(\v2\".plexus.destination.v1.ResourceRefR\x06server\x12\x1a\n" +
+	"\bprotocol\x18\x02 \x01(\tR\bprotocol\x12L\n" +
+	"\x0eauthorizations\x18\x03 \x03(\v2$.plexus.destination.v1.AuthorizationR\x0eauthorizations\x12;\n" +
+	"\x06routes\x18\x04 \x03(\v2#.plexus.destination.v1.InboundRouteR\x06routes\x12\x14\n" +
+	"\x05audit\x18\x05 \x01(\bR\x05audit\x12?\n" +
+	"\n" +
+	"rate_limit\x18\x06 \x01(\v2 .plexus.destination.v1.RateLimitR\trateLimit\"\xf1\x01\n" +
+	"\rAuthorization\x124\n" +
+	"\x03ref\x18\x01 \x01(\v2\".plexus.destination.v1.ResourceRefR\x03ref\x12:\n" +
+	"\bnetworks\x18\x02 \x03(\v2\x1e.plexus.destination.v1.NetworkR\bnetworks\x12\x19\n" +
+	"\bmesh_tls\x18\x03 \x01(\bR\ameshTls\x12\x1e\n" +
+	"\n" +
+	"identities\x18\x04 \x03(\tR\n" +
+	"identities\x12\x1a\n" +
+	"\bprefixes\x18\x05 \x03(\tR\bprefixes\x12\x17\n" +
+	"\adry_run\x18\x06 \x01(\bR\x06dryRun\"5\n" +
+	"\aNetwork\x12\x12\n" +
+	"\x04cidr\x18\x01 \x01(\tR\x04cidr\x12\x16\n" +
+	"\x06except\x18\x02 \x03(\tR\x06except\"\xcf\x01\n" +
+	"\fInboundRoute\x124\n" +
+	"\x03ref\x18\x01 \x01(\v2\".plexus.destination.v1.ResourceRefR\x03ref\x12;\n" +
+	"\amatches\x18\x02 \x03(\v2!.plexus.destination.v1.RouteMatchR\amatches\x12L\n" +
+	"\x0eauthorizations\x18\x03 \x03(\v2$.plexus.destination.v1.AuthorizationR\x0eauthorizations\"\xe3\x01\n" +
+	"\tRateLimit\x124\n" +
+	"\x03ref\x18\x01 \x01(\v2\".plexus.destination.v1.ResourceRefR\x03ref\x12(\n" +
+	"\x10total_per_second\x18\x02 \x01(\rR\x0etotalPerSecond\x12.\n" +
+	"\x13identity_per_second\x18\x03 \x01(\rR\x11identityPerSecond\x12F\n" +
+	"\toverrides\x18\x04 \x03(\v2(.plexus.destination.v1.RateLimitOverrideR\toverrides\"c\n" +
+	"\x11RateLimitOverride\x12.\n" +
+	"\x13requests_per_second\x18\x01 \x01(\rR\x11requestsPerSecond\x12\x1e\n" +
+	"\n" +
+	"identities\x18\x02 \x03(\tR\n" +
+	"identities2\x8c\x03\n" +
 	"\vDestination\x12M\n" +
 	"\x03Get\x12%.plexus.destination.v1.GetDestination\x1a\x1d.plexus.destination.v1.Update0\x01\x12`\n" +
 	"\n" +
 	"GetProfile\x12%.plexus.destination.v1.GetDestination\x1a).plexus.destination.v1.DestinationProfile0\x01\x12c\n" +
-	"\x11GetOutboundPolicy\x12%.plexus.destination.v1.GetDestination\x1a%.plexus.destination.v1.OutboundPolicy0\x01B9Z7github.com/plexus-mesh/plexus/control/api/destinationpbb\x06proto3"
+	"\x11GetOutboundPolicy\x12%.plexus.destination.v1.GetDestination\x1a%.plexus.destination.v1.OutboundPolicy0\x01\x12g\n" +
+	"\x10GetInboundPolicy\x12+.plexus.destination.v1.InboundPolicyRequest\x1a$.plexus.destination.v1.InboundPolicy0\x01B9Z7github.com/plexus-mesh/plexus/control/api/destinationpbb\x06proto3"
 
 var (
 	file_control_api_destinationpb_destination_proto_rawDescOnce sync.Once
@@ -2921,60 +3454,67 @@ func file_control_api_destinationpb_destination_proto_rawDescGZIP() []byte {
 }
 
 var file_control_api_destinationpb_destination_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_control_api_destinationpb_destination_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_control_api_destinationpb_destination_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_control_api_destinationpb_destination_proto_goTypes = []any{
-	(ProtocolHint_Protocol)(0),  // 0: plexus.destination.v1.ProtocolHint.Protocol
-	(OutboundRoute_Protocol)(0), // 1: plexus.destination.v1.OutboundRoute.Protocol
-	(PathMatch_Kind)(0),         // 2: plexus.destination.v1.PathMatch.Kind
-	(HeaderMatch_Kind)(0),       // 3: plexus.destination.v1.HeaderMatch.Kind
-	(QueryMatch_Kind)(0),        // 4: plexus.destination.v1.QueryMatch.Kind
-	(*GetDestination)(nil),      // 5: plexus.destination.v1.GetDestination
-	(*Update)(nil),              // 6: plexus.destination.v1.Update
-	(*AddrSet)(nil),             // 7: plexus.destination.v1.AddrSet
-	(*WeightedAddr)(nil),        // 8: plexus.destination.v1.WeightedAddr
-	(*TcpAddress)(nil),          // 9: plexus.destination.v1.TcpAddress
-	(*TlsIdentity)(nil),         // 10: plexus.destination.v1.TlsIdentity
-	(*ProtocolHint)(nil),        // 11: plexus.destination.v1.ProtocolHint
-	(*NoEndpoints)(nil),         // 12: plexus.destination.v1.NoEndpoints
-	(*DestinationProfile)(nil),  // 13: plexus.destination.v1.DestinationProfile
-	(*Route)(nil),               // 14: plexus.destination.v1.Route
-	(*ResourceRef)(nil),         // 15: plexus.destination.v1.ResourceRef
-	(*OutboundPolicy)(nil),      // 16: plexus.destination.v1.OutboundPolicy
-	(*FailureAccrual)(nil),      // 17: plexus.destination.v1.FailureAccrual
-	(*OutboundRoute)(nil),       // 18: plexus.destination.v1.OutboundRoute
-	(*OutboundRule)(nil),        // 19: plexus.destination.v1.OutboundRule
-	(*RouteMatch)(nil),          // 20: plexus.destination.v1.RouteMatch
-	(*PathMatch)(nil),           // 21: plexus.destination.v1.PathMatch
-	(*HeaderMatch)(nil),         // 22: plexus.destination.v1.HeaderMatch
-	(*QueryMatch)(nil),          // 23: plexus.destination.v1.QueryMatch
-	(*Condition)(nil),           // 24: plexus.destination.v1.Condition
-	(*Conditions)(nil),          // 25: plexus.destination.v1.Conditions
-	(*Filter)(nil),              // 26: plexus.destination.v1.Filter
-	(*HeaderModifier)(nil),      // 27: plexus.destination.v1.HeaderModifier
-	(*Header)(nil),              // 28: plexus.destination.v1.Header
-	(*PathModifier)(nil),        // 29: plexus.destination.v1.PathModifier
-	(*RequestRedirect)(nil),     // 30: plexus.destination.v1.RequestRedirect
-	(*URLRewrite)(nil),          // 31: plexus.destination.v1.URLRewrite
-	(*Backend)(nil),             // 32: plexus.destination.v1.Backend
-	(*Timeouts)(nil),            // 33: plexus.destination.v1.Timeouts
-	(*RetryPolicy)(nil),         // 34: plexus.destination.v1.RetryPolicy
-	(*StatusRange)(nil),         // 35: plexus.destination.v1.StatusRange
-	(*RetryBudget)(nil),         // 36: plexus.destination.v1.RetryBudget
-	(*ResponseClass)(nil),       // 37: plexus.destination.v1.ResponseClass
-	(*ResponseMatch)(nil),       // 38: plexus.destination.v1.ResponseMatch
-	(*ResponseMatches)(nil),     // 39: plexus.destination.v1.ResponseMatches
-	nil,                         // 40: plexus.destination.v1.AddrSet.MetricLabelsEntry
-	nil,                         // 41: plexus.destination.v1.WeightedAddr.MetricLabelsEntry
-	(*durationpb.Duration)(nil), // 42: google.protobuf.Duration
+	(ProtocolHint_Protocol)(0),   // 0: plexus.destination.v1.ProtocolHint.Protocol
+	(OutboundRoute_Protocol)(0),  // 1: plexus.destination.v1.OutboundRoute.Protocol
+	(PathMatch_Kind)(0),          // 2: plexus.destination.v1.PathMatch.Kind
+	(HeaderMatch_Kind)(0),        // 3: plexus.destination.v1.HeaderMatch.Kind
+	(QueryMatch_Kind)(0),         // 4: plexus.destination.v1.QueryMatch.Kind
+	(*GetDestination)(nil),       // 5: plexus.destination.v1.GetDestination
+	(*Update)(nil),               // 6: plexus.destination.v1.Update
+	(*AddrSet)(nil),              // 7: plexus.destination.v1.AddrSet
+	(*WeightedAddr)(nil),         // 8: plexus.destination.v1.WeightedAddr
+	(*TcpAddress)(nil),           // 9: plexus.destination.v1.TcpAddress
+	(*TlsIdentity)(nil),          // 10: plexus.destination.v1.TlsIdentity
+	(*ProtocolHint)(nil),         // 11: plexus.destination.v1.ProtocolHint
+	(*NoEndpoints)(nil),          // 12: plexus.destination.v1.NoEndpoints
+	(*DestinationProfile)(nil),   // 13: plexus.destination.v1.DestinationProfile
+	(*Route)(nil),                // 14: plexus.destination.v1.Route
+	(*ResourceRef)(nil),          // 15: plexus.destination.v1.ResourceRef
+	(*OutboundPolicy)(nil),       // 16: plexus.destination.v1.OutboundPolicy
+	(*FailureAccrual)(nil),       // 17: plexus.destination.v1.FailureAccrual
+	(*OutboundRoute)(nil),        // 18: plexus.destination.v1.OutboundRoute
+	(*OutboundRule)(nil),         // 19: plexus.destination.v1.OutboundRule
+	(*RouteMatch)(nil),           // 20: plexus.destination.v1.RouteMatch
+	(*PathMatch)(nil),            // 21: plexus.destination.v1.PathMatch
+	(*HeaderMatch)(nil),          // 22: plexus.destination.v1.HeaderMatch
+	(*QueryMatch)(nil),           // 23: plexus.destination.v1.QueryMatch
+	(*Condition)(nil),            // 24: plexus.destination.v1.Condition
+	(*Conditions)(nil),           // 25: plexus.destination.v1.Conditions
+	(*Filter)(nil),               // 26: plexus.destination.v1.Filter
+	(*HeaderModifier)(nil),       // 27: plexus.destination.v1.HeaderModifier
+	(*Header)(nil),               // 28: plexus.destination.v1.Header
+	(*PathModifier)(nil),         // 29: plexus.destination.v1.PathModifier
+	(*RequestRedirect)(nil),      // 30: plexus.destination.v1.RequestRedirect
+	(*URLRewrite)(nil),           // 31: plexus.destination.v1.URLRewrite
+	(*Backend)(nil),              // 32: plexus.destination.v1.Backend
+	(*Timeouts)(nil),             // 33: plexus.destination.v1.Timeouts
+	(*RetryPolicy)(nil),          // 34: plexus.destination.v1.RetryPolicy
+	(*StatusRange)(nil),          // 35: plexus.destination.v1.StatusRange
+	(*RetryBudget)(nil),          // 36: plexus.destination.v1.RetryBudget
+	(*ResponseClass)(nil),        // 37: plexus.destination.v1.ResponseClass
+	(*ResponseMatch)(nil),        // 38: plexus.destination.v1.ResponseMatch
+	(*ResponseMatches)(nil),      // 39: plexus.destination.v1.ResponseMatches
+	(*InboundPolicyRequest)(nil), // 40: plexus.destination.v1.InboundPolicyRequest
+	(*InboundPolicy)(nil),        // 41: plexus.destination.v1.InboundPolicy
+	(*Authorization)(nil),        // 42: plexus.destination.v1.Authorization
+	(*Network)(nil),              // 43: plexus.destination.v1.Network
+	(*InboundRoute)(nil),         // 44: plexus.destination.v1.InboundRoute
+	(*RateLimit)(nil),            // 45: plexus.destination.v1.RateLimit
+	(*RateLimitOverride)(nil),    // 46: plexus.destination.v1.RateLimitOverride
+	nil,                          // 47: plexus.destination.v1.AddrSet.MetricLabelsEntry
+	nil,                          // 48: plexus.destination.v1.WeightedAddr.MetricLabelsEntry
+	(*durationpb.Duration)(nil),  // 49: google.protobuf.Duration
 }
 var file_control_api_destinationpb_destination_proto_depIdxs = []int32{
 	7,  // 0: plexus.destination.v1.Update.add:type_name -> plexus.destination.v1.AddrSet
 	7,  // 1: plexus.destination.v1.Update.remove:type_name -> plexus.destination.v1.AddrSet
 	12, // 2: plexus.destination.v1.Update.no_endpoints:type_name -> plexus.destination.v1.NoEndpoints
 	8,  // 3: plexus.destination.v1.AddrSet.addrs:type_name -> plexus.destination.v1.WeightedAddr
-	40, // 4: plexus.destination.v1.AddrSet.metric_labels:type_name -> plexus.destination.v1.AddrSet.MetricLabelsEntry
+	47, // 4: plexus.destination.v1.AddrSet.metric_labels:type_name -> plexus.destination.v1.AddrSet.MetricLabelsEntry
 	9,  // 5: plexus.destination.v1.WeightedAddr.addr:type_name -> plexus.destination.v1.TcpAddress
-	41, // 6: plexus.destination.v1.WeightedAddr.metric_labels:type_name -> plexus.destination.v1.WeightedAddr.MetricLabelsEntry
+	48, // 6: plexus.destination.v1.WeightedAddr.metric_labels:type_name -> plexus.destination.v1.WeightedAddr.MetricLabelsEntry
 	10, // 7: plexus.destination.v1.WeightedAddr.tls_identity:type_name -> plexus.destination.v1.TlsIdentity
 	11, // 8: plexus.destination.v1.WeightedAddr.protocol_hint:type_name -> plexus.destination.v1.ProtocolHint
 	0,  // 9: plexus.destination.v1.ProtocolHint.protocol:type_name -> plexus.destination.v1.ProtocolHint.Protocol
@@ -2982,8 +3522,8 @@ var file_control_api_destinationpb_destination_proto_depIdxs = []int32{
 	15, // 11: plexus.destination.v1.OutboundPolicy.parent:type_name -> plexus.destination.v1.ResourceRef
 	18, // 12: plexus.destination.v1.OutboundPolicy.routes:type_name -> plexus.destination.v1.OutboundRoute
 	17, // 13: plexus.destination.v1.OutboundPolicy.failure_accrual:type_name -> plexus.destination.v1.FailureAccrual
-	42, // 14: plexus.destination.v1.FailureAccrual.min_penalty:type_name -> google.protobuf.Duration
-	42, // 15: plexus.destination.v1.FailureAccrual.max_penalty:type_name -> google.protobuf.Duration
+	49, // 14: plexus.destination.v1.FailureAccrual.min_penalty:type_name -> google.protobuf.Duration
+	49, // 15: plexus.destination.v1.FailureAccrual.max_penalty:type_name -> google.protobuf.Duration
 	15, // 16: plexus.destination.v1.OutboundRoute.ref:type_name -> plexus.destination.v1.ResourceRef
 	1,  // 17: plexus.destination.v1.OutboundRoute.protocol:type_name -> plexus.destination.v1.OutboundRoute.Protocol
 	19, // 18: plexus.destination.v1.OutboundRoute.rules:type_name -> plexus.destination.v1.OutboundRule
@@ -3014,30 +3554,43 @@ var file_control_api_destinationpb_destination_proto_depIdxs = []int32{
 	29, // 43: plexus.destination.v1.URLRewrite.path:type_name -> plexus.destination.v1.PathModifier
 	15, // 44: plexus.destination.v1.Backend.ref:type_name -> plexus.destination.v1.ResourceRef
 	26, // 45: plexus.destination.v1.Backend.filters:type_name -> plexus.destination.v1.Filter
-	42, // 46: plexus.destination.v1.Timeouts.request:type_name -> google.protobuf.Duration
-	42, // 47: plexus.destination.v1.Timeouts.response:type_name -> google.protobuf.Duration
-	42, // 48: plexus.destination.v1.Timeouts.idle:type_name -> google.protobuf.Duration
+	49, // 46: plexus.destination.v1.Timeouts.request:type_name -> google.protobuf.Duration
+	49, // 47: plexus.destination.v1.Timeouts.response:type_name -> google.protobuf.Duration
+	49, // 48: plexus.destination.v1.Timeouts.idle:type_name -> google.protobuf.Duration
 	35, // 49: plexus.destination.v1.RetryPolicy.http_statuses:type_name -> plexus.destination.v1.StatusRange
-	42, // 50: plexus.destination.v1.RetryPolicy.attempt_timeout:type_name -> google.protobuf.Duration
+	49, // 50: plexus.destination.v1.RetryPolicy.attempt_timeout:type_name -> google.protobuf.Duration
 	36, // 51: plexus.destination.v1.RetryPolicy.budget:type_name -> plexus.destination.v1.RetryBudget
-	42, // 52: plexus.destination.v1.RetryBudget.ttl:type_name -> google.protobuf.Duration
+	49, // 52: plexus.destination.v1.RetryBudget.ttl:type_name -> google.protobuf.Duration
 	38, // 53: plexus.destination.v1.ResponseClass.condition:type_name -> plexus.destination.v1.ResponseMatch
 	35, // 54: plexus.destination.v1.ResponseMatch.status:type_name -> plexus.destination.v1.StatusRange
 	39, // 55: plexus.destination.v1.ResponseMatch.all:type_name -> plexus.destination.v1.ResponseMatches
 	39, // 56: plexus.destination.v1.ResponseMatch.any:type_name -> plexus.destination.v1.ResponseMatches
 	38, // 57: plexus.destination.v1.ResponseMatch.not:type_name -> plexus.destination.v1.ResponseMatch
 	38, // 58: plexus.destination.v1.ResponseMatches.matches:type_name -> plexus.destination.v1.ResponseMatch
-	5,  // 59: plexus.destination.v1.Destination.Get:input_type -> plexus.destination.v1.GetDestination
-	5,  // 60: plexus.destination.v1.Destination.GetProfile:input_type -> plexus.destination.v1.GetDestination
-	5,  // 61: plexus.destination.v1.Destination.GetOutboundPolicy:input_type -> plexus.destination.v1.GetDestination
-	6,  // 62: plexus.destination.v1.Destination.Get:output_type -> plexus.destination.v1.Update
-	13, // 63: plexus.destination.v1.Destination.GetProfile:output_type -> plexus.destination.v1.DestinationProfile
-	16, // 64: plexus.destination.v1.Destination.GetOutboundPolicy:output_type -> plexus.destination.v1.OutboundPolicy
-	62, // [62:65] is the sub-list for method output_type
-	59, // [59:62] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	15, // 59: plexus.destination.v1.InboundPolicy.server:type_name -> plexus.destination.v1.ResourceRef
+	42, // 60: plexus.destination.v1.InboundPolicy.authorizations:type_name -> plexus.destination.v1.Authorization
+	44, // 61: plexus.destination.v1.InboundPolicy.routes:type_name -> plexus.destination.v1.InboundRoute
+	45, // 62: plexus.destination.v1.InboundPolicy.rate_limit:type_name -> plexus.destination.v1.RateLimit
+	15, // 63: plexus.destination.v1.Authorization.ref:type_name -> plexus.destination.v1.ResourceRef
+	43, // 64: plexus.destination.v1.Authorization.networks:type_name -> plexus.destination.v1.Network
+	15, // 65: plexus.destination.v1.InboundRoute.ref:type_name -> plexus.destination.v1.ResourceRef
+	20, // 66: plexus.destination.v1.InboundRoute.matches:type_name -> plexus.destination.v1.RouteMatch
+	42, // 67: plexus.destination.v1.InboundRoute.authorizations:type_name -> plexus.destination.v1.Authorization
+	15, // 68: plexus.destination.v1.RateLimit.ref:type_name -> plexus.destination.v1.ResourceRef
+	46, // 69: plexus.destination.v1.RateLimit.overrides:type_name -> plexus.destination.v1.RateLimitOverride
+	5,  // 70: plexus.destination.v1.Destination.Get:input_type -> plexus.destination.v1.GetDestination
+	5,  // 71: plexus.destination.v1.Destination.GetProfile:input_type -> plexus.destination.v1.GetDestination
+	5,  // 72: plexus.destination.v1.Destination.GetOutboundPolicy:input_type -> plexus.destination.v1.GetDestination
+	40, // 73: plexus.destination.v1.Destination.GetInboundPolicy:input_type -> plexus.destination.v1.InboundPolicyRequest
+	6,  // 74: plexus.destination.v1.Destination.Get:output_type -> plexus.destination.v1.Update
+	13, // 75: plexus.destination.v1.Destination.GetProfile:output_type -> plexus.destination.v1.DestinationProfile
+	16, // 76: plexus.destination.v1.Destination.GetOutboundPolicy:output_type -> plexus.destination.v1.OutboundPolicy
+	41, // 77: plexus.destination.v1.Destination.GetInboundPolicy:output_type -> plexus.destination.v1.InboundPolicy
+	74, // [74:78] is the sub-list for method output_type
+	70, // [70:74] is the sub-list for method input_type
+	70, // [70:70] is the sub-list for extension type_name
+	70, // [70:70] is the sub-list for extension extendee
+	0,  // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_control_api_destinationpb_destination_proto_init() }
@@ -3079,7 +3632,7 @@ func file_control_api_destinationpb_destination_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_api_destinationpb_destination_proto_rawDesc), len(file_control_api_destinationpb_destination_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   37,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

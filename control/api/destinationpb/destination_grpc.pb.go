@@ -25,6 +25,7 @@ const (
 	Destination_Get_FullMethodName               = "/plexus.destination.v1.Destination/Get"
 	Destination_GetProfile_FullMethodName        = "/plexus.destination.v1.Destination/GetProfile"
 	Destination_GetOutboundPolicy_FullMethodName = "/plexus.destination.v1.Destination/GetOutboundPolicy"
+	Destination_GetInboundPolicy_FullMethodName  = "/plexus.destination.v1.Destination/GetInboundPolicy"
 )
 
 // DestinationClient is the client API for Destination service.
@@ -43,6 +44,11 @@ type DestinationClient interface {
 	// message answers at once; later ones replace it whole. A path that is
 	// not a Service gets a policy with no parent and the default route.
 	GetOutboundPolicy(ctx context.Context, in *GetDestination, opts ...grpc.CallOption) (grpc.ServerStreamingClient[OutboundPolicy], error)
+	// GetInboundPolicy streams who may connect to one port of the calling
+	// proxy's own pod, and send it which requests (DESIGN.md §9). The
+	// caller's mesh identity must be the pod's service account. The first
+	// message answers at once; later ones replace it whole.
+	GetInboundPolicy(ctx context.Context, in *InboundPolicyRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[InboundPolicy], error)
 }
 
 type destinationClient struct {
@@ -110,6 +116,25 @@ func (c *destinationClient) GetOutboundPolicy(ctx context.Context, in *GetDestin
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Destination_GetOutboundPolicyClient = grpc.ServerStreamingClient[OutboundPolicy]
 
+func (c *destinationClient) GetInboundPolicy(ctx context.Context, in *InboundPolicyRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[InboundPolicy], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Destination_ServiceDesc.Streams[3], Destination_GetInboundPolicy_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[InboundPolicyRequest, InboundPolicy]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Destination_GetInboundPolicyClient = grpc.ServerStreamingClient[InboundPolicy]
+
 // DestinationServer is the server API for Destination service.
 // All implementations must embed UnimplementedDestinationServer
 // for forward compatibility.
@@ -126,6 +151,11 @@ type DestinationServer interface {
 	// message answers at once; later ones replace it whole. A path that is
 	// not a Service gets a policy with no parent and the default route.
 	GetOutboundPolicy(*GetDestination, grpc.ServerStreamingServer[OutboundPolicy]) error
+	// GetInboundPolicy streams who may connect to one port of the calling
+	// proxy's own pod, and send it which requests (DESIGN.md §9). The
+	// caller's mesh identity must be the pod's service account. The first
+	// message answers at once; later ones replace it whole.
+	GetInboundPolicy(*InboundPolicyRequest, grpc.ServerStreamingServer[InboundPolicy]) error
 	mustEmbedUnimplementedDestinationServer()
 }
 
@@ -144,6 +174,9 @@ func (UnimplementedDestinationServer) GetProfile(*GetDestination, grpc.ServerStr
 }
 func (UnimplementedDestinationServer) GetOutboundPolicy(*GetDestination, grpc.ServerStreamingServer[OutboundPolicy]) error {
 	return status.Error(codes.Unimplemented, "method GetOutboundPolicy not implemented")
+}
+func (UnimplementedDestinationServer) GetInboundPolicy(*InboundPolicyRequest, grpc.ServerStreamingServer[InboundPolicy]) error {
+	return status.Error(codes.Unimplemented, "method GetInboundPolicy not implemented")
 }
 func (UnimplementedDestinationServer) mustEmbedUnimplementedDestinationServer() {}
 func (UnimplementedDestinationServer) testEmbeddedByValue()                     {}
@@ -199,6 +232,17 @@ func _Destination_GetOutboundPolicy_Handler(srv interface{}, stream grpc.ServerS
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Destination_GetOutboundPolicyServer = grpc.ServerStreamingServer[OutboundPolicy]
 
+func _Destination_GetInboundPolicy_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(InboundPolicyRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(DestinationServer).GetInboundPolicy(m, &grpc.GenericServerStream[InboundPolicyRequest, InboundPolicy]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Destination_GetInboundPolicyServer = grpc.ServerStreamingServer[InboundPolicy]
+
 // Destination_ServiceDesc is the grpc.ServiceDesc for Destination service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -220,6 +264,11 @@ var Destination_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "GetOutboundPolicy",
 			Handler:       _Destination_GetOutboundPolicy_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "GetInboundPolicy",
+			Handler:       _Destination_GetInboundPolicy_Handler,
 			ServerStreams: true,
 		},
 	},
