@@ -1,0 +1,274 @@
+// Package authz decides who may talk to a pod's port: the inbound policy
+// destination streams for the port (DESIGN.md §9), compiled once per
+// update, asked once per connection and per HTTP request. It does no I/O
+// and allocates nothing per decision.
+package authz
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/sidecar/routes"
+)
+
+// Client is who is asking.
+type Client struct {
+	Addr netip.Addr
+	// ID is the SPIFFE ID the client's proxy proved over mesh mTLS; ""
+	// for a plaintext client.
+	ID string
+}
+
+// Policy is the compiled inbound policy of one port. It is immutable and
+// safe for concurrent use.
+type Policy struct {
+	// Server names the Server or the default policy (srv_* labels).
+	Server *destinationpb.ResourceRef
+	// Protocol is the Server's proxyProtocol ("unknown": detect).
+	Protocol string
+	// Audit: nothing is denied; what would be is reported.
+	Audit bool
+	// RateLimit, when set, limits the port's HTTP requests.
+	RateLimit *destinationpb.RateLimit
+
+	authzs []*Authorization // the port's
+	routes *routes.Table    // nil: every request is on the default route
+	// byRoute holds each route's authorizations, by the route's place in
+	// routes.Routes.
+	byRoute map[*routes.Route]*route
+}
+
+type route struct {
+	ref    *destinationpb.ResourceRef
+	authzs []*Authorization
+}
+
+// Authorization is one compiled authorization.
+type Authorization struct {
+	// Ref names it (authz_* labels).
+	Ref    *destinationpb.ResourceRef
+	DryRun bool
+
+	networks   []network
+	meshTLS    bool
+	identities map[string]struct{}
+	prefixes   []string
+}
+
+type network struct {
+	prefix netip.Prefix
+	except []netip.Prefix
+}
+
+// defaultRoute names requests on a port without routes (route_* labels).
+var defaultRoute = &destinationpb.ResourceRef{Kind: "default", Name: "default"}
+
+// Compile turns the policy destination sent into a Policy. An
+// authorization or route that does not compile is left out and reported
+// in the error (leaving it out denies what it would allow: fail closed).
+func Compile(p *destinationpb.InboundPolicy) (*Policy, error) {
+	out := &Policy{Server: p.GetServer(), Protocol: p.GetProtocol(), Audit: p.GetAudit(), RateLimit: p.GetRateLimit()}
+	if out.Server == nil {
+		out.Server = &destinationpb.ResourceRef{Kind: "default"}
+	}
+	if out.Protocol == "" {
+		out.Protocol = "unknown"
+	}
+	var errs []string
+	out.authzs = compileAll(p.GetAuthorizations(), &errs)
+	if len(p.GetRoutes()) > 0 {
+		// The routes' matching is the outbound routes' (Gateway API
+		// precedence): each route becomes a route with one rule.
+		op := &destinationpb.OutboundPolicy{Parent: out.Server}
+		for _, r := range p.GetRoutes() {
+			proto := destinationpb.OutboundRoute_HTTP
+			if r.GetRef().GetKind() == "GRPCRoute" {
+				proto = destinationpb.OutboundRoute_GRPC
+			}
+			op.Routes = append(op.Routes, &destinationpb.OutboundRoute{Ref: r.GetRef(), Protocol: proto,
+				Rules: []*destinationpb.OutboundRule{{Matches: r.GetMatches()}}})
+		}
+		t, err := routes.Compile(op)
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
+		out.routes = t
+		out.byRoute = map[*routes.Route]*route{}
+		byRef := map[*destinationpb.ResourceRef]*destinationpb.InboundRoute{}
+		for _, r := range p.GetRoutes() {
+			byRef[r.GetRef()] = r
+		}
+		for _, r := range t.Routes {
+			if src := byRef[r.Ref]; src != nil {
+				out.byRoute[r] = &route{ref: src.GetRef(), authzs: compileAll(src.GetAuthorizations(), &errs)}
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return out, fmt.Errorf("inbound policy of %s/%s: left out: %s", out.Server.GetNamespace(), out.Server.GetName(), strings.Join(errs, "; "))
+	}
+	return out, nil
+}
+
+func compileAll(in []*destinationpb.Authorization, errs *[]string) []*Authorization {
+	var out []*Authorization
+	for _, a := range in {
+		c, err := compileAuthorization(a)
+		if err != nil {
+			*errs = append(*errs, err.Error())
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func compileAuthorization(a *destinationpb.Authorization) (*Authorization, error) {
+	c := &Authorization{Ref: a.GetRef(), DryRun: a.GetDryRun(), meshTLS: a.GetMeshTls(), prefixes: a.GetPrefixes()}
+	if c.Ref == nil {
+		c.Ref = &destinationpb.ResourceRef{}
+	}
+	for _, n := range a.GetNetworks() {
+		p, err := netip.ParsePrefix(n.GetCidr())
+		if err != nil {
+			return nil, fmt.Errorf("authorization %s: network %q: %w", c.Ref.GetName(), n.GetCidr(), err)
+		}
+		nw := network{prefix: p.Masked()}
+		for _, e := range n.GetExcept() {
+			ep, err := netip.ParsePrefix(e)
+			if err != nil {
+				return nil, fmt.Errorf("authorization %s: except %q: %w", c.Ref.GetName(), e, err)
+			}
+			nw.except = append(nw.except, ep.Masked())
+		}
+		c.networks = append(c.networks, nw)
+	}
+	if ids := a.GetIdentities(); len(ids) > 0 {
+		c.identities = make(map[string]struct{}, len(ids))
+		for _, id := range ids {
+			c.identities[id] = struct{}{}
+		}
+	}
+	return c, nil
+}
+
+// allows reports whether a lets c in.
+func (a *Authorization) allows(c *Client) bool {
+	if len(a.networks) > 0 && !inNetworks(a.networks, c.Addr) {
+		return false
+	}
+	if !a.meshTLS {
+		return true
+	}
+	if c.ID == "" {
+		return false
+	}
+	if a.identities == nil && a.prefixes == nil {
+		return true // any mesh identity
+	}
+	if _, ok := a.identities[c.ID]; ok {
+		return true
+	}
+	for _, p := range a.prefixes {
+		if strings.HasPrefix(c.ID, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func inNetworks(ns []network, ip netip.Addr) bool {
+	ip = ip.Unmap()
+	for _, n := range ns {
+		if !n.prefix.Contains(ip) {
+			continue
+		}
+		excluded := false
+		for _, e := range n.except {
+			if e.Contains(ip) {
+				excluded = true
+				break
+			}
+		}
+		if !excluded {
+			return true
+		}
+	}
+	return false
+}
+
+// Decision is the outcome of authorizing a connection or a request.
+type Decision struct {
+	// Allowed: let it through. A denial in audit or dry run is allowed
+	// and reported (Denied and DryRun set).
+	Allowed bool
+	// Denied: the policy does not authorize it.
+	Denied bool
+	// DryRun: Denied is reported, not enforced (the policy is in audit,
+	// or a dry-run authorization applies to the target).
+	DryRun bool
+	// NoRoute: the port has routes and none matches the request (404).
+	NoRoute bool
+	// Route is the route the request is on (route_* labels); nil for a
+	// connection.
+	Route *destinationpb.ResourceRef
+	// Authz is the authorization that allowed it (authz_* labels); nil
+	// when denied (or, in a dry run, the dry-run one that would allow).
+	Authz *destinationpb.ResourceRef
+}
+
+// Connection authorizes a connection that carries no HTTP the proxy can
+// see (opaque TCP, TLS it does not terminate): by the port's
+// authorizations.
+func (p *Policy) Connection(c *Client) Decision {
+	return p.decide(c, nil, nil)
+}
+
+// Request authorizes an HTTP request: by the authorizations of the route
+// it is on and the port's.
+func (p *Policy) Request(c *Client, req *routes.Request) Decision {
+	if p.routes == nil {
+		return p.decide(c, defaultRoute, nil)
+	}
+	rule, ok := p.routes.Match(req)
+	if !ok {
+		return Decision{NoRoute: true, Denied: true}
+	}
+	r := p.byRoute[rule.Route]
+	if r == nil {
+		return Decision{NoRoute: true, Denied: true}
+	}
+	return p.decide(c, r.ref, r.authzs)
+}
+
+// decide runs the route's authorizations, then the port's: the first
+// enforced one that allows c decides. Dry-run ones never allow; their
+// presence turns a denial into a reported one.
+func (p *Policy) decide(c *Client, routeRef *destinationpb.ResourceRef, routeAuthzs []*Authorization) Decision {
+	var dry *Authorization
+	hasDry := false
+	for _, list := range [2][]*Authorization{routeAuthzs, p.authzs} {
+		for _, a := range list {
+			if a.DryRun {
+				hasDry = true
+				if dry == nil && a.allows(c) {
+					dry = a
+				}
+				continue
+			}
+			if a.allows(c) {
+				return Decision{Allowed: true, Route: routeRef, Authz: a.Ref}
+			}
+		}
+	}
+	d := Decision{Denied: true, Route: routeRef}
+	if p.Audit || hasDry {
+		d.Allowed, d.DryRun = true, true
+		if dry != nil {
+			d.Authz = dry.Ref
+		}
+	}
+	return d
+}
