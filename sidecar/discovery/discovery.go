@@ -20,6 +20,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/sidecar/authz"
 	"github.com/plexus-mesh/plexus/sidecar/balance"
 	"github.com/plexus-mesh/plexus/sidecar/mtls"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
@@ -72,6 +73,12 @@ type Options struct {
 	// EndpointsRemoved, when set, is told of addresses that left an
 	// endpoint set (the proxy closes its idle connections to them).
 	EndpointsRemoved func([]netip.AddrPort)
+	// PodNamespace and PodName name the proxy's own pod, whose inbound
+	// policies it asks for.
+	PodNamespace, PodName string
+	// InboundChanged, when set, is told of each new inbound policy of a
+	// port (the proxy re-checks that port's live connections).
+	InboundChanged func(port uint16, p *authz.Policy)
 }
 
 // Endpoint is where to send a connection or request.
@@ -129,6 +136,9 @@ type Resolver struct {
 	mu       sync.Mutex
 	subs     map[subKey]*sub
 	policies map[netip.AddrPort]*policySub
+	inbound  map[uint16]*inboundSub
+	// inboundFull: MaxInboundPorts reached (warned once).
+	inboundFull bool
 }
 
 // New returns a Resolver; its metrics are registered on opts.Registerer.
@@ -166,6 +176,7 @@ func New(opts Options) *Resolver {
 		done:         make(chan struct{}),
 		subs:         map[subKey]*sub{},
 		policies:     map[netip.AddrPort]*policySub{},
+		inbound:      map[uint16]*inboundSub{},
 		defaultTable: routes.Default(),
 	}
 	r.lookedUp = r.lookups.WithLabelValues(ResultEndpoints)

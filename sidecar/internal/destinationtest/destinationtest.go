@@ -28,7 +28,11 @@ type Server struct {
 	snapshot map[string]*destinationpb.Update
 	streams  map[string][]chan *destinationpb.Update
 	policies map[string]*destinationpb.OutboundPolicy
-	gs       *grpc.Server
+	inbound  map[uint32]*destinationpb.InboundPolicy
+	inboundC map[uint32][]chan *destinationpb.InboundPolicy
+	// InboundRequests receives each GetInboundPolicy request.
+	InboundRequests chan *destinationpb.InboundPolicyRequest
+	gs              *grpc.Server
 }
 
 // Serve serves Get on ln over TLS with a certificate for id from ca,
@@ -171,5 +175,49 @@ func DefaultPolicy(path string) *destinationpb.OutboundPolicy {
 				Backends: []*destinationpb.Backend{{Ref: parent, Weight: 1, Authority: "web.default.svc.cluster.local:" + portText}},
 			}},
 		}},
+	}
+}
+
+// SetInbound makes p the inbound policy of port, for open streams too.
+func (s *Server) SetInbound(port uint32, p *destinationpb.InboundPolicy) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inbound == nil {
+		s.inbound = map[uint32]*destinationpb.InboundPolicy{}
+	}
+	s.inbound[port] = p
+	for _, c := range s.inboundC[port] {
+		c <- p
+	}
+}
+
+// GetInboundPolicy streams the inbound policy set for the port; a port
+// with none gets nothing until one is set.
+func (s *Server) GetInboundPolicy(req *destinationpb.InboundPolicyRequest, st grpc.ServerStreamingServer[destinationpb.InboundPolicy]) error {
+	if s.InboundRequests != nil {
+		select {
+		case s.InboundRequests <- req:
+		default:
+		}
+	}
+	c := make(chan *destinationpb.InboundPolicy, 16)
+	s.mu.Lock()
+	if s.inboundC == nil {
+		s.inboundC = map[uint32][]chan *destinationpb.InboundPolicy{}
+	}
+	s.inboundC[req.GetPort()] = append(s.inboundC[req.GetPort()], c)
+	if p, ok := s.inbound[req.GetPort()]; ok {
+		c <- p
+	}
+	s.mu.Unlock()
+	for {
+		select {
+		case p := <-c:
+			if err := st.Send(p); err != nil {
+				return err
+			}
+		case <-st.Context().Done():
+			return nil
+		}
 	}
 }
