@@ -3,6 +3,7 @@ package plugin
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -53,6 +54,85 @@ func TestDecidePod(t *testing.T) {
 	bad := &NetConf{Kubeconfig: "/k", SkipOutboundPorts: "nope"}
 	if _, err := DecidePod(bad, asPod(t, pod("app", "web-1", nil, withSidecar))); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("bad plugin config: err = %v, want ErrInvalidConfig", err)
+	}
+}
+
+// withAdmitted gives the proxy container the settings the injector
+// recorded at admission.
+func withAdmitted(admitted map[string]string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		withNativeSidecar(p)
+		proxy := &p.Spec.InitContainers[len(p.Spec.InitContainers)-1]
+		proxy.Env = append(proxy.Env,
+			corev1.EnvVar{Name: "PLEXUS_PROXY_INBOUND_PORT", Value: "4143"},
+			corev1.EnvVar{Name: podconfig.EnvAdmitted, Value: podconfig.EncodeAdmitted(admitted)})
+	}
+}
+
+// TestDecidePodAdmittedSettings: a pod's current annotations do not
+// change its rules once the injector recorded the admitted ones in the
+// proxy's environment (annotations can be edited on a running pod, a
+// container's environment cannot).
+func TestDecidePodAdmittedSettings(t *testing.T) {
+	conf := &NetConf{Kubeconfig: "/k"}
+	admitted := map[string]string{podconfig.AnnotationSkipInboundPorts: "25", podconfig.AnnotationProxyUID: "2200"}
+	edited := map[string]string{
+		podconfig.AnnotationSkipInboundPorts:    "1-4142",
+		podconfig.AnnotationSkipOutboundSubnets: "0.0.0.0/0",
+		podconfig.AnnotationProxyUID:            "1000",
+	}
+	for _, tc := range []struct {
+		name       string
+		ann        map[string]string
+		mutate     func(*corev1.Pod)
+		skipIn     string
+		skipOutNet int
+		uid        uint32
+	}{
+		{"annotations edited after admission", edited, withAdmitted(admitted), "[25]", 0, 2200},
+		{"annotations removed after admission", nil, withAdmitted(admitted), "[25]", 0, 2200},
+		{"admitted with none, annotations added", edited, withAdmitted(nil), "[]", 0, podconfig.DefaultProxyUID},
+		{"plain container", edited, func(p *corev1.Pod) {
+			withSidecar(p)
+			p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: podconfig.EnvAdmitted, Value: podconfig.EncodeAdmitted(admitted)}}
+		}, "[25]", 0, 2200},
+		// Injected before the injector recorded settings: the annotations.
+		{"no admitted settings", edited, withNativeSidecar, "[1-4142]", 1, 1000},
+		// Only the proxy's own environment counts.
+		{"variable on another container", edited, func(p *corev1.Pod) {
+			withNativeSidecar(p)
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: podconfig.EnvAdmitted, Value: "{}"}}
+		}, "[1-4142]", 1, 1000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := DecidePod(conf, asPod(t, pod("app", "web-1", tc.ann, tc.mutate)))
+			if err != nil || !d.Mesh {
+				t.Fatalf("DecidePod = %+v, %v", d, err)
+			}
+			if got := fmt.Sprint(d.Config.SkipInboundPorts); got != tc.skipIn {
+				t.Errorf("skip inbound ports %s, want %s", got, tc.skipIn)
+			}
+			if len(d.Config.SkipOutboundSubnets) != tc.skipOutNet || d.Config.ProxyUID != tc.uid {
+				t.Errorf("skip outbound subnets %v, proxy UID %d; want %d subnets, UID %d",
+					d.Config.SkipOutboundSubnets, d.Config.ProxyUID, tc.skipOutNet, tc.uid)
+			}
+		})
+	}
+
+	bad := withAdmitted(nil)
+	_, err := DecidePod(conf, asPod(t, pod("app", "web-1", nil, func(p *corev1.Pod) {
+		bad(p)
+		p.Spec.InitContainers[0].Env[1].Value = `{"config.plexus.dev/skip-inbound-ports":"x"}`
+	})))
+	if err == nil || !strings.Contains(err.Error(), "app/web-1") || !strings.Contains(err.Error(), "skip-inbound-ports") {
+		t.Errorf("malformed admitted setting: err = %v, want one naming the pod and the setting", err)
+	}
+	_, err = DecidePod(conf, asPod(t, pod("app", "web-1", nil, func(p *corev1.Pod) {
+		bad(p)
+		p.Spec.InitContainers[0].Env[1].Value = ""
+	})))
+	if err == nil || !strings.Contains(err.Error(), podconfig.EnvAdmitted) {
+		t.Errorf("empty admitted settings: err = %v, want one naming %s", err, podconfig.EnvAdmitted)
 	}
 }
 

@@ -163,9 +163,11 @@ var ErrInvalidConfig = errors.New("invalid plugin config")
 // DecidePod decides for a pod object already read (by Decide's GET, or from
 // the node agent's informer): pods in excluded namespaces, the node agent's
 // pods and pods without the proxy are not meshed; for a meshed pod the
-// Decision carries its settings (plugin config, then annotations). A
-// malformed annotation is an error naming the pod; an unusable plugin
-// config wraps ErrInvalidConfig.
+// Decision carries its settings: the plugin config, then the redirect
+// annotations the pod was admitted with (redirectAnnotations: recorded in
+// the proxy's environment, so a later change of the pod's annotations
+// changes nothing). A malformed setting is an error naming the pod; an
+// unusable plugin config wraps ErrInvalidConfig.
 func DecidePod(conf *NetConf, pod *Pod) (Decision, error) {
 	if reason := skippedByName(conf, pod.Namespace, pod.Name); reason != "" {
 		return Decision{Reason: reason}, nil
@@ -177,7 +179,11 @@ func DecidePod(conf *NetConf, pod *Pod) (Decision, error) {
 	if err != nil {
 		return Decision{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	cfg, err := podconfig.FromAnnotations(base, pod.Annotations)
+	annotations, err := redirectAnnotations(pod)
+	if err != nil {
+		return Decision{}, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	cfg, err := podconfig.FromAnnotations(base, annotations)
 	if err != nil {
 		return Decision{}, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/cni-plugin/kubeconfig"
+	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 )
 
 // ProxyContainerName is the sidecar that marks a pod as meshed
@@ -44,11 +45,20 @@ type PodSpec struct {
 	Containers     []Container `json:"containers,omitempty"`
 }
 
-// Container is a container's name and, for an init container, its
-// restart policy ("Always" makes it a native sidecar).
+// Container is a container's name, for an init container its restart
+// policy ("Always" makes it a native sidecar), and its literal environment
+// (where the injector records the proxy's admitted settings).
 type Container struct {
-	Name          string `json:"name"`
-	RestartPolicy string `json:"restartPolicy,omitempty"`
+	Name          string   `json:"name"`
+	RestartPolicy string   `json:"restartPolicy,omitempty"`
+	Env           []EnvVar `json:"env,omitempty"`
+}
+
+// EnvVar is a container's environment variable; one taken from elsewhere
+// (valueFrom) has an empty Value here.
+type EnvVar struct {
+	Name  string `json:"name"`
+	Value string `json:"value,omitempty"`
 }
 
 // isMeshed is control/meshpod.IsMeshed for a Pod (a test holds the two
@@ -62,6 +72,42 @@ func isMeshed(p *Pod) bool {
 	named := func(c Container) bool { return c.Name == ProxyContainerName }
 	sidecar := func(c Container) bool { return named(c) && c.RestartPolicy == "Always" }
 	return slices.ContainsFunc(p.Spec.Containers, named) || slices.ContainsFunc(p.Spec.InitContainers, sidecar)
+}
+
+// proxyContainer returns the pod's plexus-proxy container, nil if it has
+// none (names are unique among a pod's containers and init containers).
+func proxyContainer(p *Pod) *Container {
+	for _, cs := range [][]Container{p.Spec.Containers, p.Spec.InitContainers} {
+		for i := range cs {
+			if cs[i].Name == ProxyContainerName {
+				return &cs[i]
+			}
+		}
+	}
+	return nil
+}
+
+// redirectAnnotations returns the annotations a meshed pod's redirect is
+// built from: those the injector recorded in the proxy's environment at
+// admission (podconfig.EnvAdmitted; the environment, unlike annotations,
+// cannot change after creation), or, for a pod injected before that
+// variable existed, its current annotations. As the kubelet does, the last
+// of repeated variables counts.
+func redirectAnnotations(p *Pod) (map[string]string, error) {
+	c := proxyContainer(p)
+	if c == nil {
+		return p.Annotations, nil
+	}
+	for i := len(c.Env) - 1; i >= 0; i-- {
+		if c.Env[i].Name == podconfig.EnvAdmitted {
+			a, err := podconfig.DecodeAdmitted(c.Env[i].Value)
+			if err != nil {
+				return nil, fmt.Errorf("container %s: %w", ProxyContainerName, err)
+			}
+			return a, nil
+		}
+	}
+	return p.Annotations, nil
 }
 
 // PodGetter reads one pod.

@@ -214,6 +214,10 @@ func (c Config) container(s settings) corev1.Container {
 		{Name: "PLEXUS_PROXY_SERVICE_ACCOUNT", ValueFrom: field("spec.serviceAccountName")},
 		{Name: "PLEXUS_PROXY_IDENTITY_TOKEN_FILE", Value: TokenDir + "/token"},
 		{Name: "PLEXUS_PROXY_REDIRECT_PROBE_PORT", Value: strconv.Itoa(RedirectProbePort)},
+		// For the CNI plugin and the node agent's repair, not the proxy:
+		// the redirect settings as admitted, which the pod's annotations
+		// (mutable) cannot change later.
+		{Name: podconfig.EnvAdmitted, Value: podconfig.EncodeAdmitted(s.annotations)},
 	}
 	if v, ok := s.annotations[podconfig.AnnotationOpaquePorts]; ok {
 		env = append(env, corev1.EnvVar{Name: "PLEXUS_PROXY_OPAQUE_PORTS", Value: v})

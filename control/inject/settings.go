@@ -32,14 +32,6 @@ const (
 // sidecar, its app never starts) instead of taking traffic unmeshed.
 const RedirectProbePort = 4192
 
-// redirectAnnotations are the settings the CNI plugin reads from the pod.
-var redirectAnnotations = []string{
-	podconfig.AnnotationSkipInboundPorts, podconfig.AnnotationSkipOutboundPorts,
-	podconfig.AnnotationSkipInboundSubnets, podconfig.AnnotationSkipOutboundSubnets,
-	podconfig.AnnotationOpaquePorts, podconfig.AnnotationProxyUID,
-	podconfig.AnnotationInboundPort, podconfig.AnnotationOutboundPort, podconfig.AnnotationAdminPort,
-}
-
 var proxyAnnotations = []string{
 	AnnotationNativeSidecar, AnnotationInboundPolicy, AnnotationProxyLogLevel,
 	AnnotationProxyCPURequest, AnnotationProxyCPULimit, AnnotationProxyMemoryRequest, AnnotationProxyMemoryLimit,
@@ -79,7 +71,7 @@ func merged(pod, ns map[string]string) map[string]string {
 // otherwise be silently ignored).
 func parseSettings(a map[string]string, def Defaults) (settings, error) {
 	known := map[string]bool{}
-	for _, k := range append(append([]string(nil), redirectAnnotations...), proxyAnnotations...) {
+	for _, k := range append(podconfig.RedirectAnnotations(), proxyAnnotations...) {
 		known[k] = true
 	}
 	keys := make([]string, 0, len(a))

@@ -355,3 +355,59 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestSyncUsesAdmittedSettings: a pod admitted with skip-inbound-ports 25
+// whose annotation was then edited to skip far more (and whose outbound
+// skip was added afterwards) is repaired with the rules it was admitted
+// with, which the injector recorded in the proxy's environment; the
+// rules the edited annotations ask for are replaced, not kept.
+func TestSyncUsesAdmittedSettings(t *testing.T) {
+	admitted := map[string]string{podconfig.AnnotationSkipInboundPorts: "25"}
+	pod := meshedPod(func(p *corev1.Pod) {
+		p.Annotations = map[string]string{
+			podconfig.AnnotationSkipInboundPorts:    "1-4142",
+			podconfig.AnnotationSkipOutboundSubnets: "0.0.0.0/0",
+		}
+		p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: podconfig.EnvAdmitted, Value: podconfig.EncodeAdmitted(admitted)}}
+	})
+	fams := []rules.Family{rules.IPv4}
+	decision := func(a map[string]string) plugin.Decision {
+		t.Helper()
+		cfg, err := podconfig.FromAnnotations(podconfig.Defaults(), a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return plugin.Decision{Mesh: true, Config: cfg}
+	}
+	want, weakened := decision(admitted), decision(pod.Annotations)
+	weakenedSets, err := plugin.Want(weakened, fams)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for name, start := range map[string]map[rules.Family]rules.State{
+		"rules missing": nil,
+		// What a repair from the edited annotations would have written.
+		"rules from the edited annotations": {rules.IPv4: rules.Saved(weakenedSets[0])},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, Apply, pod)
+			if start != nil {
+				h.tables.state["/run/netns/cni-5"] = start
+			}
+			if got, err := h.r.Sync(context.Background(), pod); err != nil || got != Applied {
+				t.Fatalf("Sync = %s, %v; want applied", got, err)
+			}
+			got := h.tables.state["/run/netns/cni-5"]
+			if err := plugin.Diff(want, fams, got); err != nil {
+				t.Errorf("rules after the repair are not the admitted ones: %v", err)
+			}
+			if plugin.Diff(weakened, fams, got) == nil {
+				t.Error("rules after the repair are those of the edited annotations")
+			}
+			if got, err := h.r.Sync(context.Background(), pod); err != nil || got != Correct {
+				t.Errorf("second Sync = %s, %v; want correct", got, err)
+			}
+		})
+	}
+}
