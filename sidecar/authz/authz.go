@@ -272,3 +272,25 @@ func (p *Policy) decide(c *Client, routeRef *destinationpb.ResourceRef, routeAut
 	}
 	return d
 }
+
+// MayConnect reports whether c may keep an HTTP connection to the port:
+// some enforced authorization, of the port or of a route, lets it in, or
+// nothing would be enforced (audit, dry run). A policy change that makes
+// it false closes c's live connections.
+func (p *Policy) MayConnect(c *Client) bool {
+	if p.Audit {
+		return true
+	}
+	lists := [][]*Authorization{p.authzs}
+	for _, r := range p.byRoute {
+		lists = append(lists, r.authzs)
+	}
+	for _, list := range lists {
+		for _, a := range list {
+			if a.DryRun || a.allows(c) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -30,6 +30,8 @@ const (
 	EnvRedirectProbe   = "PLEXUS_PROXY_REDIRECT_PROBE_PORT"
 	EnvTrustDomain     = "PLEXUS_PROXY_TRUST_DOMAIN"
 	EnvPodNamespace    = "PLEXUS_PROXY_POD_NAMESPACE"
+	EnvPodName         = "PLEXUS_PROXY_POD_NAME"
+	EnvInboundPorts    = "PLEXUS_PROXY_INBOUND_PORTS"
 	EnvServiceAccount  = "PLEXUS_PROXY_SERVICE_ACCOUNT"
 	EnvTokenFile       = "PLEXUS_PROXY_IDENTITY_TOKEN_FILE"
 	EnvTrustAnchors    = "PLEXUS_PROXY_TRUST_ANCHORS"
@@ -121,6 +123,13 @@ type Config struct {
 	TrustDomain    string
 	PodNamespace   string
 	ServiceAccount string
+	// PodName (downward API) names the pod whose inbound policies the
+	// proxy asks destination for; without it no inbound policy applies
+	// (a pod injected before policies existed: every client allowed).
+	PodName string
+	// InboundPorts are the ports the pod's containers declare: their
+	// inbound policies are asked for at start, and /ready waits for them.
+	InboundPorts PortSet
 	// TokenFile is the projected service account token sent to identity.
 	TokenFile string
 	// TrustAnchorsPEM holds the PEM trust anchor certificates (inline).
@@ -266,14 +275,17 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	port(EnvOutboundPort, &c.OutboundPort)
 	port(EnvAdminPort, &c.AdminPort)
 	port(EnvRedirectProbe, &c.RedirectProbePort)
-	if v, ok := lookup(EnvOpaquePorts); ok {
-		// Set but empty means "no opaque ports"; unset keeps the defaults.
+	ports := func(name, v string, dst *PortSet) {
 		s, err := ParsePortSet(v)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: %w", EnvOpaquePorts, v, err))
-		} else {
-			c.OpaquePorts = s
+			errs = append(errs, fmt.Errorf("%s=%q: %w", name, v, err))
+			return
 		}
+		*dst = s
+	}
+	if v, ok := lookup(EnvOpaquePorts); ok {
+		// Set but empty means "no opaque ports"; unset keeps the defaults.
+		ports(EnvOpaquePorts, v, &c.OpaquePorts)
 	}
 	dur(EnvDetectTimeout, &c.DetectTimeout)
 	dur(EnvIdleTimeout, &c.IdleTimeout)
@@ -295,6 +307,10 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	str(EnvDestinationAddr, &c.DestinationAddr)
 	str(EnvTrustDomain, &c.TrustDomain)
 	str(EnvPodNamespace, &c.PodNamespace)
+	str(EnvPodName, &c.PodName)
+	if v, ok := get(EnvInboundPorts); ok {
+		ports(EnvInboundPorts, v, &c.InboundPorts)
+	}
 	str(EnvServiceAccount, &c.ServiceAccount)
 	str(EnvTokenFile, &c.TokenFile)
 	str(EnvTrustAnchors, &c.TrustAnchorsPEM)

@@ -23,6 +23,7 @@ const (
 	ReasonNoEndpoints     = "no-endpoints"            // 503: destination knows the service but nothing was available for 3 s
 	ReasonQueueFull       = "queue-full"              // 503: 100 requests already wait for an endpoint of the service
 	ReasonDraining        = "draining"                // 503: the endpoint's proxy is shutting down and forwarded nothing
+	ReasonUnauthorized    = "unauthorized"            // 403: the inbound policy does not authorize the client
 	ReasonTLS             = "tls-handshake"           // 502: the upstream proxy failed mesh mTLS (e.g. wrong identity)
 	ReasonBadRequest      = "bad-request"             // 400: the request's chunked body is malformed
 	ReasonRequestTimeout  = "request-timeout"         // 408: the request body stalled
@@ -76,6 +77,10 @@ type routeError struct {
 }
 
 func (e *routeError) Error() string { return e.reason + ": " + e.msg }
+
+// errUnauthorized: the port's inbound policy does not let the client
+// send the request.
+var errUnauthorized = &routeError{status: http.StatusForbidden, reason: ReasonUnauthorized, msg: "the inbound policy does not authorize this client"}
 
 // errDraining: the proxy is shutting down and forwards nothing new.
 var errDraining = &routeError{status: http.StatusServiceUnavailable, reason: ReasonDraining, msg: "the proxy is shutting down; the request was not forwarded"}
@@ -174,6 +179,10 @@ func grpcCode(status int) int {
 		return 13 // INTERNAL
 	case http.StatusNotFound:
 		return 12 // UNIMPLEMENTED
+	case http.StatusForbidden:
+		return 7 // PERMISSION_DENIED
+	case http.StatusTooManyRequests:
+		return 8 // RESOURCE_EXHAUSTED
 	}
 	return 14 // UNAVAILABLE
 }

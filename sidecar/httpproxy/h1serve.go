@@ -33,6 +33,7 @@ type h1conn struct {
 	c      net.Conn
 	dst    netip.AddrPort
 	tls    metrics.TLS
+	client netip.Addr
 	rd     *h1reader
 	wr     h1writer
 	head   reqHead
@@ -54,7 +55,7 @@ type h1conn struct {
 // connection for net/http's server, with every byte already read
 // replayed first.
 func (p *Proxy) ServeHTTP1(cc ClientConn) (handoff net.Conn) {
-	hc := &h1conn{p: p, c: cc.Conn, dst: cc.Dst, tls: cc.TLS, rd: newReader(cc.Conn, h1ReadBuf),
+	hc := &h1conn{p: p, c: cc.Conn, dst: cc.Dst, tls: cc.TLS, client: remoteAddr(cc.Conn), rd: newReader(cc.Conn, h1ReadBuf),
 		wr: h1writer{c: cc.Conn, idle: p.opts.WriteTimeout}}
 	hc.watch.hc, hc.watch.raw = hc, cc.Raw
 	if !p.h1conns.add(hc) {
@@ -170,7 +171,7 @@ func (hc *h1conn) bodyBuffered(h *reqHead) bool {
 // fill sets hc.req from the request head h.
 func (hc *h1conn) fill(h *reqHead) {
 	hc.req = Request{
-		Direction: hc.p.opts.Direction, Dst: hc.dst, TLS: hc.tls,
+		Direction: hc.p.opts.Direction, Dst: hc.dst, TLS: hc.tls, Client: hc.client,
 		Method: methodString(h.method), Authority: string(h.host), Path: string(h.target), Header: h,
 		ContentLength: h.contentLength, Chunked: h.chunked, GRPC: h.grpc,
 		Replayable: hc.bodyBuffered(h),

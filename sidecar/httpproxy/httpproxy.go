@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/sidecar/authz"
 	"github.com/plexus-mesh/plexus/sidecar/balance"
 	"github.com/plexus-mesh/plexus/sidecar/forward"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
@@ -104,6 +105,9 @@ type Options struct {
 	// Routes returns the outbound routes for requests to dst (the route
 	// stage). nil: no routes, every request goes to dst (inbound).
 	Routes func(ctx context.Context, dst netip.AddrPort) *routes.Table
+	// Authorize decides whether the inbound policy lets the request's
+	// client send it (the authorize stage). nil: every request may.
+	Authorize func(*Request) authz.Decision
 	// Balance chooses the endpoint of each request (outbound load
 	// balancing, per request so keep-alive clients spread too): among
 	// backend's endpoints, or dst's when backend is nil or names no
@@ -211,6 +215,14 @@ func (p *Proxy) CloseIdleTo(addrs []netip.AddrPort) {
 	for _, t := range []*http.Transport{p.h1, p.h2, p.h1TLS, p.h2TLS} {
 		t.CloseIdleConnections()
 	}
+}
+
+// remoteAddr is c's peer address, or the zero Addr.
+func remoteAddr(c net.Conn) netip.Addr {
+	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
+		return ap.Addr().Unmap()
+	}
+	return netip.Addr{}
 }
 
 // dialError marks an error from connecting upstream.

@@ -35,6 +35,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Method: r.Method, Authority: r.Host, Path: r.URL.RequestURI(), Header: r.Header,
 		ContentLength: r.ContentLength, GRPC: isGRPC(r.Header),
 	}
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		req.Client = ap.Addr().Unmap()
+	}
 	if r.ProtoMajor == 1 && r.ContentLength < 0 {
 		req.Chunked = true
 		// RFC 9112 §6.1: the request may also have carried a

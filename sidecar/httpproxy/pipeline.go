@@ -20,7 +20,7 @@ import (
 // (ServeHTTP). Each stage is written once, here:
 //
 //	route      which route rule applies, and which of its backends (routes.Table)
-//	authorize  may this peer make it                   (today: all may; policy comes next)
+//	authorize  may this client make it                 (the port's inbound policy, Options.Authorize)
 //	balance    which endpoint: discovery's pick, or the original destination
 //	attempt    send it, response headers due by the deadline; send again when retrySafe says so
 //	observe    metrics at request, response headers and end (tap plugs in here)
@@ -110,8 +110,14 @@ func (p *Proxy) begin(ctx context.Context, x *exchange, req *Request, series *me
 		p.route(ctx, x, req)
 	}
 	m, dir := p.opts.Metrics, req.Direction
-	// authorize: no policy yet, so every request is allowed.
 	err := x.routeErr
+	if err == nil && p.opts.Authorize != nil {
+		if d := p.opts.Authorize(req); d.NoRoute {
+			err = errNoRoute
+		} else if !d.Allowed {
+			err = errUnauthorized
+		}
+	}
 	if err == nil && (x.rule == nil || !x.rule.Redirects()) {
 		err = x.balance(ctx)
 	}

@@ -25,6 +25,8 @@ type Request struct {
 	// TLS is the mesh TLS the request arrived with (inbound: the verified
 	// client proxy's identity).
 	TLS metrics.TLS
+	// Client is the address the request's connection came from.
+	Client netip.Addr
 	// Replayable means the whole body is held by the proxy, so the
 	// request can be sent again.
 	Replayable bool

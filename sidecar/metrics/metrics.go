@@ -39,6 +39,7 @@ var latencyBucketsMs = []float64{1, 2, 3, 4, 5, 10, 20, 30, 40, 50, 100, 200, 30
 // Metrics holds every proxy metric. Create it with New.
 type Metrics struct {
 	maxTargets int
+	authz      authzMetrics
 
 	requests  *prometheus.CounterVec
 	responses *prometheus.CounterVec
@@ -114,6 +115,8 @@ func New(reg prometheus.Registerer, maxTargets int) *Metrics {
 	}
 	reg.MustRegister(m.requests, m.responses, m.latency, m.tcpOpen, m.tcpClose, m.tcpConns, m.tcpRead, m.tcpWrite, m.probes, m.refused, m.limits)
 	reg.MustRegister(m.resent)
+	m.authz = newAuthzMetrics()
+	reg.MustRegister(m.authz.collectors()...)
 	reg.MustRegister(m.httpRoutes.collectors()...)
 	reg.MustRegister(m.grpcRoutes.collectors()...)
 	return m
@@ -214,6 +217,9 @@ type TLS struct {
 	On bool
 	// PeerID is the peer's bounded SPIFFE ID label value (from PeerID), or "".
 	PeerID string
+	// ID is the peer's verified SPIFFE ID, whole: for authorization,
+	// never a label value.
+	ID string
 }
 
 // PeerID returns the bounded label value for a peer identity: at most

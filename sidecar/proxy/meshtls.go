@@ -49,7 +49,7 @@ func (p *Proxy) inboundTLS(c net.Conn, dir string, dst netip.AddrPort) (conn net
 			log.Info("refused inbound mesh connection: handshake failed", "dst", dst, "src", c.RemoteAddr(), "err", err)
 			return nil, tl, false, false
 		}
-		return tc, metrics.TLS{On: true, PeerID: m.PeerID(dir, id)}, false, true
+		return tc, metrics.TLS{On: true, PeerID: m.PeerID(dir, id), ID: id.String()}, false, true
 	}
 	if p.opts.Config.InboundPolicy == config.PolicyMTLS {
 		m.Refused(metrics.RefusedPlaintext)

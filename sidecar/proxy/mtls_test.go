@@ -52,24 +52,7 @@ func TestLoopbackMTLSChain(t *testing.T) {
 	appAddr := netip.MustParseAddrPort(app)
 
 	inReg := prometheus.NewRegistry()
-	cfg := config.Default()
-	cfg.DetectTimeout = 300 * time.Millisecond
-	in := New(Options{
-		Config: cfg, Metrics: metrics.New(inReg, 100), Log: slog.New(slog.DiscardHandler),
-		OrigDst: func(*net.TCPConn) (netip.AddrPort, error) { return appAddr, nil },
-		Certs:   ca.Source(serverPodID),
-	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go in.Serve(ln, metrics.Inbound)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		in.Shutdown(ctx)
-	})
-	inAddr := netip.MustParseAddrPort(ln.Addr().String())
+	_, inAddr := serveInbound(t, inReg, appAddr, func(o *Options) { o.Certs = ca.Source(serverPodID) })
 
 	for _, tc := range []struct {
 		name   string
@@ -115,4 +98,29 @@ func TestLoopbackMTLSChain(t *testing.T) {
 	if got := sumSamples(mfs, "request_total", map[string]string{"direction": "inbound", "tls": "false"}); got != 1 {
 		t.Errorf("inbound request_total{tls=false} = %v, want 1 (the plaintext endpoint)", got)
 	}
+}
+
+// serveInbound runs an inbound Proxy on loopback whose every connection
+// is for dst, metrics on reg, until the test ends.
+func serveInbound(t *testing.T, reg *prometheus.Registry, dst netip.AddrPort, mut func(*Options)) (*Proxy, netip.AddrPort) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.DetectTimeout = 300 * time.Millisecond
+	opts := Options{
+		Config: cfg, Metrics: metrics.New(reg, 100), Log: slog.New(slog.DiscardHandler),
+		OrigDst: func(*net.TCPConn) (netip.AddrPort, error) { return dst, nil },
+	}
+	mut(&opts)
+	in := New(opts)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go in.Serve(ln, metrics.Inbound)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		in.Shutdown(ctx)
+	})
+	return in, netip.MustParseAddrPort(ln.Addr().String())
 }

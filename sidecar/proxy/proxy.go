@@ -56,6 +56,9 @@ type Options struct {
 	// Resolver routes outbound connections (per connection) and requests
 	// (per request) to discovered endpoints; nil: original destination.
 	Resolver Resolver
+	// Inbound, when set, gives each inbound port's authorization policy
+	// (inboundauthz.go); nil: every client is allowed.
+	Inbound InboundPolicies
 	// IsLocal reports whether an address is one of the pod's own; an
 	// inbound connection to any other is refused. The network namespace's
 	// interface addresses (localaddr.Set) when nil.
@@ -96,6 +99,7 @@ type Proxy struct {
 	probed   atomic.Bool
 	tlsConf  *tls.Config // inbound mesh mTLS; nil without identity
 	slots    map[string]*connSlots
+	inbound  inboundConns // live inbound connections, for revocation
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -173,6 +177,9 @@ func New(opts Options) *Proxy {
 		if dir == metrics.Outbound && opts.Resolver != nil {
 			hopts.Balance = p.balance
 			hopts.Routes = opts.Resolver.Policy
+		}
+		if dir == metrics.Inbound && opts.Inbound != nil {
+			hopts.Authorize = p.authorizeRequest
 		}
 		hp := httpproxy.New(hopts)
 		srv := &http.Server{
@@ -329,8 +336,15 @@ func (p *Proxy) handle(c *net.TCPConn, dir string, release func()) {
 	if !ok {
 		return
 	}
+	opaque := p.opts.Config.OpaquePorts.Has(dst.Port()) || undecided
+	if dir == metrics.Inbound && p.opts.Inbound != nil {
+		var ok bool
+		if opaque, release, ok = p.admitInbound(c, conn, dst, tl, opaque, release); !ok {
+			return
+		}
+	}
 	src := m.TrackConn(conn, dir, target, metrics.PeerSrc, tl)
-	if p.opts.Config.OpaquePorts.Has(dst.Port()) || undecided {
+	if opaque {
 		p.forwardOpaque(src, src, dir, dst, target)
 		return
 	}

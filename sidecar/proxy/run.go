@@ -17,6 +17,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/sidecar/admin"
+	"github.com/plexus-mesh/plexus/sidecar/authz"
 	"github.com/plexus-mesh/plexus/sidecar/config"
 	"github.com/plexus-mesh/plexus/sidecar/discovery"
 	"github.com/plexus-mesh/plexus/sidecar/httpproxy"
@@ -73,6 +74,7 @@ func Run(ctx context.Context, ro RunOptions) error {
 	m := metrics.New(reg, MaxTargets)
 	var ident Identity
 	var resolver Resolver
+	var inbound *discovery.Resolver // inbound policies, when they apply
 	// built is the proxy once New returned (discovery callbacks may come first).
 	var built atomic.Pointer[Proxy]
 	if cfg.IdentityEnabled() {
@@ -108,7 +110,19 @@ func Run(ctx context.Context, ro RunOptions) error {
 						p.EndpointsRemoved(addrs)
 					}
 				},
+				PodNamespace: cfg.PodNamespace, PodName: cfg.PodName,
+				InboundChanged: func(port uint16, pol *authz.Policy) {
+					if p := built.Load(); p != nil {
+						p.Revoke(port, pol)
+					}
+				},
 			})
+			if cfg.PodName != "" {
+				inbound = r
+				r.WatchInbound(cfg.InboundPorts.Ports())
+			} else {
+				log.Warn("no pod name (" + config.EnvPodName + "): inbound policies do not apply, every client is allowed; re-inject the pod")
+			}
 			defer r.Close()
 			resolver = r
 		}
@@ -131,6 +145,11 @@ func Run(ctx context.Context, ro RunOptions) error {
 					return fmt.Errorf("no certificate yet: %w", err)
 				}
 			}
+			if inbound != nil {
+				if err := inbound.InboundReady(); err != nil {
+					return err
+				}
+			}
 			return nil // listeners are bound before the admin server starts
 		},
 		Shutdown: func() { stopOnce.Do(func() { close(stop) }) },
@@ -147,6 +166,9 @@ func Run(ctx context.Context, ro RunOptions) error {
 	}
 	if resolver != nil {
 		popts.Resolver = resolver
+	}
+	if inbound != nil {
+		popts.Inbound = inbound
 	}
 	p = New(popts)
 	built.Store(p)

@@ -1,0 +1,200 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/sidecar/authz"
+	"github.com/plexus-mesh/plexus/sidecar/config"
+	"github.com/plexus-mesh/plexus/sidecar/discovery"
+	"github.com/plexus-mesh/plexus/sidecar/httpproxy"
+	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
+)
+
+// fixedPolicies is InboundPolicies from a map the test changes.
+type fixedPolicies struct {
+	mu sync.Mutex
+	by map[uint16]*authz.Policy
+}
+
+func (f *fixedPolicies) InboundPolicy(_ context.Context, port uint16) *authz.Policy {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.by[port]
+}
+
+func (f *fixedPolicies) set(t *testing.T, port uint16, p *pb.InboundPolicy) *authz.Policy {
+	t.Helper()
+	c, err := authz.Compile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.by[port] = c
+	return c
+}
+
+func policyOf(name string, authzs ...*pb.Authorization) *pb.InboundPolicy {
+	return &pb.InboundPolicy{Server: &pb.ResourceRef{Kind: "default", Name: name}, Authorizations: authzs}
+}
+
+var (
+	allUnauthenticated = &pb.Authorization{Ref: &pb.ResourceRef{Kind: "default", Name: "all-unauthenticated"}}
+	onlyClientPod      = &pb.Authorization{Ref: &pb.ResourceRef{Group: "policy.plexus.dev", Kind: "AuthorizationPolicy", Name: "client-only"}, MeshTls: true, Identities: []string{clientPodID.String()}}
+)
+
+// The inbound proxy enforces the port's policy: HTTP requests by the
+// client's identity (403, gRPC PERMISSION_DENIED), a port without a policy
+// denied, opaque connections refused, and a policy change closes the live
+// connections of clients it no longer lets in.
+func TestInboundAuthorization(t *testing.T) {
+	ca := testpki.New("mesh")
+	app := serveLoopback(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "app") })})
+	appAddr := netip.MustParseAddrPort(app)
+	pols := &fixedPolicies{by: map[uint16]*authz.Policy{}}
+	reg := prometheus.NewRegistry()
+	in, inAddr := serveInbound(t, reg, appAddr, func(o *Options) { o.Certs, o.Inbound = ca.Source(serverPodID), pols })
+	plain := func(grpc bool) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("POST", "http://"+inAddr.String()+"/", strings.NewReader(""))
+		if grpc {
+			req.Header.Set("Content-Type", "application/grpc")
+		}
+		res, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res
+	}
+	out := start(t, func(_ *config.Config, o *Options) {
+		o.Certs = ca.Source(clientPodID)
+		o.Resolver = staticResolver{discovery.Endpoint{Addr: inAddr, Identity: serverPodID}}
+	})
+	out.to(app)
+	meshed := func() int {
+		t.Helper()
+		res, err := out.client(false).Get("http://web/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	port := appAddr.Port()
+
+	// No policy yet: fail closed.
+	if res := plain(false); res.StatusCode != 403 || res.Header.Get(httpproxy.ErrorHeader) != httpproxy.ReasonUnauthorized {
+		t.Errorf("no policy: %d %q, want 403 %s", res.StatusCode, res.Header.Get(httpproxy.ErrorHeader), httpproxy.ReasonUnauthorized)
+	}
+	pols.set(t, port, policyOf("client-only", onlyClientPod))
+	if res := plain(false); res.StatusCode != 403 {
+		t.Errorf("client-only, plaintext: %d, want 403", res.StatusCode)
+	}
+	if res := plain(true); res.StatusCode != 200 || res.Header.Get("Grpc-Status") != "7" {
+		t.Errorf("client-only, plaintext gRPC: %d grpc-status %q, want 200 with 7 PERMISSION_DENIED", res.StatusCode, res.Header.Get("Grpc-Status"))
+	}
+	if code := meshed(); code != 200 {
+		t.Errorf("client-only, the client pod over mTLS: %d, want 200", code)
+	}
+	mfs, _ := reg.Gather()
+	if n := sumSamples(mfs, "inbound_http_authz_allow_total", map[string]string{"authz_name": "client-only", "tls": "true", "srv_name": "client-only"}); n != 1 {
+		t.Errorf("inbound_http_authz_allow_total{authz_name=client-only} = %v, want 1", n)
+	}
+	if n := sumSamples(mfs, "inbound_http_authz_deny_total", map[string]string{"dry_run": "false"}); n != 3 {
+		t.Errorf("inbound_http_authz_deny_total = %v, want 3", n)
+	}
+
+	// Revocation: a keep-alive connection from a client the new policy
+	// does not admit is closed.
+	pols.set(t, port, policyOf("all-unauthenticated", allUnauthenticated))
+	c, err := net.Dial("tcp", inAddr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: web\r\n\r\n")
+	if res, err := http.ReadResponse(br, nil); err != nil || res.StatusCode != 200 {
+		t.Fatalf("allowed keep-alive request: %v %v", res, err)
+	} else {
+		io.Copy(io.Discard, res.Body)
+	}
+	in.Revoke(port, pols.set(t, port, policyOf("client-only", onlyClientPod)))
+	c.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := br.ReadByte(); err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Errorf("after the revocation the connection stayed open (%v)", err)
+	}
+	mfs, _ = reg.Gather()
+	if n := sumSamples(mfs, "inbound_tcp_authz_terminate_total", map[string]string{"srv_name": "client-only"}); n != 1 {
+		t.Errorf("inbound_tcp_authz_terminate_total = %v, want 1", n)
+	}
+}
+
+// An opaque port's connections are authorized when they open: a denied
+// client's connection is closed before any byte reaches the application.
+func TestInboundOpaqueRefused(t *testing.T) {
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	reached := make(chan struct{}, 4)
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			reached <- struct{}{}
+			go io.Copy(c, c)
+		}
+	}()
+	dst := netip.MustParseAddrPort(echo.Addr().String())
+	pols := &fixedPolicies{by: map[uint16]*authz.Policy{}}
+	reg := prometheus.NewRegistry()
+	_, inAddr := serveInbound(t, reg, dst, func(o *Options) { o.Config.OpaquePorts.Add(dst.Port()); o.Inbound = pols })
+	try := func() error {
+		c, err := net.Dial("tcp", inAddr.String())
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		io.WriteString(c, "ping")
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		buf := make([]byte, 4)
+		_, err = io.ReadFull(c, buf)
+		return err
+	}
+	pols.set(t, dst.Port(), policyOf("deny"))
+	if err := try(); err == nil {
+		t.Error("denied: the opaque connection carried data")
+	}
+	select {
+	case <-reached:
+		t.Error("denied: the application got a connection")
+	default:
+	}
+	pols.set(t, dst.Port(), policyOf("all-unauthenticated", allUnauthenticated))
+	if err := try(); err != nil {
+		t.Errorf("allowed: %v", err)
+	}
+	mfs, _ := reg.Gather()
+	if d, a := sumSamples(mfs, "inbound_tcp_authz_deny_total", nil), sumSamples(mfs, "inbound_tcp_authz_allow_total", nil); d != 1 || a != 1 {
+		t.Errorf("tcp authz deny %v allow %v, want 1 and 1", d, a)
+	}
+}
