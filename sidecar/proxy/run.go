@@ -160,7 +160,16 @@ func Run(ctx context.Context, ro RunOptions) error {
 			return []discovery.EndpointSet{}
 		},
 	})
-	popts := Options{Config: cfg, Metrics: m, Log: log, Probe: adminHandler}
+	var pols InboundPolicies
+	if inbound != nil {
+		pols = inbound
+		r := inbound
+		r.WatchInbound([]uint16{cfg.AdminPort})
+		if cfg.RedirectProbePort != 0 {
+			r.WatchInbound([]uint16{cfg.RedirectProbePort})
+		}
+	}
+	popts := Options{Config: cfg, Metrics: m, Log: log, Probe: authorizeAdmin(pols, cfg.RedirectProbePort, m, adminHandler)}
 	if ident != nil {
 		popts.Certs = ident
 	}
@@ -198,7 +207,7 @@ func Run(ctx context.Context, ro RunOptions) error {
 	}
 
 	adminSrv := &http.Server{
-		Handler:           adminHandler,
+		Handler:           authorizeAdmin(pols, cfg.AdminPort, m, adminHandler),
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
