@@ -19,9 +19,7 @@ func (e *env) grpcRoute(r *gatewayv1.GRPCRoute) (*destinationpb.OutboundRoute, p
 	for i, rule := range r.Spec.Rules {
 		at := fmt.Sprintf("rules[%d]", i)
 		or := &destinationpb.OutboundRule{Filters: grpcFilters(rule.Filters, at, &p)}
-		for j, m := range rule.Matches {
-			or.Matches = append(or.Matches, grpcMatch(m, fmt.Sprintf("%s.matches[%d]", at, j), &p))
-		}
+		or.Matches = grpcRuleMatches(rule, at, &p)
 		for j, b := range rule.BackendRefs {
 			bat := fmt.Sprintf("%s.backendRefs[%d]", at, j)
 			or.Backends = append(or.Backends, e.backend(b.BackendRef, r.Namespace, bat, grpcFilters(b.Filters, bat, &p), &p))
@@ -30,6 +28,16 @@ func (e *env) grpcRoute(r *gatewayv1.GRPCRoute) (*destinationpb.OutboundRoute, p
 		out.Rules = append(out.Rules, or)
 	}
 	return out, p
+}
+
+// grpcRuleMatches translates the matches of rule (at names it); none
+// when it has none (the rule then matches every request).
+func grpcRuleMatches(rule gatewayv1.GRPCRouteRule, at string, p *problems) []*destinationpb.RouteMatch {
+	var out []*destinationpb.RouteMatch
+	for j, m := range rule.Matches {
+		out = append(out, grpcMatch(m, fmt.Sprintf("%s.matches[%d]", at, j), p))
+	}
+	return out
 }
 
 // grpcMatch: Exact service and method → EXACT "/svc/method"; service

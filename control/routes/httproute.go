@@ -18,14 +18,8 @@ func (e *env) httpRoute(r *gatewayv1.HTTPRoute) (*destinationpb.OutboundRoute, p
 	out := &destinationpb.OutboundRoute{Ref: routeRef(kindHTTPRoute, &r.ObjectMeta), Hostnames: hostnames(r.Spec.Hostnames)}
 	for i, rule := range r.Spec.Rules {
 		at := fmt.Sprintf("rules[%d]", i)
-		matches := rule.Matches
-		if len(matches) == 0 {
-			matches = []gatewayv1.HTTPRouteMatch{{}}
-		}
 		or := &destinationpb.OutboundRule{Filters: httpFilters(rule.Filters, at, &p)}
-		for j, m := range matches {
-			or.Matches = append(or.Matches, httpMatch(m, fmt.Sprintf("%s.matches[%d]", at, j), &p))
-		}
+		or.Matches = httpRuleMatches(rule, at, &p)
 		checkPrefixRewrite(or, at, &p)
 		for j, b := range rule.BackendRefs {
 			bat := fmt.Sprintf("%s.backendRefs[%d]", at, j)
@@ -36,6 +30,20 @@ func (e *env) httpRoute(r *gatewayv1.HTTPRoute) (*destinationpb.OutboundRoute, p
 		out.Rules = append(out.Rules, or)
 	}
 	return out, p
+}
+
+// httpRuleMatches translates the matches of rule (at names it), the
+// Gateway API default applied: no matches matches the path prefix "/".
+func httpRuleMatches(rule gatewayv1.HTTPRouteRule, at string, p *problems) []*destinationpb.RouteMatch {
+	matches := rule.Matches
+	if len(matches) == 0 {
+		matches = []gatewayv1.HTTPRouteMatch{{}}
+	}
+	out := make([]*destinationpb.RouteMatch, 0, len(matches))
+	for j, m := range matches {
+		out = append(out, httpMatch(m, fmt.Sprintf("%s.matches[%d]", at, j), p))
+	}
+	return out
 }
 
 func routeRef(kind string, meta *metav1.ObjectMeta) *destinationpb.ResourceRef {
