@@ -92,6 +92,9 @@ func (hc *h1conn) next() (ok, handOff bool) {
 		err := hc.rd.fill(h1ReadBuf)
 		hc.idle.Store(false)
 		if err != nil {
+			if isTimeout(err) && hc.p.h1conns.draining.Load() {
+				hc.refuseDraining() // Shutdown woke the idle read
+			}
 			return false, false
 		}
 	}
