@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/sidecar/ratelimit"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
 
@@ -33,6 +34,7 @@ type Policy struct {
 	// RateLimit, when set, limits the port's HTTP requests.
 	RateLimit *destinationpb.RateLimit
 
+	limit  *ratelimit.Limit // RateLimit's buckets; nil: none
 	authzs []*Authorization // the port's
 	routes *routes.Table    // nil: every request is on the default route
 	// byRoute holds each route's authorizations, by the route's place in
@@ -78,6 +80,15 @@ func Compile(p *destinationpb.InboundPolicy) (*Policy, error) {
 	}
 	var errs []string
 	out.authzs = compileAll(p.GetAuthorizations(), &errs)
+	if rl := p.GetRateLimit(); rl != nil {
+		overrides := map[string]uint32{}
+		for _, o := range rl.GetOverrides() {
+			for _, id := range o.GetIdentities() {
+				overrides[id] = o.GetRequestsPerSecond()
+			}
+		}
+		out.limit = ratelimit.NewLimit(rl.GetTotalPerSecond(), rl.GetIdentityPerSecond(), overrides)
+	}
 	if len(p.GetRoutes()) > 0 {
 		// The routes' matching is the outbound routes' (Gateway API
 		// precedence): each route becomes a route with one rule.
@@ -194,102 +205,6 @@ func inNetworks(ns []network, ip netip.Addr) bool {
 		}
 		if !excluded {
 			return true
-		}
-	}
-	return false
-}
-
-// Decision is the outcome of authorizing a connection or a request.
-type Decision struct {
-	// Allowed: let it through. A denial in audit or dry run is allowed
-	// and reported (Denied and DryRun set).
-	Allowed bool
-	// Denied: the policy does not authorize it.
-	Denied bool
-	// DryRun: Denied is reported, not enforced (the policy is in audit,
-	// or a dry-run authorization applies to the target).
-	DryRun bool
-	// NoRoute: the port has routes and none matches the request (404).
-	NoRoute bool
-	// Route is the route the request is on (route_* labels); nil for a
-	// connection.
-	Route *destinationpb.ResourceRef
-	// Authz is the authorization that allowed it (authz_* labels); nil
-	// when denied (or, in a dry run, the dry-run one that would allow).
-	Authz *destinationpb.ResourceRef
-}
-
-// Connection authorizes a connection that carries no HTTP the proxy can
-// see (opaque TCP, TLS it does not terminate): by the port's
-// authorizations.
-func (p *Policy) Connection(c *Client) Decision {
-	return p.decide(c, nil, nil)
-}
-
-// Request authorizes an HTTP request: by the authorizations of the route
-// it is on and the port's.
-func (p *Policy) Request(c *Client, req *routes.Request) Decision {
-	if p.routes == nil {
-		return p.decide(c, defaultRoute, nil)
-	}
-	rule, ok := p.routes.Match(req)
-	if !ok {
-		return Decision{NoRoute: true, Denied: true}
-	}
-	r := p.byRoute[rule.Route]
-	if r == nil {
-		return Decision{NoRoute: true, Denied: true}
-	}
-	return p.decide(c, r.ref, r.authzs)
-}
-
-// decide runs the route's authorizations, then the port's: the first
-// enforced one that allows c decides. Dry-run ones never allow; their
-// presence turns a denial into a reported one.
-func (p *Policy) decide(c *Client, routeRef *destinationpb.ResourceRef, routeAuthzs []*Authorization) Decision {
-	var dry *Authorization
-	hasDry := false
-	for _, list := range [2][]*Authorization{routeAuthzs, p.authzs} {
-		for _, a := range list {
-			if a.DryRun {
-				hasDry = true
-				if dry == nil && a.allows(c) {
-					dry = a
-				}
-				continue
-			}
-			if a.allows(c) {
-				return Decision{Allowed: true, Route: routeRef, Authz: a.Ref}
-			}
-		}
-	}
-	d := Decision{Denied: true, Route: routeRef}
-	if p.Audit || hasDry {
-		d.Allowed, d.DryRun = true, true
-		if dry != nil {
-			d.Authz = dry.Ref
-		}
-	}
-	return d
-}
-
-// MayConnect reports whether c may keep an HTTP connection to the port:
-// some enforced authorization, of the port or of a route, lets it in, or
-// nothing would be enforced (audit, dry run). A policy change that makes
-// it false closes c's live connections.
-func (p *Policy) MayConnect(c *Client) bool {
-	if p.Audit {
-		return true
-	}
-	lists := [][]*Authorization{p.authzs}
-	for _, r := range p.byRoute {
-		lists = append(lists, r.authzs)
-	}
-	for _, list := range lists {
-		for _, a := range list {
-			if a.DryRun || a.allows(c) {
-				return true
-			}
 		}
 	}
 	return false

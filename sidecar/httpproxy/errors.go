@@ -24,6 +24,7 @@ const (
 	ReasonQueueFull       = "queue-full"              // 503: 100 requests already wait for an endpoint of the service
 	ReasonDraining        = "draining"                // 503: the endpoint's proxy is shutting down and forwarded nothing
 	ReasonUnauthorized    = "unauthorized"            // 403: the inbound policy does not authorize the client
+	ReasonRateLimited     = "rate-limited"            // 429: over the Server's HTTPLocalRateLimitPolicy
 	ReasonTLS             = "tls-handshake"           // 502: the upstream proxy failed mesh mTLS (e.g. wrong identity)
 	ReasonBadRequest      = "bad-request"             // 400: the request's chunked body is malformed
 	ReasonRequestTimeout  = "request-timeout"         // 408: the request body stalled
@@ -81,6 +82,9 @@ func (e *routeError) Error() string { return e.reason + ": " + e.msg }
 // errUnauthorized: the port's inbound policy does not let the client
 // send the request.
 var errUnauthorized = &routeError{status: http.StatusForbidden, reason: ReasonUnauthorized, msg: "the inbound policy does not authorize this client"}
+
+// errRateLimited: over the port's rate limit.
+var errRateLimited = &routeError{status: http.StatusTooManyRequests, reason: ReasonRateLimited, msg: "over the server's rate limit"}
 
 // errDraining: the proxy is shutting down and forwards nothing new.
 var errDraining = &routeError{status: http.StatusServiceUnavailable, reason: ReasonDraining, msg: "the proxy is shutting down; the request was not forwarded"}

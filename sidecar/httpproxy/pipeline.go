@@ -112,10 +112,13 @@ func (p *Proxy) begin(ctx context.Context, x *exchange, req *Request, series *me
 	m, dir := p.opts.Metrics, req.Direction
 	err := x.routeErr
 	if err == nil && p.opts.Authorize != nil {
-		if d := p.opts.Authorize(req); d.NoRoute {
+		switch d := p.opts.Authorize(req); {
+		case d.NoRoute:
 			err = errNoRoute
-		} else if !d.Allowed {
+		case !d.Allowed:
 			err = errUnauthorized
+		case d.RateLimited:
+			err = errRateLimited
 		}
 	}
 	if err == nil && (x.rule == nil || !x.rule.Redirects()) {

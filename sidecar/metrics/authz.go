@@ -14,7 +14,7 @@ import (
 // through that enforcement would have denied. The label values come from
 // the policies destination sends and the bounded client_id.
 type authzMetrics struct {
-	httpAllow, httpDeny, tcpAllow, tcpDeny, tcpTerminate *prometheus.CounterVec
+	httpAllow, httpDeny, tcpAllow, tcpDeny, tcpTerminate, rateLimited *prometheus.CounterVec
 }
 
 var (
@@ -47,11 +47,13 @@ func newAuthzMetrics() authzMetrics {
 			labels(srvLabels, peerLabels, []string{"dry_run"})),
 		tcpTerminate: counter("inbound_tcp_authz_terminate_total", "Open inbound connections closed because a policy change revoked the client's access.",
 			labels(srvLabels, peerLabels)),
+		rateLimited: counter("inbound_http_local_ratelimit_total", "Inbound HTTP requests refused 429 by the Server's HTTPLocalRateLimitPolicy.",
+			labels(srvLabels, []string{"ratelimit_group", "ratelimit_kind", "ratelimit_name"}, peerLabels)),
 	}
 }
 
 func (a authzMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{a.httpAllow, a.httpDeny, a.tcpAllow, a.tcpDeny, a.tcpTerminate}
+	return []prometheus.Collector{a.httpAllow, a.httpDeny, a.tcpAllow, a.tcpDeny, a.tcpTerminate, a.rateLimited}
 }
 
 // AuthzResult is one decision to count.
@@ -96,4 +98,10 @@ func (m *Metrics) TCPAuthz(r AuthzResult) {
 // TCPAuthzTerminated counts a live connection closed on revocation.
 func (m *Metrics) TCPAuthzTerminated(r AuthzResult) {
 	m.authz.tcpTerminate.WithLabelValues(labels(r.srv(), r.peer())...).Inc()
+}
+
+// RateLimited counts a request refused by a rate limit (r.Authz names the
+// HTTPLocalRateLimitPolicy).
+func (m *Metrics) RateLimited(r AuthzResult) {
+	m.authz.rateLimited.WithLabelValues(labels(r.srv(), refValues(r.Authz), r.peer())...).Inc()
 }

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/plexus-mesh/plexus/sidecar/authz"
 	"github.com/plexus-mesh/plexus/sidecar/httpproxy"
@@ -82,6 +83,10 @@ func (p *Proxy) authorizeRequest(req *httpproxy.Request) authz.Decision {
 	}
 	p.opts.Metrics.HTTPAuthz(p.authzResult(pol, d, req.Dst.Port(), req.TLS))
 	p.logDenial(d, "request", req.Dst, req.Client, req.TLS, req.Method+" "+req.Path)
+	if d.Allowed && pol != nil && pol.RateLimit != nil && !pol.Admit(&authz.Client{Addr: req.Client, ID: req.TLS.ID}, monoNow()) {
+		d.RateLimited = true
+		p.opts.Metrics.RateLimited(metrics.AuthzResult{Server: pol.Server, Authz: pol.RateLimit.GetRef(), Port: req.Dst.Port(), TLS: req.TLS})
+	}
 	return d
 }
 
@@ -177,3 +182,8 @@ func (p *Proxy) Revoke(port uint16, pol *authz.Policy) {
 		p.opts.Log.Info("closed an inbound connection: the policy no longer lets its client in", "port", port, "client", why[i].client.Addr, "client_id", why[i].client.ID)
 	}
 }
+
+// monoBase anchors monoNow, the rate limits' monotonic clock.
+var monoBase = time.Now()
+
+func monoNow() int64 { return int64(time.Since(monoBase)) }

@@ -198,3 +198,45 @@ func TestInboundOpaqueRefused(t *testing.T) {
 		t.Errorf("tcp authz deny %v allow %v, want 1 and 1", d, a)
 	}
 }
+
+// A Server's rate limit answers what exceeds it 429 rate-limited (gRPC
+// RESOURCE_EXHAUSTED) and counts it.
+func TestInboundRateLimit(t *testing.T) {
+	app := serveLoopback(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "app") })})
+	appAddr := netip.MustParseAddrPort(app)
+	pols := &fixedPolicies{by: map[uint16]*authz.Policy{}}
+	reg := prometheus.NewRegistry()
+	_, inAddr := serveInbound(t, reg, appAddr, func(o *Options) { o.Inbound = pols })
+	p := policyOf("all-unauthenticated", allUnauthenticated)
+	p.RateLimit = &pb.RateLimit{Ref: &pb.ResourceRef{Group: "policy.plexus.dev", Kind: "HTTPLocalRateLimitPolicy", Name: "five"}, TotalPerSecond: 5}
+	pols.set(t, appAddr.Port(), p)
+	c := &http.Client{}
+	statuses := map[int]int{}
+	var limited *http.Response
+	for i := range 20 {
+		req, _ := http.NewRequest("GET", "http://"+inAddr.String()+"/", nil)
+		if i == 19 {
+			req.Header.Set("Content-Type", "application/grpc")
+		}
+		res, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		statuses[res.StatusCode]++
+		if res.StatusCode == 429 {
+			limited = res
+		}
+		if i == 19 && res.Header.Get("Grpc-Status") != "8" {
+			t.Errorf("a gRPC request over the limit: grpc-status %q, want 8 RESOURCE_EXHAUSTED", res.Header.Get("Grpc-Status"))
+		}
+	}
+	if statuses[200] < 1 || statuses[200] > 3 || limited == nil || limited.Header.Get(httpproxy.ErrorHeader) != httpproxy.ReasonRateLimited {
+		t.Errorf("20 requests at once under 5/s: %v (last 429: %v), want 1-3 admitted and 429 %s", statuses, limited, httpproxy.ReasonRateLimited)
+	}
+	mfs, _ := reg.Gather()
+	if n := sumSamples(mfs, "inbound_http_local_ratelimit_total", map[string]string{"ratelimit_name": "five"}); n < 16 {
+		t.Errorf("inbound_http_local_ratelimit_total = %v, want the refused requests (≥ 16)", n)
+	}
+}
