@@ -8,10 +8,11 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/sidecar/balance"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
+	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
 )
 
 // outcomes records the verdicts the pipeline gives each endpoint.
@@ -32,12 +33,19 @@ func (l *recordingLoad) Done(o balance.Outcome) {
 	l.o.got = append(l.o.got, fmt.Sprintf("%s=%d", l.addr, o))
 }
 
-func (o *outcomes) take() []string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	got := o.got
-	o.got = nil
-	return got
+// take returns the verdicts so far once there are n (the last is given
+// after the response reached the client), or after a second.
+func (o *outcomes) take(n int) []string {
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(time.Millisecond) {
+		o.mu.Lock()
+		if len(o.got) >= n || time.Now().After(deadline) {
+			got := o.got
+			o.got = nil
+			o.mu.Unlock()
+			return got
+		}
+		o.mu.Unlock()
+	}
 }
 
 // Each attempt's endpoint is told how it did, for failure accrual: a
@@ -88,7 +96,7 @@ func TestOutcomeReportedPerAttempt(t *testing.T) {
 			if res.StatusCode != c.status {
 				t.Errorf("%s %s: status %d, want %d", en.name, c.name, res.StatusCode, c.status)
 			}
-			if got := rec.take(); !slices.Equal(got, c.want) {
+			if got := rec.take(len(c.want)); !slices.Equal(got, c.want) {
 				t.Errorf("%s %s: outcomes %v, want %v", en.name, c.name, got, c.want)
 			}
 		}
