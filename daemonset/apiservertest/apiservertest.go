@@ -158,14 +158,19 @@ func Start(t testing.TB) *Server {
 	}
 }
 
-// Client is a clientset authenticating with token.
-func (a *Server) Client(t testing.TB, token string) kubernetes.Interface {
-	t.Helper()
-	c, err := kubernetes.NewForConfig(&rest.Config{
+// Config is the client configuration authenticating with token.
+func (a *Server) Config(token string) *rest.Config {
+	return &rest.Config{
 		Host:            a.URL,
 		BearerToken:     token,
 		TLSClientConfig: rest.TLSClientConfig{Insecure: true}, // self-signed, loopback, test-only
-	})
+	}
+}
+
+// Client is a clientset authenticating with token.
+func (a *Server) Client(t testing.TB, token string) kubernetes.Interface {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(a.Config(token))
 	if err != nil {
 		t.Fatal(err)
 	}

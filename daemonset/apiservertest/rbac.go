@@ -2,9 +2,6 @@ package apiservertest
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -25,11 +22,7 @@ func (a *Server) BindShippedRole(t testing.TB) {
 // path under deploy/) and binds it to AgentUser.
 func (a *Server) BindRole(t testing.TB, file string) {
 	t.Helper()
-	_, here, _, _ := runtime.Caller(0)
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(here), "../../deploy", file))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := shipped(t, file)
 	var role rbacv1.ClusterRole
 	if err := yaml.UnmarshalStrict([]byte(strings.Split(string(b), "\n---\n")[0]), &role); err != nil {
 		t.Fatalf("decoding the ClusterRole of %s: %v", file, err)
