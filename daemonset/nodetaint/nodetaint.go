@@ -77,7 +77,7 @@ func (r *Remover) Remove(ctx context.Context) (bool, error) {
 	})
 	if err != nil {
 		if apierrors.IsForbidden(err) {
-			return false, fmt.Errorf("removing taint %s from node %s (the agent needs get and patch on nodes): %w", Key, r.Node, err)
+			return false, fmt.Errorf("removing taint %s from node %s (the agent needs get and patch on nodes, and may remove only this taint from only its own node): %w", Key, r.Node, err)
 		}
 		return false, fmt.Errorf("removing taint %s from node %s: %w", Key, r.Node, err)
 	}
