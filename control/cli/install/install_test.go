@@ -138,6 +138,11 @@ func TestOrder(t *testing.T) {
 	list := kinds(t, render(t, DefaultConfig()))
 	want := []string{
 		"Namespace plexus-system",
+		"CustomResourceDefinition authorizationpolicies.policy.plexus.dev",
+		"CustomResourceDefinition httplocalratelimitpolicies.policy.plexus.dev",
+		"CustomResourceDefinition meshtlsauthentications.policy.plexus.dev",
+		"CustomResourceDefinition networkauthentications.policy.plexus.dev",
+		"CustomResourceDefinition servers.policy.plexus.dev",
 		"CustomResourceDefinition serviceprofiles.plexus.dev",
 		"CustomResourceDefinition grpcroutes.gateway.networking.k8s.io",
 		"CustomResourceDefinition httproutes.gateway.networking.k8s.io",
@@ -193,6 +198,11 @@ func TestCRDsOnly(t *testing.T) {
 	cfg.CRDsOnly = true
 	list := kinds(t, render(t, cfg))
 	want := []string{
+		"CustomResourceDefinition authorizationpolicies.policy.plexus.dev",
+		"CustomResourceDefinition httplocalratelimitpolicies.policy.plexus.dev",
+		"CustomResourceDefinition meshtlsauthentications.policy.plexus.dev",
+		"CustomResourceDefinition networkauthentications.policy.plexus.dev",
+		"CustomResourceDefinition servers.policy.plexus.dev",
 		"CustomResourceDefinition serviceprofiles.plexus.dev",
 		"CustomResourceDefinition grpcroutes.gateway.networking.k8s.io",
 		"CustomResourceDefinition httproutes.gateway.networking.k8s.io",

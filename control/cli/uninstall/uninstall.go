@@ -179,6 +179,10 @@ var resources = map[string]string{
 	"DaemonSet":                      "daemonsets",
 	"MutatingWebhookConfiguration":   "mutatingwebhookconfigurations",
 	"ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+	// The admission policies that fix pod annotations at admission and
+	// keep the node agent to its own taint.
+	"ValidatingAdmissionPolicy":        "validatingadmissionpolicies",
+	"ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
 }
 
 func resource(r install.Ref) (schema.GroupVersionResource, error) {
