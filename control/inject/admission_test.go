@@ -104,6 +104,11 @@ func TestShippedPodAnnotationsPolicy(t *testing.T) {
 			}
 		})
 	}
+	t.Run("the policy type-checks against the Pod schema", func(t *testing.T) {
+		for _, w := range a.PolicyWarnings(t, "plexus-pod-annotations") {
+			t.Errorf("%s: %s", w.FieldRef, w.Warning)
+		}
+	})
 	got, err := admin.CoreV1().Pods("shop").Get(ctx, "web-2", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,8 @@ type Server struct {
 	// CAFile verifies the server's self-signed certificate (written by
 	// kube-apiserver into its --cert-dir once it serves).
 	CAFile string
+
+	bin, dir string // the binaries; the server's files and logs
 }
 
 // Static tokens and the agent's user name.
@@ -141,7 +143,7 @@ func Start(t testing.TB) *Server {
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-account-key-file", saPub, "--service-account-signing-key-file", saKey,
 		"--profiling=false")
-	a := &Server{URL: fmt.Sprintf("https://127.0.0.1:%d", apiPort), CAFile: filepath.Join(dir, "certs", "apiserver.crt")}
+	a := &Server{URL: fmt.Sprintf("https://127.0.0.1:%d", apiPort), CAFile: filepath.Join(dir, "certs", "apiserver.crt"), bin: bin, dir: dir}
 	admin := a.Client(t, AdminToken)
 	deadline := time.Now().Add(90 * time.Second)
 	for {

@@ -195,6 +195,12 @@ func TestShippedNodePolicy(t *testing.T) {
 		refused(t, err, "only its own")
 	})
 
+	t.Run("the policy type-checks against the Node schema", func(t *testing.T) {
+		for _, w := range a.PolicyWarnings(t, "plexus-node") {
+			t.Errorf("%s: %s", w.FieldRef, w.Warning)
+		}
+	})
+
 	t.Run("others are not limited", func(t *testing.T) {
 		if err := patch(admin, foreign.Name, `{"metadata":{"labels":{"zone":"b"}}}`); err != nil {
 			t.Errorf("admin labelling a node: %v", err)
