@@ -61,6 +61,10 @@ func arg(a string, cfg Config) string {
 		return name + "=" + cfg.CNIBinDir
 	case "--cni-conf-dir":
 		return name + "=" + cfg.CNIConfDir
+	case "--default-inbound-policy":
+		return name + "=" + cfg.DefaultInboundPolicy
+	case "--cluster-networks":
+		return name + "=" + cfg.ClusterNetworks
 	}
 	// Service addresses such as plexus-identity.plexus-system.svc.cluster.local:8080.
 	const svc = ".svc." + DefaultClusterDomain

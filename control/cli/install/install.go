@@ -43,13 +43,16 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/netip"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
 
+	policyv1alpha1 "github.com/plexus-mesh/plexus/control/api/policy/v1alpha1"
 	"github.com/plexus-mesh/plexus/control/spiffe"
 )
 
@@ -88,6 +91,12 @@ type Config struct {
 	// OmitGatewayAPICRDs leaves out those named (GatewayAPIPlan.Omit).
 	SkipGatewayAPICRDs bool
 	OmitGatewayAPICRDs []string
+	// DefaultInboundPolicy is the cluster-wide default inbound policy
+	// (DESIGN §9); a namespace or pod annotation overrides it.
+	DefaultInboundPolicy string
+	// ClusterNetworks are the pod and service networks the cluster-*
+	// default policies admit, comma-separated CIDRs.
+	ClusterNetworks string
 	// Identity files (PEM); all three or none. None means a new trust
 	// anchor and issuer are generated.
 	TrustAnchorsFile      string
@@ -104,8 +113,15 @@ func DefaultConfig() Config {
 		CNIConfDir:    DefaultCNIConfDir,
 		ImageRegistry: DefaultImageRegistry,
 		Version:       DefaultVersion,
+
+		DefaultInboundPolicy: string(policyv1alpha1.AllUnauthenticated),
+		ClusterNetworks:      DefaultClusterNetworks,
 	}
 }
+
+// DefaultClusterNetworks are Linkerd's clusterNetworks default: the
+// private ranges.
+const DefaultClusterNetworks = "10.0.0.0/8,100.64.0.0/10,172.16.0.0/12,192.168.0.0/16,fd00::/8"
 
 // Validate reports the first setting that cannot be rendered.
 func (c Config) Validate() error {
@@ -125,6 +141,14 @@ func (c Config) Validate() error {
 	}
 	if !validTag(c.Version) {
 		return fmt.Errorf("version %q is not a valid image tag", c.Version)
+	}
+	if !slices.Contains(policyv1alpha1.AccessPolicies(), policyv1alpha1.AccessPolicy(c.DefaultInboundPolicy)) {
+		return fmt.Errorf("default inbound policy %q: want one of %v", c.DefaultInboundPolicy, policyv1alpha1.AccessPolicies())
+	}
+	for _, n := range strings.Split(c.ClusterNetworks, ",") {
+		if _, err := netip.ParsePrefix(strings.TrimSpace(n)); err != nil {
+			return fmt.Errorf("cluster networks %q: %q is not a CIDR", c.ClusterNetworks, n)
+		}
 	}
 	n := 0
 	for _, f := range []string{c.TrustAnchorsFile, c.IssuerCertificateFile, c.IssuerKeyFile} {

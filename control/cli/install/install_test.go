@@ -214,14 +214,16 @@ func TestCRDsOnly(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	for name, mut := range map[string]func(*Config){
-		"empty trust domain":    func(c *Config) { c.TrustDomain = "" },
-		"uppercase domain":      func(c *Config) { c.ClusterDomain = "Cluster.Local" },
-		"relative CNI dir":      func(c *Config) { c.CNIBinDir = "opt/cni/bin" },
-		"unclean CNI dir":       func(c *Config) { c.CNIConfDir = "/etc/cni/../net.d" },
-		"root CNI dir":          func(c *Config) { c.CNIConfDir = "/" },
-		"bad version":           func(c *Config) { c.Version = "v1 2" },
-		"registry trailing /":   func(c *Config) { c.ImageRegistry = "example.org/" },
-		"partial identity file": func(c *Config) { c.IssuerKeyFile = "key.pem" },
+		"empty trust domain":     func(c *Config) { c.TrustDomain = "" },
+		"uppercase domain":       func(c *Config) { c.ClusterDomain = "Cluster.Local" },
+		"relative CNI dir":       func(c *Config) { c.CNIBinDir = "opt/cni/bin" },
+		"unclean CNI dir":        func(c *Config) { c.CNIConfDir = "/etc/cni/../net.d" },
+		"root CNI dir":           func(c *Config) { c.CNIConfDir = "/" },
+		"bad version":            func(c *Config) { c.Version = "v1 2" },
+		"registry trailing /":    func(c *Config) { c.ImageRegistry = "example.org/" },
+		"partial identity file":  func(c *Config) { c.IssuerKeyFile = "key.pem" },
+		"unknown inbound policy": func(c *Config) { c.DefaultInboundPolicy = "allow-all" },
+		"bad cluster network":    func(c *Config) { c.ClusterNetworks = "10.0.0.0/8,10.300.0.0/16" },
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg := DefaultConfig()

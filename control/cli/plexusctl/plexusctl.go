@@ -253,6 +253,8 @@ func runInstall(ctx context.Context, g *globals, args []string, env Env) error {
 	fs.StringVar(&cfg.ImageRegistry, "image-registry", cfg.ImageRegistry, "registry (and path) of the Plexus images")
 	fs.StringVar(&cfg.Version, "version", cfg.Version, "tag of the Plexus images")
 	fs.BoolVar(&cfg.CRDsOnly, "crds", false, "print only the CustomResourceDefinitions")
+	fs.StringVar(&cfg.DefaultInboundPolicy, "default-inbound-policy", cfg.DefaultInboundPolicy, "who may reach meshed pods no Server covers: all-unauthenticated, all-authenticated, cluster-authenticated, cluster-unauthenticated, deny or audit (a namespace or pod annotation config.plexus.dev/default-inbound-policy overrides it)")
+	fs.StringVar(&cfg.ClusterNetworks, "cluster-networks", cfg.ClusterNetworks, "the cluster's pod and service networks (comma-separated CIDRs), for the cluster-* inbound policies")
 	fs.BoolVar(&cfg.SkipGatewayAPICRDs, "skip-gateway-api-crds", false, "leave out the Gateway API CRDs (HTTPRoute, GRPCRoute) without asking the cluster which it has")
 	fs.StringVar(&cfg.TrustAnchorsFile, "identity-trust-anchors-file", "", "PEM trust anchors (with the two issuer files; default: generate new ones)")
 	fs.StringVar(&cfg.IssuerCertificateFile, "identity-issuer-certificate-file", "", "PEM issuer certificate, signed by a trust anchor")
