@@ -64,23 +64,15 @@ type policies struct {
 
 	mu      sync.Mutex
 	streams map[*policyStream]struct{}
-	// warned holds the warnings logged already: Translate runs per stream
-	// and change, and repeats them.
-	warned map[string]struct{}
+	// warned logs translation warnings once: Translate runs per stream and
+	// change, and repeats them.
+	warned *onceLog
 }
 
 // warn logs a translation warning (a malformed Service annotation, an
-// invalid profile) once; p.mu is held.
+// invalid profile) once.
 func (p *policies) warn(err error) {
-	msg := err.Error()
-	if _, ok := p.warned[msg]; ok {
-		return
-	}
-	if len(p.warned) > 1000 {
-		clear(p.warned)
-	}
-	p.warned[msg] = struct{}{}
-	p.log.Warn("outbound policy: ignored part of a resource", "problem", msg)
+	p.warned.warn("outbound policy: ignored part of a resource", "problem", err.Error())
 }
 
 // policyStream is one GetOutboundPolicy stream.
@@ -95,31 +87,13 @@ type policyStream struct {
 
 func newPolicies(cfg Config, w *watcher, log *slog.Logger) *policies {
 	return &policies{cfg: cfg, w: w, log: log, kick: make(chan struct{}, 1),
-		streams: map[*policyStream]struct{}{}, warned: map[string]struct{}{}, dirty: map[string]struct{}{}}
+		streams: map[*policyStream]struct{}{}, warned: newOnceLog(log), dirty: map[string]struct{}{}}
 }
 
 // watch sets up the route and profile informers for the kinds whose CRDs
 // the API server serves; a missing CRD is logged and its kind ignored
 // (restart destination after installing it).
 func (p *policies) watch(c RouteClients) error {
-	// served: whether the API server serves resource in gv. Only "not
-	// found" means it does not; any other error (API server unreachable)
-	// fails, rather than ignoring the kind until the next restart.
-	served := func(gv, resource string) (bool, error) {
-		list, err := c.Discovery.ServerResourcesForGroupVersion(gv)
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		if err != nil {
-			return false, fmt.Errorf("discovering whether %s %s is served: %w", gv, resource, err)
-		}
-		for _, r := range list.APIResources {
-			if r.Name == resource {
-				return true, nil
-			}
-		}
-		return false, nil
-	}
 	// A route or profile change recomputes the streams of the Services
 	// it names (before and after the change), not every stream.
 	handler := cache.ResourceEventHandlerFuncs{
@@ -138,15 +112,15 @@ func (p *policies) watch(c RouteClients) error {
 		}
 		return inf, nil
 	}
-	httpServed, err := served("gateway.networking.k8s.io/v1", "httproutes")
+	httpServed, err := served(c.Discovery, "gateway.networking.k8s.io/v1", "httproutes")
 	if err != nil {
 		return err
 	}
-	grpcServed, err := served("gateway.networking.k8s.io/v1", "grpcroutes")
+	grpcServed, err := served(c.Discovery, "gateway.networking.k8s.io/v1", "grpcroutes")
 	if err != nil {
 		return err
 	}
-	profilesServed, err := served(serviceprofile.GroupVersionResource.GroupVersion().String(), serviceprofile.GroupVersionResource.Resource)
+	profilesServed, err := served(c.Discovery, serviceprofile.GroupVersionResource.GroupVersion().String(), serviceprofile.GroupVersionResource.Resource)
 	if err != nil {
 		return err
 	}
@@ -174,6 +148,25 @@ func (p *policies) watch(c RouteClients) error {
 	}
 	p.status = newStatusWriter(c.Gateway, p, p.log)
 	return nil
+}
+
+// served reports whether the API server serves resource in gv. Only
+// "not found" means it does not; any other error (API server unreachable)
+// fails, rather than ignoring the kind until the next restart.
+func served(disc discovery.DiscoveryInterface, gv, resource string) (bool, error) {
+	list, err := disc.ServerResourcesForGroupVersion(gv)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("discovering whether %s %s is served: %w", gv, resource, err)
+	}
+	for _, r := range list.APIResources {
+		if r.Name == resource {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // start starts the informers and waits for their caches.
