@@ -15,8 +15,11 @@ package destination
 import (
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 
+	policyv1alpha1 "github.com/plexus-mesh/plexus/control/api/policy/v1alpha1"
 	"github.com/plexus-mesh/plexus/control/spiffe"
 )
 
@@ -25,7 +28,19 @@ const (
 	DefaultClusterDomain = "cluster.local"
 	DefaultQueueSize     = 100
 	DefaultWorkers       = 2
+	// DefaultInboundPolicy is the default inbound policy of the cluster
+	// (DESIGN.md §9).
+	DefaultInboundPolicy = policyv1alpha1.AllUnauthenticated
 )
+
+// DefaultClusterNetworks are the networks of the cluster-* policies when
+// none are configured: the private ranges, as Linkerd's clusterNetworks.
+func DefaultClusterNetworks() []netip.Prefix {
+	return []netip.Prefix{
+		netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("172.16.0.0/12"),
+		netip.MustParsePrefix("192.168.0.0/16"), netip.MustParsePrefix("fd00::/8"),
+	}
+}
 
 // Config configures a Server.
 type Config struct {
@@ -38,6 +53,17 @@ type Config struct {
 	QueueSize int
 	// Workers is the number of goroutines recomputing publishers.
 	Workers int
+	// DefaultInboundPolicy applies to a pod port no Server selects, unless
+	// the pod's or its namespace's config.plexus.dev/default-inbound-policy
+	// says otherwise.
+	DefaultInboundPolicy policyv1alpha1.AccessPolicy
+	// ClusterNetworks are the client networks of the cluster-* policies.
+	ClusterNetworks []netip.Prefix
+	// VerifyInboundCaller: GetInboundPolicy answers only a caller whose
+	// verified TLS client certificate names the pod's service account
+	// (else PermissionDenied). Only a server without TLS (tests) turns it
+	// off.
+	VerifyInboundCaller bool
 }
 
 // DefaultConfig returns the configuration with every default filled in.
@@ -47,6 +73,10 @@ func DefaultConfig() Config {
 		TrustDomain:   spiffe.DefaultTrustDomain,
 		QueueSize:     DefaultQueueSize,
 		Workers:       DefaultWorkers,
+
+		DefaultInboundPolicy: DefaultInboundPolicy,
+		ClusterNetworks:      DefaultClusterNetworks(),
+		VerifyInboundCaller:  true,
 	}
 }
 
@@ -64,6 +94,17 @@ func (c Config) Validate() error {
 	}
 	if c.Workers < 1 {
 		errs = append(errs, fmt.Errorf("workers %d: must be at least 1", c.Workers))
+	}
+	if !slices.Contains(policyv1alpha1.AccessPolicies(), c.DefaultInboundPolicy) {
+		errs = append(errs, fmt.Errorf("default inbound policy %q: want one of %v", c.DefaultInboundPolicy, policyv1alpha1.AccessPolicies()))
+	}
+	if len(c.ClusterNetworks) == 0 {
+		errs = append(errs, errors.New("cluster networks: at least one is needed (none would let cluster-* policies allow any address)"))
+	}
+	for _, n := range c.ClusterNetworks {
+		if !n.IsValid() || n != n.Masked() {
+			errs = append(errs, fmt.Errorf("cluster network %s: want a valid CIDR without host bits", n))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -17,6 +17,25 @@ type PathError struct {
 
 func (e *PathError) Error() string { return fmt.Sprintf("path %q: %s", e.Path, e.Reason) }
 
+// RequestError is a request that cannot be answered as asked.
+type RequestError struct{ Reason string }
+
+func (e *RequestError) Error() string { return e.Reason }
+
+// NotFoundError is a request for an object that does not exist.
+type NotFoundError struct{ What string }
+
+func (e *NotFoundError) Error() string { return e.What + " not found" }
+
+// PermissionError is a request the caller may not make.
+type PermissionError struct{ Reason string }
+
+func (e *PermissionError) Error() string { return "permission denied: " + e.Reason }
+
+// ErrNoInbound is returned by GetInboundPolicy on a server that does not
+// watch inbound policies (WatchInbound).
+var ErrNoInbound = errors.New("this destination server does not serve inbound policies")
+
 // ErrNotReady is returned while the informer caches have not synced.
 var ErrNotReady = errors.New("destination service is not ready: informer caches have not synced")
 
@@ -30,10 +49,21 @@ func grpcError(err error) error {
 	if err == nil {
 		return nil
 	}
-	var pathErr *PathError
+	var (
+		pathErr       *PathError
+		requestErr    *RequestError
+		notFoundErr   *NotFoundError
+		permissionErr *PermissionError
+	)
 	switch {
-	case errors.As(err, &pathErr):
+	case errors.As(err, &pathErr), errors.As(err, &requestErr):
 		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.As(err, &notFoundErr):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.As(err, &permissionErr):
+		return status.Error(codes.PermissionDenied, err.Error())
+	case errors.Is(err, ErrNoInbound):
+		return status.Error(codes.Unimplemented, err.Error())
 	case errors.Is(err, ErrNotReady):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, ErrOverflow):

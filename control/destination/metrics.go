@@ -8,6 +8,8 @@ const (
 	rpcGetProfile = "get_profile"
 	// rpcGetOutboundPolicy labels GetOutboundPolicy streams.
 	rpcGetOutboundPolicy = "get_outbound_policy"
+	// rpcGetInboundPolicy labels GetInboundPolicy streams.
+	rpcGetInboundPolicy = "get_inbound_policy"
 )
 
 // metrics are the server's Prometheus collectors, registered on the

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
@@ -43,6 +44,8 @@ type routeCluster struct {
 	gw   *gwfake.Clientset
 	dyn  *dynfake.FakeDynamicClient
 	dst  pb.DestinationClient
+	// dial opens another connection to the server.
+	dial func(credentials.TransportCredentials) pb.DestinationClient
 }
 
 // startRouteCluster runs a Server watching routes on a fake cluster
@@ -57,28 +60,57 @@ func startRouteCluster(t testing.TB, crds bool, objs ...any) *routeCluster {
 // written to logTo (and to the test's log with -v).
 func startRouteClusterLogging(t testing.TB, logTo io.Writer, crds bool, objs ...any) *routeCluster {
 	t.Helper()
+	return startCluster(t, clusterOptions{logTo: logTo, crds: crds}, objs...)
+}
+
+// clusterOptions configure startCluster.
+type clusterOptions struct {
+	logTo io.Writer // nil: discarded
+	// crds: discovery serves the route, profile and policy CRDs.
+	crds bool
+	// inbound: the server watches inbound policies (WatchInbound).
+	inbound bool
+	// cfg, when set, replaces DefaultConfig().
+	cfg *Config
+	// serverCreds and clientCreds, when set, secure the connection.
+	serverCreds, clientCreds credentials.TransportCredentials
+}
+
+// startCluster runs a Server watching routes (and, with o.inbound,
+// inbound policies) on a fake cluster holding objs (core objects,
+// routes, *serviceprofile.ServiceProfile, policy.plexus.dev objects)
+// over an in-memory gRPC connection, until the test ends.
+func startCluster(t testing.TB, o clusterOptions, objs ...any) *routeCluster {
+	t.Helper()
 	var core, gw, dyn []runtime.Object
-	for _, o := range objs {
-		switch o := o.(type) {
+	for _, obj := range objs {
+		switch obj := obj.(type) {
 		case *gatewayv1.HTTPRoute, *gatewayv1.GRPCRoute:
-			gw = append(gw, o.(runtime.Object))
+			gw = append(gw, obj.(runtime.Object))
 		case *serviceprofile.ServiceProfile:
-			dyn = append(dyn, toUnstructured(t, o))
+			dyn = append(dyn, toUnstructured(t, obj))
 		case runtime.Object:
-			core = append(core, o)
+			core = append(core, obj)
 		default:
-			t.Fatalf("unexpected fixture object %T", o)
+			if u, ok := policyObject(t, obj); ok {
+				dyn = append(dyn, u)
+				continue
+			}
+			t.Fatalf("unexpected fixture object %T", obj)
 		}
+	}
+	listKinds := map[schema.GroupVersionResource]string{serviceprofile.GroupVersionResource: "ServiceProfileList"}
+	for gvr, kind := range policyResources {
+		listKinds[gvr] = kind + "List"
 	}
 	c := &routeCluster{
 		core: fake.NewClientset(core...),
 		gw:   gwfake.NewSimpleClientset(gw...),
-		dyn: dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-			map[schema.GroupVersionResource]string{serviceprofile.GroupVersionResource: "ServiceProfileList"}, dyn...),
+		dyn:  dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds, dyn...),
 	}
 	statusSubresource(c.gw)
-	if crds {
-		c.core.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{
+	if o.crds {
+		c.core.Discovery().(*fakediscovery.FakeDiscovery).Resources = append([]*metav1.APIResourceList{
 			{GroupVersion: "gateway.networking.k8s.io/v1", APIResources: []metav1.APIResource{
 				{Name: "httproutes", Namespaced: true, Kind: "HTTPRoute"},
 				{Name: "grpcroutes", Namespaced: true, Kind: "GRPCRoute"},
@@ -86,18 +118,32 @@ func startRouteClusterLogging(t testing.TB, logTo io.Writer, crds bool, objs ...
 			{GroupVersion: serviceprofile.APIVersion, APIResources: []metav1.APIResource{
 				{Name: serviceprofile.GroupVersionResource.Resource, Namespaced: true, Kind: serviceprofile.Kind},
 			}},
-		}
+		}, policyDiscovery())
+	}
+	logTo := o.logTo
+	if logTo == nil {
+		logTo = io.Discard
 	}
 	if testing.Verbose() {
 		logTo = io.MultiWriter(logTo, testWriter{t})
 	}
 	log := slog.New(slog.NewTextHandler(logTo, nil))
-	srv, err := New(DefaultConfig(), c.core, prometheus.NewRegistry(), log)
+	cfg := DefaultConfig()
+	if o.cfg != nil {
+		cfg = *o.cfg
+	}
+	srv, err := New(cfg, c.core, prometheus.NewRegistry(), log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.WatchRoutes(RouteClients{Gateway: c.gw, Dynamic: c.dyn, Discovery: c.core.Discovery()}); err != nil {
+	clients := RouteClients{Gateway: c.gw, Dynamic: c.dyn, Discovery: c.core.Discovery()}
+	if err := srv.WatchRoutes(clients); err != nil {
 		t.Fatal(err)
+	}
+	if o.inbound {
+		if err := srv.WatchInbound(clients); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// Cleanups run last first: the connection, the gRPC server, then Run.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -115,17 +161,28 @@ func startRouteClusterLogging(t testing.TB, logTo io.Writer, crds bool, objs ...
 		}
 	}
 	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer()
+	var serverOpts []grpc.ServerOption
+	if o.serverCreds != nil {
+		serverOpts = append(serverOpts, grpc.Creds(o.serverCreds))
+	}
+	gs := grpc.NewServer(serverOpts...)
 	pb.RegisterDestinationServer(gs, srv)
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient("passthrough:///bufconn", grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
-	if err != nil {
-		t.Fatal(err)
+	clientCreds := o.clientCreds
+	if clientCreds == nil {
+		clientCreds = insecure.NewCredentials()
 	}
-	t.Cleanup(func() { conn.Close() })
-	c.dst = pb.NewDestinationClient(conn)
+	c.dial = func(creds credentials.TransportCredentials) pb.DestinationClient {
+		conn, err := grpc.NewClient("passthrough:///bufconn", grpc.WithTransportCredentials(creds),
+			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return pb.NewDestinationClient(conn)
+	}
+	c.dst = c.dial(clientCreds)
 	return c
 }
 

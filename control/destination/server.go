@@ -23,6 +23,7 @@ type Server struct {
 	metrics  *metrics
 	watcher  *watcher
 	policies *policies
+	inbound  *inbound // nil until WatchInbound
 	synced   atomic.Bool
 }
 
@@ -65,6 +66,9 @@ func (s *Server) Run(ctx context.Context) error {
 	s.synced.Store(true)
 	s.log.Info("destination informer caches synced")
 	go s.policies.run(ctx)
+	if s.inbound != nil {
+		go s.inbound.run(ctx)
+	}
 	s.watcher.run(ctx, s.cfg.Workers)
 	return nil
 }
