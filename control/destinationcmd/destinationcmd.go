@@ -13,6 +13,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +28,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/adminhttp"
 	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
+	policyv1alpha1 "github.com/plexus-mesh/plexus/control/api/policy/v1alpha1"
 	"github.com/plexus-mesh/plexus/control/destination"
 	"github.com/plexus-mesh/plexus/control/kubeclient"
 )
@@ -88,6 +91,17 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs.StringVar(&cfg.Destination.ClusterDomain, "cluster-domain", cfg.Destination.ClusterDomain, "cluster DNS domain of service names")
 	fs.StringVar(&cfg.Destination.TrustDomain, "trust-domain", cfg.Destination.TrustDomain, "trust domain of endpoint identities")
 	fs.IntVar(&cfg.Destination.QueueSize, "queue-size", cfg.Destination.QueueSize, "updates queued per stream before it is ended as too slow")
+	fs.Func("default-inbound-policy", fmt.Sprintf("inbound policy of a pod port no Server selects, unless its pod or namespace is annotated %s: one of %v (default %s)",
+		destination.AnnotationDefaultInboundPolicy, policyv1alpha1.AccessPolicies(), cfg.Destination.DefaultInboundPolicy), func(v string) error {
+		cfg.Destination.DefaultInboundPolicy = policyv1alpha1.AccessPolicy(v)
+		return nil // Validate names what is wrong
+	})
+	fs.Func("cluster-networks", fmt.Sprintf("comma-separated CIDRs of the cluster's pod and node networks, the clients of cluster-* inbound policies (default %s)",
+		prefixList(cfg.Destination.ClusterNetworks)), func(v string) error {
+		nets, err := parsePrefixes(v)
+		cfg.Destination.ClusterNetworks = nets
+		return err
+	})
 	cfg.Identity.flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
@@ -113,15 +127,6 @@ func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) err
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv, err := destination.New(cfg.Destination, client, reg, log)
-	if err != nil {
-		return err
-	}
-	if err := watchRoutes(srv, cfg.Kubeconfig); err != nil {
-		return err
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if cfg.Identity.Addr != "" && opts.ServerTLS == nil {
@@ -132,6 +137,21 @@ func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) err
 		go certs.Run(ctx)
 		opts.ServerTLS = func() (*tls.Config, error) { return serverTLS(certs), nil }
 		opts.Ready = certs.Ready
+	}
+	if opts.ServerTLS == nil && cfg.Destination.VerifyInboundCaller {
+		// Without TLS no caller proves an identity (its proxies have none
+		// either): checking would refuse every proxy its inbound policy.
+		cfg.Destination.VerifyInboundCaller = false
+		log.Warn("no TLS: GetInboundPolicy cannot check that a caller is the pod's own proxy, and answers anyone")
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := destination.New(cfg.Destination, client, reg, log)
+	if err != nil {
+		return err
+	}
+	if err := watchRoutes(srv, cfg.Kubeconfig); err != nil {
+		return err
 	}
 
 	var grpcOpts []grpc.ServerOption
@@ -165,7 +185,9 @@ func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) err
 	go func() { errc <- gs.Serve(lis) }()
 	go func() { errc <- admin.Serve(adminLis) }()
 	log.Info("serving", "addr", lis.Addr().String(), "admin_addr", adminLis.Addr().String(),
-		"cluster_domain", cfg.Destination.ClusterDomain, "trust_domain", cfg.Destination.TrustDomain)
+		"cluster_domain", cfg.Destination.ClusterDomain, "trust_domain", cfg.Destination.TrustDomain,
+		"default_inbound_policy", cfg.Destination.DefaultInboundPolicy, "cluster_networks", prefixList(cfg.Destination.ClusterNetworks),
+		"verify_inbound_caller", cfg.Destination.VerifyInboundCaller)
 
 	var runErr error
 	select {
@@ -192,8 +214,9 @@ func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) err
 	return runErr
 }
 
-// watchRoutes connects the server's route side: Gateway API routes,
-// ServiceProfiles, and discovery to tell which of their CRDs exist.
+// watchRoutes connects the server's route side (Gateway API routes,
+// ServiceProfiles) and its inbound side (policy.plexus.dev), with
+// discovery to tell which of their CRDs exist.
 func watchRoutes(srv *destination.Server, kubeconfig string) error {
 	rc, err := kubeclient.Config(kubeconfig, "plexus-destination")
 	if err != nil {
@@ -211,5 +234,33 @@ func watchRoutes(srv *destination.Server, kubeconfig string) error {
 	if err != nil {
 		return fmt.Errorf("discovery client: %w", err)
 	}
-	return srv.WatchRoutes(destination.RouteClients{Gateway: gw, Dynamic: dyn, Discovery: disc})
+	c := destination.RouteClients{Gateway: gw, Dynamic: dyn, Discovery: disc}
+	if err := srv.WatchRoutes(c); err != nil {
+		return err
+	}
+	return srv.WatchInbound(c)
+}
+
+// parsePrefixes reads a comma-separated list of CIDRs.
+func parsePrefixes(v string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range strings.Split(v, ",") {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("%q: want a CIDR: %w", s, err)
+		}
+		if p != p.Masked() {
+			return nil, fmt.Errorf("%q: host bits set (want %s)", s, p.Masked())
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func prefixList(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
 }

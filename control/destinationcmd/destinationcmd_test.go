@@ -27,7 +27,22 @@ func TestParseFlags(t *testing.T) {
 		cfg.Destination.QueueSize != 7 || cfg.Destination.TrustDomain != "td.example" || cfg.Kubeconfig != "" {
 		t.Errorf("parsed %+v", cfg)
 	}
+	if d := cfg.Destination; d.DefaultInboundPolicy != "all-unauthenticated" || !d.VerifyInboundCaller ||
+		prefixList(d.ClusterNetworks) != "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fd00::/8" {
+		t.Errorf("inbound defaults: %+v", d)
+	}
+	cfg, err = ParseFlags([]string{"--default-inbound-policy", "cluster-authenticated", "--cluster-networks", "10.244.0.0/16, fd10::/64"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cfg.Destination; d.DefaultInboundPolicy != "cluster-authenticated" || prefixList(d.ClusterNetworks) != "10.244.0.0/16,fd10::/64" {
+		t.Errorf("inbound flags: %+v", d)
+	}
 	for _, args := range [][]string{
+		{"--default-inbound-policy", "allow"},
+		{"--cluster-networks", ""},
+		{"--cluster-networks", "10.0.0.1/8"},
+		{"--cluster-networks", "10.0.0.0/8,nowhere"},
 		{"--queue-size", "0"},
 		{"--addr", "8086"},
 		{"--cluster-domain", ".cluster.local"},
