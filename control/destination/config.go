@@ -34,10 +34,11 @@ const (
 )
 
 // DefaultClusterNetworks are the networks of the cluster-* policies when
-// none are configured: the private ranges, as Linkerd's clusterNetworks.
+// none are configured: Linkerd's clusterNetworks default (the private
+// ranges and the shared address space), as plexusctl install's.
 func DefaultClusterNetworks() []netip.Prefix {
 	return []netip.Prefix{
-		netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("172.16.0.0/12"),
+		netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("100.64.0.0/10"), netip.MustParsePrefix("172.16.0.0/12"),
 		netip.MustParsePrefix("192.168.0.0/16"), netip.MustParsePrefix("fd00::/8"),
 	}
 }

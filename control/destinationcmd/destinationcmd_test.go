@@ -28,7 +28,7 @@ func TestParseFlags(t *testing.T) {
 		t.Errorf("parsed %+v", cfg)
 	}
 	if d := cfg.Destination; d.DefaultInboundPolicy != "all-unauthenticated" || !d.VerifyInboundCaller ||
-		prefixList(d.ClusterNetworks) != "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fd00::/8" {
+		prefixList(d.ClusterNetworks) != "10.0.0.0/8,100.64.0.0/10,172.16.0.0/12,192.168.0.0/16,fd00::/8" {
 		t.Errorf("inbound defaults: %+v", d)
 	}
 	cfg, err = ParseFlags([]string{"--default-inbound-policy", "cluster-authenticated", "--cluster-networks", "10.244.0.0/16, fd10::/64"}, io.Discard)
