@@ -18,7 +18,7 @@ const (
 	idA     = "spiffe://cluster.local/ns/ns/sa/a"
 	idOther = "spiffe://cluster.local/ns/other/sa/b"
 	// probes8080 is the probe route of inboundPod's port 8080.
-	probes8080 = "default:probe (GET =/live, GET =/ready) authz[default:probe{nets=192.168.1.10/32}]"
+	probes8080 = "default:probe (GET =/live, GET =/ready) authz[default:probe{}]"
 	// catchAll8080 is the catch-all route beside it, then the probe route.
 	catchAll8080 = " routes[default:default () authz[] | " + probes8080 + "]"
 )

@@ -2,7 +2,6 @@ package destination
 
 import (
 	"cmp"
-	"net/netip"
 	"slices"
 	"strings"
 
@@ -82,8 +81,11 @@ func serverParents(refs []gatewayv1.ParentReference, routeNS string) []string {
 }
 
 // probeRoute returns the route of pod's own HTTP probes on port: GET on
-// each probe's exact path, allowed from the pod's node (status.hostIPs);
-// nil when the pod has no such probe or no host IP yet.
+// each probe's exact path, allowed unauthenticated from any address, as
+// Linkerd's probe route; nil when the pod has no such probe. Limiting it
+// to the node does not work: the kubelet's connection comes from the
+// node's address on the pod network (a bridge's gateway, say), which the
+// Node object does not list; status.hostIPs are not it.
 func probeRoute(pod *corev1.Pod, port uint16) *pb.InboundRoute {
 	var paths []string
 	for _, c := range podContainers(pod) {
@@ -100,11 +102,10 @@ func probeRoute(pod *corev1.Pod, port uint16) *pb.InboundRoute {
 			paths = append(paths, path)
 		}
 	}
-	nets := hostNetworks(pod)
-	if len(paths) == 0 || len(nets) == 0 {
+	if len(paths) == 0 {
 		return nil
 	}
-	r := &pb.InboundRoute{Ref: defaultRef("probe"), Authorizations: []*pb.Authorization{{Ref: defaultRef("probe"), Networks: nets}}}
+	r := &pb.InboundRoute{Ref: defaultRef("probe"), Authorizations: []*pb.Authorization{{Ref: defaultRef("probe")}}}
 	for _, path := range sortedSet(paths) {
 		r.Matches = append(r.Matches, &pb.RouteMatch{Path: &pb.PathMatch{Kind: pb.PathMatch_EXACT, Value: path}, Method: "GET"})
 	}
@@ -123,26 +124,6 @@ func containerPort(c *corev1.Container, p intstr.IntOrString, port uint16) bool 
 		}
 	}
 	return false
-}
-
-// hostNetworks returns the pod's node addresses, each as a one-address
-// network.
-func hostNetworks(pod *corev1.Pod) []*pb.Network {
-	ips := make([]string, 0, len(pod.Status.HostIPs)+1)
-	for _, h := range pod.Status.HostIPs {
-		ips = append(ips, h.IP)
-	}
-	if len(ips) == 0 && pod.Status.HostIP != "" {
-		ips = append(ips, pod.Status.HostIP)
-	}
-	var out []*pb.Network
-	for _, s := range ips {
-		if a, err := netip.ParseAddr(s); err == nil {
-			a = a.Unmap()
-			out = append(out, &pb.Network{Cidr: netip.PrefixFrom(a, a.BitLen()).String()})
-		}
-	}
-	return out
 }
 
 // rateLimit returns the limit of the HTTPLocalRateLimitPolicy that
