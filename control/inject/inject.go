@@ -6,6 +6,7 @@ package inject
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -166,6 +167,7 @@ func Patch(pod *corev1.Pod, ns *corev1.Namespace, cfg Config) ([]Op, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.inboundPorts = declaredPorts(pod)
 	var p patch
 	proxy := cfg.container(s)
 	if s.native {
@@ -191,6 +193,26 @@ func proxyCores(limit resource.Quantity) int {
 	return int(min(max((limit.MilliValue()+999)/1000, 1), 64))
 }
 
+// declaredPorts lists the TCP ports pod's containers declare, "a,b,c".
+func declaredPorts(pod *corev1.Pod) string {
+	var ports []int
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			for _, p := range c.Ports {
+				if (p.Protocol == "" || p.Protocol == corev1.ProtocolTCP) && p.ContainerPort > 0 && !slices.Contains(ports, int(p.ContainerPort)) {
+					ports = append(ports, int(p.ContainerPort))
+				}
+			}
+		}
+	}
+	slices.Sort(ports)
+	out := make([]string, len(ports))
+	for i, p := range ports {
+		out[i] = strconv.Itoa(p)
+	}
+	return strings.Join(out, ",")
+}
+
 // container is the plexus-proxy container for a pod with settings s.
 func (c Config) container(s settings) corev1.Container {
 	r := s.redirect
@@ -211,6 +233,7 @@ func (c Config) container(s settings) corev1.Container {
 		{Name: "PLEXUS_PROXY_TRUST_DOMAIN", Value: c.TrustDomain},
 		{Name: "PLEXUS_PROXY_TRUST_ANCHORS", Value: c.TrustAnchorsPEM},
 		{Name: "PLEXUS_PROXY_POD_NAMESPACE", ValueFrom: field("metadata.namespace")},
+		{Name: "PLEXUS_PROXY_POD_NAME", ValueFrom: field("metadata.name")},
 		{Name: "PLEXUS_PROXY_SERVICE_ACCOUNT", ValueFrom: field("spec.serviceAccountName")},
 		{Name: "PLEXUS_PROXY_IDENTITY_TOKEN_FILE", Value: TokenDir + "/token"},
 		{Name: "PLEXUS_PROXY_REDIRECT_PROBE_PORT", Value: strconv.Itoa(RedirectProbePort)},
@@ -224,6 +247,9 @@ func (c Config) container(s settings) corev1.Container {
 	}
 	if s.cpuLimit != nil {
 		env = append(env, corev1.EnvVar{Name: "PLEXUS_PROXY_CORES", Value: strconv.Itoa(proxyCores(*s.cpuLimit))})
+	}
+	if s.inboundPorts != "" {
+		env = append(env, corev1.EnvVar{Name: "PLEXUS_PROXY_INBOUND_PORTS", Value: s.inboundPorts})
 	}
 	admin, redirected := intstr.FromString("plexus-admin"), intstr.FromInt32(RedirectProbePort)
 	probe := func(port intstr.IntOrString, path string, period, failures int32) *corev1.Probe {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,7 +24,13 @@ const (
 	AnnotationProxyCPULimit      = podconfig.AnnotationPrefix + "proxy-cpu-limit"
 	AnnotationProxyMemoryRequest = podconfig.AnnotationPrefix + "proxy-memory-request"
 	AnnotationProxyMemoryLimit   = podconfig.AnnotationPrefix + "proxy-memory-limit"
+	// AnnotationDefaultInboundPolicy is read by destination (DESIGN §9);
+	// the injector only checks its value.
+	AnnotationDefaultInboundPolicy = podconfig.AnnotationPrefix + "default-inbound-policy"
 )
+
+// DefaultInboundPolicies are the values of AnnotationDefaultInboundPolicy.
+var DefaultInboundPolicies = []string{"all-unauthenticated", "all-authenticated", "cluster-authenticated", "cluster-unauthenticated", "deny", "audit"}
 
 // RedirectProbePort is where the kubelet probes the proxy's readiness:
 // nothing in the pod listens on it, so the probe's connection reaches the
@@ -35,6 +42,7 @@ const RedirectProbePort = 4192
 var proxyAnnotations = []string{
 	AnnotationNativeSidecar, AnnotationInboundPolicy, AnnotationProxyLogLevel,
 	AnnotationProxyCPURequest, AnnotationProxyCPULimit, AnnotationProxyMemoryRequest, AnnotationProxyMemoryLimit,
+	AnnotationDefaultInboundPolicy,
 }
 
 // settings is one pod's validated mesh configuration.
@@ -50,6 +58,10 @@ type settings struct {
 	// annotations are the config.plexus.dev/* values the pod ends up with:
 	// its own, plus the namespace's where it has none.
 	annotations map[string]string
+	// inboundPorts are the TCP ports the pod's containers declare
+	// (PLEXUS_PROXY_INBOUND_PORTS: their inbound policies are asked for at
+	// start), "" when none.
+	inboundPorts string
 }
 
 // merged returns the pod's config.plexus.dev/* annotations with the
@@ -110,6 +122,10 @@ func parseSettings(a map[string]string, def Defaults) (settings, error) {
 		default:
 			return settings{}, &podconfig.AnnotationError{Annotation: AnnotationInboundPolicy, Value: v, Err: errors.New(`want "permissive" or "mtls"`)}
 		}
+	}
+	if v, ok := a[AnnotationDefaultInboundPolicy]; ok && !slices.Contains(DefaultInboundPolicies, v) {
+		return settings{}, &podconfig.AnnotationError{Annotation: AnnotationDefaultInboundPolicy, Value: v,
+			Err: errors.New("want one of " + strings.Join(DefaultInboundPolicies, ", "))}
 	}
 	if v, ok := a[AnnotationProxyLogLevel]; ok {
 		var l slog.Level

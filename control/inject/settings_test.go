@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -11,5 +12,20 @@ func TestProxyCores(t *testing.T) {
 		if got := proxyCores(resource.MustParse(limit)); got != want {
 			t.Errorf("proxyCores(%s) = %d, want %d", limit, got, want)
 		}
+	}
+}
+
+// The default inbound policy annotation is checked at injection, and a
+// value destination would not understand is refused with the annotation
+// named.
+func TestDefaultInboundPolicyAnnotation(t *testing.T) {
+	for _, v := range DefaultInboundPolicies {
+		if _, err := parseSettings(map[string]string{AnnotationDefaultInboundPolicy: v}, DefaultResources()); err != nil {
+			t.Errorf("%s: %v", v, err)
+		}
+	}
+	_, err := parseSettings(map[string]string{AnnotationDefaultInboundPolicy: "allow-all"}, DefaultResources())
+	if err == nil || !strings.Contains(err.Error(), AnnotationDefaultInboundPolicy) || !strings.Contains(err.Error(), "allow-all") {
+		t.Errorf("allow-all: %v, want an error naming the annotation and value", err)
 	}
 }
