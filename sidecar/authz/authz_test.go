@@ -154,3 +154,25 @@ func BenchmarkDecide50(b *testing.B) {
 		}
 	}
 }
+
+// A connection is kept while some authorization but the probe route's
+// admits its client (the probe paths admit anyone).
+func TestMayConnect(t *testing.T) {
+	probe := &pb.InboundRoute{Ref: ref("default", "probe"),
+		Matches:        []*pb.RouteMatch{{Method: "GET", Path: &pb.PathMatch{Kind: pb.PathMatch_EXACT, Value: "/healthz"}}},
+		Authorizations: []*pb.Authorization{{Ref: ref("default", "probe")}}}
+	catchAll := &pb.InboundRoute{Ref: ref("default", "default")}
+	deny := compile(t, &pb.InboundPolicy{Routes: []*pb.InboundRoute{probe, catchAll}})
+	if deny.MayConnect(client("10.0.0.1", idA)) {
+		t.Error("deny with a probe route: a client may keep its connection")
+	}
+	public := &pb.InboundRoute{Ref: ref("HTTPRoute", "public"), Authorizations: []*pb.Authorization{{Ref: ref("AuthorizationPolicy", "all")}}}
+	open := compile(t, &pb.InboundPolicy{Routes: []*pb.InboundRoute{probe, public}})
+	if !open.MayConnect(client("10.0.0.1", "")) {
+		t.Error("a route open to all: the client may not keep its connection")
+	}
+	onlyA := compile(t, &pb.InboundPolicy{Authorizations: []*pb.Authorization{{MeshTls: true, Identities: []string{idA}}}, Routes: []*pb.InboundRoute{probe, catchAll}})
+	if !onlyA.MayConnect(client("10.0.0.1", idA)) || onlyA.MayConnect(client("10.0.0.1", idB)) {
+		t.Error("only A: A must keep its connection, B must not")
+	}
+}
