@@ -64,44 +64,88 @@ type AuthzResult struct {
 	Allowed, DryRun      bool
 }
 
-func refValues(r *destinationpb.ResourceRef) []string {
-	return []string{r.GetGroup(), r.GetKind(), r.GetName()}
+// values are a result's label values, built without allocating (the
+// port's text is cached): at most 15.
+type values struct {
+	buf [15]string
+	n   int
 }
 
-func (r AuthzResult) srv() []string {
-	return append(refValues(r.Server), strconv.Itoa(int(r.Port)))
+func (v *values) add(s ...string) *values {
+	v.n += copy(v.buf[v.n:], s)
+	return v
 }
 
-func (r AuthzResult) peer() []string {
+func (v *values) ref(r *destinationpb.ResourceRef) *values {
+	return v.add(r.GetGroup(), r.GetKind(), r.GetName())
+}
+
+func (v *values) get() []string { return v.buf[:v.n] }
+
+func (m *Metrics) srv(v *values, r AuthzResult) *values {
+	return v.ref(r.Server).add(m.portText(r.Port))
+}
+
+func peer(v *values, r AuthzResult) *values {
 	tls, client, _ := r.TLS.values(Inbound)
-	return []string{tls, client}
+	return v.add(tls, client)
+}
+
+// portText returns port as text, cached per port (label values are
+// built per request).
+func (m *Metrics) portText(port uint16) string {
+	m.portsMu.RLock()
+	s, ok := m.ports[port]
+	m.portsMu.RUnlock()
+	if ok {
+		return s
+	}
+	s = strconv.Itoa(int(port))
+	m.portsMu.Lock()
+	if len(m.ports) < 1024 {
+		m.ports[port] = s
+	}
+	m.portsMu.Unlock()
+	return s
 }
 
 // HTTPAuthz counts an inbound request's authorization.
 func (m *Metrics) HTTPAuthz(r AuthzResult) {
+	var v values
+	m.srv(&v, r).ref(r.Route)
 	if r.Allowed && !r.DryRun {
-		m.authz.httpAllow.WithLabelValues(labels(r.srv(), refValues(r.Route), refValues(r.Authz), r.peer(), []string{"false"})...).Inc()
+		peer(v.ref(r.Authz), r).add("false")
+		m.authz.httpAllow.WithLabelValues(v.get()...).Inc()
 		return
 	}
-	m.authz.httpDeny.WithLabelValues(labels(r.srv(), refValues(r.Route), r.peer(), []string{strconv.FormatBool(r.DryRun)})...).Inc()
+	peer(&v, r).add(strconv.FormatBool(r.DryRun))
+	m.authz.httpDeny.WithLabelValues(v.get()...).Inc()
 }
 
 // TCPAuthz counts an inbound connection's authorization.
 func (m *Metrics) TCPAuthz(r AuthzResult) {
+	var v values
+	m.srv(&v, r)
 	if r.Allowed && !r.DryRun {
-		m.authz.tcpAllow.WithLabelValues(labels(r.srv(), refValues(r.Authz), r.peer())...).Inc()
+		peer(v.ref(r.Authz), r)
+		m.authz.tcpAllow.WithLabelValues(v.get()...).Inc()
 		return
 	}
-	m.authz.tcpDeny.WithLabelValues(labels(r.srv(), r.peer(), []string{strconv.FormatBool(r.DryRun)})...).Inc()
+	peer(&v, r).add(strconv.FormatBool(r.DryRun))
+	m.authz.tcpDeny.WithLabelValues(v.get()...).Inc()
 }
 
 // TCPAuthzTerminated counts a live connection closed on revocation.
 func (m *Metrics) TCPAuthzTerminated(r AuthzResult) {
-	m.authz.tcpTerminate.WithLabelValues(labels(r.srv(), r.peer())...).Inc()
+	var v values
+	peer(m.srv(&v, r), r)
+	m.authz.tcpTerminate.WithLabelValues(v.get()...).Inc()
 }
 
 // RateLimited counts a request refused by a rate limit (r.Authz names the
 // HTTPLocalRateLimitPolicy).
 func (m *Metrics) RateLimited(r AuthzResult) {
-	m.authz.rateLimited.WithLabelValues(labels(r.srv(), refValues(r.Authz), r.peer())...).Inc()
+	var v values
+	peer(m.srv(&v, r).ref(r.Authz), r)
+	m.authz.rateLimited.WithLabelValues(v.get()...).Inc()
 }

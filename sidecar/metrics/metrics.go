@@ -40,6 +40,8 @@ var latencyBucketsMs = []float64{1, 2, 3, 4, 5, 10, 20, 30, 40, 50, 100, 200, 30
 type Metrics struct {
 	maxTargets int
 	authz      authzMetrics
+	portsMu    sync.RWMutex
+	ports      map[uint16]string // srv_port label values
 
 	requests  *prometheus.CounterVec
 	responses *prometheus.CounterVec
@@ -116,6 +118,7 @@ func New(reg prometheus.Registerer, maxTargets int) *Metrics {
 	reg.MustRegister(m.requests, m.responses, m.latency, m.tcpOpen, m.tcpClose, m.tcpConns, m.tcpRead, m.tcpWrite, m.probes, m.refused, m.limits)
 	reg.MustRegister(m.resent)
 	m.authz = newAuthzMetrics()
+	m.ports = map[uint16]string{}
 	reg.MustRegister(m.authz.collectors()...)
 	reg.MustRegister(m.httpRoutes.collectors()...)
 	reg.MustRegister(m.grpcRoutes.collectors()...)

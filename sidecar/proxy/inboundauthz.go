@@ -82,7 +82,9 @@ func (p *Proxy) authorizeRequest(req *httpproxy.Request) authz.Decision {
 		return d // answered 404 route-not-found; counted in response_total
 	}
 	p.opts.Metrics.HTTPAuthz(p.authzResult(pol, d, req.Dst.Port(), req.TLS))
-	p.logDenial(d, "request", req.Dst, req.Client, req.TLS, req.Method+" "+req.Path)
+	if d.Denied {
+		p.logDenial(d, "request", req.Dst, req.Client, req.TLS, req.Method+" "+req.Path)
+	}
 	if d.Allowed && pol != nil && pol.RateLimit != nil && !pol.Admit(&authz.Client{Addr: req.Client, ID: req.TLS.ID}, monoNow()) {
 		d.RateLimited = true
 		p.opts.Metrics.RateLimited(metrics.AuthzResult{Server: pol.Server, Authz: pol.RateLimit.GetRef(), Port: req.Dst.Port(), TLS: req.TLS})

@@ -34,7 +34,7 @@ func (f *fixedPolicies) InboundPolicy(_ context.Context, port uint16) *authz.Pol
 	return f.by[port]
 }
 
-func (f *fixedPolicies) set(t *testing.T, port uint16, p *pb.InboundPolicy) *authz.Policy {
+func (f *fixedPolicies) set(t testing.TB, port uint16, p *pb.InboundPolicy) *authz.Policy {
 	t.Helper()
 	c, err := authz.Compile(p)
 	if err != nil {

@@ -103,6 +103,11 @@ func TestLoopbackMTLSChain(t *testing.T) {
 // serveInbound runs an inbound Proxy on loopback whose every connection
 // is for dst, metrics on reg, until the test ends.
 func serveInbound(t *testing.T, reg *prometheus.Registry, dst netip.AddrPort, mut func(*Options)) (*Proxy, netip.AddrPort) {
+	return serveInboundTB(t, reg, dst, mut)
+}
+
+// serveInboundTB is serveInbound for tests and benchmarks.
+func serveInboundTB(t testing.TB, reg *prometheus.Registry, dst netip.AddrPort, mut func(*Options)) (*Proxy, netip.AddrPort) {
 	t.Helper()
 	cfg := config.Default()
 	cfg.DetectTimeout = 300 * time.Millisecond
