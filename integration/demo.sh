@@ -73,12 +73,34 @@ echo
 echo "$routes" | sed 's/^/    /'
 echo
 echo "$routes" | grep -q 'books-canary' || die "plexusctl routes shows no books-canary route for web"
+step "authorization: books answers web alone (Server + AuthorizationPolicy + MeshTLSAuthentication)"
+kubectl apply -f "$HERE/demo/policy.yaml" >/dev/null
+sleep 3 # policies reach the proxies in well under a second; the stat window below
+kubectl -n plexus-demo delete pod intruder --ignore-not-found --wait=true >/dev/null
+kubectl -n plexus-demo run intruder --image=plexus.dev/testapp:dev --image-pull-policy=IfNotPresent --restart=Never \
+	--overrides='{"spec":{"securityContext":{"runAsNonRoot":true,"runAsUser":65532,"seccompProfile":{"type":"RuntimeDefault"}},"containers":[{"name":"intruder","image":"plexus.dev/testapp:dev","args":["get","http://books.plexus-demo.svc.cluster.local:8080/"],"securityContext":{"allowPrivilegeEscalation":false,"readOnlyRootFilesystem":true,"capabilities":{"drop":["ALL"]}}}]}}' >/dev/null
+deadline=$((SECONDS + 120))
+until phase=$(kubectl -n plexus-demo get pod intruder -o jsonpath='{.status.phase}' 2>/dev/null) && [ "$phase" = Succeeded -o "$phase" = Failed ]; do
+	[ $SECONDS -lt $deadline ] || { kubectl -n plexus-demo describe pod intruder >&2; die "the intruder pod did not finish"; }
+	sleep 1
+done
+intruder=$(kubectl -n plexus-demo logs intruder -c intruder 2>&1 || true)
+echo "    a meshed pod with another identity asks books: $(echo "$intruder" | grep -m1 '403' || echo "$intruder" | tail -1)"
+echo "$intruder" | grep -q '403' || die "books answered a client other than web: $intruder"
+sleep 10
+stat=$($PLEXUSCTL stat deploy -n plexus-demo --window 10s)
+line=$(echo "$stat" | awk '$1 == "books"')
+echo "    $line"
+echo "$line" | awk '{print $3}' | grep -q '^100' || die "web's requests to books fail under the policy: $line"
+kubectl -n plexus-demo delete pod intruder --wait=false >/dev/null
 log "demo finished in $((SECONDS - start))s"
 cat <<MSG
 
 Every edge (load -> web -> books over HTTP/1.1, web -> votes over gRPC) is
 meshed and carried over mTLS. web's requests to books follow the
 books-canary HTTPRoute: 10 % go to books-v2, whose failures are retried.
+books answers web alone: a Server with an AuthorizationPolicy for web's
+mesh identity; any other caller gets 403.
 
 Explore:
     $(print_env | head -1)
@@ -87,6 +109,7 @@ Explore:
     bin/plexusctl stat pod -n plexus-demo -o wide
     bin/plexusctl routes deploy/web -n plexus-demo -o wide
     kubectl -n plexus-demo get httproute books-canary -o yaml
+    kubectl -n plexus-demo get server,authorizationpolicy,meshtlsauthentication
     bin/plexusctl check
     kubectl -n plexus-demo get pods -o wide
 Tear down:
