@@ -12,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/control/spiffe"
 	"github.com/plexus-mesh/plexus/sidecar/internal/destinationtest"
 	"github.com/plexus-mesh/plexus/sidecar/internal/netnstest"
+	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
 )
 
 // BenchmarkMeshHTTP1 measures sequential HTTP/1.1 keep-alive requests
@@ -32,17 +35,23 @@ func BenchmarkMeshHTTP1(b *testing.B) {
 		{"proxied-http-gomaxprocs1", true, []string{"PLEXUS_PROXY_LOG_LEVEL=info", "GOMAXPROCS=1"}},
 		{"proxied-opaque", true, []string{"PLEXUS_PROXY_LOG_LEVEL=info", "PLEXUS_PROXY_OPAQUE_PORTS=8080"}},
 		{"proxied-mtls", true, []string{"PLEXUS_PROXY_LOG_LEVEL=info"}},
+		{"proxied-mtls-authz", true, []string{"PLEXUS_PROXY_LOG_LEVEL=info"}},
 		{"socat-pair", false, nil},
 	} {
 		proxied := v.proxied
 		b.Run(v.name, func(b *testing.B) {
 			var m *mesh
-			if v.name == "proxied-mtls" {
+			switch v.name {
+			case "proxied-mtls", "proxied-mtls-authz":
 				var dest *destinationtest.Server
-				m, dest = newMTLSMesh(b, v.env)
+				if v.name == "proxied-mtls" {
+					m, dest = newMTLSMesh(b, v.env)
+				} else {
+					m, dest = newAuthzMesh(b, v.env)
+				}
 				tgt := fmt.Sprintf("%s:8080", serverIP)
 				dest.Set(tgt, destinationtest.Add(destinationtest.Endpoint(tgt, serverPodID)))
-			} else {
+			default:
 				m = newTopology(b, proxied, v.env...)
 			}
 			if v.name == "socat-pair" {
@@ -146,4 +155,27 @@ func rssMB(b *testing.B, pid int) float64 {
 		}
 	}
 	return 0
+}
+
+// newAuthzMesh is newMTLSMesh whose server proxy also enforces inbound
+// policies: it asks a destination of its own (in its namespace) for them
+// and gets all-unauthenticated, the default, on every port.
+func newAuthzMesh(b *testing.B, env []string) (*mesh, *destinationtest.Server) {
+	b.Helper()
+	m := newTopology(b, false)
+	ca := testpki.New("mesh")
+	destID := spiffe.New("cluster.local", "plexus-system", "plexus-destination")
+	dest := destinationtest.Serve(m.client.listen(b, "127.0.0.1:8086"), ca, destID)
+	b.Cleanup(dest.Stop)
+	policies := destinationtest.Serve(m.server.listen(b, "127.0.0.1:8086"), ca, destID)
+	b.Cleanup(policies.Stop)
+	all := &pb.InboundPolicy{Server: &pb.ResourceRef{Kind: "default", Name: "all-unauthenticated"},
+		Authorizations: []*pb.Authorization{{Ref: &pb.ResourceRef{Kind: "default", Name: "all-unauthenticated"}}}}
+	for _, port := range []uint32{8080, 4191} {
+		policies.SetInbound(port, all)
+	}
+	m.server = startProxy(b, m.server.ns, identityEnv(ca, serverPodID, append(env,
+		"PLEXUS_PROXY_DESTINATION_ADDR=127.0.0.1:8086", "PLEXUS_PROXY_POD_NAME=server", "PLEXUS_PROXY_INBOUND_PORTS=8080")...)...)
+	m.client = startProxy(b, m.client.ns, identityEnv(ca, clientPodID, append(env, "PLEXUS_PROXY_DESTINATION_ADDR=127.0.0.1:8086")...)...)
+	return m, dest
 }
