@@ -91,13 +91,24 @@ import (
 //     being allowed and b denied by mtls; a server created meanwhile
 //     (late) stays not ready and its proxy's /ready says it has no inbound
 //     policy for port 8080; once destination is back it becomes ready.
+//   - rate limit: servers limited and limited-share have a Server on 7070
+//     (HTTP there: their pods' opaque-ports annotation lists no port; the
+//     kubelet probes 8080, so its probes are neither charged nor refused)
+//     with accessPolicy all-unauthenticated and an
+//     HTTPLocalRateLimitPolicy. limited: total 100/s; a sends 300
+//     requests a second for 6 s, and from its second second on 100 ± 10
+//     a second are answered 200 by the app, every other request 429
+//     plexus-proxy-error: rate-limited by the proxy, counted in
+//     inbound_http_local_ratelimit_total. limited-share: 50/s per
+//     identity, other's ServiceAccount (another namespace) overridden to
+//     100/s, total 250/s; a, b and other send 150 a second each at the
+//     same time: a and b get 50 ± 8 a second, other 100 ± 10 (the total
+//     is charged only for what the identities' buckets admitted, or other
+//     would get less).
 //   - probes: every server pod became Ready through its proxy (the
 //     kubelet's probes pass under every policy above, deny included and
 //     revoke's Server left without any authorization) and stayed Ready
 //     without a restart.
-//
-// Rate limits (HTTPLocalRateLimitPolicy) are not implemented yet: no cell
-// here covers them.
 func TestPolicy(t *testing.T) {
 	env := clustercni.Read(t)
 	c := clustertest.Connect(t)
@@ -110,6 +121,7 @@ func TestPolicy(t *testing.T) {
 	t.Run("matrix: 4 clients × 5 servers × HTTP, gRPC and opaque TCP, every cell and its metrics", p.matrix)
 	t.Run("audit: traffic flows, counted and logged as it would have been denied", p.audit)
 	t.Run("dry run: b passes a policy for a alone, counted and logged as denied with dry_run", p.dryRun)
+	t.Run("rate limit: a Server's total held under three times the load; identities get their share, an override its own", p.rateLimit)
 	t.Run("revocation: deleting the AuthorizationPolicy closes a's keep-alive connections within 1s", p.revocation)
 	t.Run("control plane down: policies kept, a new pod fail-closed and not ready, with the reason", p.controlPlaneDown)
 	t.Run("probes: every server pod became Ready and stayed Ready", p.probes)
@@ -207,7 +219,16 @@ type authzClient struct {
 }
 
 // authzServers are the server Deployments of the servers' namespace.
-var authzServers = []string{"deny", "authn", "mtls", "network", "routes", "dryrun", "revoke"}
+var authzServers = []string{"deny", "authn", "mtls", "network", "routes", "dryrun", "revoke", "limited", "limited-share"}
+
+// authzServerAnnotations are the annotations a server's pods get beyond
+// deployServer's.
+var authzServerAnnotations = map[string]map[string]string{
+	"authn": {defaultInboundPolicyAnnotation: "all-authenticated"},
+	// No opaque port: 7070, where their rate limits are, speaks HTTP.
+	"limited":       {podconfig.AnnotationOpaquePorts: ""},
+	"limited-share": {podconfig.AnnotationOpaquePorts: ""},
+}
 
 // deployAuthz creates the two namespaces, the clients, the servers and
 // their Services, then (once the clients have addresses, which the
@@ -225,11 +246,7 @@ func deployAuthz(t *testing.T, c *clustertest.Cluster) *authzTest {
 	deploy(t, c, p.ns, "plain", 1, unmeshed, podSpec("plain", idle...))
 	deploy(t, c, p.other, "other", 1, meshed, podSpec("other", idle...))
 	for _, app := range authzServers {
-		var annotations map[string]string
-		if app == "authn" {
-			annotations = map[string]string{defaultInboundPolicyAnnotation: "all-authenticated"}
-		}
-		p.deployServer(t, p.ns, app, annotations)
+		p.deployServer(t, p.ns, app, authzServerAnnotations[app])
 	}
 	p.deployServer(t, p.other, "audit", nil)
 
@@ -304,8 +321,8 @@ func (p *authzTest) setDefaultPolicy(t *testing.T, ns, policy string) {
 // deployServer deploys app, one meshed replica of testapp serving HTTP on
 // 8080 (probed by the kubelet), gRPC on 9090 and HTTP on 7070, declared
 // as container ports (the proxy asks for their policies at start) and
-// 7070 opaque by annotation, with annotations added to its pods; and
-// Service app: port 80 to 8080, 9090 and 7070.
+// 7070 opaque by annotation, with annotations added to its pods (or
+// replacing that one); and Service app: port 80 to 8080, 9090 and 7070.
 func (p *authzTest) deployServer(t *testing.T, ns, app string, annotations map[string]string) {
 	t.Helper()
 	spec := podSpec(app, "serve", "-grpc", ":9090", ":8080", ":7070")
@@ -410,8 +427,19 @@ func (p *authzTest) manifest(podNet netip.Prefix) string {
 		authzServer("revoke-opaque", "app: revoke", 7070, "opaque"),
 		authzPolicy("revoke-http", "Server/revoke-http", false, "MeshTLSAuthentication/a-by-ref"),
 		authzPolicy("revoke-opaque", "Server/revoke-opaque", false, "MeshTLSAuthentication/a-by-ref"),
+
+		limitedServer("limited"),
+		authzObject("HTTPLocalRateLimitPolicy", "limited", nil, `
+  targetRef: {group: policy.plexus.dev, kind: Server, name: limited-http}
+  total: {requestsPerSecond: 100}`),
+		limitedServer("limited-share"),
+		authzObject("HTTPLocalRateLimitPolicy", "limited-share", nil, `
+  targetRef: {group: policy.plexus.dev, kind: Server, name: limited-share-http}
+  total: {requestsPerSecond: 250}
+  identity: {requestsPerSecond: 50}
+  overrides: [{requestsPerSecond: 100, clientRefs: [{kind: ServiceAccount, name: other, namespace: "{{other}}"}]}]`),
 	)
-	return strings.NewReplacer("{{ns}}", p.ns, "{{td}}", trustDomain, "{{podnet}}", podNet.String(),
+	return strings.NewReplacer("{{ns}}", p.ns, "{{other}}", p.other, "{{td}}", trustDomain, "{{podnet}}", podNet.String(),
 		"{{bip}}", p.clients[clientB].ip.String()).Replace(strings.Join(docs, "---"))
 }
 
@@ -438,6 +466,17 @@ func authzServer(name, label string, port int32, protocol string) string {
   podSelector: {matchLabels: {%s}}
   port: %d
   proxyProtocol: %s`, label, port, protocol))
+}
+
+// limitedServer is the Server app-http of port 7070 of app's pods (HTTP
+// there, by their annotation), open to every client: rate limits apply
+// to requests it authorizes.
+func limitedServer(app string) string {
+	return authzObject("Server", app+"-http", nil, fmt.Sprintf(`
+  podSelector: {matchLabels: {app: %s}}
+  port: %d
+  proxyProtocol: HTTP/1
+  accessPolicy: all-unauthenticated`, app, authzPorts[protoOpaque]))
 }
 
 // authzPolicy is an AuthorizationPolicy of target ("Server/NAME",
@@ -904,6 +943,196 @@ func (p *authzTest) dryRun(t *testing.T) {
 	if lines := wouldBeDenied(p.proxyLog(t, p.ns, pod), b.id); lines == 0 {
 		t.Errorf("the dryrun proxy's log has no line saying a request from b (%s) would be denied", b.id)
 	}
+}
+
+func (p *authzTest) rateLimit(t *testing.T) {
+	t.Run("total 100/s under 300/s from a", p.rateLimitTotal)
+	t.Run("50/s per identity to a and b at once, other's override 100/s", p.rateLimitShare)
+}
+
+// The rate-limit loads: each client sends at its rate for a while over
+// several keep-alive connections; the first second is not measured (the
+// buckets' burst, and the clients' connections opening).
+const (
+	rateLimitWarmup  = time.Second
+	rateLimitTimeout = "2s"
+)
+
+// limitedURL is the rate-limited port of app.
+func (p *authzTest) limitedURL(app string) string {
+	return fmt.Sprintf("http://%s.%s.svc.cluster.local:%d/", app, p.ns, authzPorts[protoOpaque])
+}
+
+func (p *authzTest) rateLimitTotal(t *testing.T) {
+	const (
+		offered   = 300 // requests a second
+		duration  = 6 * time.Second
+		limit     = 100.0 // the policy's total
+		tolerance = 10.0  // the acceptance's
+	)
+	a := p.clients[clientA]
+	pod := pods(t, p.c, p.ns, "limited")[0].Name
+	before, readBefore := p.metricsOf(t, p.ns, pod)
+	res := timed(t, a.start(t, "-rate", itoa(offered), "-duration", duration.String(), "-c", "8", "-timeout", rateLimitTimeout,
+		"-timeline", p.limitedURL("limited")))
+	after, readAfter := p.metricsOf(t, p.ns, pod)
+
+	admitted, limited := limitedAnswers(t, "limited", a.name, res)
+	first, _ := span(res.Timeline)
+	from, to := first.Add(rateLimitWarmup), first.Add(duration)
+	secs := to.Sub(from).Seconds()
+	sent, ok := countStatus(res.Timeline, from, to, "200")
+	if got := float64(sent) / secs; got < 0.9*offered {
+		t.Errorf("a sent %.1f requests a second from its second second on, want at least %v: the load is not three times the limit", got, 0.9*offered)
+	}
+	if got := float64(ok) / secs; got < limit-tolerance || got > limit+tolerance {
+		t.Errorf("%.1f requests a second were admitted from a's second second on, want %v ± %v (%d of %d in %.1fs)",
+			got, limit, tolerance, ok, sent, secs)
+	}
+	labels := []string{`srv_name="limited-http"`, fmt.Sprintf(`srv_port="%d"`, authzPorts[protoOpaque]),
+		`ratelimit_kind="HTTPLocalRateLimitPolicy"`, `ratelimit_name="limited"`, `client_id="` + a.id + `"`}
+	counted := checkRateLimitedCount(t, before, after, readBefore && readAfter, labels, limited)
+	t.Logf("a sent %d requests in %.2fs: %d admitted, %d refused 429 (counted %v); from its second second on, %.1f/s sent, %.1f/s admitted (%d of %d)",
+		res.Requests, res.Seconds, admitted, limited, counted, float64(sent)/secs, float64(ok)/secs, ok, sent)
+}
+
+func (p *authzTest) rateLimitShare(t *testing.T) {
+	const (
+		offered   = 150 // requests a second, each client
+		duration  = 7 * time.Second
+		minShared = 3 * time.Second // the measured window all three loads share, at least
+	)
+	loads := []struct {
+		cl        authzClient
+		want, tol float64
+	}{
+		{p.clients[clientA], 50, 8},       // identity.requestsPerSecond
+		{p.clients[clientB], 50, 8},       // identity.requestsPerSecond
+		{p.clients[clientOther], 100, 10}, // its override
+	}
+	pod := pods(t, p.c, p.ns, "limited-share")[0].Name
+	before, readBefore := p.metricsOf(t, p.ns, pod)
+	runs := make([]*runningLoad, len(loads))
+	for i, l := range loads {
+		runs[i] = l.cl.start(t, "-rate", itoa(offered), "-duration", duration.String(), "-c", "4", "-timeout", rateLimitTimeout,
+			"-timeline", p.limitedURL("limited-share"))
+	}
+	results := make([]timedLoad, len(loads))
+	for i, r := range runs {
+		results[i] = timed(t, r)
+	}
+	after, readAfter := p.metricsOf(t, p.ns, pod)
+
+	// The window every load sends in, past its first second: the
+	// clients' shares are measured while all of them are loading.
+	var from, to time.Time
+	for i, res := range results {
+		first, last := span(res.Timeline)
+		if i == 0 || first.Add(rateLimitWarmup).After(from) {
+			from = first.Add(rateLimitWarmup)
+		}
+		if i == 0 || last.Before(to) {
+			to = last
+		}
+	}
+	if shared := to.Sub(from); shared < minShared {
+		t.Fatalf("the three loads sent together for %v past their first second, want at least %v: their shares cannot be compared", shared.Round(time.Millisecond), minShared)
+	}
+	secs := to.Sub(from).Seconds()
+	var lines []string
+	for i, l := range loads {
+		res := results[i]
+		admitted, limited := limitedAnswers(t, "limited-share", l.cl.name, res)
+		sent, ok := countStatus(res.Timeline, from, to, "200")
+		if got := float64(sent) / secs; got < 0.9*offered {
+			t.Errorf("%s sent %.1f requests a second while all three loaded, want at least %v", l.cl.name, got, 0.9*offered)
+		}
+		if got := float64(ok) / secs; got < l.want-l.tol || got > l.want+l.tol {
+			t.Errorf("%s: %.1f requests a second admitted while all three loaded, want %v ± %v (%d of %d in %.1fs)",
+				l.cl.name, got, l.want, l.tol, ok, sent, secs)
+		}
+		labels := []string{`srv_name="limited-share-http"`, `ratelimit_name="limited-share"`, `client_id="` + l.cl.id + `"`}
+		counted := checkRateLimitedCount(t, before, after, readBefore && readAfter, labels, limited)
+		lines = append(lines, fmt.Sprintf("%s: %d sent, %d admitted, %d refused 429 (counted %v); together %.1f/s sent, %.1f/s admitted",
+			l.cl.name, res.Requests, admitted, limited, counted, float64(sent)/secs, float64(ok)/secs))
+	}
+	t.Logf("the three loads sent together for %.2fs past their first second:\n%s", secs, strings.Join(lines, "\n"))
+}
+
+// limitedAnswers checks that every request of a load to a rate-limited
+// server was admitted (200, answered by app) or refused by its proxy
+// (429, plexus-proxy-error: rate-limited, the app never reached), and
+// returns how many were each.
+func limitedAnswers(t *testing.T, app, from string, res timedLoad) (admitted, limited int) {
+	t.Helper()
+	other := map[string]int{}
+	for _, s := range res.Timeline {
+		switch {
+		case s.Status == "200":
+			admitted++
+		case s.Status == "429" && s.ProxyError == "rate-limited":
+			limited++
+		default:
+			other[strings.TrimSpace(s.Status+" "+s.ProxyError)]++
+		}
+	}
+	if len(other) > 0 {
+		t.Errorf("%s to %s: %d requests neither admitted nor refused 429 rate-limited: %v %v", from, app, res.Requests-admitted-limited, other, res.Errors)
+	}
+	served := 0
+	for _, n := range res.Servers {
+		served += n
+	}
+	if res.apps()[app] != admitted || served != admitted {
+		t.Errorf("%s to %s: %d requests admitted, %d answered by an app (%v): a refused request reached an app, or an admitted one was not the app's",
+			from, app, admitted, served, res.Servers)
+	}
+	return admitted, limited
+}
+
+// span is when the first and the last request of a timeline started
+// (workers fill it in request order, not start order).
+func span(timeline []timedSample) (first, last time.Time) {
+	lo, hi := timeline[0].StartUnixNano, timeline[0].StartUnixNano
+	for _, s := range timeline {
+		lo, hi = min(lo, s.StartUnixNano), max(hi, s.StartUnixNano)
+	}
+	return time.Unix(0, lo), time.Unix(0, hi)
+}
+
+// countStatus counts the requests of timeline started in [from, to), and
+// those of them answered status.
+func countStatus(timeline []timedSample, from, to time.Time, status string) (sent, answered int) {
+	for _, s := range timeline {
+		if at := s.start(); !at.Before(from) && at.Before(to) {
+			sent++
+			if s.Status == status {
+				answered++
+			}
+		}
+	}
+	return sent, answered
+}
+
+// rateLimitSlack is how far inbound_http_local_ratelimit_total may be
+// from the 429s a client saw.
+const rateLimitSlack = 3
+
+// checkRateLimitedCount asserts that the server proxy's
+// inbound_http_local_ratelimit_total{labels} grew by the limited requests
+// (within rateLimitSlack), when both scrapes were read; it returns the
+// growth.
+func checkRateLimitedCount(t *testing.T, before, after string, read bool, labels []string, limited int) float64 {
+	t.Helper()
+	if !read {
+		return -1
+	}
+	got := grewBy(before, after, "inbound_http_local_ratelimit_total", labels...)
+	if got < float64(limited-rateLimitSlack) || got > float64(limited+rateLimitSlack) {
+		t.Errorf("inbound_http_local_ratelimit_total{%s} grew by %v, want the %d requests refused 429 (± %d)",
+			strings.Join(labels, ","), got, limited, rateLimitSlack)
+	}
+	return got
 }
 
 func (p *authzTest) revocation(t *testing.T) {
