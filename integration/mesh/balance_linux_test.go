@@ -467,7 +467,6 @@ func setDelay(t *testing.T, p corev1.Pod, ms int) {
 	}
 }
 
-
 // estimates describes the meshed client's proxy's peak-EWMA estimates of
 // the replicas, from its admin /endpoints (loopback only, so asked from
 // inside the client pod), or says why it cannot: for the log only.

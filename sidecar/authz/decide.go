@@ -99,7 +99,7 @@ func (p *Policy) MayConnect(c *Client) bool {
 	}
 	lists := [][]*Authorization{p.authzs}
 	for _, r := range p.byRoute {
-		if r.ref.GetKind() == "default" && r.ref.GetName() == "probe" {
+		if IsProbeRoute(r.ref) {
 			continue // the probe paths admit anyone: that keeps no connection
 		}
 		lists = append(lists, r.authzs)
@@ -112,4 +112,10 @@ func (p *Policy) MayConnect(c *Client) bool {
 		}
 	}
 	return false
+}
+
+// IsProbeRoute reports whether ref is the probe route destination adds
+// for the pod's own probes.
+func IsProbeRoute(ref *destinationpb.ResourceRef) bool {
+	return ref.GetKind() == "default" && ref.GetName() == "probe" && ref.GetGroup() == ""
 }

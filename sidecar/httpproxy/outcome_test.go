@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/sidecar/balance"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
 )
 
 // outcomes records the verdicts the pipeline gives each endpoint.

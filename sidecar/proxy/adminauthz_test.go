@@ -33,7 +33,7 @@ func TestAdminObeysPolicy(t *testing.T) {
 		}
 	}
 	probe := &pb.InboundRoute{Ref: &pb.ResourceRef{Kind: "default", Name: "probe"},
-		Matches: []*pb.RouteMatch{{Method: "GET", Path: &pb.PathMatch{Kind: pb.PathMatch_EXACT, Value: "/live"}}},
+		Matches:        []*pb.RouteMatch{{Method: "GET", Path: &pb.PathMatch{Kind: pb.PathMatch_EXACT, Value: "/live"}}},
 		Authorizations: []*pb.Authorization{{Ref: &pb.ResourceRef{Kind: "default", Name: "probe"}, Networks: []*pb.Network{{Cidr: node + "/32"}}}}}
 	catchAll := &pb.InboundRoute{Ref: &pb.ResourceRef{Kind: "default", Name: "default"}}
 	pols.set(t, 4191, &pb.InboundPolicy{Server: &pb.ResourceRef{Kind: "default", Name: "deny"}, Routes: []*pb.InboundRoute{probe, catchAll}})

@@ -85,7 +85,9 @@ func (p *Proxy) authorizeRequest(req *httpproxy.Request) authz.Decision {
 	if d.Denied {
 		p.logDenial(d, "request", req.Dst, req.Client, req.TLS, req.Method+" "+req.Path)
 	}
-	if d.Allowed && pol != nil && pol.RateLimit != nil && !pol.Admit(&authz.Client{Addr: req.Client, ID: req.TLS.ID}, monoNow()) {
+	if d.Allowed && pol != nil && pol.RateLimit != nil && !authz.IsProbeRoute(d.Route) && !pol.Admit(&authz.Client{Addr: req.Client, ID: req.TLS.ID}, monoNow()) {
+		// The kubelet's probes are never rate-limited: a limit reached
+		// under load would take the pod out of its Service.
 		d.RateLimited = true
 		p.opts.Metrics.RateLimited(metrics.AuthzResult{Server: pol.Server, Authz: pol.RateLimit.GetRef(), Port: req.Dst.Port(), TLS: req.TLS})
 	}

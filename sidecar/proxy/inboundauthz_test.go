@@ -235,6 +235,24 @@ func TestInboundRateLimit(t *testing.T) {
 	if statuses[200] < 1 || statuses[200] > 3 || limited == nil || limited.Header.Get(httpproxy.ErrorHeader) != httpproxy.ReasonRateLimited {
 		t.Errorf("20 requests at once under 5/s: %v (last 429: %v), want 1-3 admitted and 429 %s", statuses, limited, httpproxy.ReasonRateLimited)
 	}
+	// The probe route is never limited.
+	p.Routes = []*pb.InboundRoute{
+		{Ref: &pb.ResourceRef{Kind: "default", Name: "probe"}, Matches: []*pb.RouteMatch{{Method: "GET", Path: &pb.PathMatch{Kind: pb.PathMatch_EXACT, Value: "/healthz"}}},
+			Authorizations: []*pb.Authorization{{Ref: &pb.ResourceRef{Kind: "default", Name: "probe"}}}},
+		{Ref: &pb.ResourceRef{Kind: "default", Name: "default"}},
+	}
+	pols.set(t, appAddr.Port(), p)
+	for range 20 {
+		res, err := c.Get("http://" + inAddr.String() + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			t.Fatalf("a probe request over the limit: %d, want 200 (probes are not limited)", res.StatusCode)
+		}
+	}
 	mfs, _ := reg.Gather()
 	if n := sumSamples(mfs, "inbound_http_local_ratelimit_total", map[string]string{"ratelimit_name": "five"}); n < 16 {
 		t.Errorf("inbound_http_local_ratelimit_total = %v, want the refused requests (≥ 16)", n)
