@@ -13,7 +13,7 @@ import (
 
 // serverAuthorizations returns the authorizations of the
 // AuthorizationPolicies that target srv or its namespace.
-func (in *inbound) serverAuthorizations(srv *policyv1alpha1.Server) []*pb.Authorization {
+func (in inboundComputation) serverAuthorizations(srv *policyv1alpha1.Server) []*pb.Authorization {
 	return in.targetAuthorizations(srv.Namespace, func(t policyv1alpha1.TargetRef) bool {
 		return t.IsKind(policyv1alpha1.Group, policyv1alpha1.ServerKind) && t.Name == srv.Name ||
 			t.IsKind("", policyv1alpha1.NamespaceKind) && t.Name == srv.Namespace
@@ -23,9 +23,9 @@ func (in *inbound) serverAuthorizations(srv *policyv1alpha1.Server) []*pb.Author
 // targetAuthorizations returns one authorization per AuthorizationPolicy
 // of namespace ns whose targetRef targets says yes to, by name; a policy
 // that authorizes nobody (see authorization) is left out.
-func (in *inbound) targetAuthorizations(ns string, targets func(policyv1alpha1.TargetRef) bool) []*pb.Authorization {
+func (in inboundComputation) targetAuthorizations(ns string, targets func(policyv1alpha1.TargetRef) bool) []*pb.Authorization {
 	var out []*pb.Authorization
-	for _, ap := range in.authorizationPolicies(ns) {
+	for _, ap := range in.reads.AuthorizationPolicies(ns) {
 		if !targets(ap.Spec.TargetRef) {
 			continue
 		}
@@ -42,9 +42,9 @@ func (in *inbound) targetAuthorizations(ns string, targets func(policyv1alpha1.T
 // those in all). None: every client, as in Linkerd. It returns nil, the
 // reason logged once, when ap authorizes nobody: an authentication is
 // missing, malformed or of an unknown kind, or no identity is left.
-func (in *inbound) authorization(ap *policyv1alpha1.AuthorizationPolicy) *pb.Authorization {
+func (in inboundComputation) authorization(ap *policyv1alpha1.AuthorizationPolicy) *pb.Authorization {
 	nobody := func(why string, args ...any) *pb.Authorization {
-		in.warned.warn("AuthorizationPolicy authorizes nobody: "+why, append([]any{"policy", ap.Namespace + "/" + ap.Name}, args...)...)
+		in.warn("AuthorizationPolicy authorizes nobody: "+why, append([]any{"policy", ap.Namespace + "/" + ap.Name}, args...)...)
 		return nil
 	}
 	a := &pb.Authorization{Ref: policyRef(policyv1alpha1.AuthorizationPolicyKind, &ap.ObjectMeta), DryRun: ap.Annotations[AnnotationDryRun] == "true"}
@@ -54,7 +54,7 @@ func (in *inbound) authorization(ap *policyv1alpha1.AuthorizationPolicy) *pb.Aut
 		var set identitySet
 		switch {
 		case ref.IsKind(policyv1alpha1.Group, policyv1alpha1.NetworkAuthenticationKind):
-			na, ok := in.networkAuthentication(ns, ref.Name)
+			na, ok := in.reads.NetworkAuthentication(ns, ref.Name)
 			if !ok {
 				return nobody("a required authentication does not exist", "missing", "NetworkAuthentication "+ns+"/"+ref.Name)
 			}
@@ -68,7 +68,7 @@ func (in *inbound) authorization(ap *policyv1alpha1.AuthorizationPolicy) *pb.Aut
 			a.Networks = nets
 			continue
 		case ref.IsKind(policyv1alpha1.Group, policyv1alpha1.MeshTLSAuthenticationKind):
-			m, ok := in.meshTLSAuthentication(ns, ref.Name)
+			m, ok := in.reads.MeshTLSAuthentication(ns, ref.Name)
 			if !ok {
 				return nobody("a required authentication does not exist", "missing", "MeshTLSAuthentication "+ns+"/"+ref.Name)
 			}
@@ -132,7 +132,7 @@ type identitySet struct {
 // matches no Plexus identity (left out, logged once). identityRefs: a
 // ServiceAccount is its identity, a Namespace every service account in
 // it.
-func (in *inbound) meshIdentities(m *policyv1alpha1.MeshTLSAuthentication) identitySet {
+func (in inboundComputation) meshIdentities(m *policyv1alpha1.MeshTLSAuthentication) identitySet {
 	var s identitySet
 	for _, id := range m.Spec.Identities {
 		switch {
@@ -145,7 +145,7 @@ func (in *inbound) meshIdentities(m *policyv1alpha1.MeshTLSAuthentication) ident
 				s.prefixes = append(s.prefixes, p)
 				continue
 			}
-			in.warned.warn("MeshTLSAuthentication identity matches no Plexus identity: left out (identities are SPIFFE IDs; for a namespace use identityRefs kind Namespace)",
+			in.warn("MeshTLSAuthentication identity matches no Plexus identity: left out (identities are SPIFFE IDs; for a namespace use identityRefs kind Namespace)",
 				"authentication", m.Namespace+"/"+m.Name, "identity", id)
 		}
 	}
@@ -156,20 +156,20 @@ func (in *inbound) meshIdentities(m *policyv1alpha1.MeshTLSAuthentication) ident
 		case policyv1alpha1.NamespaceKind:
 			s.prefixes = append(s.prefixes, in.namespacePrefix(r.Name))
 		default:
-			in.warned.warn("MeshTLSAuthentication identityRef of an unknown kind: left out", "authentication", m.Namespace+"/"+m.Name, "kind", r.Kind)
+			in.warn("MeshTLSAuthentication identityRef of an unknown kind: left out", "authentication", m.Namespace+"/"+m.Name, "kind", r.Kind)
 		}
 	}
 	return identitySet{exact: sortedSet(s.exact), prefixes: sortedSet(s.prefixes)}
 }
 
 // namespacePrefix is the prefix of every identity of namespace ns.
-func (in *inbound) namespacePrefix(ns string) string {
+func (in inboundComputation) namespacePrefix(ns string) string {
 	return "spiffe://" + in.cfg.TrustDomain + "/ns/" + ns + "/sa/"
 }
 
 // linkerdNamespaceForm reads "*.<ns>.serviceaccount.identity.<cp>.<td>"
 // with td this trust domain as the prefix of ns's identities.
-func (in *inbound) linkerdNamespaceForm(id string) (string, bool) {
+func (in inboundComputation) linkerdNamespaceForm(id string) (string, bool) {
 	rest, ok1 := strings.CutPrefix(id, "*.")
 	ns, rest, ok2 := strings.Cut(rest, ".serviceaccount.identity.")
 	_, td, ok3 := strings.Cut(rest, ".")

@@ -13,32 +13,41 @@ import (
 	policyv1alpha1 "github.com/plexus-mesh/plexus/control/api/policy/v1alpha1"
 )
 
-// Reads of the inbound side's caches, and which streams a changed object
-// concerns. Objects from a cache are shared: never modify them.
+// Reads of the inbound side's caches (InboundReads), and which streams a
+// changed object concerns. Objects from a cache are shared: never modify
+// them.
 
-func (in *inbound) namespace(name string) *corev1.Namespace {
+func (in *inbound) Namespace(name string) *corev1.Namespace {
 	ns, _ := byKey[*corev1.Namespace](in.namespaces, name)
 	return ns
 }
 
-func (in *inbound) servers(ns string) []*policyv1alpha1.Server {
+func (in *inbound) Servers(ns string) []*policyv1alpha1.Server {
 	return byIndex[*policyv1alpha1.Server](in.serverInf, cache.NamespaceIndex, ns)
 }
 
-func (in *inbound) authorizationPolicies(ns string) []*policyv1alpha1.AuthorizationPolicy {
+func (in *inbound) AuthorizationPolicies(ns string) []*policyv1alpha1.AuthorizationPolicy {
 	return byIndex[*policyv1alpha1.AuthorizationPolicy](in.authzInf, cache.NamespaceIndex, ns)
 }
 
-func (in *inbound) rateLimits(ns string) []*policyv1alpha1.HTTPLocalRateLimitPolicy {
+func (in *inbound) HTTPLocalRateLimitPolicies(ns string) []*policyv1alpha1.HTTPLocalRateLimitPolicy {
 	return byIndex[*policyv1alpha1.HTTPLocalRateLimitPolicy](in.rateLimitInf, cache.NamespaceIndex, ns)
 }
 
-func (in *inbound) meshTLSAuthentication(ns, name string) (*policyv1alpha1.MeshTLSAuthentication, bool) {
+func (in *inbound) MeshTLSAuthentication(ns, name string) (*policyv1alpha1.MeshTLSAuthentication, bool) {
 	return byKey[*policyv1alpha1.MeshTLSAuthentication](in.meshTLSInf, ns+"/"+name)
 }
 
-func (in *inbound) networkAuthentication(ns, name string) (*policyv1alpha1.NetworkAuthentication, bool) {
+func (in *inbound) NetworkAuthentication(ns, name string) (*policyv1alpha1.NetworkAuthentication, bool) {
 	return byKey[*policyv1alpha1.NetworkAuthentication](in.networkInf, ns+"/"+name)
+}
+
+func (in *inbound) ServerHTTPRoutes(server string) []*gatewayv1.HTTPRoute {
+	return byIndex[*gatewayv1.HTTPRoute](in.p.httpRoutes, indexServerParent, server)
+}
+
+func (in *inbound) ServerGRPCRoutes(server string) []*gatewayv1.GRPCRoute {
+	return byIndex[*gatewayv1.GRPCRoute](in.p.grpcRoutes, indexServerParent, server)
 }
 
 // byIndex returns the T objects of inf under index value v, sorted by
@@ -55,13 +64,21 @@ func byIndex[T metav1.Object](inf cache.SharedIndexInformer, index, v string) []
 			out = append(out, t)
 		}
 	}
-	slices.SortFunc(out, func(a, b T) int {
+	sortByName(out)
+	return out
+}
+
+// sortByName sorts objects by namespace, then name.
+func sortByName[T interface {
+	GetNamespace() string
+	GetName() string
+}](objs []T) {
+	slices.SortFunc(objs, func(a, b T) int {
 		if c := strings.Compare(a.GetNamespace(), b.GetNamespace()); c != 0 {
 			return c
 		}
 		return strings.Compare(a.GetName(), b.GetName())
 	})
-	return out
 }
 
 // byKey returns the T object of inf with key "ns/name" (or "name").

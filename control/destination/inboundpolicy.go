@@ -16,9 +16,10 @@ import (
 )
 
 // Inbound policies (GetInboundPolicy): who may connect to one port of a
-// pod, and send it which requests (DESIGN.md §9), computed from the
-// caches (inboundwatch.go) as a pure function of what they hold. This
-// file: the Server of a port, or the default policy; inboundauthz.go:
+// pod, and send it which requests (DESIGN.md §9), computed as a pure
+// function of what InboundReads returns: the caches (inboundwatch.go) or
+// listed objects (inboundreads.go, ComputeInboundPolicy). This file: the
+// Server of a port, or the default policy; inboundauthz.go:
 // AuthorizationPolicies; inboundroutes.go: routes, probes, rate limits.
 
 // Annotations read by inbound policies.
@@ -44,8 +45,13 @@ func policyRef(kind string, meta *metav1.ObjectMeta) *pb.ResourceRef {
 	return &pb.ResourceRef{Group: policyv1alpha1.Group, Kind: kind, Namespace: meta.Namespace, Name: meta.Name}
 }
 
-// policy computes the inbound policy of pod's port.
+// policy computes the inbound policy of pod's port from the caches.
 func (in *inbound) policy(pod *corev1.Pod, port uint16) *pb.InboundPolicy {
+	return inboundComputation{reads: in, cfg: in.cfg, warn: in.warned.warn}.policy(pod, port)
+}
+
+// policy computes the inbound policy of pod's port.
+func (in inboundComputation) policy(pod *corev1.Pod, port uint16) *pb.InboundPolicy {
 	var out *pb.InboundPolicy
 	var routes []*pb.InboundRoute
 	if srv := in.server(pod, port); srv != nil {
@@ -78,7 +84,7 @@ func (in *inbound) policy(pod *corev1.Pod, port uint16) *pb.InboundPolicy {
 // access returns the authorizations of a default inbound policy or a
 // Server's accessPolicy: one named after it (kind default), none for
 // deny and audit; audit is true for audit.
-func (in *inbound) access(policy policyv1alpha1.AccessPolicy) (authzs []*pb.Authorization, audit bool) {
+func (in inboundComputation) access(policy policyv1alpha1.AccessPolicy) (authzs []*pb.Authorization, audit bool) {
 	a := &pb.Authorization{Ref: defaultRef(string(policy))}
 	switch policy {
 	case policyv1alpha1.AllUnauthenticated:
@@ -96,7 +102,7 @@ func (in *inbound) access(policy policyv1alpha1.AccessPolicy) (authzs []*pb.Auth
 	return []*pb.Authorization{a}, false
 }
 
-func (in *inbound) clusterNetworks() []*pb.Network {
+func (in inboundComputation) clusterNetworks() []*pb.Network {
 	out := make([]*pb.Network, len(in.cfg.ClusterNetworks))
 	for i, n := range in.cfg.ClusterNetworks {
 		out[i] = &pb.Network{Cidr: n.String()}
@@ -107,11 +113,11 @@ func (in *inbound) clusterNetworks() []*pb.Network {
 // defaultPolicy is the default inbound policy of pod: its annotation,
 // else its namespace's, else the cluster's. A malformed annotation is
 // logged once and skipped.
-func (in *inbound) defaultPolicy(pod *corev1.Pod) policyv1alpha1.AccessPolicy {
+func (in inboundComputation) defaultPolicy(pod *corev1.Pod) policyv1alpha1.AccessPolicy {
 	if p, ok := in.annotatedPolicy(pod.Annotations, "pod", pod.Namespace+"/"+pod.Name); ok {
 		return p
 	}
-	if ns := in.namespace(pod.Namespace); ns != nil {
+	if ns := in.reads.Namespace(pod.Namespace); ns != nil {
 		if p, ok := in.annotatedPolicy(ns.Annotations, "namespace", ns.Name); ok {
 			return p
 		}
@@ -119,7 +125,7 @@ func (in *inbound) defaultPolicy(pod *corev1.Pod) policyv1alpha1.AccessPolicy {
 	return in.cfg.DefaultInboundPolicy
 }
 
-func (in *inbound) annotatedPolicy(annotations map[string]string, kind, name string) (policyv1alpha1.AccessPolicy, bool) {
+func (in inboundComputation) annotatedPolicy(annotations map[string]string, kind, name string) (policyv1alpha1.AccessPolicy, bool) {
 	v, ok := annotations[AnnotationDefaultInboundPolicy]
 	if !ok {
 		return "", false
@@ -127,7 +133,7 @@ func (in *inbound) annotatedPolicy(annotations map[string]string, kind, name str
 	if p := policyv1alpha1.AccessPolicy(v); slices.Contains(policyv1alpha1.AccessPolicies(), p) {
 		return p, true
 	}
-	in.warned.warn("malformed default inbound policy annotation: ignored, the next level's applies (pod, namespace, cluster)",
+	in.warn("malformed default inbound policy annotation: ignored, the next level's applies (pod, namespace, cluster)",
 		kind, name, "annotation", AnnotationDefaultInboundPolicy, "value", v, "want", policyv1alpha1.AccessPolicies())
 	return "", false
 }
@@ -135,9 +141,9 @@ func (in *inbound) annotatedPolicy(annotations map[string]string, kind, name str
 // server returns the Server of pod's port, or nil: of the Servers of the
 // pod's namespace that select the pod and the port, the oldest (then by
 // name), the conflict logged once.
-func (in *inbound) server(pod *corev1.Pod, port uint16) *policyv1alpha1.Server {
+func (in inboundComputation) server(pod *corev1.Pod, port uint16) *policyv1alpha1.Server {
 	var chosen []*policyv1alpha1.Server
-	for _, s := range in.servers(pod.Namespace) {
+	for _, s := range in.reads.Servers(pod.Namespace) {
 		if in.selects(s, pod, port) {
 			chosen = append(chosen, s)
 		}
@@ -151,7 +157,7 @@ func (in *inbound) server(pod *corev1.Pod, port uint16) *policyv1alpha1.Server {
 		for i, s := range chosen {
 			names[i] = s.Name
 		}
-		in.warned.warn("several Servers select the same pod port: the oldest applies",
+		in.warn("several Servers select the same pod port: the oldest applies",
 			"namespace", pod.Namespace, "servers", strings.Join(names, ","), "port", port, "applies", chosen[0].Name)
 	}
 	return chosen[0]
@@ -160,10 +166,10 @@ func (in *inbound) server(pod *corev1.Pod, port uint16) *policyv1alpha1.Server {
 // selects reports whether s selects pod's port: its podSelector matches
 // the pod's labels and its port is the number, or the name of a
 // container port with that number.
-func (in *inbound) selects(s *policyv1alpha1.Server, pod *corev1.Pod, port uint16) bool {
+func (in inboundComputation) selects(s *policyv1alpha1.Server, pod *corev1.Pod, port uint16) bool {
 	sel, err := metav1.LabelSelectorAsSelector(&s.Spec.PodSelector)
 	if err != nil {
-		in.warned.warn("Server with an invalid podSelector selects nothing", "server", s.Namespace+"/"+s.Name, "error", err)
+		in.warn("Server with an invalid podSelector selects nothing", "server", s.Namespace+"/"+s.Name, "error", err)
 		return false
 	}
 	if !sel.Matches(labels.Set(pod.Labels)) {

@@ -123,6 +123,9 @@ func TestInboundPolicy(t *testing.T) {
 			if got != tc.want {
 				t.Errorf("policy\n got %s\nwant %s", got, tc.want)
 			}
+			if got := inboundSummary(computeFromObjects(t, cfg, !tc.noCRDs, objs, uint16(port))); got != tc.want {
+				t.Errorf("ComputeInboundPolicy from the listed objects\n got %s\nwant %s", got, tc.want)
+			}
 		})
 	}
 }

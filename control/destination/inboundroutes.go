@@ -28,13 +28,13 @@ type inboundRoute struct {
 // matches (control/routes) and the authorizations of the
 // AuthorizationPolicies that target it. A route whose matches the proxy
 // could not use is left out, logged once.
-func (in *inbound) serverRoutes(srv *policyv1alpha1.Server) []*pb.InboundRoute {
+func (in inboundComputation) serverRoutes(srv *policyv1alpha1.Server) []*pb.InboundRoute {
 	key := srv.Namespace + "/" + srv.Name
 	var rs []inboundRoute
-	for _, r := range byIndex[*gatewayv1.HTTPRoute](in.p.httpRoutes, indexServerParent, key) {
+	for _, r := range in.reads.ServerHTTPRoutes(key) {
 		rs = append(rs, inboundRoute{&r.ObjectMeta, policyv1alpha1.HTTPRouteKind, func() ([]*pb.RouteMatch, error) { return routes.HTTPRouteMatches(r) }})
 	}
-	for _, r := range byIndex[*gatewayv1.GRPCRoute](in.p.grpcRoutes, indexServerParent, key) {
+	for _, r := range in.reads.ServerGRPCRoutes(key) {
 		rs = append(rs, inboundRoute{&r.ObjectMeta, policyv1alpha1.GRPCRouteKind, func() ([]*pb.RouteMatch, error) { return routes.GRPCRouteMatches(r) }})
 	}
 	slices.SortFunc(rs, func(a, b inboundRoute) int {
@@ -47,7 +47,7 @@ func (in *inbound) serverRoutes(srv *policyv1alpha1.Server) []*pb.InboundRoute {
 	for _, r := range rs {
 		ms, err := r.matches()
 		if err != nil {
-			in.warned.warn("route left out of inbound policies: the proxy could not use its matches",
+			in.warn("route left out of inbound policies: the proxy could not use its matches",
 				"route", r.kind+" "+r.meta.Namespace+"/"+r.meta.Name, "server", key, "problem", err)
 			continue
 		}
@@ -128,9 +128,9 @@ func containerPort(c *corev1.Container, p intstr.IntOrString, port uint16) bool 
 
 // rateLimit returns the limit of the HTTPLocalRateLimitPolicy that
 // targets srv (several: the oldest, the conflict logged once), or nil.
-func (in *inbound) rateLimit(srv *policyv1alpha1.Server) *pb.RateLimit {
+func (in inboundComputation) rateLimit(srv *policyv1alpha1.Server) *pb.RateLimit {
 	var chosen []*policyv1alpha1.HTTPLocalRateLimitPolicy
-	for _, rl := range in.rateLimits(srv.Namespace) {
+	for _, rl := range in.reads.HTTPLocalRateLimitPolicies(srv.Namespace) {
 		if rl.Spec.TargetRef.IsKind(policyv1alpha1.Group, policyv1alpha1.ServerKind) && rl.Spec.TargetRef.Name == srv.Name {
 			chosen = append(chosen, rl)
 		}
@@ -141,7 +141,7 @@ func (in *inbound) rateLimit(srv *policyv1alpha1.Server) *pb.RateLimit {
 	oldestFirst(chosen)
 	rl := chosen[0]
 	if len(chosen) > 1 {
-		in.warned.warn("several HTTPLocalRateLimitPolicies target the same Server: the oldest applies",
+		in.warn("several HTTPLocalRateLimitPolicies target the same Server: the oldest applies",
 			"server", srv.Namespace+"/"+srv.Name, "applies", rl.Name)
 	}
 	out := &pb.RateLimit{Ref: policyRef(policyv1alpha1.HTTPLocalRateLimitPolicyKind, &rl.ObjectMeta)}

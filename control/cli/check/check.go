@@ -1,6 +1,7 @@
 // Package check verifies a cluster's Plexus installation: the control
 // plane is available, the injector webhook is wired, the CNI plugin is on
-// every node, the identity issuer is valid, and the clocks agree.
+// every node, the identity issuer is valid, the clocks agree, and the
+// Servers let their pods' HTTP probes through.
 package check
 
 import (
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
 	"github.com/plexus-mesh/plexus/control/identity"
 	"github.com/plexus-mesh/plexus/control/identitycmd"
 	"github.com/plexus-mesh/plexus/control/pki"
@@ -73,6 +75,8 @@ func (Config) Validate() error { return nil }
 // Checker runs the checks. Its fields are what tests replace.
 type Checker struct {
 	Client kubernetes.Interface
+	// Policy reads inbound policies (its Kube is Client's cluster).
+	Policy inboundpolicy.Clients
 	Now    func() time.Time
 	// ServerTime returns the API server's clock (the Date header of a
 	// response) and the local time at the middle of that request.
@@ -89,7 +93,7 @@ func (c Checker) Run(ctx context.Context, cfg Config) []Result {
 	if !cfg.NodeImageMode {
 		rs = append(rs, c.daemonSet(ctx))
 	}
-	rs = append(rs, c.nodeTaints(ctx), c.issuer(ctx), c.clock(ctx))
+	rs = append(rs, c.nodeTaints(ctx), c.issuer(ctx), c.clock(ctx), c.probes(ctx))
 	return rs
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,8 +16,10 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
+	policyv1alpha1 "github.com/plexus-mesh/plexus/control/api/policy/v1alpha1"
+	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy/inboundpolicytest"
 	"github.com/plexus-mesh/plexus/control/identity"
 	"github.com/plexus-mesh/plexus/control/identitycmd"
 	"github.com/plexus-mesh/plexus/control/pki"
@@ -38,6 +41,9 @@ type cluster struct {
 	skew        time.Duration
 	at          time.Time // when the checks run
 	timeErr     error
+	// policy are pods, policy.plexus.dev objects and routes.
+	policy []any
+	t      *testing.T
 }
 
 func issuerObjects(t *testing.T, lifetime time.Duration) (*corev1.Secret, *corev1.ConfigMap) {
@@ -62,7 +68,7 @@ func issuerObjects(t *testing.T, lifetime time.Duration) (*corev1.Secret, *corev
 }
 
 func healthy(t *testing.T) *cluster {
-	c := &cluster{deployments: map[string]*appsv1.Deployment{}}
+	c := &cluster{deployments: map[string]*appsv1.Deployment{}, t: t}
 	for _, name := range controlPlaneDeployments {
 		c.deployments[name] = &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: name},
@@ -111,8 +117,14 @@ func (c *cluster) run(cfg Config) []Result {
 	for _, n := range c.nodes {
 		objs = append(objs, n)
 	}
+	all := make([]any, 0, len(objs)+len(c.policy))
+	for _, o := range objs {
+		all = append(all, o)
+	}
+	f := inboundpolicytest.New(c.t, append(all, c.policy...)...)
 	ch := Checker{
-		Client: fake.NewClientset(objs...),
+		Client: f.Kube,
+		Policy: f.Clients(),
 		Now:    func() time.Time { return c.at },
 		ServerTime: func(context.Context) (time.Time, time.Time, error) {
 			return c.at.Add(c.skew), c.at, c.timeErr
@@ -139,14 +151,14 @@ func isNilPtr(o runtime.Object) bool {
 
 func TestHealthy(t *testing.T) {
 	rs := healthy(t).run(Config{})
-	if len(rs) != 9 {
-		t.Errorf("%d results, want 9", len(rs))
+	if len(rs) != 10 {
+		t.Errorf("%d results, want 10", len(rs))
 	}
 	var out bytes.Buffer
 	if !Print(&out, rs, false) {
 		t.Errorf("a healthy cluster fails:\n%s", out.String())
 	}
-	if strings.Contains(out.String(), "✘") || strings.Count(out.String(), "✔") != 9 || strings.Contains(out.String(), "\x1b[") {
+	if strings.Contains(out.String(), "✘") || strings.Count(out.String(), "✔") != 10 || strings.Contains(out.String(), "\x1b[") {
 		t.Errorf("output:\n%s", out.String())
 	}
 	out.Reset()
@@ -204,6 +216,29 @@ func TestFailures(t *testing.T) {
 			"agrees with the API server", "clocks differ by 9s", "NTP", true},
 		{"API server unreachable for the time", func(t *testing.T, c *cluster) { c.timeErr = errors.New("connection refused") }, Config{},
 			"agrees with the API server", "connection refused", "access to the cluster", false},
+		{"a route takes a probe from the probe route", func(t *testing.T, c *cluster) {
+			c.policy = append(servedWeb(podWeb("web-1")), route("ready", "GET", "/ready"))
+		}, Config{}, "Servers let the HTTP probes of their pods through",
+			"Server shop/web, pod shop/web-1 port 8080, GET /ready: denied on HTTPRoute shop/ready, which takes it before the probe route", "authorize that on the route", true},
+		{"a route lets a probe through only from a network", func(t *testing.T, c *cluster) {
+			c.policy = append(servedWeb(podWeb("web-1")), route("ready", "GET", "/ready"), authzPolicy("nodes", "HTTPRoute", "ready", "NetworkAuthentication/nodes"),
+				&policyv1alpha1.NetworkAuthentication{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "nodes"}, Spec: policyv1alpha1.NetworkAuthenticationSpec{
+					Networks: []policyv1alpha1.Network{{CIDR: "10.0.0.0/8"}}}})
+		}, Config{}, "Servers let the HTTP probes",
+			"GET /ready: denied on HTTPRoute shop/ready, which takes it before the probe route; let through only from 10.0.0.0/8", "plexusctl authz pod/NAME", true},
+		{"HTTPS probe on a Server that denies", func(t *testing.T, c *cluster) {
+			p := podWeb("web-1")
+			p.Spec.Containers[0].LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "healthz", Port: intstr.FromInt32(8080), Scheme: corev1.URISchemeHTTPS}}}
+			c.policy = servedWeb(p)
+		}, Config{}, "Servers let the HTTP probes",
+			"Server shop/web, pod shop/web-1 port 8080, HTTPS GET /healthz: denied (TLS: the proxy does not see the request, the port's authorizations decide)", "an HTTPS probe needs", true},
+		{"many pods: ten named, the rest counted", func(t *testing.T, c *cluster) {
+			var pods []*corev1.Pod
+			for i := range 12 {
+				pods = append(pods, podWeb(fmt.Sprintf("web-%02d", i)))
+			}
+			c.policy = append(servedWeb(pods...), route("ready", "GET", "/ready"))
+		}, Config{}, "Servers let the HTTP probes", "pod shop/web-09 port 8080, GET /ready: denied on HTTPRoute shop/ready, which takes it before the probe route; and 2 more", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := healthy(t)

@@ -1,15 +1,17 @@
 // Package plexusctl is the plexusctl command line: kubectl-like global
 // flags, the subcommands install, uninstall, check, inject, uninject,
-// stat, routes and profile, and exit codes 0 (success), 1 (failure) and 2
-// (usage error).
+// stat, routes, profile and authz, and exit codes 0 (success), 1
+// (failure) and 2 (usage error).
 package plexusctl
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"sort"
 	"strings"
@@ -19,8 +21,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	gateway "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
+	"github.com/plexus-mesh/plexus/control/cli/authz"
 	"github.com/plexus-mesh/plexus/control/cli/check"
+	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
 	"github.com/plexus-mesh/plexus/control/cli/install"
 	"github.com/plexus-mesh/plexus/control/cli/optin"
 	"github.com/plexus-mesh/plexus/control/cli/profile"
@@ -88,6 +93,7 @@ func commands() map[string]command {
 		"stat":      {"traffic statistics: stat ns|deploy|pod [NAME]", runStat},
 		"routes":    {"per-route traffic a workload sends: routes deploy/NAME (or ns, pod; -o wide|json)", runRoutes},
 		"profile":   {"print a ServiceProfile to edit: profile --template SERVICE [-n NAMESPACE]", runProfile},
+		"authz":     {"inbound policy of each port of a workload: authz deploy/NAME (or sts, ds, pod) [--from sa/NAME [--from-ip ADDR]] [-o json]", runAuthz},
 	}
 }
 
@@ -334,13 +340,13 @@ func runCheck(ctx context.Context, g *globals, args []string, env Env) error {
 	if err := parseConfig(fs, args, func() error { return cfg.Validate() }); err != nil {
 		return err
 	}
-	client, restCfg, _, err := connect(g)
+	clients, restCfg, _, err := connectPolicy(g)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	c := check.Checker{Client: client, Now: time.Now, ServerTime: check.APIServerTime(restCfg)}
+	c := check.Checker{Client: clients.Kube, Policy: clients, Now: time.Now, ServerTime: check.APIServerTime(restCfg)}
 	if !check.Print(env.Stdout, c.Run(ctx, cfg), env.Colour) {
 		return errReported
 	}
@@ -481,4 +487,77 @@ func runProfile(_ context.Context, g *globals, args []string, env Env) error {
 		return usagef("want profile --template SERVICE [-n NAMESPACE]")
 	}
 	return profile.Template(env.Stdout, profile.Params{Service: pos[0], Namespace: namespace(g), ClusterDomain: *clusterDomain})
+}
+
+// connectPolicy is connect with the clients inbound policies are read
+// with.
+func connectPolicy(g *globals) (inboundpolicy.Clients, *rest.Config, string, error) {
+	client, restCfg, ns, err := connect(g)
+	if err != nil {
+		return inboundpolicy.Clients{}, nil, "", err
+	}
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return inboundpolicy.Clients{}, nil, "", fmt.Errorf("kubernetes client: %w", err)
+	}
+	gw, err := gateway.NewForConfig(restCfg)
+	if err != nil {
+		return inboundpolicy.Clients{}, nil, "", fmt.Errorf("Gateway API client: %w", err)
+	}
+	return inboundpolicy.Clients{Kube: client, Dynamic: dyn, Gateway: gw}, restCfg, ns, nil
+}
+
+func runAuthz(ctx context.Context, g *globals, args []string, env Env) error {
+	fs := newFlagSet("authz", g, env)
+	from := fs.String("from", "", "evaluate this client on every port: sa/NAME (service account in --from-namespace), a spiffe:// ID, or unauthenticated")
+	fromNS := fs.String("from-namespace", "", "namespace of --from sa/NAME (default: the workload's)")
+	fromIP := fs.String("from-ip", "", "the client's address (default: unknown; each authorization's networks are shown as a condition)")
+	port := fs.Uint("port", 0, "show only this port, declared by the pod or not (default: every TCP port its containers declare)")
+	timeout := fs.Duration("timeout", 30*time.Second, "give up on the API server after this long")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	kind, name, err := authz.ParseTarget(pos)
+	if err != nil {
+		return usagef("%v: want authz (deploy|sts|ds|pod)/NAME or KIND NAME", err)
+	}
+	if err := tableOutput(g); err != nil {
+		return err
+	}
+	if *port > 65535 {
+		return usagef("--port %d: want 1-65535", *port)
+	}
+	cfg := authz.Config{Kind: kind, Name: name, Port: uint16(*port), ControlPlaneNamespace: check.Namespace}
+	if *from != "" {
+		if cfg.From, err = authz.ParseFrom(*from, cmp.Or(*fromNS, namespace(g))); err != nil {
+			return usageError{err: err}
+		}
+	} else if *fromNS != "" {
+		return usagef("--from-namespace needs --from")
+	}
+	if *fromIP != "" {
+		if *from == "" {
+			return usagef("--from-ip needs --from")
+		}
+		if cfg.FromAddr, err = netip.ParseAddr(*fromIP); err != nil {
+			return usagef("--from-ip: %v", err)
+		}
+		cfg.FromAddr = cfg.FromAddr.Unmap()
+	}
+	clients, _, ns, err := connectPolicy(g)
+	if err != nil {
+		return err
+	}
+	cfg.Namespace = ns
+	if err := cfg.Validate(); err != nil {
+		return usageError{err: err}
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	report, err := authz.Authz{Clients: clients}.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return authz.Render(env.Stdout, report, g.output)
 }

@@ -47,7 +47,20 @@ func ParseResource(s string) (Resource, error) {
 // ParseTarget reads one object from kubectl-style arguments: KIND/NAME or
 // KIND NAME, KIND as ParseResource takes it.
 func ParseTarget(args []string) (Resource, string, error) {
-	var kind, name string
+	kind, name, err := SplitTarget(args)
+	if err != nil {
+		return "", "", err
+	}
+	res, err := ParseResource(kind)
+	if err != nil {
+		return "", "", err
+	}
+	return res, name, nil
+}
+
+// SplitTarget splits kubectl-style arguments naming one object, KIND/NAME
+// or KIND NAME, into its kind (unchecked) and name.
+func SplitTarget(args []string) (kind, name string, err error) {
 	switch {
 	case len(args) == 1 && strings.Contains(args[0], "/"):
 		kind, name, _ = strings.Cut(args[0], "/")
@@ -56,14 +69,10 @@ func ParseTarget(args []string) (Resource, string, error) {
 	default:
 		return "", "", fmt.Errorf("want one object, KIND/NAME or KIND NAME, got %q", strings.Join(args, " "))
 	}
-	res, err := ParseResource(kind)
-	if err != nil {
-		return "", "", err
-	}
 	if name == "" || strings.Contains(name, "/") {
 		return "", "", fmt.Errorf("bad name %q", name)
 	}
-	return res, name, nil
+	return kind, name, nil
 }
 
 // AdminPort is the proxy's metrics port (DESIGN.md §2).
