@@ -378,43 +378,11 @@ func access(p *pb.InboundPolicy, c inboundpolicy.Client) (*Access, error) {
 	var errs []error
 	conn, err := inboundpolicy.Connection(p, c)
 	errs = append(errs, err)
-	a := &Access{Connection: conn, RateLimit: rateLimitFor(p.GetRateLimit(), c.ID)}
+	a := &Access{Connection: conn, RateLimit: inboundpolicy.RateLimit(p, c.ID)}
 	for i, r := range p.GetRoutes() {
 		vs, err := inboundpolicy.Route(p, i, c)
 		errs = append(errs, err)
 		a.Routes = append(a.Routes, RouteAccess{Route: inboundpolicy.RefOf(r.GetRef()), Verdicts: vs})
 	}
 	return a, errors.Join(errs...)
-}
-
-// rateLimitFor describes the requests per second client id may send, as
-// sidecar/ratelimit counts them: by its own bucket (its override, the
-// last one naming it, else the per-identity share; plaintext clients
-// share one) and the total.
-func rateLimitFor(rl *pb.RateLimit, id string) string {
-	if rl == nil {
-		return ""
-	}
-	var parts []string
-	override := uint32(0)
-	for _, o := range rl.GetOverrides() {
-		if slices.Contains(o.GetIdentities(), id) {
-			override = o.GetRequestsPerSecond()
-		}
-	}
-	switch {
-	case override > 0:
-		parts = append(parts, fmt.Sprintf("%d/s (its override)", override))
-	case rl.GetIdentityPerSecond() > 0 && id == "":
-		parts = append(parts, fmt.Sprintf("%d/s (the per-identity share, for all plaintext clients together)", rl.GetIdentityPerSecond()))
-	case rl.GetIdentityPerSecond() > 0:
-		parts = append(parts, fmt.Sprintf("%d/s (the per-identity share)", rl.GetIdentityPerSecond()))
-	}
-	if rl.GetTotalPerSecond() > 0 {
-		parts = append(parts, fmt.Sprintf("%d/s for all clients together", rl.GetTotalPerSecond()))
-	}
-	if len(parts) == 0 {
-		return "no limit"
-	}
-	return strings.Join(parts, ", ")
 }

@@ -1,7 +1,9 @@
 package inboundpolicy
 
 import (
+	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -221,4 +223,44 @@ func NetworksOf(ns []*pb.Network) []Network {
 		out[i] = Network{CIDR: n.GetCidr(), Except: n.GetExcept()}
 	}
 	return out
+}
+
+// RateLimit describes the requests per second client id may send to the
+// port, as the proxy counts them (sidecar/ratelimit): by its own bucket
+// (its override, the last one naming it, else the per-identity share;
+// plaintext clients share one) and the total; requests on the probe
+// route are never limited. "" without a limit.
+func RateLimit(p *pb.InboundPolicy, id string) string {
+	rl := p.GetRateLimit()
+	if rl == nil {
+		return ""
+	}
+	var parts []string
+	override := uint32(0)
+	for _, o := range rl.GetOverrides() {
+		if slices.Contains(o.GetIdentities(), id) {
+			override = o.GetRequestsPerSecond()
+		}
+	}
+	switch {
+	case override > 0:
+		parts = append(parts, fmt.Sprintf("%d/s (its override)", override))
+	case rl.GetIdentityPerSecond() > 0 && id == "":
+		parts = append(parts, fmt.Sprintf("%d/s (the per-identity share, for all plaintext clients together)", rl.GetIdentityPerSecond()))
+	case rl.GetIdentityPerSecond() > 0:
+		parts = append(parts, fmt.Sprintf("%d/s (the per-identity share)", rl.GetIdentityPerSecond()))
+	}
+	if rl.GetTotalPerSecond() > 0 {
+		parts = append(parts, fmt.Sprintf("%d/s for all clients together", rl.GetTotalPerSecond()))
+	}
+	if len(parts) == 0 {
+		return "no limit"
+	}
+	for _, r := range p.GetRoutes() {
+		if authz.IsProbeRoute(r.GetRef()) {
+			parts = append(parts, "none on the probe route")
+			break
+		}
+	}
+	return strings.Join(parts, ", ")
 }
