@@ -93,6 +93,11 @@ line=$(echo "$stat" | awk '$1 == "books"')
 echo "    $line"
 echo "$line" | awk '{print $3}' | grep -q '^100' || die "web's requests to books fail under the policy: $line"
 kubectl -n plexus-demo delete pod intruder --wait=false >/dev/null
+authz=$($PLEXUSCTL authz deploy/books -n plexus-demo --port 8080 --from sa/web)
+echo
+echo "$authz" | sed 's/^/    /'
+echo
+echo "$authz" | grep -q 'books-from-web' || die "plexusctl authz does not show the books-from-web policy"
 log "demo finished in $((SECONDS - start))s"
 cat <<MSG
 
@@ -110,6 +115,7 @@ Explore:
     bin/plexusctl routes deploy/web -n plexus-demo -o wide
     kubectl -n plexus-demo get httproute books-canary -o yaml
     kubectl -n plexus-demo get server,authorizationpolicy,meshtlsauthentication
+    bin/plexusctl authz deploy/books -n plexus-demo --from sa/load
     bin/plexusctl check
     kubectl -n plexus-demo get pods -o wide
 Tear down:
