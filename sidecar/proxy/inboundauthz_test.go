@@ -258,3 +258,44 @@ func TestInboundRateLimit(t *testing.T) {
 		t.Errorf("inbound_http_local_ratelimit_total = %v, want the refused requests (≥ 16)", n)
 	}
 }
+
+// A connection to an HTTP port whose bytes turn out not to be HTTP is
+// forwarded as opaque TCP: it is authorized as a connection first (it
+// used to skip authorization altogether).
+func TestInboundDetectedOpaqueAuthorized(t *testing.T) {
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	reached := make(chan struct{}, 4)
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			reached <- struct{}{}
+			go io.Copy(c, c)
+		}
+	}()
+	dst := netip.MustParseAddrPort(echo.Addr().String())
+	pols := &fixedPolicies{by: map[uint16]*authz.Policy{}}
+	_, inAddr := serveInbound(t, prometheus.NewRegistry(), dst, func(o *Options) { o.Inbound = pols })
+	pols.set(t, dst.Port(), policyOf("client-only", onlyClientPod))
+	c, err := net.Dial("tcp", inAddr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte{0x16, 0x00, 0xff, 'n', 'o', 't', ' ', 'h', 't', 't', 'p', '\r', '\n'})
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if n, err := c.Read(make([]byte, 16)); err == nil {
+		t.Errorf("a plaintext client's non-HTTP bytes were relayed (%d bytes back) past a client-only policy", n)
+	}
+	select {
+	case <-reached:
+		t.Error("the application got the denied client's connection")
+	case <-time.After(100 * time.Millisecond):
+	}
+}

@@ -363,6 +363,13 @@ func (p *Proxy) handle(c *net.TCPConn, dir string, release func()) {
 		return
 	}
 	if proto == detect.Opaque {
+		// Not HTTP after all (or silent past the detect timeout): it
+		// carries no request the pipeline could authorize, so the
+		// connection is authorized now, as an opaque one.
+		if dir == metrics.Inbound && p.opts.Inbound != nil && !p.authorizeConn(dst, remoteIP(c), tl) {
+			src.Close()
+			return
+		}
 		p.forwardOpaque(dc, src, dir, dst, target)
 		return
 	}
