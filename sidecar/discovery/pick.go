@@ -114,6 +114,7 @@ func (r *Resolver) pick(ctx context.Context, key subKey, dst netip.AddrPort, o p
 		}
 		changed := s.changed
 		s.waiting++
+		s.active.Add(1) // a waiting pick keeps the subscription from the janitor
 		s.mu.Unlock()
 		if deadline == nil {
 			deadline = time.NewTimer(r.opts.FailFastTimeout)
@@ -137,6 +138,7 @@ func (r *Resolver) pick(ctx context.Context, key subKey, dst netip.AddrPort, o p
 		}
 		s.mu.Lock()
 		s.waiting--
+		s.active.Add(-1)
 		if timedOut {
 			s.failFast = true
 		}
@@ -192,13 +194,26 @@ func (r *Resolver) pickLocked(s *sub, dst netip.AddrPort, o pickOpts) (pk Pick, 
 		ep = s.pickable[balance.IndexP2C(s.lbs, now, rand.Uint64())]
 	}
 	r.lookedUp.Inc()
+	s.failFast = false // an endpoint is available again (a probe may have restored it)
 	s.active.Add(1)
 	return Pick{Endpoint: ep.Endpoint, ep: ep, s: s, br: br, h: ep.lb.Start(now)}, nil, 0
 }
 
-// nextProbe is when the first ejected endpoint's penalty ends (s.mu held).
+// probePoll is how often picks waiting on a probe in flight look again:
+// its outcome changes nothing discovery would announce.
+const probePoll = 20 * time.Millisecond
+
+// nextProbe is when waiting picks should look again (s.mu held): soon,
+// while a probe is in flight, else when the first ejected endpoint's
+// penalty ends; 0 for neither.
 func (s *sub) nextProbe() int64 {
 	var first int64
+	now := monoNow()
+	for _, b := range s.brs {
+		if b.State(now) == balance.StateProbeInFlight {
+			return now + int64(probePoll)
+		}
+	}
 	for _, b := range s.brs {
 		if end, ok := b.PenaltyEnd(); ok && (first == 0 || end < first) {
 			first = end

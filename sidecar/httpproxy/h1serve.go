@@ -268,7 +268,7 @@ func (hc *h1conn) exchange(up *upstream, h *reqHead) (resHead, error) {
 			return resHead{}, err
 		}
 		if res.proxyError != nil {
-			if err := peerError(!x.endpoint.Identity.IsZero(), res.status, string(res.proxyError)); err != nil && x.retrySafe(err) {
+			if err := peerError(!x.endpoint.Identity.IsZero(), res.status, string(res.proxyError)); err != nil && x.willResend(err) {
 				// The connection is closed (its answer unread): rare.
 				return resHead{}, err
 			}

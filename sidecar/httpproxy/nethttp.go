@@ -127,8 +127,9 @@ func (p *Proxy) send(ctx context.Context, x *exchange, r, out *http.Request) (re
 		o.URL = &u
 		var err error
 		res, err = t.RoundTrip(o)
-		if err == nil && res.StatusCode == http.StatusBadGateway {
-			if perr := peerError(!x.endpoint.Identity.IsZero(), res.StatusCode, res.Header.Get(ErrorHeader)); perr != nil && x.retrySafe(perr) {
+		if err == nil && res.Header.Get(ErrorHeader) != "" {
+			// 502 connect-refused / upstream-reset, 503 draining.
+			if perr := peerError(!x.endpoint.Identity.IsZero(), res.StatusCode, res.Header.Get(ErrorHeader)); perr != nil && x.willResend(perr) {
 				res.Body.Close()
 				res, err = nil, perr
 			}

@@ -236,6 +236,16 @@ func (x *exchange) retrySafe(err error) bool {
 	return errors.As(err, &ae) && !ae.answered && x.req.Replayable && (!ae.sent || ae.reused && x.req.idempotent())
 }
 
+// willResend is retrySafe as the attempt loop will ask it once the
+// current attempt is counted: an engine turning a peer's answer into an
+// error asks it first, so that an answer the loop would not re-send is
+// relayed as it is.
+func (x *exchange) willResend(err error) bool {
+	x.attempts++
+	defer func() { x.attempts-- }()
+	return x.retrySafe(err)
+}
+
 // headers records that response headers are ready (and, for the
 // balancer, the endpoint's response time).
 func (x *exchange) headers(status int) {

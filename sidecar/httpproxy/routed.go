@@ -96,6 +96,7 @@ func (p *Proxy) serveRule(w http.ResponseWriter, r *http.Request, x *exchange) {
 				res.Body.Close()
 			}
 			x.attemptDone(status, grpc, err)
+			x.end() // the endpoint hears its verdict now, not after the backoff
 			done()
 			acancel()
 			if !sleep(ctx, routes.Backoff(n+1, rand.Uint64())) {
