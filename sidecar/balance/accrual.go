@@ -309,9 +309,11 @@ const pickTries = 4
 // returns the available one of lower Cost at now, claiming its probe if
 // it is probing (if another caller won that claim, the other of the
 // pair). After pickTries pairs with none available it scans bs once from
-// a random place and takes the better of the first two available. nil
-// means none is available (with a floor above 0, only while every
-// endpoint left is ejected or removed). Place the request on the result
+// a random place and takes the better of the first two available. When
+// none is and more endpoints are out than the floor allows of those left
+// (the set shrank), the earliest ejected one gets its probe now. nil
+// means none is available (with a floor above 0, only while a probe is
+// in flight). Place the request on the result
 // with Start and report its outcome with Success, Failure or Cancel. It
 // allocates nothing.
 func PickP2CAvailable(bs []*Breaker, now int64, rnd uint64) *Breaker {
@@ -332,7 +334,7 @@ func IndexP2CAvailable(bs []*Breaker, now int64, rnd uint64) int {
 		if bs[0].take(now) {
 			return 0
 		}
-		return -1
+		return forceProbe(bs)
 	}
 	for range pickTries {
 		i := (rnd & math.MaxUint32) * n >> 32
@@ -363,6 +365,28 @@ func IndexP2CAvailable(bs []*Breaker, now int64, rnd uint64) int {
 	}
 	if first >= 0 && bs[first].take(now) {
 		return first
+	}
+	return forceProbe(bs)
+}
+
+// forceProbe keeps the floor after the set shrank: when more endpoints
+// are out than the floor allows of those left (discovery removed some
+// that were in), the ejected one whose penalty ends first gets its probe
+// now. Its index, or -1.
+func forceProbe(bs []*Breaker) int {
+	a := bs[0].acc
+	if a.out.Load() <= a.cfg.maxOut(a.members.Load()) {
+		return -1
+	}
+	best := -1
+	for i, b := range bs {
+		if b.phase.Load() == phaseEjected && (best < 0 || b.until.Load() < bs[best].until.Load()) {
+			best = i
+		}
+	}
+	if best >= 0 && bs[best].phase.CompareAndSwap(phaseEjected, phaseProbing) {
+		a.probes.Add(1)
+		return best
 	}
 	return -1
 }
