@@ -63,19 +63,20 @@ func (in inboundComputation) serverRoutes(srv *policyv1alpha1.Server) []*pb.Inbo
 }
 
 // serverParents returns "ns/name" of each Server (group
-// policy.plexus.dev) that refs name; a ref without a namespace is in the
-// route's.
+// policy.plexus.dev) that refs name. Only Servers in the route's own
+// namespace: a route (and the AuthorizationPolicies on it, read from the
+// route's namespace) in another namespace would otherwise open a Server
+// to anyone who may create routes there (Linkerd ignores such refs too).
 func serverParents(refs []gatewayv1.ParentReference, routeNS string) []string {
 	var out []string
 	for _, ref := range refs {
 		if ref.Group == nil || string(*ref.Group) != policyv1alpha1.Group || ref.Kind == nil || string(*ref.Kind) != policyv1alpha1.ServerKind {
 			continue
 		}
-		ns := routeNS
-		if ref.Namespace != nil && *ref.Namespace != "" {
-			ns = string(*ref.Namespace)
+		if ref.Namespace != nil && *ref.Namespace != "" && string(*ref.Namespace) != routeNS {
+			continue
 		}
-		out = append(out, ns+"/"+string(ref.Name))
+		out = append(out, routeNS+"/"+string(ref.Name))
 	}
 	return out
 }
