@@ -176,3 +176,25 @@ func TestMayConnect(t *testing.T) {
 		t.Error("only A: A must keep its connection, B must not")
 	}
 }
+
+// On a port with routes, a path an application could normalize to another
+// route's is not authorized (/public/../admin would pass as /public).
+func TestAmbiguousPathsDenied(t *testing.T) {
+	prefix := func(p string) []*pb.RouteMatch {
+		return []*pb.RouteMatch{{Path: &pb.PathMatch{Kind: pb.PathMatch_PREFIX, Value: p}}}
+	}
+	p := compile(t, &pb.InboundPolicy{Routes: []*pb.InboundRoute{
+		{Ref: ref("HTTPRoute", "public"), Matches: prefix("/public"), Authorizations: []*pb.Authorization{{Ref: ref("AuthorizationPolicy", "everyone")}}},
+		{Ref: ref("HTTPRoute", "admin"), Matches: prefix("/admin"), Authorizations: []*pb.Authorization{{MeshTls: true, Identities: []string{idA}}}},
+	}})
+	for _, target := range []string{"/public/../admin", "/public/%2e%2e/admin", "/public/..%2fadmin", "/public/.%2E/admin", "/public//admin", "/public/./x", "/public\\..\\admin", "/public/%5c..%5cadmin"} {
+		if d := p.Request(client("10.0.0.1", idB), &routes.Request{Method: "GET", Authority: "web", Target: target}); d.Allowed {
+			t.Errorf("%s from B: allowed (%+v), want denied", target, d)
+		}
+	}
+	for _, target := range []string{"/public/a.b/c", "/public/..x", "/public?x=/../admin"} {
+		if d := p.Request(client("10.0.0.1", idB), &routes.Request{Method: "GET", Authority: "web", Target: target}); !d.Allowed {
+			t.Errorf("%s from B: denied, want allowed (not ambiguous)", target)
+		}
+	}
+}

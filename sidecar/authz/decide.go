@@ -1,6 +1,8 @@
 package authz
 
 import (
+	"strings"
+
 	"github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
@@ -47,6 +49,11 @@ func (p *Policy) Connection(c *Client) Decision {
 func (p *Policy) Request(c *Client, req *routes.Request) Decision {
 	if p.routes == nil {
 		return p.decide(c, defaultRoute, nil)
+	}
+	if ambiguousPath(req.Target) {
+		// The application may resolve it to another route's path than
+		// the one it matches here (/public/../admin): not authorized.
+		return Decision{Denied: true}
 	}
 	rule, ok := p.routes.Match(req)
 	if !ok {
@@ -118,4 +125,21 @@ func (p *Policy) MayConnect(c *Client) bool {
 // for the pod's own probes.
 func IsProbeRoute(ref *destinationpb.ResourceRef) bool {
 	return ref.GetKind() == "default" && ref.GetName() == "probe" && ref.GetGroup() == ""
+}
+
+// ambiguousPath reports whether target's path could name another path
+// once an application normalizes it: dot segments, encoded dots, slashes
+// or backslashes, a backslash, or an empty segment.
+func ambiguousPath(target string) bool {
+	path, _, _ := strings.Cut(target, "?")
+	if strings.Contains(path, "//") || strings.Contains(path, "\\") {
+		return true
+	}
+	for _, seg := range strings.Split(path, "/") {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	lower := strings.ToLower(path)
+	return strings.Contains(lower, "%2e") || strings.Contains(lower, "%2f") || strings.Contains(lower, "%5c")
 }

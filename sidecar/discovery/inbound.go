@@ -32,18 +32,20 @@ func (r *Resolver) InboundPolicy(ctx context.Context, port uint16) *authz.Policy
 // declared ports: /ready waits for them).
 func (r *Resolver) WatchInbound(ports []uint16) {
 	for _, p := range ports {
-		r.inboundSub(p)
+		r.inboundSub(p).watched.Store(true)
 	}
 }
 
-// InboundReady returns nil once every port subscribed to has had a
-// policy, else an error naming those that have not.
+// InboundReady returns nil once every port WatchInbound named has had a
+// policy, else an error naming those that have not. Ports subscribed to
+// because a client tried them do not count: a stray connection must not
+// take the pod out of its Services.
 func (r *Resolver) InboundReady() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var waiting []uint16
 	for port, s := range r.inbound {
-		if s.policy.Load() == nil {
+		if s.watched.Load() && s.policy.Load() == nil {
 			waiting = append(waiting, port)
 		}
 	}
@@ -83,10 +85,11 @@ func (r *Resolver) inboundSub(port uint16) *inboundSub {
 
 // inboundSub is the cached inbound policy of one port.
 type inboundSub struct {
-	port   uint16
-	first  chan struct{} // closed after the first message or failed stream
-	once   sync.Once
-	policy atomic.Pointer[authz.Policy]
+	port    uint16
+	first   chan struct{} // closed after the first message or failed stream
+	once    sync.Once
+	policy  atomic.Pointer[authz.Policy]
+	watched atomic.Bool // named by WatchInbound: /ready waits for it
 }
 
 func (s *inboundSub) firstDone() { s.once.Do(func() { close(s.first) }) }

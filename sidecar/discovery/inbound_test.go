@@ -45,6 +45,13 @@ func TestInboundPolicies(t *testing.T) {
 	deny := &destinationpb.InboundPolicy{Server: &destinationpb.ResourceRef{Kind: "default", Name: "deny"}}
 	e.srv.SetInbound(9090, deny)
 	within(t, time.Second, "9090's policy arrives", func() bool { return e.r.InboundReady() == nil })
+	// A port a client tried (not declared) does not hold /ready back.
+	if p := e.r.InboundPolicy(ctx, 7777); p != nil {
+		t.Errorf("policy of 7777 = %+v, want none", p)
+	}
+	if err := e.r.InboundReady(); err != nil {
+		t.Errorf("after a stray port: InboundReady = %v, want nil", err)
+	}
 	// A change reaches the proxy and is announced.
 	drain(changed)
 	e.srv.SetInbound(8080, deny)

@@ -83,7 +83,11 @@ func (v *values) ref(r *destinationpb.ResourceRef) *values {
 func (v *values) get() []string { return v.buf[:v.n] }
 
 func (m *Metrics) srv(v *values, r AuthzResult) *values {
-	return v.ref(r.Server).add(m.portText(r.Port))
+	port := ""
+	if r.Port != 0 {
+		port = m.portText(r.Port)
+	}
+	return v.ref(r.Server).add(port)
 }
 
 func peer(v *values, r AuthzResult) *values {

@@ -50,11 +50,14 @@ func (p *Proxy) admitInbound(c, conn net.Conn, dst netip.AddrPort, tl metrics.TL
 		opaque = true
 	}
 	client := remoteIP(c)
+	// Watched before it is authorized: a policy change between the two
+	// is then either seen by the check or revokes the connection.
+	forget := p.inbound.watch(c, inboundConn{port: dst.Port(), client: authz.Client{Addr: client, ID: tl.ID}, tls: tl, opaque: opaque})
 	if opaque && !p.authorizeConn(dst, client, tl) {
+		forget()
 		conn.Close()
 		return opaque, release, false
 	}
-	forget := p.inbound.watch(c, inboundConn{port: dst.Port(), client: authz.Client{Addr: client, ID: tl.ID}, tls: tl, opaque: opaque})
 	return opaque, func() { forget(); release() }, true
 }
 
@@ -111,9 +114,11 @@ func (p *Proxy) authorizeConn(dst netip.AddrPort, client netip.Addr, tl metrics.
 }
 
 func (p *Proxy) authzResult(pol *authz.Policy, d authz.Decision, port uint16, tl metrics.TLS) metrics.AuthzResult {
-	r := metrics.AuthzResult{Route: d.Route, Authz: d.Authz, Port: port, TLS: tl, Allowed: d.Allowed, DryRun: d.DryRun}
+	r := metrics.AuthzResult{Route: d.Route, Authz: d.Authz, TLS: tl, Allowed: d.Allowed, DryRun: d.DryRun}
 	if pol != nil {
-		r.Server = pol.Server
+		// Without a policy srv_port stays empty: a client trying every
+		// port must not make a series per port.
+		r.Server, r.Port = pol.Server, port
 	}
 	return r
 }
@@ -140,6 +145,17 @@ type inboundConn struct {
 	client authz.Client
 	tls    metrics.TLS
 	opaque bool // authorized as a connection (else per request)
+}
+
+// markOpaque records that c turned out to carry no HTTP: a revocation
+// checks it as a connection.
+func (s *inboundConns) markOpaque(c net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ic, ok := s.conns[c]; ok {
+		ic.opaque = true
+		s.conns[c] = ic
+	}
 }
 
 // watch records c until the returned func is called.

@@ -366,9 +366,12 @@ func (p *Proxy) handle(c *net.TCPConn, dir string, release func()) {
 		// Not HTTP after all (or silent past the detect timeout): it
 		// carries no request the pipeline could authorize, so the
 		// connection is authorized now, as an opaque one.
-		if dir == metrics.Inbound && p.opts.Inbound != nil && !p.authorizeConn(dst, remoteIP(c), tl) {
-			src.Close()
-			return
+		if dir == metrics.Inbound && p.opts.Inbound != nil {
+			p.inbound.markOpaque(c)
+			if !p.authorizeConn(dst, remoteIP(c), tl) {
+				src.Close()
+				return
+			}
 		}
 		p.forwardOpaque(dc, src, dir, dst, target)
 		return
