@@ -137,8 +137,9 @@ func newInbound(cfg Config, w *watcher, p *policies, c RouteClients, log *slog.L
 // decodeAs returns a transform that turns the dynamic informer's
 // unstructured objects into the type newObj makes, managedFields dropped.
 // One that does not decode is logged and stays unstructured: the reads
-// below skip it (a Server or policy that cannot be read counts as
-// absent).
+// below skip it (an authorization, authentication or rate limit that
+// cannot be read counts as absent, granting nothing; a Server decodes
+// even with fields this version does not know, see Decode).
 func (in *inbound) decodeAs(newObj func() metav1.Object) cache.TransformFunc {
 	return func(obj any) (any, error) {
 		u, ok := obj.(*unstructured.Unstructured)

@@ -65,14 +65,20 @@ type settings struct {
 }
 
 // merged returns the pod's config.plexus.dev/* annotations with the
-// namespace's filled in where the pod has none.
+// namespace's filled in where the pod has none, except the default
+// inbound policy: destination reads the namespace's live, so a change
+// there reaches running pods (a copy on the pod, fixed at admission,
+// would hold them to the old value).
 func merged(pod, ns map[string]string) map[string]string {
 	out := map[string]string{}
-	for _, src := range []map[string]string{ns, pod} {
-		for k, v := range src {
-			if strings.HasPrefix(k, podconfig.AnnotationPrefix) {
-				out[k] = v
-			}
+	for k, v := range ns {
+		if strings.HasPrefix(k, podconfig.AnnotationPrefix) && k != AnnotationDefaultInboundPolicy {
+			out[k] = v
+		}
+	}
+	for k, v := range pod {
+		if strings.HasPrefix(k, podconfig.AnnotationPrefix) {
+			out[k] = v
 		}
 	}
 	return out

@@ -29,3 +29,15 @@ func TestDefaultInboundPolicyAnnotation(t *testing.T) {
 		t.Errorf("allow-all: %v, want an error naming the annotation and value", err)
 	}
 }
+
+// A namespace's default inbound policy is not copied onto its pods:
+// destination reads it live (the pod's copy would be fixed at admission).
+func TestNamespaceDefaultInboundPolicyNotCopied(t *testing.T) {
+	got := merged(map[string]string{}, map[string]string{AnnotationDefaultInboundPolicy: "deny", AnnotationProxyLogLevel: "debug"})
+	if _, ok := got[AnnotationDefaultInboundPolicy]; ok || got[AnnotationProxyLogLevel] != "debug" {
+		t.Errorf("merged = %v, want the log level copied and the default inbound policy not", got)
+	}
+	if got := merged(map[string]string{AnnotationDefaultInboundPolicy: "audit"}, nil); got[AnnotationDefaultInboundPolicy] != "audit" {
+		t.Errorf("the pod's own value: %v", got)
+	}
+}

@@ -40,6 +40,9 @@ func (b *Bucket) Allow(now int64) bool {
 	}
 }
 
+// refund gives back one request Allow admitted (a later check refused it).
+func (b *Bucket) refund() { b.tat.Add(-b.interval) }
+
 // MaxClients bounds the per-client buckets of a Limit; clients beyond it
 // share one bucket.
 const MaxClients = 4096
@@ -68,12 +71,20 @@ func NewLimit(total, perClient uint32, overrides map[string]uint32) *Limit {
 
 // Allow reports whether a request from client id at now is admitted: by
 // its own bucket (its override's rate, or the per-identity one) and the
-// total. A request refused by its own bucket is not charged to the total.
+// total. A request refused by its own bucket is not charged to the total,
+// nor one the total refuses to its own bucket.
 func (l *Limit) Allow(id string, now int64) bool {
-	if b := l.client(id); b != nil && !b.Allow(now) {
+	b := l.client(id)
+	if b != nil && !b.Allow(now) {
 		return false
 	}
-	return l.total == nil || l.total.Allow(now)
+	if l.total == nil || l.total.Allow(now) {
+		return true
+	}
+	if b != nil {
+		b.refund()
+	}
+	return false
 }
 
 // client returns id's bucket, or nil when id has no per-client limit.

@@ -87,3 +87,19 @@ func BenchmarkLimitAllow(b *testing.B) {
 		l.Allow("spiffe://cluster.local/ns/shop/sa/a", now)
 	}
 }
+
+// A request the total refuses is not charged to its client's share: with
+// the total saturated by others, a client's own bucket stays full.
+func TestTotalRefusalNotChargedToClient(t *testing.T) {
+	l := NewLimit(10, 10, nil)
+	for i := range 100 { // "hog" exhausts the total (and its own share)
+		l.Allow("hog", sec+int64(i))
+	}
+	for range 5 {
+		l.Allow("a", sec+200) // refused by the total
+	}
+	b := l.client("a")
+	if !b.Allow(sec + 200) {
+		t.Error("a's own bucket was charged for requests the total refused")
+	}
+}

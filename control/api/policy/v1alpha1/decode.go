@@ -8,10 +8,15 @@ import (
 )
 
 // Decode converts an object from a dynamic client or informer into one of
-// this package's types (a pointer). A field the type does not know is an
-// error naming it, as is a value of the wrong type.
+// this package's types (a pointer). A value of the wrong type is an error;
+// so is a field the type does not know, except in a Server: a Server only
+// narrows who gets in, so one with a field from a newer version still
+// applies by what this version knows (ignoring it would fall back to the
+// default policy, often all-unauthenticated), while an authorization or a
+// rate limit half understood could grant more than it says.
 func Decode(u *unstructured.Unstructured, into any) error {
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, into, true); err != nil {
+	_, server := into.(*Server)
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, into, !server); err != nil {
 		return fmt.Errorf("decoding %s %s/%s: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
 	}
 	return nil

@@ -114,7 +114,7 @@ func TestDecodeRefusesUnknownAndMistypedFields(t *testing.T) {
 		path         []string
 		want         []string
 	}{
-		{"unknown field", "server", "x", []string{"spec", "protocol"}, []string{"Server shop/web-http", `unknown field "spec.protocol"`}},
+		{"unknown field", "authorizationpolicy", "x", []string{"spec", "mode"}, []string{"AuthorizationPolicy", `unknown field "spec.mode"`}},
 		{"unknown nested field", "httplocalratelimitpolicy", int64(5), []string{"spec", "total", "burst"}, []string{`unknown field "spec.total.burst"`}},
 		{"wrong type", "networkauthentication", int64(5), []string{"spec", "networks"}, []string{"NetworkAuthentication plexus-system/cluster-network"}},
 	} {
@@ -134,6 +134,20 @@ func TestDecodeRefusesUnknownAndMistypedFields(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A Server with a field this version does not know still decodes: it
+// keeps applying by what is known instead of falling back to the default
+// policy.
+func TestDecodeServerKeepsUnknownFieldsOut(t *testing.T) {
+	u := sample(t, "server")
+	if err := unstructured.SetNestedField(u.Object, "x", "spec", "futureField"); err != nil {
+		t.Fatal(err)
+	}
+	var srv Server
+	if err := Decode(u, &srv); err != nil || srv.Spec.Port.StrVal != "http" {
+		t.Errorf("Decode = %v (port %v), want the Server with what this version knows", err, srv.Spec.Port)
 	}
 }
 
