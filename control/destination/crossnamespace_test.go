@@ -31,13 +31,13 @@ func TestCrossNamespaceRoute(t *testing.T) {
 		PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, Port: intstr.FromInt32(8080), AccessPolicy: "deny"}}
 	mt := &policyv1alpha1.MeshTLSAuthentication{ObjectMeta: m("prod", "a-only"), Spec: policyv1alpha1.MeshTLSAuthenticationSpec{Identities: []string{"spiffe://cluster.local/ns/prod/sa/a"}}}
 	ap := &policyv1alpha1.AuthorizationPolicy{ObjectMeta: m("prod", "a"), Spec: policyv1alpha1.AuthorizationPolicySpec{
-		TargetRef: policyv1alpha1.TargetRef{Group: policyv1alpha1.Group, Kind: "Server", Name: "web"},
+		TargetRef:                  policyv1alpha1.TargetRef{Group: policyv1alpha1.Group, Kind: "Server", Name: "web"},
 		RequiredAuthenticationRefs: []policyv1alpha1.NamespacedTargetRef{{Group: policyv1alpha1.Group, Kind: "MeshTLSAuthentication", Name: "a-only"}}}}
 	grp, kind, ns := gatewayv1.Group(policyv1alpha1.Group), gatewayv1.Kind("Server"), gatewayv1.Namespace("prod")
 	evilRoute := &gatewayv1.HTTPRoute{ObjectMeta: m("evil", "steal"), Spec: gatewayv1.HTTPRouteSpec{CommonRouteSpec: gatewayv1.CommonRouteSpec{
 		ParentRefs: []gatewayv1.ParentReference{{Group: &grp, Kind: &kind, Namespace: &ns, Name: "web"}}}}}
 	evilAP := &policyv1alpha1.AuthorizationPolicy{ObjectMeta: m("evil", "all"), Spec: policyv1alpha1.AuthorizationPolicySpec{
-		TargetRef: policyv1alpha1.TargetRef{Group: policyv1alpha1.GatewayGroup, Kind: "HTTPRoute", Name: "steal"},
+		TargetRef:                  policyv1alpha1.TargetRef{Group: policyv1alpha1.GatewayGroup, Kind: "HTTPRoute", Name: "steal"},
 		RequiredAuthenticationRefs: []policyv1alpha1.NamespacedTargetRef{}}}
 	reads, err := destination.NewInboundObjects(srv, mt, ap, evilRoute, evilAP)
 	if err != nil {
