@@ -73,7 +73,9 @@ func TestSnapshot(t *testing.T) {
 	srv := &policyv1alpha1.Server{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
 		Spec: policyv1alpha1.ServerSpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, Port: intstr.FromInt32(8080)}}
 	bad := inboundpolicytest.Unstructured(t, &policyv1alpha1.Server{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "bad"}})
-	bad.Object["spec"] = map[string]any{"podSelector": map[string]any{}, "port": int64(8080), "bogus": true}
+	// A value of the wrong type: unreadable (an unknown field alone would
+	// not be, in a Server; see policyv1alpha1.Decode).
+	bad.Object["spec"] = map[string]any{"podSelector": "all of them", "port": int64(8080)}
 	cp := *srv
 	other := &cp
 	other.Namespace, other.Name = "a", "first"
