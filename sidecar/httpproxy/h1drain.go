@@ -71,3 +71,44 @@ func (p *Proxy) Shutdown(ctx context.Context) {
 		}
 	}
 }
+
+// DrainRefuseWindow is how long a draining fast path keeps a meshed
+// client's idle connection open to answer its next request "draining"
+// (see refuseDraining): about as long as the endpoint's removal takes to
+// reach the client proxies, which meanwhile may still pick it.
+const DrainRefuseWindow = 2 * time.Second
+
+// refuseDraining answers the next request of a meshed client, if one
+// comes within DrainRefuseWindow, 503 with reason draining and closes:
+// once draining the proxy forwards nothing new, and a client proxy that
+// gets this answer from the endpoint's identity knows the request reached
+// no server and sends it to another endpoint, whatever its method.
+// Closing the connection instead races with a request already on its way,
+// which the client could not tell from one the server took. A plaintext
+// client's connection is just closed, as before (its HTTP client retries
+// what a closed idle connection lets it).
+func (hc *h1conn) refuseDraining() {
+	if !hc.tls.On {
+		return
+	}
+	hc.idle.Store(false)
+	end := time.Now().Add(DrainRefuseWindow)
+	var raw []byte
+	for {
+		// Shutdown may still wake this connection once (a deadline in
+		// the past) as it goes by, behind the reader's back: read again
+		// until end.
+		hc.rd.dl = time.Time{}
+		hc.rd.until(end)
+		var err error
+		if raw, err = hc.rd.head(h1ReadBuf); err == nil {
+			break
+		}
+		if !isTimeout(err) || !time.Now().Before(end) {
+			return
+		}
+	}
+	hc.head = parseRequest(raw)
+	hc.fill(&hc.head)
+	hc.answer(&hc.head, failure(errDraining, hc.head.grpc))
+}

@@ -148,23 +148,7 @@ func TestInboundAuthorization(t *testing.T) {
 // An opaque port's connections are authorized when they open: a denied
 // client's connection is closed before any byte reaches the application.
 func TestInboundOpaqueRefused(t *testing.T) {
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer echo.Close()
-	reached := make(chan struct{}, 4)
-	go func() {
-		for {
-			c, err := echo.Accept()
-			if err != nil {
-				return
-			}
-			reached <- struct{}{}
-			go io.Copy(c, c)
-		}
-	}()
-	dst := netip.MustParseAddrPort(echo.Addr().String())
+	dst, reached := echoApp(t)
 	pols := &fixedPolicies{by: map[uint16]*authz.Policy{}}
 	reg := prometheus.NewRegistry()
 	_, inAddr := serveInbound(t, reg, dst, func(o *Options) { o.Config.OpaquePorts.Add(dst.Port()); o.Inbound = pols })
@@ -263,23 +247,7 @@ func TestInboundRateLimit(t *testing.T) {
 // forwarded as opaque TCP: it is authorized as a connection first (it
 // used to skip authorization altogether).
 func TestInboundDetectedOpaqueAuthorized(t *testing.T) {
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer echo.Close()
-	reached := make(chan struct{}, 4)
-	go func() {
-		for {
-			c, err := echo.Accept()
-			if err != nil {
-				return
-			}
-			reached <- struct{}{}
-			go io.Copy(c, c)
-		}
-	}()
-	dst := netip.MustParseAddrPort(echo.Addr().String())
+	dst, reached := echoApp(t)
 	pols := &fixedPolicies{by: map[uint16]*authz.Policy{}}
 	_, inAddr := serveInbound(t, prometheus.NewRegistry(), dst, func(o *Options) { o.Inbound = pols })
 	pols.set(t, dst.Port(), policyOf("client-only", onlyClientPod))
@@ -298,4 +266,26 @@ func TestInboundDetectedOpaqueAuthorized(t *testing.T) {
 		t.Error("the application got the denied client's connection")
 	case <-time.After(100 * time.Millisecond):
 	}
+}
+
+// echoApp is an application on loopback that echoes what it reads; reached
+// receives a value per connection it accepts.
+func echoApp(t *testing.T) (netip.AddrPort, chan struct{}) {
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { echo.Close() })
+	reached := make(chan struct{}, 4)
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			reached <- struct{}{}
+			go io.Copy(c, c)
+		}
+	}()
+	return netip.MustParseAddrPort(echo.Addr().String()), reached
 }
