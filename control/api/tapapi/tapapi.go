@@ -1,0 +1,147 @@
+// Package tapapi holds the wire types of the tap service's aggregated API,
+// tap.plexus.dev/v1alpha1 (DESIGN.md §10), shared by the service
+// (plexus-control tap), the CLI (plexusctl viz tap|top) and the dashboard.
+//
+// A tap is a POST, through the Kubernetes API server, to
+//
+//	/apis/tap.plexus.dev/v1alpha1/watch/namespaces/{ns}/tap                 every meshed pod of a namespace
+//	/apis/tap.plexus.dev/v1alpha1/watch/namespaces/{ns}/{resource}/{name}/tap
+//
+// with a Request as its JSON body. The "watch" segment makes the API
+// server authorize the caller for verb watch on {resource}/tap in group
+// tap.plexus.dev before it forwards the call; the tap service checks the
+// same with a SubjectAccessReview. The answer streams Events, one JSON
+// object per line (Content-Type application/x-ndjson), until the caller
+// leaves or the tap's limit is reached.
+package tapapi
+
+import "time"
+
+// Group and Version name the aggregated API.
+const (
+	Group   = "tap.plexus.dev"
+	Version = "v1alpha1"
+	// Subresource is the RBAC subresource every tap is authorized for.
+	Subresource = "tap"
+	// Verb is the RBAC verb every tap is authorized for.
+	Verb = "watch"
+)
+
+// Resources are the kinds a tap may target: the {resource} of the path
+// (plural, lower case, as RBAC names them).
+var Resources = []string{"namespaces", "pods", "deployments", "daemonsets", "statefulsets", "replicasets", "jobs", "cronjobs", "services"}
+
+// Path returns the URL path of a tap on one resource; name "" and
+// resource "namespaces" tap namespace ns.
+func Path(ns, resource, name string) string {
+	base := "/apis/" + Group + "/" + Version + "/watch/namespaces/" + ns
+	if resource == "namespaces" || resource == "" {
+		return base + "/tap"
+	}
+	return base + "/" + resource + "/" + name + "/tap"
+}
+
+// Request is a tap's filter and limits. Empty fields match everything.
+type Request struct {
+	// Direction is "inbound", "outbound" or "" (both).
+	Direction string `json:"direction,omitempty"`
+	// To narrows outbound requests to a destination: a namespace and
+	// optionally a resource in it, as in the path ("deployments", "web").
+	ToNamespace string `json:"toNamespace,omitempty"`
+	ToResource  string `json:"toResource,omitempty"`
+	ToName      string `json:"toName,omitempty"`
+	// Method is an HTTP method (exact); Authority, a :authority or Host
+	// (exact); PathPrefix, a prefix of the path; Route, the name of the
+	// route the request matched.
+	Method     string `json:"method,omitempty"`
+	Authority  string `json:"authority,omitempty"`
+	PathPrefix string `json:"pathPrefix,omitempty"`
+	Route      string `json:"route,omitempty"`
+	// MaxRPS bounds the requests observed per second over all the
+	// tapped pods (0: the service's default, 100); it is split across
+	// the pods.
+	MaxRPS float64 `json:"maxRps,omitempty"`
+	// Limit ends the tap after this many requests (0: no limit).
+	Limit int `json:"limit,omitempty"`
+}
+
+// Event types.
+const (
+	RequestStart  = "requestStart"
+	ResponseStart = "responseStart"
+	ResponseEnd   = "responseEnd"
+	// Dropped reports events a proxy dropped because the tapper was
+	// slow; Count says how many since the last report.
+	Dropped = "dropped"
+	// Error reports a pod that could not be tapped (Message says why);
+	// the others go on.
+	Error = "error"
+)
+
+// Event is one line of a tap's answer.
+type Event struct {
+	Type string    `json:"type"`
+	Time time.Time `json:"time"`
+	// ID names the request among this tap's events: "<pod>:<n>".
+	ID string `json:"id,omitempty"`
+	// Namespace and Pod are the tapped pod (whose proxy saw the request).
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	// Direction is "inbound" or "outbound" (as seen by Pod's proxy).
+	Direction string `json:"direction,omitempty"`
+
+	Source      Peer `json:"source"`
+	Destination Peer `json:"destination"`
+	// TLS: the request travelled over mesh mTLS.
+	TLS bool `json:"tls"`
+
+	// RequestStart.
+	Method    string   `json:"method,omitempty"`
+	Scheme    string   `json:"scheme,omitempty"`
+	Authority string   `json:"authority,omitempty"`
+	Path      string   `json:"path,omitempty"`
+	Route     string   `json:"route,omitempty"`
+	Headers   []Header `json:"headers,omitempty"`
+
+	// ResponseStart: the status and the time since RequestStart.
+	Status    int     `json:"status,omitempty"`
+	LatencyMs float64 `json:"latencyMs,omitempty"`
+
+	// ResponseEnd: the time since RequestStart, the response body's
+	// bytes, the gRPC status (when gRPC) and the error that ended the
+	// exchange early ("" when it ended well; e.g. a reset).
+	DurationMs    float64 `json:"durationMs,omitempty"`
+	ResponseBytes int64   `json:"responseBytes,omitempty"`
+	GRPCStatus    *int    `json:"grpcStatus,omitempty"`
+	Reason        string  `json:"reason,omitempty"`
+
+	// Dropped.
+	Count uint64 `json:"count,omitempty"`
+	// Error.
+	Message string `json:"message,omitempty"`
+}
+
+// Peer is one end of a request.
+type Peer struct {
+	// Addr is IP:port.
+	Addr string `json:"addr,omitempty"`
+	// Identity is the peer's mesh identity, when the request travelled
+	// over mesh mTLS (the client's on inbound, the server's on outbound).
+	Identity string `json:"identity,omitempty"`
+	// Namespace and the owning workload, when the tap service knows the
+	// address as a pod's.
+	Namespace    string `json:"namespace,omitempty"`
+	Pod          string `json:"pod,omitempty"`
+	WorkloadKind string `json:"workloadKind,omitempty"`
+	WorkloadName string `json:"workloadName,omitempty"`
+}
+
+// Header is one request header; Value is "REDACTED" for the redacted ones
+// (authorization, cookie, proxy-authorization and those configured).
+type Header struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// Redacted replaces the value of a redacted header.
+const Redacted = "REDACTED"
