@@ -58,7 +58,9 @@ func TestPluginReadsAdmittedSettings(t *testing.T) {
 			return d.Config
 		}
 		admitted := decide(injected)
-		want, err := podconfig.FromAnnotations(podconfig.Defaults(), injected.Annotations)
+		// The admitted settings are the annotations, plus the tap port
+		// skipped inbound (tap.go).
+		want, err := podconfig.FromAnnotations(podconfig.Defaults(), admittedRedirect(injected.Annotations))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -183,7 +183,9 @@ func Patch(pod *corev1.Pod, ns *corev1.Namespace, cfg Config) ([]Op, error) {
 		}
 	}
 	p.setKeys("/metadata/annotations", pod.Annotations == nil, newAnnotations)
-	p.setKeys("/metadata/labels", pod.Labels == nil, map[string]string{LabelProxyVersion: cfg.ProxyVersion})
+	kind, name := workload(pod)
+	p.setKeys("/metadata/labels", pod.Labels == nil, map[string]string{LabelProxyVersion: cfg.ProxyVersion,
+		LabelWorkloadKind: kind, LabelWorkloadName: name})
 	return p.ops, nil
 }
 
@@ -240,7 +242,8 @@ func (c Config) container(s settings) corev1.Container {
 		// For the CNI plugin and the node agent's repair, not the proxy:
 		// the redirect settings as admitted, which the pod's annotations
 		// (mutable) cannot change later.
-		{Name: podconfig.EnvAdmitted, Value: podconfig.EncodeAdmitted(s.annotations)},
+		{Name: podconfig.EnvAdmitted, Value: podconfig.EncodeAdmitted(admittedRedirect(s.annotations))},
+		{Name: "PLEXUS_PROXY_TAP_PORT", Value: strconv.Itoa(TapPort)},
 	}
 	if v, ok := s.annotations[podconfig.AnnotationOpaquePorts]; ok {
 		env = append(env, corev1.EnvVar{Name: "PLEXUS_PROXY_OPAQUE_PORTS", Value: v})
@@ -274,6 +277,7 @@ func (c Config) container(s settings) corev1.Container {
 		Ports: []corev1.ContainerPort{
 			{Name: "plexus-inbound", ContainerPort: int32(r.InboundPort)},
 			{Name: "plexus-admin", ContainerPort: int32(r.AdminPort)},
+			{Name: "plexus-tap", ContainerPort: TapPort},
 		},
 		// Until it holds a certificate and the kubelet's probe has come
 		// through the inbound redirect, the proxy is not ready, and with a

@@ -98,9 +98,12 @@ func DefaultOpaquePorts() PortSet {
 
 // Config is the complete proxy configuration.
 type Config struct {
-	InboundPort   uint16
-	OutboundPort  uint16
-	AdminPort     uint16
+	InboundPort  uint16
+	OutboundPort uint16
+	AdminPort    uint16
+	// TapPort serves the tap API (with identity only); 0: no tap server.
+	TapPort       uint16
+	TapNamespace  string // the tap service's namespace (TapID)
 	OpaquePorts   PortSet
 	DetectTimeout time.Duration
 	IdleTimeout   time.Duration
@@ -170,6 +173,8 @@ func Default() Config {
 		InboundPort:   DefaultInboundPort,
 		OutboundPort:  DefaultOutboundPort,
 		AdminPort:     DefaultAdminPort,
+		TapPort:       DefaultTapPort,
+		TapNamespace:  DefaultTapNamespace,
 		OpaquePorts:   DefaultOpaquePorts(),
 		DetectTimeout: DefaultDetectTimeout,
 		IdleTimeout:   DefaultIdleTimeout,
@@ -329,6 +334,9 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	count(EnvCores, "cores", &c.Cores)
 	count(EnvMaxConnections, "connections", &c.MaxConnections)
 	count(EnvMaxInformational, "responses", &c.MaxInformational)
+	if err := c.tapFromEnv(get); err != nil {
+		errs = append(errs, err)
+	}
 	return c, errors.Join(errs...)
 }
 
@@ -384,6 +392,9 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.validateIdentity()...)
+	if err := c.validateTap(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 

@@ -312,6 +312,15 @@ func (h *reqHead) Get(name string) string {
 	return string(v)
 }
 
+// each calls fn with every header field of the request, for a tap.
+func (h *reqHead) each(fn func(name, value string)) {
+	headerLines(h.raw, func(line []byte) bool {
+		n, v, _ := splitHeader(line)
+		fn(string(n), string(v))
+		return true
+	})
+}
+
 // length is the bytes of the request, head and body, once its body is
 // known to be buffered (Content-Length framing or none).
 func (h *reqHead) length() int { return len(h.raw) + int(max(h.contentLength, 0)) }

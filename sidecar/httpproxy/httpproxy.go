@@ -20,6 +20,7 @@ import (
 	"github.com/plexus-mesh/plexus/sidecar/forward"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
+	"github.com/plexus-mesh/plexus/sidecar/tap"
 )
 
 // ErrorHeader names the response header the proxy sets on responses it
@@ -113,6 +114,8 @@ type Options struct {
 	// backend's endpoints, or dst's when backend is nil or names no
 	// authority. nil: the original destination, plaintext.
 	Balance func(ctx context.Context, dst netip.AddrPort, backend *routes.Backend) (Endpoint, error)
+	// Tap is the proxy's tap sessions (the observe stage); nil: no tap.
+	Tap *tap.Hub
 	// Secure runs the mesh mTLS client handshake on a dialled upstream
 	// connection that must prove id. Needed when Balance returns identities.
 	Secure func(ctx context.Context, c net.Conn, id spiffe.ID) (net.Conn, error)

@@ -12,6 +12,7 @@ import (
 	"github.com/plexus-mesh/plexus/sidecar/balance"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
+	"github.com/plexus-mesh/plexus/sidecar/tap"
 )
 
 // Every HTTP request goes through one chain of stages, whichever engine
@@ -58,6 +59,8 @@ type exchange struct {
 	// outcome is the verdict on the current attempt's endpoint, told to
 	// its Load when the attempt ends (outcome.go).
 	outcome balance.Outcome
+	// tap is the request's tap sessions; nil: none watches (tap.go).
+	tap *tap.Tapped
 }
 
 // route runs the route stage: which rule of the destination's routes
@@ -130,6 +133,7 @@ func (p *Proxy) begin(ctx context.Context, x *exchange, req *Request, series *me
 	}
 	x.rec = m.StartRequest(dir, req.Dst, req.Authority, tl, series)
 	x.start = x.rec.Start() // one clock read for every metric of the request
+	x.tapStart()
 	if t := p.opts.ResponseHeaderTimeout; t > 0 && !req.GRPC {
 		// gRPC carries its own deadline (grpc-timeout), and a server
 		// stream may rightly send no headers for a long time.
@@ -253,6 +257,7 @@ func (x *exchange) headers(status int) {
 		x.endpoint.Load.FirstByte()
 	}
 	x.rec.Headers(status)
+	x.tap.Response(status)
 }
 
 // finish records the end of the response.
@@ -265,6 +270,7 @@ func (x *exchange) finish(status int, grpcStatus, reason string) {
 	}
 	x.judgeResponse(status, grpcStatus, reason)
 	x.routeDone(status, grpcStatus, reason)
+	x.tap.End(status, grpcStatus, reason, -1)
 }
 
 // fail decides the answer to a request that could not be forwarded and
@@ -276,9 +282,11 @@ func (x *exchange) fail(err error) answer {
 	x.judgeError(err)
 	if a.reason != ReasonClientGone {
 		x.rec.Headers(a.status)
+		x.tap.Response(a.status)
 	}
 	x.rec.Done(a.status, a.grpcStatus, a.reason)
 	x.routeDone(a.status, a.grpcStatus, a.reason)
+	x.tap.End(a.status, a.grpcStatus, a.reason, -1)
 	return a
 }
 

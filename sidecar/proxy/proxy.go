@@ -29,6 +29,7 @@ import (
 	"github.com/plexus-mesh/plexus/sidecar/origdst"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
 	"github.com/plexus-mesh/plexus/sidecar/sockio"
+	"github.com/plexus-mesh/plexus/sidecar/tap"
 )
 
 // Options configure a Proxy.
@@ -53,6 +54,9 @@ type Options struct {
 	// outbound connections to endpoints with an identity are encrypted.
 	// nil: no identity, plaintext only.
 	Certs mtls.CertSource
+	// Tap is the tap sessions the request pipeline offers requests to;
+	// nil: no tap.
+	Tap *tap.Hub
 	// Resolver routes outbound connections (per connection) and requests
 	// (per request) to discovered endpoints; nil: original destination.
 	Resolver Resolver
@@ -173,6 +177,7 @@ func New(opts Options) *Proxy {
 			ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
 			WriteTimeout:          cfg.WriteTimeout,
 			MaxInformational:      cfg.MaxInformational,
+			Tap:                   opts.Tap,
 		}
 		if dir == metrics.Outbound && opts.Resolver != nil {
 			hopts.Balance = p.balance

@@ -24,6 +24,7 @@ import (
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 	"github.com/plexus-mesh/plexus/sidecar/mtls"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
+	"github.com/plexus-mesh/plexus/sidecar/tap"
 )
 
 // MaxTargets bounds distinct target_addr and authority label values per direction.
@@ -172,6 +173,9 @@ func Run(ctx context.Context, ro RunOptions) error {
 	popts := Options{Config: cfg, Metrics: m, Log: log, Probe: authorizeAdmin(pols, cfg.RedirectProbePort, m, adminHandler)}
 	if ident != nil {
 		popts.Certs = ident
+		if cfg.TapPort != 0 {
+			popts.Tap = tap.NewHub(reg)
+		}
 	}
 	if resolver != nil {
 		popts.Resolver = resolver
@@ -206,6 +210,19 @@ func Run(ctx context.Context, ro RunOptions) error {
 		lns = append(lns, ln)
 	}
 
+	if popts.Tap != nil {
+		ln, err := listen("tap", cfg.TapPort)
+		if err != nil {
+			return err
+		}
+		ts := tap.NewServer(tap.ServerOptions{Hub: popts.Tap, Certs: ident, Allowed: cfg.TapID(), Log: log.With("component", "tap")})
+		defer ts.Stop()
+		go func() {
+			if err := tap.Serve(ts, ln); err != nil {
+				log.Error("tap server stopped", "err", err)
+			}
+		}()
+	}
 	adminSrv := &http.Server{
 		Handler:           authorizeAdmin(pols, cfg.AdminPort, m, adminHandler),
 		ReadHeaderTimeout: 5 * time.Second,

@@ -1,0 +1,2 @@
+// Package tappb is the generated gRPC API of the proxy's tap server (tap.proto).
+package tappb

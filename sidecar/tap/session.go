@@ -1,0 +1,119 @@
+package tap
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/plexus-mesh/plexus/control/api/tappb"
+)
+
+// session is one tapper's subscription.
+type session struct {
+	filter filter
+	redact map[string]bool
+	queue  chan *tappb.TapEvent
+	// dropped counts events dropped since the stream last reported it.
+	dropped atomic.Uint64
+	seq     atomic.Uint64
+	// limit is how many requests the session takes in all (0: no limit);
+	// done closes when that many have ended.
+	limit    uint64
+	ended    atomic.Uint64
+	done     chan struct{}
+	doneOnce sync.Once
+
+	mu     sync.Mutex
+	tokens float64
+	rate   float64
+	last   time.Time
+}
+
+func newSession(req *tappb.ObserveRequest) (*session, error) {
+	f, err := compileFilter(req.GetFilter())
+	if err != nil {
+		return nil, err
+	}
+	rate := req.GetMaxRps()
+	switch {
+	case rate < 0 || rate != rate:
+		return nil, errorf("max_rps %v: want a positive number or 0", rate)
+	case rate == 0:
+		rate = DefaultMaxRPS
+	}
+	s := &session{filter: f, redact: map[string]bool{}, queue: make(chan *tappb.TapEvent, QueueLen),
+		limit: uint64(req.GetLimit()), done: make(chan struct{}), rate: rate, tokens: min(rate, 1) + rate/10}
+	for _, h := range alwaysRedacted {
+		s.redact[h] = true
+	}
+	for _, h := range req.GetRedactHeaders() {
+		s.redact[strings.ToLower(h)] = true
+	}
+	return s, nil
+}
+
+// admit takes a request within the session's rate and limit.
+func (s *session) admit(now time.Time) bool {
+	if s.limit > 0 && s.seq.Load() >= s.limit {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.last.IsZero() {
+		s.tokens = min(s.tokens+now.Sub(s.last).Seconds()*s.rate, max(s.rate, 1))
+	}
+	s.last = now
+	if s.tokens < 1 {
+		return false
+	}
+	s.tokens--
+	return true
+}
+
+// send queues ev, or drops and counts it when the queue is full.
+func (s *session) send(h *Hub, ev *tappb.TapEvent) {
+	select {
+	case s.queue <- ev:
+		h.events.Inc()
+	default:
+		s.dropped.Add(1)
+		h.dropped.Inc()
+	}
+}
+
+// finished counts a request that ended, closing done at the limit.
+func (s *session) finished() {
+	if s.limit > 0 && s.ended.Add(1) >= s.limit {
+		s.doneOnce.Do(func() { close(s.done) })
+	}
+}
+
+// requestStart builds a request-start event, headers bounded and redacted.
+func (s *session) requestStart(i *Info) *tappb.RequestStart {
+	rs := &tappb.RequestStart{Method: i.Method, Scheme: i.Scheme, Authority: i.Authority, Path: i.Path, Route: i.Route}
+	if i.Headers != nil {
+		i.Headers(func(name, value string) {
+			if len(rs.Headers) >= MaxHeaders {
+				return
+			}
+			n := strings.ToLower(name)
+			switch {
+			case s.redact[n]:
+				value = Redacted
+			case len(value) > MaxHeaderValue:
+				value = value[:MaxHeaderValue] + "…"
+			}
+			rs.Headers = append(rs.Headers, &tappb.Header{Name: n, Value: value})
+		})
+	}
+	return rs
+}
+
+// errInvalid is a tapper's bad request.
+type errInvalid struct{ msg string }
+
+func (e *errInvalid) Error() string { return e.msg }
+
+func errorf(format string, a ...any) error { return &errInvalid{fmt.Sprintf(format, a...)} }

@@ -1,0 +1,260 @@
+package tap
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"net/netip"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"github.com/plexus-mesh/plexus/control/api/tappb"
+	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
+)
+
+func info(dir, method, path string) *Info {
+	return &Info{Direction: dir, Method: method, Path: path, Authority: "web.demo:80",
+		Source: netip.MustParseAddrPort("10.0.0.1:0"), Destination: netip.MustParseAddrPort("10.0.0.2:8080"),
+		Headers: func(fn func(string, string)) {
+			fn("Authorization", "Bearer secret")
+			fn("Cookie", "a=b")
+			fn("X-Api-Key", "k")
+			fn("Accept", "text/plain")
+		}}
+}
+
+func TestNoSessionTakesNothing(t *testing.T) {
+	h := NewHub(nil)
+	if h.Active() {
+		t.Fatal("a new hub is active")
+	}
+	var nilHub *Hub
+	if nilHub.Active() {
+		t.Fatal("a nil hub is active")
+	}
+	if got := h.Start(info("inbound", "GET", "/")); got != nil {
+		t.Fatalf("Start with no session = %v, want nil", got)
+	}
+	// A nil Tapped takes the later events.
+	var tp *Tapped
+	tp.Response(200)
+	tp.End(200, "", "", -1)
+}
+
+func open(t *testing.T, h *Hub, req *tappb.ObserveRequest) *session {
+	t.Helper()
+	s, err := newSession(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.add(s) {
+		t.Fatal("session refused")
+	}
+	t.Cleanup(func() { h.remove(s) })
+	return s
+}
+
+func TestFilterAndEvents(t *testing.T) {
+	h := NewHub(nil)
+	s := open(t, h, &tappb.ObserveRequest{Filter: &tappb.Filter{Direction: "inbound", Method: "GET", PathPrefix: "/books",
+		SourceAddrs: []string{"10.0.0.1"}}, RedactHeaders: []string{"X-Api-Key"}, MaxRps: 1000})
+	for _, c := range []struct {
+		info *Info
+		want bool
+	}{
+		{info("inbound", "GET", "/books/1"), true},
+		{info("outbound", "GET", "/books/1"), false},
+		{info("inbound", "POST", "/books/1"), false},
+		{info("inbound", "GET", "/votes"), false},
+	} {
+		tp := h.Start(c.info)
+		if (tp != nil) != c.want {
+			t.Errorf("%s %s %s: tapped %v, want %v", c.info.Direction, c.info.Method, c.info.Path, tp != nil, c.want)
+		}
+		tp.Response(201)
+		tp.End(201, "0", "", 12)
+	}
+	var evs []*tappb.TapEvent
+	for len(s.queue) > 0 {
+		evs = append(evs, <-s.queue)
+	}
+	if len(evs) != 3 {
+		t.Fatalf("%d events, want 3 (start, response, end)", len(evs))
+	}
+	rs := evs[0].GetRequestStart()
+	if rs == nil || rs.Path != "/books/1" || evs[0].Source != "10.0.0.1" || evs[0].Destination != "10.0.0.2:8080" {
+		t.Fatalf("request start = %v", evs[0])
+	}
+	heads := map[string]string{}
+	for _, hd := range rs.Headers {
+		heads[hd.Name] = hd.Value
+	}
+	for _, n := range []string{"authorization", "cookie", "x-api-key"} {
+		if heads[n] != Redacted {
+			t.Errorf("header %s = %q, want redacted", n, heads[n])
+		}
+	}
+	if heads["accept"] != "text/plain" {
+		t.Errorf("accept = %q", heads["accept"])
+	}
+	if st := evs[1].GetResponseStart(); st == nil || st.Status != 201 {
+		t.Errorf("response start = %v", evs[1])
+	}
+	if end := evs[2].GetResponseEnd(); end == nil || !end.HasGrpcStatus || end.GrpcStatus != 0 || end.ResponseBytes != 12 || end.SinceRequestNanos <= 0 {
+		t.Errorf("response end = %v", evs[2])
+	}
+	if evs[0].Id != evs[2].Id {
+		t.Errorf("ids differ: %d, %d", evs[0].Id, evs[2].Id)
+	}
+}
+
+func TestBadFilter(t *testing.T) {
+	for _, req := range []*tappb.ObserveRequest{
+		{Filter: &tappb.Filter{Direction: "sideways"}},
+		{Filter: &tappb.Filter{DestinationAddrs: []string{"web"}}},
+		{MaxRps: -1},
+	} {
+		if _, err := newSession(req); err == nil {
+			t.Errorf("%v: accepted", req)
+		}
+	}
+}
+
+func TestRateAndLimit(t *testing.T) {
+	h := NewHub(nil)
+	s := open(t, h, &tappb.ObserveRequest{MaxRps: 10})
+	n := 0
+	for range 1000 {
+		if tp := h.Start(info("inbound", "GET", "/")); tp != nil {
+			n++
+			tp.End(200, "", "", -1)
+		}
+	}
+	if n < 1 || n > 3 {
+		t.Errorf("max_rps 10: %d of 1000 requests at once taken, want 1-3", n)
+	}
+	_ = s
+	l := open(t, h, &tappb.ObserveRequest{MaxRps: 1e6, Limit: 5})
+	for range 20 {
+		if tp := h.Start(info("inbound", "GET", "/")); tp != nil {
+			tp.End(200, "", "", -1)
+		}
+	}
+	select {
+	case <-l.done:
+	default:
+		t.Fatal("limit 5 reached, session not done")
+	}
+	if got := l.seq.Load(); got != 5 {
+		t.Errorf("limit 5: %d requests taken", got)
+	}
+}
+
+// TestSlowReaderDrops: a session whose reader is gone keeps at most
+// QueueLen events; the rest are dropped and counted.
+func TestSlowReaderDrops(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := NewHub(reg)
+	s := open(t, h, &tappb.ObserveRequest{MaxRps: 1e9})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range 100_000 {
+		tp := h.Start(info("inbound", "GET", "/x"))
+		tp.Response(200)
+		tp.End(200, "", "", -1)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if len(s.queue) != QueueLen {
+		t.Errorf("queue holds %d, want %d", len(s.queue), QueueLen)
+	}
+	want := uint64(300_000 - QueueLen)
+	if got := s.dropped.Load(); got != want {
+		t.Errorf("dropped %d, want %d", got, want)
+	}
+	if got := testutil.ToFloat64(h.dropped); got != float64(want) {
+		t.Errorf("tap_events_dropped_total = %v, want %d", got, want)
+	}
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 5<<20 {
+		t.Errorf("heap grew %d bytes for a stalled tapper, want under 5 MiB", grew)
+	}
+}
+
+func TestMaxSessions(t *testing.T) {
+	h := NewHub(nil)
+	for range MaxSessions {
+		open(t, h, &tappb.ObserveRequest{})
+	}
+	s, _ := newSession(&tappb.ObserveRequest{})
+	if h.add(s) {
+		t.Fatal("session over MaxSessions accepted")
+	}
+}
+
+// TestServerIdentity: the server streams to the tap identity and refuses
+// any other, at the handshake.
+func TestServerIdentity(t *testing.T) {
+	ca := testpki.New("test")
+	tapID := spiffe.New("cluster.local", "plexus-viz", "plexus-tap")
+	proxyID := spiffe.New("cluster.local", "demo", "web")
+	h := NewHub(nil)
+	srv := NewServer(ServerOptions{Hub: h, Certs: ca.Source(proxyID), Allowed: tapID})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go Serve(srv, ln)
+	defer srv.Stop()
+
+	dial := func(id spiffe.ID) tappb.TapClient {
+		src := ca.Source(id)
+		cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: src.Roots(), ServerName: "unused",
+			InsecureSkipVerify: true, Certificates: []tls.Certificate{*src.Cert}}
+		cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return tappb.NewTapClient(cc)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	other, err := dial(spiffe.New("cluster.local", "demo", "load")).Observe(ctx, &tappb.ObserveRequest{})
+	if err == nil {
+		_, err = other.Recv()
+	}
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "tls") {
+		t.Fatalf("another identity: %v, want the handshake refused", err)
+	}
+
+	stream, err := dial(tapID).Observe(ctx, &tappb.ObserveRequest{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !h.Active() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	tp := h.Start(info("inbound", "GET", "/hello"))
+	tp.Response(200)
+	tp.End(200, "", "", -1)
+	ev, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.GetRequestStart().GetPath() != "/hello" {
+		t.Fatalf("first event = %v", ev)
+	}
+}
