@@ -17,7 +17,7 @@ COMMANDS := $(filter-out integration/%,$(wildcard */cmd/*))
 BINARIES := $(notdir $(COMMANDS))
 # plexus-cni runs on the node, not in a container: it ships inside plexus-node;
 # plexusctl runs on the user's machine.
-IMAGES := images/pause.tar images/testapp.tar images/demoapp.tar images/coredns.tar \
+IMAGES := images/pause.tar images/testapp.tar images/demoapp.tar images/coredns.tar images/prometheus.tar \
 	$(filter-out images/plexus-cni.tar images/plexusctl.tar,$(BINARIES:%=images/%.tar))
 
 .PHONY: all build images deps cluster-up cluster-down test test-unit demo bench clean proto proto-check gateway-crds
@@ -52,6 +52,13 @@ images/plexus-node.tar: bin/plexus-node bin/plexus-cni integration/imagebuild/ip
 	iptables=$$(integration/imagebuild/iptables-files.sh); \
 	bin/imagebuild -tag plexus.dev/plexus-node:dev -o $@ -file /plexus-node=bin/plexus-node \
 		-file /opt/plexus/bin/plexus-cni=bin/plexus-cni $$iptables -entrypoint /plexus-node
+# The viz extension's Prometheus: Debian's binary (deps.sh prometheus) with
+# the libraries and loader ldd names for it, at the paths ldd names.
+images/prometheus.tar: $(wildcard /usr/bin/prometheus) | deps-prometheus
+	@mkdir -p images
+	libs=$$(ldd /usr/bin/prometheus | awk '/not found/ {exit 1} /=> \// {print $$3} /^\t\// {print $$1}'); \
+	bin/imagebuild -tag plexus.dev/prometheus:dev -o $@ -file /prometheus=/usr/bin/prometheus \
+		$$(for l in $$libs; do echo "-file=$$l=$$(readlink -f "$$l")"; done) -entrypoint /prometheus -user 65534
 images/%.tar: bin/%
 	@mkdir -p images
 	bin/imagebuild -tag plexus.dev/$*:dev -o $@ -file /$*=$< -entrypoint /$*

@@ -5,9 +5,11 @@
 #   kube:    etcd and the Kubernetes components, built from the Go module proxy
 #   cni:     the CNI reference plugins
 #   coredns: CoreDNS, the cluster's DNS server
+#   prometheus: Debian's Prometheus (and promtool), packaged into the viz
+#            extension's image (make images/prometheus.tar)
 #   bench:   the peer proxy the benchmark compares against (nginx)
 #   proto:   protoc, for make proto
-# Usage: deps.sh [apt] [kube] [cni] [coredns] [bench] [proto]
+# Usage: deps.sh [apt] [kube] [cni] [coredns] [prometheus] [bench] [proto]
 #        (no argument: all but bench and proto)
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
@@ -44,6 +46,9 @@ apt_install() {
 
 deps_apt() { apt_install $APT_PACKAGES; }
 deps_bench() { apt_install nginx-light; }
+# Its service is never started (apt_install). promtool, in the same
+# package, checks deploy/plexus-viz's scrape config in the unit tests.
+deps_prometheus() { apt_install prometheus; }
 # libprotobuf-dev holds the well-known types (google/protobuf/timestamp.proto).
 deps_proto() { apt_install protobuf-compiler libprotobuf-dev; }
 
@@ -92,10 +97,10 @@ deps_coredns() {
 	mv "$dir/tmp/coredns" "$COREDNS_BIN" && rmdir "$dir/tmp"
 }
 
-steps=${*:-apt kube cni coredns}
+steps=${*:-apt kube cni coredns prometheus}
 for step in $steps; do
 	case $step in
-	apt | kube | cni | coredns | bench | proto) "deps_$step" ;;
-	*) die "unknown step $step (want apt, kube, cni, coredns or bench)" ;;
+	apt | kube | cni | coredns | prometheus | bench | proto) "deps_$step" ;;
+	*) die "unknown step $step (want apt, kube, cni, coredns, prometheus, bench or proto)" ;;
 	esac
 done
