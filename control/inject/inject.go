@@ -183,9 +183,9 @@ func Patch(pod *corev1.Pod, ns *corev1.Namespace, cfg Config) ([]Op, error) {
 		}
 	}
 	p.setKeys("/metadata/annotations", pod.Annotations == nil, newAnnotations)
-	kind, name := workload(pod)
+	kind, name := meshpod.Workload(pod)
 	p.setKeys("/metadata/labels", pod.Labels == nil, map[string]string{LabelProxyVersion: cfg.ProxyVersion,
-		LabelWorkloadKind: kind, LabelWorkloadName: name})
+		meshpod.LabelWorkloadKind: kind, meshpod.LabelWorkloadName: name})
 	return p.ops, nil
 }
 

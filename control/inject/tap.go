@@ -4,8 +4,6 @@ import (
 	"strconv"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 )
 
@@ -30,31 +28,4 @@ func admittedRedirect(a map[string]string) map[string]string {
 		out[podconfig.AnnotationSkipInboundPorts] = port
 	}
 	return out
-}
-
-// Workload labels name the workload that owns a pod, for metrics
-// (Prometheus relabels them onto every series of the pod's proxy).
-const (
-	LabelWorkloadKind = "plexus.dev/workload-kind"
-	LabelWorkloadName = "plexus.dev/workload-name"
-)
-
-// workload returns the kind and name of the workload that owns pod: a
-// ReplicaSet created by a Deployment (the pod-template-hash label) is the
-// Deployment; a pod without a controller is itself.
-func workload(pod *corev1.Pod) (kind, name string) {
-	for _, ref := range pod.OwnerReferences {
-		if ref.Controller == nil || !*ref.Controller {
-			continue
-		}
-		if h := pod.Labels["pod-template-hash"]; ref.Kind == "ReplicaSet" && h != "" && strings.HasSuffix(ref.Name, "-"+h) {
-			return "Deployment", strings.TrimSuffix(ref.Name, "-"+h)
-		}
-		return ref.Kind, ref.Name
-	}
-	name = pod.Name
-	if name == "" {
-		name = strings.TrimSuffix(pod.GenerateName, "-")
-	}
-	return "Pod", name
 }

@@ -9,7 +9,7 @@ mkdir -p "$PKI_DIR"
 cd "$PKI_DIR"
 umask 077
 
-if [ -f ca.crt ] && [ -f .complete ] && grep -qx "$NODE_IP" .complete; then
+if [ -f ca.crt ] && [ -f front-proxy-client.crt ] && [ -f .complete ] && grep -qx "$NODE_IP" .complete; then
 	exit 0
 fi
 rm -f ./*.crt ./*.key ./*.csr ./*.pub ./*.ext ./*.srl .complete
@@ -45,6 +45,19 @@ cert scheduler "/CN=system:kube-scheduler" clientAuth
 cert kube-proxy "/CN=system:kube-proxy" clientAuth
 cert kubelet-client "/O=system:nodes/CN=system:node:$NODE_NAME" clientAuth
 cert kubelet "/CN=$NODE_NAME" serverAuth "DNS:$NODE_NAME,IP:$NODE_IP"
+
+# The aggregation layer (kubeadm's layout): a CA of its own, whose client
+# certificate the API server presents to extension API servers (the tap
+# service) with the caller's identity in X-Remote-* headers.
+openssl_quiet req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 \
+	-subj "/CN=plexus-local-front-proxy-ca" -keyout front-proxy-ca.key -out front-proxy-ca.crt \
+	-addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+openssl_quiet req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+	-subj "/CN=front-proxy-client" -keyout front-proxy-client.key -out front-proxy-client.csr
+printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' >front-proxy-client.ext
+openssl_quiet x509 -req -in front-proxy-client.csr -CA front-proxy-ca.crt -CAkey front-proxy-ca.key -CAcreateserial \
+	-days 365 -extfile front-proxy-client.ext -out front-proxy-client.crt
+rm -f front-proxy-client.csr front-proxy-client.ext
 
 openssl_quiet ecparam -name prime256v1 -genkey -noout -out sa.key.ec
 openssl_quiet pkcs8 -topk8 -nocrypt -in sa.key.ec -out sa.key

@@ -74,6 +74,11 @@ start kube-apiserver "$KUBE_BIN/kube-apiserver" \
 	--service-account-issuer "https://kubernetes.default.svc.$CLUSTER_DOMAIN" \
 	--service-account-key-file "$PKI_DIR/sa.pub" \
 	--service-account-signing-key-file "$PKI_DIR/sa.key" \
+	--requestheader-client-ca-file "$PKI_DIR/front-proxy-ca.crt" \
+	--requestheader-allowed-names front-proxy-client \
+	--requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+	--requestheader-extra-headers-prefix X-Remote-Extra- \
+	--proxy-client-cert-file "$PKI_DIR/front-proxy-client.crt" --proxy-client-key-file "$PKI_DIR/front-proxy-client.key" \
 	--enable-aggregator-routing=true --profiling=false
 wait_for kube-apiserver 60 kubectl get --raw /readyz
 

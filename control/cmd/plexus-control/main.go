@@ -1,5 +1,5 @@
 // Command plexus-control runs one control-plane service per invocation:
-// plexus-control identity | destination | injector | issuer | sp-validator [flags].
+// plexus-control identity | destination | injector | issuer | sp-validator | tap | web [flags].
 package main
 
 import (
@@ -16,6 +16,7 @@ import (
 	"github.com/plexus-mesh/plexus/control/identitycmd"
 	"github.com/plexus-mesh/plexus/control/injectcmd"
 	"github.com/plexus-mesh/plexus/control/spvalidatorcmd"
+	"github.com/plexus-mesh/plexus/control/tapcmd"
 )
 
 // commands maps each subcommand to its entry point.
@@ -26,6 +27,9 @@ func commands() map[string]func(ctx context.Context, args []string, out io.Write
 		"issuer":      identitycmd.IssuerMain,
 		"injector": func(ctx context.Context, args []string, _ io.Writer) error {
 			return injectcmd.Main(ctx, args, os.Stderr)
+		},
+		"tap": func(ctx context.Context, args []string, _ io.Writer) error {
+			return tapcmd.Main(ctx, args, os.Stderr)
 		},
 		"sp-validator": func(ctx context.Context, args []string, _ io.Writer) error {
 			return spvalidatorcmd.Main(ctx, args, os.Stderr)

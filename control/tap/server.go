@@ -1,0 +1,196 @@
+// Package tap is the tap service (plexus-control tap): the aggregated API
+// tap.plexus.dev/v1alpha1 (control/api/tapapi). It authenticates the API
+// server's forwarded caller, authorizes every tap with a
+// SubjectAccessReview, and fans the tap out to the selected pods' proxies
+// (their tap API on 4190, over mutual TLS with the tap service's own mesh
+// identity), streaming their events back as JSON lines.
+package tap
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/plexus-mesh/plexus/control/api/tapapi"
+	"github.com/plexus-mesh/plexus/sidecar/mtls"
+)
+
+// Limits of the service.
+const (
+	// DefaultMaxRPS is a tap's requests per second over all its pods
+	// when it asks for none; MaxRPS is the most it may ask for.
+	DefaultMaxRPS = 100
+	MaxRPS        = 1000
+	// MaxTaps bounds the taps served at once; more are answered 429.
+	MaxTaps = 50
+	// maxBody bounds a tap request's body.
+	maxBody = 64 << 10
+)
+
+// Options configure a Handler.
+type Options struct {
+	Kube  kubernetes.Interface
+	Auth  *FrontProxy
+	Certs mtls.CertSource // the tap service's mesh identity
+	// TrustDomain names the proxies' identities.
+	TrustDomain string
+	Log         *slog.Logger
+	// Dial overrides how a proxy's tap API is reached (tests).
+	Dial DialFunc
+}
+
+// Handler serves the aggregated API.
+type Handler struct {
+	o     Options
+	open  atomic.Int32
+	peers *peerCache
+}
+
+// New returns the service's HTTP handler.
+func New(o Options) *Handler {
+	if o.Dial == nil {
+		o.Dial = dialProxy(o.Certs)
+	}
+	return &Handler{o: o, peers: newPeerCache(o.Kube)}
+}
+
+var groupVersion = "/apis/" + tapapi.Group + "/" + tapapi.Version
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	user, err := h.o.Auth.Authenticate(r)
+	if err != nil {
+		writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, err.Error())
+		return
+	}
+	switch {
+	case r.URL.Path == groupVersion && r.Method == http.MethodGet:
+		writeJSON(w, resourceList())
+	case r.URL.Path == "/apis/"+tapapi.Group && r.Method == http.MethodGet:
+		writeJSON(w, apiGroup())
+	default:
+		t, ok := parsePath(r.URL.Path)
+		if !ok {
+			writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf("%s: not a tap (want POST %s)", r.URL.Path, tapapi.Path("NAMESPACE", "RESOURCE", "NAME")))
+			return
+		}
+		if r.Method != http.MethodPost {
+			writeStatus(w, http.StatusMethodNotAllowed, metav1.StatusReasonMethodNotAllowed, "a tap is a POST")
+			return
+		}
+		h.tap(w, r, user, t)
+	}
+}
+
+// tap serves one tap: authorize, decode, fan out, stream.
+func (h *Handler) tap(w http.ResponseWriter, r *http.Request, user User, t target) {
+	ctx := r.Context()
+	ok, reason, err := authorize(ctx, h.o.Kube, user, t)
+	switch {
+	case err != nil:
+		writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, err.Error())
+		return
+	case !ok:
+		h.o.Log.Info("tap refused", "user", user.Name, "target", t.resource+"/"+t.name, "namespace", t.namespace)
+		writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, reason)
+		return
+	}
+	var req tapapi.Request
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "tap request body: "+err.Error())
+		return
+	}
+	if err := validate(&req); err != nil {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
+		return
+	}
+	if h.open.Add(1) > MaxTaps {
+		h.open.Add(-1)
+		writeStatus(w, http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests, fmt.Sprintf("%d taps are open already", MaxTaps))
+		return
+	}
+	defer h.open.Add(-1)
+	ps, err := pods(ctx, h.o.Kube, t)
+	if err != nil {
+		code, why := http.StatusInternalServerError, metav1.StatusReasonInternalError
+		if apierrors.IsNotFound(err) {
+			code, why = http.StatusNotFound, metav1.StatusReasonNotFound
+		}
+		writeStatus(w, code, why, err.Error())
+		return
+	}
+	dsts, err := destinationAddrs(ctx, h.o.Kube, req)
+	if err != nil {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
+		return
+	}
+	h.o.Log.Info("tap", "user", user.Name, "target", t.resource+"/"+t.name, "namespace", t.namespace, "pods", len(ps))
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	http.NewResponseController(w).Flush()
+	out := newEventWriter(w)
+	h.fanOut(ctx, out, ps, req, dsts)
+}
+
+// validate checks a tap request's values.
+func validate(r *tapapi.Request) error {
+	switch r.Direction {
+	case "", "inbound", "outbound":
+	default:
+		return fmt.Errorf("direction %q: want inbound, outbound or empty", r.Direction)
+	}
+	if r.MaxRPS < 0 || r.MaxRPS > MaxRPS || r.MaxRPS != r.MaxRPS {
+		return fmt.Errorf("maxRps %v: want 0 (%d) to %d", r.MaxRPS, DefaultMaxRPS, MaxRPS)
+	}
+	if r.Limit < 0 {
+		return fmt.Errorf("limit %d: want 0 (none) or more", r.Limit)
+	}
+	if r.MaxRPS == 0 {
+		r.MaxRPS = DefaultMaxRPS
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+// writeStatus answers with a Kubernetes Status, which kubectl and
+// client-go show as the error's message.
+func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, msg string) {
+	st := metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status: metav1.StatusFailure, Message: msg, Reason: reason, Code: int32(code)}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(st)
+}
+
+// resourceList is the discovery document of tap.plexus.dev/v1alpha1.
+func resourceList() *metav1.APIResourceList {
+	l := &metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
+		GroupVersion: tapapi.Group + "/" + tapapi.Version}
+	for _, r := range tapapi.Resources {
+		namespaced := r != "namespaces"
+		l.APIResources = append(l.APIResources,
+			metav1.APIResource{Name: r, Namespaced: namespaced, Kind: "Tap", Verbs: metav1.Verbs{}},
+			metav1.APIResource{Name: r + "/" + tapapi.Subresource, Namespaced: namespaced, Kind: "Tap", Verbs: metav1.Verbs{tapapi.Verb}})
+	}
+	return l
+}
+
+func apiGroup() *metav1.APIGroup {
+	gv := metav1.GroupVersionForDiscovery{GroupVersion: tapapi.Group + "/" + tapapi.Version, Version: tapapi.Version}
+	return &metav1.APIGroup{TypeMeta: metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"},
+		Name: tapapi.Group, Versions: []metav1.GroupVersionForDiscovery{gv}, PreferredVersion: gv}
+}

@@ -1,0 +1,231 @@
+package tap
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/plexus-mesh/plexus/control/api/tapapi"
+	"github.com/plexus-mesh/plexus/control/spiffe"
+	sidecartap "github.com/plexus-mesh/plexus/sidecar/tap"
+)
+
+func TestParsePath(t *testing.T) {
+	for p, want := range map[string]target{
+		tapapi.Path("demo", "deployments", "web"): {"demo", "deployments", "web"},
+		tapapi.Path("demo", "namespaces", ""):     {"demo", "namespaces", "demo"},
+		tapapi.Path("demo", "pods", "web-1"):      {"demo", "pods", "web-1"},
+	} {
+		got, ok := parsePath(p)
+		if !ok || got != want {
+			t.Errorf("parsePath(%s) = %v, %v; want %v", p, got, ok, want)
+		}
+	}
+	for _, p := range []string{
+		"/apis/tap.plexus.dev/v1alpha1/watch/namespaces/demo/secrets/x/tap",
+		"/apis/tap.plexus.dev/v1alpha1/watch/namespaces/demo/deployments/web",
+		"/apis/tap.plexus.dev/v1alpha1/namespaces/demo/deployments/web/tap",
+		"/apis/tap.plexus.dev/v1alpha1/watch/namespaces//tap",
+		"/apis/tap.plexus.dev/v1alpha1/watch/namespaces/demo/namespaces/demo/tap",
+	} {
+		if got, ok := parsePath(p); ok {
+			t.Errorf("parsePath(%s) = %v, want refused", p, got)
+		}
+	}
+}
+
+func TestFrontProxyFromConfigMap(t *testing.T) {
+	if _, err := FrontProxyFromConfigMap(map[string]string{}); err == nil || !strings.Contains(err.Error(), "requestheader-client-ca-file") {
+		t.Errorf("no CA: %v", err)
+	}
+	if _, err := FrontProxyFromConfigMap(map[string]string{"requestheader-client-ca-file": "junk"}); err == nil {
+		t.Error("junk CA accepted")
+	}
+}
+
+// fixture is a tap service in front of one meshed pod whose proxy's tap
+// server is real (sidecar/tap) on loopback.
+type fixture struct {
+	url     string
+	front   *testCA
+	hub     *sidecartap.Hub
+	reviews []authorizationv1.SubjectAccessReview
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	mesh := newTestCA(t, "mesh")
+	front := newTestCA(t, "front-proxy-ca")
+	td := "cluster.local"
+	podID := spiffe.New(td, "demo", "web")
+	tapID := spiffe.New(td, "plexus-viz", "plexus-tap")
+
+	hub := sidecartap.NewHub(nil)
+	proxy := sidecartap.NewServer(sidecartap.ServerOptions{Hub: hub, Certs: mesh.source(t, podID), Allowed: tapID})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go sidecartap.Serve(proxy, ln)
+	t.Cleanup(proxy.Stop)
+	port := int32(ln.Addr().(*net.TCPAddr).Port)
+
+	labels := map[string]string{"app": "web"}
+	always := corev1.ContainerRestartPolicyAlways
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "demo", Labels: labels},
+		Spec: corev1.PodSpec{ServiceAccountName: "web", InitContainers: []corev1.Container{{Name: "plexus-proxy", RestartPolicy: &always,
+			Ports: []corev1.ContainerPort{{Name: "plexus-tap", ContainerPort: port}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"},
+	}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "demo"},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}}}
+	kube := fake.NewSimpleClientset(pod, dep)
+	f := &fixture{front: front, hub: hub}
+	kube.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		sar := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview)
+		f.reviews = append(f.reviews, *sar)
+		sar.Status.Allowed = sar.Spec.User == "alice"
+		return true, sar, nil
+	})
+	h := New(Options{Kube: kube, Auth: &FrontProxy{CAs: front.pool(), AllowedNames: []string{"front-proxy-client"},
+		UserHeaders: []string{"X-Remote-User"}, GroupHeaders: []string{"X-Remote-Group"}, ExtraPrefixes: []string{"X-Remote-Extra-"}},
+		Certs: mesh.source(t, tapID), TrustDomain: td, Log: slog.New(slog.DiscardHandler)})
+	srv := httptest.NewUnstartedServer(h)
+	srv.TLS = &tls.Config{ClientAuth: tls.RequestClientCert}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	f.url = srv.URL
+	return f
+}
+
+// post calls the service as the API server would (cert nil: as a stranger).
+func (f *fixture) post(t *testing.T, ctx context.Context, cert *tls.Certificate, user, path string, body tapapi.Request) *http.Response {
+	t.Helper()
+	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+	if cert != nil {
+		tr.TLSClientConfig.Certificates = []tls.Certificate{*cert}
+	}
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.url+path, bytes.NewReader(b))
+	req.Header.Set("X-Remote-User", user)
+	req.Header.Add("X-Remote-Group", "devs")
+	req.Header.Set("X-Remote-Extra-Scopes%2Fx", "s")
+	res, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { res.Body.Close() })
+	return res
+}
+
+func TestTapThroughTheService(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	apiServer := f.front.leaf(t, "front-proxy-client", spiffe.ID{})
+	path := tapapi.Path("demo", "deployments", "web")
+
+	if res := f.post(t, ctx, nil, "alice", path, tapapi.Request{}); res.StatusCode != http.StatusUnauthorized {
+		t.Errorf("no client certificate: %d, want 401", res.StatusCode)
+	}
+	other := f.front.leaf(t, "someone-else", spiffe.ID{})
+	if res := f.post(t, ctx, &other, "alice", path, tapapi.Request{}); res.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a name not allowed: %d, want 401", res.StatusCode)
+	}
+	res := f.post(t, ctx, &apiServer, "bob", path, tapapi.Request{})
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "bob cannot watch deployments/tap") {
+		t.Errorf("bob: %d %s, want 403 naming the right", res.StatusCode, body)
+	}
+	last := f.reviews[len(f.reviews)-1].Spec
+	if ra := last.ResourceAttributes; ra.Verb != "watch" || ra.Resource != "deployments" || ra.Subresource != "tap" || ra.Name != "web" ||
+		ra.Namespace != "demo" || ra.Group != tapapi.Group || last.Groups[0] != "devs" || last.Extra["scopes/x"][0] != "s" {
+		t.Errorf("review = %+v", last)
+	}
+	if res := f.post(t, ctx, &apiServer, "alice", path, tapapi.Request{Direction: "sideways"}); res.StatusCode != http.StatusBadRequest {
+		t.Errorf("bad direction: %d, want 400", res.StatusCode)
+	}
+
+	res = f.post(t, ctx, &apiServer, "alice", path, tapapi.Request{PathPrefix: "/books", Limit: 1, MaxRPS: 1000})
+	if res.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(res.Body)
+		t.Fatalf("alice: %d %s", res.StatusCode, b)
+	}
+	go func() {
+		for ctx.Err() == nil && !f.hub.Active() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		for _, p := range []string{"/votes", "/books/1"} {
+			tp := f.hub.Start(&sidecartap.Info{Direction: "inbound", Method: "GET", Path: p, Authority: "web",
+				Source: netip.MustParseAddrPort("10.1.1.1:0"), Destination: netip.MustParseAddrPort("127.0.0.1:8080")})
+			tp.Response(200)
+			tp.End(200, "", "", 42)
+		}
+	}()
+	var evs []tapapi.Event
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() {
+		var e tapapi.Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, e)
+	}
+	if len(evs) != 3 {
+		t.Fatalf("%d events (%+v), want 3 for one request, then the end of the tap at its limit", len(evs), evs)
+	}
+	start, end := evs[0], evs[2]
+	if start.Type != tapapi.RequestStart || start.Path != "/books/1" || start.Pod != "web-1" || start.Namespace != "demo" || start.ID != "web-1:1" {
+		t.Errorf("start = %+v", start)
+	}
+	if evs[1].Type != tapapi.ResponseStart || evs[1].Status != 200 {
+		t.Errorf("response = %+v", evs[1])
+	}
+	if end.Type != tapapi.ResponseEnd || end.ResponseBytes != 42 || end.DurationMs <= 0 {
+		t.Errorf("end = %+v", end)
+	}
+}
+
+func TestDiscovery(t *testing.T) {
+	f := newFixture(t)
+	apiServer := f.front.leaf(t, "front-proxy-client", spiffe.ID{})
+	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{apiServer}}}
+	req, _ := http.NewRequest(http.MethodGet, f.url+"/apis/tap.plexus.dev/v1alpha1", nil)
+	req.Header.Set("X-Remote-User", "system:kube-aggregator")
+	res, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var l metav1.APIResourceList
+	if err := json.NewDecoder(res.Body).Decode(&l); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, r := range l.APIResources {
+		found = found || r.Name == "deployments/tap" && len(r.Verbs) == 1 && r.Verbs[0] == "watch"
+	}
+	if l.GroupVersion != "tap.plexus.dev/v1alpha1" || !found {
+		t.Errorf("discovery = %+v", l)
+	}
+}
