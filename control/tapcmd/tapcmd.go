@@ -24,13 +24,17 @@ import (
 	"github.com/plexus-mesh/plexus/control/kubeclient"
 	"github.com/plexus-mesh/plexus/control/spiffe"
 	"github.com/plexus-mesh/plexus/control/tap"
+	"github.com/plexus-mesh/plexus/control/webhookcert"
 )
 
 // Config is the tap service's command line.
 type Config struct {
-	Addr, AdminAddr   string
-	TLSCertFile       string // the aggregated API's serving certificate
-	TLSKeyFile        string
+	Addr, AdminAddr string
+	// TLSSecret holds the aggregated API's serving certificate, kept
+	// (created, renewed, its CA patched into the APIService) by the
+	// service itself.
+	TLSSecret         string
+	APIService        string
 	Kubeconfig        string
 	TrustDomain       string
 	ControlNamespace  string // where identity and its trust anchors are
@@ -45,7 +49,7 @@ type Config struct {
 func (c Config) Validate() error {
 	var errs []error
 	for _, f := range []struct{ name, v string }{
-		{"--addr", c.Addr}, {"--tls-cert-file", c.TLSCertFile}, {"--tls-key-file", c.TLSKeyFile},
+		{"--addr", c.Addr}, {"--tls-secret", c.TLSSecret}, {"--api-service", c.APIService},
 		{"--trust-domain", c.TrustDomain}, {"--control-namespace", c.ControlNamespace},
 		{"--identity-addr", c.IdentityAddr}, {"--identity-token-file", c.IdentityTokenFile},
 		{"--namespace", c.Namespace}, {"--service-account", c.ServiceAccount},
@@ -64,8 +68,8 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	fs.SetOutput(out)
 	fs.StringVar(&c.Addr, "addr", ":8443", "the aggregated API's HTTPS address")
 	fs.StringVar(&c.AdminAddr, "admin-addr", ":9995", "admin address (/live, /ready, /metrics); empty: none")
-	fs.StringVar(&c.TLSCertFile, "tls-cert-file", "/var/run/plexus.dev/tap-tls/tls.crt", "serving certificate (the APIService's caBundle signs it)")
-	fs.StringVar(&c.TLSKeyFile, "tls-key-file", "/var/run/plexus.dev/tap-tls/tls.key", "serving key")
+	fs.StringVar(&c.TLSSecret, "tls-secret", "plexus-tap-tls", "Secret (in --namespace) of the serving certificate, kept by the service")
+	fs.StringVar(&c.APIService, "api-service", "v1alpha1.tap.plexus.dev", "the APIService whose caBundle the service keeps")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig; empty: in-cluster")
 	fs.StringVar(&c.TrustDomain, "trust-domain", "cluster.local", "the mesh's trust domain")
 	fs.StringVar(&c.ControlNamespace, "control-namespace", "plexus-system", "the control plane's namespace (identity, and its trust anchors ConfigMap)")
@@ -114,15 +118,20 @@ func Main(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	go certs.Run(ctx)
-	serving, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
+	keeper, err := webhookcert.New(webhookcert.Config{Namespace: cfg.Namespace, Service: "plexus-tap", Secret: cfg.TLSSecret,
+		APIService: cfg.APIService, Validity: 365 * 24 * time.Hour, RenewBefore: 30 * 24 * time.Hour, Log: log.With("component", "servingcert")}, kube)
 	if err != nil {
+		return err
+	}
+	if err := keeper.Ensure(ctx); err != nil {
 		return fmt.Errorf("serving certificate: %w", err)
 	}
+	go keeper.Run(ctx, time.Hour)
 	h := tap.New(tap.Options{Kube: kube, Auth: auth, Certs: certs, TrustDomain: cfg.TrustDomain, Log: log})
 	srv := &http.Server{
 		Addr:    cfg.Addr,
 		Handler: h,
-		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{serving},
+		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: keeper.GetCertificate,
 			// Verified by the handler against the aggregation layer's CAs:
 			// the kubelet's probes present none.
 			ClientAuth: tls.RequestClientCert},

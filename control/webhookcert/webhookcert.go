@@ -36,6 +36,9 @@ type Config struct {
 	Service       string // the webhook's Service; the certificate names it
 	Secret        string // kubernetes.io/tls Secret holding ca.crt, tls.crt, tls.key
 	WebhookConfig string // webhook configuration whose caBundles are kept
+	// APIService, instead of WebhookConfig: the aggregated API
+	// (apiregistration.k8s.io/v1 APIService) whose caBundle is kept.
+	APIService string
 	// Validating: WebhookConfig is a ValidatingWebhookConfiguration, not a
 	// MutatingWebhookConfiguration.
 	Validating  bool
@@ -47,8 +50,8 @@ type Config struct {
 // Validate names the first missing field.
 func (c Config) Validate() error {
 	switch {
-	case c.Namespace == "" || c.Service == "" || c.Secret == "" || c.WebhookConfig == "":
-		return errors.New("webhookcert: namespace, service, secret and webhook configuration must all be named")
+	case c.Namespace == "" || c.Service == "" || c.Secret == "" || (c.WebhookConfig == "") == (c.APIService == ""):
+		return errors.New("webhookcert: namespace, service, secret and one webhook configuration or APIService must all be named")
 	case c.Validity <= 0 || c.RenewBefore <= 0 || c.RenewBefore >= c.Validity:
 		return fmt.Errorf("webhookcert: want 0 < renew-before (%s) < validity (%s)", c.RenewBefore, c.Validity)
 	}
@@ -171,6 +174,9 @@ func (k *Keeper) usable(s *corev1.Secret) (*tls.Certificate, []byte, error) {
 
 // patchCABundle sets every webhook's caBundle to caPEM, if it differs.
 func (k *Keeper) patchCABundle(ctx context.Context, caPEM []byte) error {
+	if k.cfg.APIService != "" {
+		return k.patchAPIService(ctx, caPEM)
+	}
 	api := k.client.AdmissionregistrationV1()
 	if k.cfg.Validating {
 		return patchCABundle(ctx, k, caPEM, "ValidatingWebhookConfiguration", api.ValidatingWebhookConfigurations(),
