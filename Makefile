@@ -11,6 +11,7 @@ include integration/cluster/versions.mk
 CLUSTER := integration/cluster
 # Where the cached CoreDNS binary is: env.sh is the one place that says.
 COREDNS_BIN := $(shell bash -c 'source $(CLUSTER)/env.sh && echo $$COREDNS_BIN')
+PROMETHEUS_BIN := $(shell bash -c 'source $(CLUSTER)/env.sh && echo $$PROMETHEUS_BIN')
 
 # Our binaries: every <component>/cmd/<name> outside integration/.
 COMMANDS := $(filter-out integration/%,$(wildcard */cmd/*))
@@ -30,7 +31,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/ ./integration/cmd/... $(COMMANDS:%=./%)
 
 ## images: docker-archive tarballs in images/ for the local cluster
-images: build deps-coredns
+images: build deps-coredns deps-prometheus
 	@$(MAKE) --no-print-directory $(IMAGES)
 
 images/pause.tar: bin/pause
@@ -52,13 +53,10 @@ images/plexus-node.tar: bin/plexus-node bin/plexus-cni integration/imagebuild/ip
 	iptables=$$(integration/imagebuild/iptables-files.sh); \
 	bin/imagebuild -tag plexus.dev/plexus-node:dev -o $@ -file /plexus-node=bin/plexus-node \
 		-file /opt/plexus/bin/plexus-cni=bin/plexus-cni $$iptables -entrypoint /plexus-node
-# The viz extension's Prometheus: Debian's binary (deps.sh prometheus) with
-# the libraries and loader ldd names for it, at the paths ldd names.
-images/prometheus.tar: $(wildcard /usr/bin/prometheus) | deps-prometheus
+# The viz extension's Prometheus, built from its Go module (deps.sh prometheus).
+images/prometheus.tar: $(PROMETHEUS_BIN)/prometheus
 	@mkdir -p images
-	libs=$$(ldd /usr/bin/prometheus | awk '/not found/ {exit 1} /=> \// {print $$3} /^\t\// {print $$1}'); \
-	bin/imagebuild -tag plexus.dev/prometheus:dev -o $@ -file /prometheus=/usr/bin/prometheus \
-		$$(for l in $$libs; do echo "-file=$$l=$$(readlink -f "$$l")"; done) -entrypoint /prometheus -user 65534
+	bin/imagebuild -tag plexus.dev/prometheus:dev -o $@ -file /prometheus=$< -entrypoint /prometheus -user 65534
 images/%.tar: bin/%
 	@mkdir -p images
 	bin/imagebuild -tag plexus.dev/$*:dev -o $@ -file /$*=$< -entrypoint /$*

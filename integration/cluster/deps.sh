@@ -5,8 +5,8 @@
 #   kube:    etcd and the Kubernetes components, built from the Go module proxy
 #   cni:     the CNI reference plugins
 #   coredns: CoreDNS, the cluster's DNS server
-#   prometheus: Debian's Prometheus (and promtool), packaged into the viz
-#            extension's image (make images/prometheus.tar)
+#   prometheus: Prometheus and promtool for the viz extension, built from
+#            their Go module with Kubernetes service discovery alone
 #   bench:   the peer proxy the benchmark compares against (nginx)
 #   proto:   protoc, for make proto
 # Usage: deps.sh [apt] [kube] [cni] [coredns] [prometheus] [bench] [proto]
@@ -46,9 +46,6 @@ apt_install() {
 
 deps_apt() { apt_install $APT_PACKAGES; }
 deps_bench() { apt_install nginx-light; }
-# Its service is never started (apt_install). promtool, in the same
-# package, checks deploy/plexus-viz's scrape config in the unit tests.
-deps_prometheus() { apt_install prometheus; }
 # libprotobuf-dev holds the well-known types (google/protobuf/timestamp.proto).
 deps_proto() { apt_install protobuf-compiler libprotobuf-dev; }
 
@@ -95,6 +92,28 @@ deps_coredns() {
 	GOBIN="$dir/tmp" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" \
 		"github.com/coredns/coredns@$COREDNS_VERSION" || die "building CoreDNS $COREDNS_VERSION failed"
 	mv "$dir/tmp/coredns" "$COREDNS_BIN" && rmdir "$dir/tmp"
+}
+
+# The viz extension's Prometheus, and promtool, which checks its scrape
+# config in the unit tests. Debian's package is built without Kubernetes
+# service discovery, which that config needs, so both are built from
+# Prometheus's Go module, static, with the kubernetes SD plugin alone (the
+# remove_all_sd tag drops the cloud providers' discoveries).
+deps_prometheus() {
+	[ -f "$PROMETHEUS_BIN/.complete" ] && return 0
+	log "building Prometheus $PROMETHEUS_VERSION into $PROMETHEUS_BIN (cold: ~3 min on 2 cores)"
+	local tmp="$PROMETHEUS_BIN.tmp" p v=${PROMETHEUS_VERSION#v0.}
+	# The module's v0.MMmm.p is Prometheus M.mm.p (v0.316.0: 3.16.0).
+	local version=$((${v%%.*} / 100)).$((${v%%.*} % 100)).${v#*.}
+	rm -rf "$tmp" && mkdir -p "$tmp"
+	for p in prometheus promtool; do
+		GOBIN="$tmp" CGO_ENABLED=0 GOWORK=off go install -trimpath \
+			-ldflags "-s -w -X github.com/prometheus/common/version.Version=$version" \
+			-tags remove_all_sd,enable_kubernetes_sd,netgo \
+			"github.com/prometheus/prometheus/cmd/$p@$PROMETHEUS_VERSION" ||
+			die "building $p $PROMETHEUS_VERSION failed"
+	done
+	rm -rf "$PROMETHEUS_BIN" && mv "$tmp" "$PROMETHEUS_BIN" && touch "$PROMETHEUS_BIN/.complete"
 }
 
 steps=${*:-apt kube cni coredns prometheus}

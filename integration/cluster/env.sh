@@ -12,6 +12,7 @@ CACHE_DIR=${PLEXUS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/plexus}
 KUBE_BIN=$CACHE_DIR/kube/$KUBE_VERSION/bin
 CNI_REF_BIN=$CACHE_DIR/cni-plugins/$CNI_PLUGINS_VERSION/bin
 COREDNS_BIN=$CACHE_DIR/coredns/$COREDNS_VERSION/coredns
+PROMETHEUS_BIN=$CACHE_DIR/prometheus/$PROMETHEUS_VERSION/bin
 IMAGES_DIR=$PLEXUS_ROOT/images
 
 # Everything a running cluster owns lives under STATE_DIR, except what the

@@ -3,3 +3,5 @@
 KUBE_VERSION ?= v1.36.3
 CNI_PLUGINS_VERSION ?= v1.9.1
 COREDNS_VERSION ?= v1.15.0
+# The Go module version of Prometheus (v0.316.0 is Prometheus 3.16.0).
+PROMETHEUS_VERSION ?= v0.316.0
