@@ -28,6 +28,8 @@ const MaxLine = 1 << 20
 // namespace) and calls fn with each event until ctx ends, the tap's limit
 // is reached (nil) or fn returns an error (returned).
 func Stream(ctx context.Context, cfg *rest.Config, ns, resource, name string, req tapapi.Request, fn func(tapapi.Event) error) error {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Timeout = 0 // a tap streams for as long as the caller wants
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return fmt.Errorf("tap: %w", err)
