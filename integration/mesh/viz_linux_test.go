@@ -1,0 +1,289 @@
+package mesh
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"math/big"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/plexus-mesh/plexus/control/api/tapapi"
+	"github.com/plexus-mesh/plexus/control/tapclient"
+	"github.com/plexus-mesh/plexus/integration/clustercni"
+	"github.com/plexus-mesh/plexus/integration/clustertest"
+)
+
+const (
+	demoNamespace = "plexus-demo"
+	vizNamespace  = "plexus-viz"
+)
+
+// TestViz installs Plexus and the viz extension the way a user does, runs
+// the demo application, and checks what a user debugging it would use:
+// tap (and who may), Prometheus, edges, top and the dashboard.
+func TestViz(t *testing.T) {
+	env := clustercni.Read(t)
+	c := clustertest.Connect(t)
+	ctl := newPlexusctl(t, c)
+	env.KeepNodeCNI(t)
+	installAll(t, c, env, ctl)
+	installViz(t, c, ctl)
+	deployDemo(t, c)
+
+	t.Run("tap", func(t *testing.T) { vizTap(t, c, ctl) })
+	t.Run("tap-rbac", func(t *testing.T) { vizTapRBAC(t, c) })
+	t.Run("tap-port-refuses-other-identities", func(t *testing.T) { vizTapPort(t, c) })
+}
+
+// installViz applies `plexusctl viz install`, waits for its parts, and
+// removes them when the test ends.
+func installViz(t *testing.T, c *clustertest.Cluster, ctl plexusctl) {
+	t.Helper()
+	manifests, err := ctl("viz", "install")
+	if err != nil {
+		t.Fatalf("plexusctl viz install: %v\n%s", err, manifests)
+	}
+	file := filepath.Join(t.TempDir(), "viz.yaml")
+	if err := os.WriteFile(file, []byte(manifests), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			c.Dump(t, vizNamespace)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		exec.CommandContext(ctx, os.Getenv(clustertest.EnvKubectl), "--kubeconfig", c.Kubeconfig,
+			"delete", "--ignore-not-found", "--wait=true", "-f", file).Run()
+	})
+	c.Kubectl(t, "apply", "-f", file)
+	for _, d := range []string{"plexus-tap", "plexus-prometheus", "plexus-web"} {
+		c.WaitDeploymentReady(t, vizNamespace, d, 3*time.Minute)
+	}
+	clustertest.WaitFor(t, time.Minute, "the tap APIService to be Available", func(context.Context) (bool, error) {
+		out, err := kubectl(t, c, "get", "apiservice", "v1alpha1.tap.plexus.dev", "-o", `jsonpath={.status.conditions[?(@.type=="Available")].status}`)
+		return err == nil && out == "True", nil
+	})
+}
+
+// deployDemo runs the demo application (integration/demo/app.yaml) and
+// deletes it when the test ends.
+func deployDemo(t *testing.T, c *clustertest.Cluster) {
+	t.Helper()
+	t.Cleanup(func() {
+		if t.Failed() {
+			c.Dump(t, demoNamespace)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		c.Client.CoreV1().Namespaces().Delete(ctx, demoNamespace, metav1.DeleteOptions{})
+	})
+	c.Kubectl(t, "apply", "-f", "../demo/app.yaml")
+	for _, d := range []string{"books", "votes", "web", "load"} {
+		c.WaitDeploymentReady(t, demoNamespace, d, 3*time.Minute)
+	}
+}
+
+// tapEvents taps resource/name in the demo namespace as cfg's user until n
+// requests ended or the time is up.
+func tapEvents(t *testing.T, cfg *rest.Config, resource, name string, req tapapi.Request, n int) ([]tapapi.Event, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req.Limit = n
+	var evs []tapapi.Event
+	err := tapclient.Stream(ctx, cfg, demoNamespace, resource, name, req, func(e tapapi.Event) error {
+		evs = append(evs, e)
+		return nil
+	})
+	return evs, err
+}
+
+// vizTap: `plexusctl viz tap deploy/web` shows the demo's live requests,
+// and filters narrow them.
+func vizTap(t *testing.T, c *clustertest.Cluster, ctl plexusctl) {
+	evs, err := tapEvents(t, c.Config, "deployments", "web", tapapi.Request{}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends := map[string]tapapi.Event{}
+	starts := map[string]tapapi.Event{}
+	for _, e := range evs {
+		switch e.Type {
+		case tapapi.RequestStart:
+			starts[e.ID] = e
+		case tapapi.ResponseEnd:
+			ends[e.ID] = e
+		case tapapi.Error:
+			t.Errorf("tap error: %+v", e)
+		}
+	}
+	if len(ends) < 10 {
+		t.Fatalf("%d requests ended in the tap, want 10: %+v", len(ends), evs)
+	}
+	seen := map[string]bool{}
+	for id, end := range ends {
+		s, ok := starts[id]
+		if !ok {
+			continue
+		}
+		if end.Status != 200 || end.DurationMs <= 0 || !s.TLS {
+			t.Errorf("request %s %s %s ended %+v", s.Direction, s.Method, s.Path, end)
+		}
+		seen[s.Direction+" "+s.Method+" "+s.Authority+s.Path] = true
+		if s.Direction == "inbound" && (s.Source.WorkloadName != "load" || !strings.HasSuffix(s.Source.Identity, "/sa/load")) {
+			t.Errorf("inbound request from %+v, want the load generator's pod and identity", s.Source)
+		}
+	}
+	for _, want := range []string{"inbound GET web.plexus-demo.svc.cluster.local:8080/", "outbound GET books.plexus-demo.svc.cluster.local:8080/books",
+		"outbound POST votes.plexus-demo.svc.cluster.local:9090/demo.Votes/Vote"} {
+		if !seen[want] {
+			t.Errorf("no %q in the tap: %v", want, seen)
+		}
+	}
+
+	// Filters narrow: outbound to books only.
+	evs, err = tapEvents(t, c.Config, "deployments", "web", tapapi.Request{Direction: "outbound", ToNamespace: demoNamespace,
+		ToResource: "deployments", ToName: "books", PathPrefix: "/books"}, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range evs {
+		if e.Type != tapapi.RequestStart {
+			continue
+		}
+		n++
+		if e.Direction != "outbound" || e.Destination.WorkloadName != "books" || e.Path != "/books" {
+			t.Errorf("filtered tap let through %s %s to %+v", e.Direction, e.Path, e.Destination)
+		}
+	}
+	if n == 0 {
+		t.Error("the filtered tap saw no request")
+	}
+
+	// The CLI: live lines with method, path, status and latency.
+	out, err := ctl("viz", "tap", "deploy/web", "-n", demoNamespace, "--path", "/books", "--limit", "3")
+	if err != nil {
+		t.Fatalf("plexusctl viz tap: %v\n%s", err, out)
+	}
+	for _, want := range []string{"req ", ":method=GET", ":path=/books", "rsp ", ":status=200", "latency=", "end "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plexusctl viz tap output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// vizTapRBAC: the API server refuses a tap to a user without watch on
+// deployments/tap, and allows it once the user is bound to plexus-viz-tap.
+func vizTapRBAC(t *testing.T, c *clustertest.Cluster) {
+	ctx := clustertest.Context(t, time.Minute)
+	as := func(user string) *rest.Config {
+		cfg := rest.CopyConfig(c.Config)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+		return cfg
+	}
+	// A Role that may read pods but not tap.
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "pod-reader", Namespace: demoNamespace},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}}}
+	if _, err := c.Client.RbacV1().Roles(demoNamespace).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bind := func(name, user, kind, roleName string) {
+		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: demoNamespace},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user, APIGroup: rbacv1.GroupName}},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: roleName}}
+		if _, err := c.Client.RbacV1().RoleBindings(demoNamespace).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bind("reader", "reader", "Role", "pod-reader")
+	bind("tapper", "tapper", "ClusterRole", "plexus-viz-tap")
+
+	_, err := tapEvents(t, as("reader"), "deployments", "web", tapapi.Request{}, 1)
+	if !tapclient.IsForbidden(err) {
+		t.Errorf("a user without watch on deployments/tap: %v, want 403", err)
+	} else if !strings.Contains(err.Error(), "tap.plexus.dev") {
+		t.Errorf("the 403 does not name the API group: %v", err)
+	}
+	evs, err := tapEvents(t, as("tapper"), "deployments", "web", tapapi.Request{}, 1)
+	if err != nil || len(evs) == 0 {
+		t.Errorf("a user bound to plexus-viz-tap: %v, %d events", err, len(evs))
+	}
+	// The binding is namespaced: another namespace stays closed.
+	cfg := as("tapper")
+	err = tapclient.Stream(ctx, cfg, "plexus-system", "namespaces", "", tapapi.Request{Limit: 1}, func(tapapi.Event) error { return nil })
+	if !tapclient.IsForbidden(err) {
+		t.Errorf("tapping plexus-system as a user bound in %s: %v, want 403", demoNamespace, err)
+	}
+}
+
+// vizTapPort: a proxy's tap port refuses a client with another mesh
+// identity (a certificate from the mesh's own issuer) and one with none.
+func vizTapPort(t *testing.T, c *clustertest.Cluster) {
+	ctx := clustertest.Context(t, time.Minute)
+	ps, err := c.Client.CoreV1().Pods(demoNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+	if err != nil || len(ps.Items) == 0 {
+		t.Fatalf("web pods: %v", err)
+	}
+	addr := net.JoinHostPort(ps.Items[0].Status.PodIP, "4190")
+	other := mintLeaf(t, c, "spiffe://cluster.local/ns/plexus-demo/sa/load")
+	for name, certs := range map[string][]tls.Certificate{"another identity": {other}, "no certificate": nil} {
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr,
+			&tls.Config{InsecureSkipVerify: true, Certificates: certs, NextProtos: []string{"h2"}})
+		if err == nil {
+			// TLS 1.3: the server's verdict on the client arrives with the
+			// first read.
+			conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_, err = conn.Read(make([]byte, 1))
+			conn.Close()
+		}
+		var ne net.Error
+		if err == nil || errors.As(err, &ne) && ne.Timeout() {
+			t.Errorf("%s: the tap port let the client in (%v)", name, err)
+		} else {
+			t.Logf("%s: refused: %v", name, err)
+		}
+	}
+}
+
+// mintLeaf issues a client certificate for id from the mesh's issuer.
+func mintLeaf(t *testing.T, c *clustertest.Cluster, id string) tls.Certificate {
+	t.Helper()
+	s, err := c.Client.CoreV1().Secrets(controlNamespace).Get(context.Background(), "plexus-identity-issuer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuer, err := tls.X509KeyPair(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(issuer.Certificate[0])
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	u, _ := url.Parse(id)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), URIs: []*url.URL{u},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, issuer.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain := append([][]byte{der}, issuer.Certificate...)
+	return tls.Certificate{Certificate: chain, PrivateKey: key}
+}
