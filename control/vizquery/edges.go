@@ -60,7 +60,7 @@ type Edge struct {
 }
 
 type edgeKey struct {
-	dst                      Workload
+	dst                     Workload
 	clientID, serverID, tls string
 }
 
