@@ -13,6 +13,7 @@ import (
 	"time"
 
 	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/control/api/tappb"
 	"github.com/plexus-mesh/plexus/control/spiffe"
 	"github.com/plexus-mesh/plexus/sidecar/internal/destinationtest"
 	"github.com/plexus-mesh/plexus/sidecar/internal/netnstest"
@@ -35,19 +36,24 @@ func BenchmarkMeshHTTP1(b *testing.B) {
 		{"proxied-http-gomaxprocs1", true, []string{"PLEXUS_PROXY_LOG_LEVEL=info", "GOMAXPROCS=1"}},
 		{"proxied-opaque", true, []string{"PLEXUS_PROXY_LOG_LEVEL=info", "PLEXUS_PROXY_OPAQUE_PORTS=8080"}},
 		{"proxied-mtls", true, []string{"PLEXUS_PROXY_LOG_LEVEL=info"}},
+		// The tap: off (no tap server), on but no one taps (proxied-mtls),
+		// and a tapper reading every request's events.
+		{"proxied-mtls-notap", true, []string{"PLEXUS_PROXY_LOG_LEVEL=info", "PLEXUS_PROXY_TAP_PORT=off"}},
+		{"proxied-mtls-tapped", true, []string{"PLEXUS_PROXY_LOG_LEVEL=info"}},
 		{"proxied-mtls-authz", true, []string{"PLEXUS_PROXY_LOG_LEVEL=info"}},
 		{"socat-pair", false, nil},
 	} {
 		proxied := v.proxied
 		b.Run(v.name, func(b *testing.B) {
 			var m *mesh
+			var ca *testpki.CA
 			switch v.name {
-			case "proxied-mtls", "proxied-mtls-authz":
+			case "proxied-mtls", "proxied-mtls-notap", "proxied-mtls-tapped", "proxied-mtls-authz":
 				var dest *destinationtest.Server
-				if v.name == "proxied-mtls" {
-					m, dest = newMTLSMesh(b, v.env)
-				} else {
+				if v.name == "proxied-mtls-authz" {
 					m, dest = newAuthzMesh(b, v.env)
+				} else {
+					m, dest, ca = newMTLSMeshCA(b, v.env)
 				}
 				tgt := fmt.Sprintf("%s:8080", serverIP)
 				dest.Set(tgt, destinationtest.Add(destinationtest.Endpoint(tgt, serverPodID)))
@@ -77,6 +83,17 @@ func BenchmarkMeshHTTP1(b *testing.B) {
 			for range 200 { // warm up pools
 				get()
 			}
+			if v.name == "proxied-mtls-tapped" {
+				stream := openTap(b, m.server, ca, &tappb.ObserveRequest{MaxRps: 1e9})
+				go func() {
+					for {
+						if _, err := stream.Recv(); err != nil {
+							return
+						}
+					}
+				}()
+			}
+			mallocs0 := proxyMallocs(b, m, proxied)
 			lat := make([]time.Duration, 0, b.N)
 			var cpu0 time.Duration
 			if proxied {
@@ -102,11 +119,21 @@ func BenchmarkMeshHTTP1(b *testing.B) {
 			if proxied {
 				cpu := cpuTime(b, m.client.cmd.Process.Pid) + cpuTime(b, m.server.cmd.Process.Pid) - cpu0
 				b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "pair-cpu-µs/req")
+				b.ReportMetric((proxyMallocs(b, m, proxied)-mallocs0)/float64(b.N), "pair-mallocs/req")
 				b.ReportMetric(rssMB(b, m.client.cmd.Process.Pid), "client-proxy-RSS-MB")
 				b.ReportMetric(rssMB(b, m.server.cmd.Process.Pid), "server-proxy-RSS-MB")
 			}
 		})
 	}
+}
+
+// proxyMallocs is the heap allocations both proxies have made (their
+// go_memstats_mallocs_total), 0 without proxies.
+func proxyMallocs(b *testing.B, m *mesh, proxied bool) float64 {
+	if !proxied {
+		return 0
+	}
+	return sumSamples(m.client.scrapeTB(b), "go_memstats_mallocs_total", nil) + sumSamples(m.server.scrapeTB(b), "go_memstats_mallocs_total", nil)
 }
 
 // socat runs a fixed-destination TCP relay as UID 2102 in the pod, with
@@ -143,7 +170,7 @@ func cpuTime(b *testing.B, pid int) time.Duration {
 	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
-func rssMB(b *testing.B, pid int) float64 {
+func rssMB(b testing.TB, pid int) float64 {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		b.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -62,7 +63,9 @@ func runChild() int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	if err := Run(ctx, RunOptions{Config: cfg, Log: log, Registry: prometheus.NewRegistry(), NewIdentity: childIdentity}); err != nil {
+	reg := prometheus.NewRegistry() // as main's
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := Run(ctx, RunOptions{Config: cfg, Log: log, Registry: reg, NewIdentity: childIdentity}); err != nil {
 		log.Error("run", "err", err)
 		return 1
 	}

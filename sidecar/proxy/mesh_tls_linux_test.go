@@ -224,13 +224,20 @@ func onlyTLS(t *testing.T, what string, streams [][]byte, secrets ...string) {
 // for, also serverEnv.
 func newMTLSMesh(t testing.TB, env []string, serverEnv ...string) (*mesh, *destinationtest.Server) {
 	t.Helper()
+	m, dest, _ := newMTLSMeshCA(t, env, serverEnv...)
+	return m, dest
+}
+
+// newMTLSMeshCA is newMTLSMesh that also returns the mesh's CA.
+func newMTLSMeshCA(t testing.TB, env []string, serverEnv ...string) (*mesh, *destinationtest.Server, *testpki.CA) {
+	t.Helper()
 	m := newTopology(t, false)
 	ca := testpki.New("mesh")
 	dest := destinationtest.Serve(m.client.listen(t, "127.0.0.1:8086"), ca, spiffe.New("cluster.local", "plexus-system", "plexus-destination"))
 	t.Cleanup(dest.Stop)
 	m.server = launchProxy(t, m.server.ns, true, identityEnv(ca, serverPodID, append(env, serverEnv...)...)...)
 	m.client = startProxy(t, m.client.ns, identityEnv(ca, clientPodID, append(env, "PLEXUS_PROXY_DESTINATION_ADDR=127.0.0.1:8086")...)...)
-	return m, dest
+	return m, dest, ca
 }
 
 // TestMeshMTLS: two meshed pods with identities; the client proxy asks a
