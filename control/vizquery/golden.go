@@ -115,8 +115,8 @@ type Point struct {
 	Value *float64  `json:"v"`
 }
 
-// Sparklines are the recent history of f's inbound traffic, summed over
-// its pods: success rate (0..1), requests per second and p99 latency in ms.
+// Sparklines are the recent history of one row's inbound traffic: success
+// rate (0..1), requests per second and p99 latency in ms.
 type Sparklines struct {
 	Start       time.Time     `json:"start"`
 	End         time.Time     `json:"end"`
@@ -126,24 +126,35 @@ type Sparklines struct {
 	LatencyP99  []Point       `json:"latencyP99Ms"`
 }
 
-// Sparklines returns the history of the span up to now, a point every
-// step (each a rate over the larger of step and DefaultWindow).
-func (c *Client) Sparklines(ctx context.Context, f Filter, span, step time.Duration) (Sparklines, error) {
+// Sparklines returns the history of each row of level that f selects over
+// the span up to now, a point every step (each a rate over the larger of
+// step and DefaultWindow). Rows without traffic in the span are absent.
+func (c *Client) Sparklines(ctx context.Context, level Level, f Filter, span, step time.Duration) (map[Key]Sparklines, error) {
+	group, err := level.labels()
+	if err != nil {
+		return nil, err
+	}
 	end := c.Now().Truncate(step)
 	r := v1.Range{Start: end.Add(-span), End: end, Step: step}
 	w := max(step, DefaultWindow)
-	ms, err := c.matrices(ctx, r, qSparkSuccess(f, w), qSparkRPS(f, w), qSparkP99(f, w))
+	ms, err := c.matrices(ctx, r, qSparkSuccess(group, f, w), qSparkRPS(group, f, w), qSparkP99(group, f, w))
 	if err != nil {
-		return Sparklines{}, err
+		return nil, err
 	}
-	sl := Sparklines{Start: r.Start, End: r.End, Step: step}
-	for i, dst := range []*[]Point{&sl.SuccessRate, &sl.RPS, &sl.LatencyP99} {
-		*dst = []Point{}
-		for _, stream := range ms[i] {
+	out := map[Key]Sparklines{}
+	for i, m := range ms {
+		for _, stream := range m {
+			k := keyOf(stream.Metric)
+			sl, ok := out[k]
+			if !ok {
+				sl = Sparklines{Start: r.Start, End: r.End, Step: step, SuccessRate: []Point{}, RPS: []Point{}, LatencyP99: []Point{}}
+			}
+			dst := []*[]Point{&sl.SuccessRate, &sl.RPS, &sl.LatencyP99}[i]
 			for _, p := range stream.Values {
 				*dst = append(*dst, Point{Time: p.Timestamp.Time().UTC(), Value: optional(p.Value)})
 			}
+			out[k] = sl
 		}
 	}
-	return sl, nil
+	return out, nil
 }

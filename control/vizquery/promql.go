@@ -95,21 +95,22 @@ func qTargets(agg string, group []string, f Filter) string {
 	return fmt.Sprintf("%s by %s (up%s)", agg, by(group...), selector(f.matchers()))
 }
 
-// Sparklines (golden.go): one series each, over all of f's pods.
+// Sparklines (golden.go): one series per row of the level.
 
-func qSparkRPS(f Filter, w time.Duration) string {
-	return fmt.Sprintf("sum(rate(%s%s[%s]))", metricResponses, selector(f.inbound()), dur(w))
+func qSparkRPS(group []string, f Filter, w time.Duration) string {
+	return fmt.Sprintf("sum by %s (rate(%s%s[%s]))", by(group...), metricResponses, selector(f.inbound()), dur(w))
 }
 
 // qSparkSuccess is 0 (not absent) when every response failed, and NaN
 // (no point) when there was no response.
-func qSparkSuccess(f Filter, w time.Duration) string {
-	return fmt.Sprintf("(sum(rate(%s%s[%s])) or vector(0)) / sum(rate(%s%s[%s]))",
-		metricResponses, selector(f.inbound(eq(labelClass, "success"))), dur(w), metricResponses, selector(f.inbound()), dur(w))
+func qSparkSuccess(group []string, f Filter, w time.Duration) string {
+	all := qSparkRPS(group, f, w)
+	return fmt.Sprintf("(sum by %s (rate(%s%s[%s])) or 0 * %s) / %s",
+		by(group...), metricResponses, selector(f.inbound(eq(labelClass, "success"))), dur(w), all, all)
 }
 
-func qSparkP99(f Filter, w time.Duration) string {
-	return fmt.Sprintf("histogram_quantile(0.99, sum by (le) (rate(%s%s[%s])))", metricLatencyBkt, selector(f.inbound()), dur(w))
+func qSparkP99(group []string, f Filter, w time.Duration) string {
+	return fmt.Sprintf("histogram_quantile(0.99, sum by %s (rate(%s%s[%s])))", by(append(group, labelLE)...), metricLatencyBkt, selector(f.inbound()), dur(w))
 }
 
 // Edges (edges.go): inbound series whose server is in ns, or whose

@@ -119,9 +119,10 @@ scrape_configs:
 	if *g.RPS <= 0 || *g.LatencyP50 <= 10 || *g.LatencyP99 > 20 {
 		t.Errorf("rps %g p50 %g p99 %g, want traffic and latencies in (10, 20]", *g.RPS, *g.LatencyP50, *g.LatencyP99)
 	}
-	sl, err := c.Sparklines(ctx, Filter{Namespace: "demo", WorkloadKind: "Deployment", WorkloadName: "web"}, 2*time.Minute, 2*time.Second)
-	if err != nil || len(sl.RPS) == 0 || len(sl.SuccessRate) == 0 || len(sl.LatencyP99) == 0 {
-		t.Fatalf("sparklines %+v, %v", sl, err)
+	sls, err := c.Sparklines(ctx, ByWorkload, Filter{Namespace: "demo"}, 2*time.Minute, 2*time.Second)
+	sl := sls[Key{Namespace: "demo", WorkloadKind: "Deployment", WorkloadName: "web"}]
+	if err != nil || len(sls) != 1 || len(sl.RPS) == 0 || len(sl.SuccessRate) == 0 || len(sl.LatencyP99) == 0 {
+		t.Fatalf("sparklines %+v, %v", sls, err)
 	}
 	edges, err := c.Edges(ctx, fake.NewClientset(pod("demo", "load-1", "load", "Deployment", "load"), pod("demo", "web-1", "web", "Deployment", "web")), "demo", time.Minute)
 	if err != nil {

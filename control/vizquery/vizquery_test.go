@@ -149,20 +149,26 @@ func TestQueryError(t *testing.T) {
 func TestSparklines(t *testing.T) {
 	filter := Filter{Namespace: "demo", WorkloadKind: "Deployment", WorkloadName: "web"}
 	sel := `{job="plexus-proxy",namespace="demo",workload_kind="Deployment",workload_name="web",direction="inbound"}`
-	success := `(sum(rate(response_total{job="plexus-proxy",namespace="demo",workload_kind="Deployment",workload_name="web",direction="inbound",classification="success"}[1m])) or vector(0)) / sum(rate(response_total` + sel + `[1m]))`
-	rps := `sum(rate(response_total` + sel + `[1m]))`
-	p99 := `histogram_quantile(0.99, sum by (le) (rate(response_latency_ms_bucket` + sel + `[1m])))`
+	g := `(namespace, workload_kind, workload_name)`
+	rps := `sum by ` + g + ` (rate(response_total` + sel + `[1m]))`
+	success := `(sum by ` + g + ` (rate(response_total{job="plexus-proxy",namespace="demo",workload_kind="Deployment",workload_name="web",direction="inbound",classification="success"}[1m])) or 0 * ` + rps + `) / ` + rps
+	p99 := `histogram_quantile(0.99, sum by (namespace, workload_kind, workload_name, le) (rate(response_latency_ms_bucket` + sel + `[1m])))`
+	web := L{"namespace": "demo", "workload_kind": "Deployment", "workload_name": "web"}
 	f := &fakeProm{answers: map[string]any{
-		success: mat(L{}, 1699998180, "1", 1699998240, "NaN", 1699998300, "0.5"),
-		rps:     mat(L{}, 1699998180, "2.5"),
+		success: mat(web, 1699998180, "1", 1699998240, "NaN", 1699998300, "0.5"),
+		rps:     mat(web, 1699998180, "2.5"),
 	}}
 	c := f.start(t)
-	sl, err := c.Sparklines(ctx, filter, 30*time.Minute, 30*time.Second)
+	all, err := c.Sparklines(ctx, ByWorkload, filter, 30*time.Minute, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !sameSet(f.queries(), []string{success, rps, p99}) {
 		t.Fatalf("queries:\n%s", strings.Join(f.queries(), "\n"))
+	}
+	sl, ok := all[Key{Namespace: "demo", WorkloadKind: "Deployment", WorkloadName: "web"}]
+	if len(all) != 1 || !ok {
+		t.Fatalf("sparklines = %+v", all)
 	}
 	if len(sl.SuccessRate) != 3 || sl.SuccessRate[1].Value != nil || *sl.SuccessRate[2].Value != 0.5 || !sl.SuccessRate[0].Time.Equal(time.Unix(1699998180, 0)) {
 		t.Errorf("success = %+v", sl.SuccessRate)
