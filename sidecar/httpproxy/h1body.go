@@ -28,6 +28,9 @@ type copier struct {
 	r   *h1reader
 	w   *h1writer
 	buf []byte
+	// n counts the body bytes relayed (chunk framing and trailers not
+	// included), for a tap.
+	n int64
 }
 
 // more flushes what is pending and reads more from the source.
@@ -55,6 +58,7 @@ func (c *copier) copyN(n int64) error {
 	c.w.buf = append(c.w.buf, c.r.buffered()[:take]...)
 	c.r.discard(take)
 	n -= int64(take)
+	c.n += int64(take)
 	if n == 0 {
 		return nil
 	}
@@ -68,6 +72,7 @@ func (c *copier) copyN(n int64) error {
 				return &dstError{werr}
 			}
 			n -= int64(m)
+			c.n += int64(m)
 			continue
 		}
 		if err == io.EOF {
@@ -160,6 +165,7 @@ func (c *copier) trailers() error {
 
 // copyUntilEOF relays a body delimited by the end of the connection.
 func (c *copier) copyUntilEOF() error {
+	c.n += int64(len(c.r.buffered()))
 	c.w.buf = append(c.w.buf, c.r.buffered()...)
 	c.r.discard(len(c.r.buffered()))
 	if err := c.w.flush(); err != nil {
@@ -171,6 +177,7 @@ func (c *copier) copyUntilEOF() error {
 			if _, werr := c.w.write(c.buf[:m]); werr != nil {
 				return &dstError{werr}
 			}
+			c.n += int64(m)
 		}
 		if err == io.EOF {
 			return nil

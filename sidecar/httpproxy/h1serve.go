@@ -320,6 +320,7 @@ func (hc *h1conn) relay(up *upstream, key poolKey, h *reqHead, res resHead) bool
 	// The watch may have closed the connection (its client left); then it
 	// took it, and it must not go back to the pool.
 	owned := hc.up.Swap(nil) == up
+	x.bodyBytes = cp.n
 	if err != nil {
 		up.close()
 		reason, limit := ReasonUpstreamReset, metrics.LimitIdle

@@ -218,7 +218,7 @@ func (p *Proxy) relayHTTP(w http.ResponseWriter, r *http.Request, res *http.Resp
 		// the client's next message, and the client for the headers.
 		http.NewResponseController(w).Flush()
 	}
-	if err := p.copyBody(w, res.Body, res.ContentLength < 0); err != nil {
+	if err := p.copyBody(w, res.Body, res.ContentLength < 0, &x.bodyBytes); err != nil {
 		var we *writeError
 		var re *routeError
 		reason, grpcCancel := ReasonUpstreamReset, "14" // UNAVAILABLE
@@ -277,7 +277,7 @@ func (e *writeError) Unwrap() error { return e.err }
 // copyBody copies body to w with a pooled buffer, flushing after each
 // chunk when stream is set (unknown length: gRPC, SSE, chunked streams).
 // Each write must make progress within about the write timeout.
-func (p *Proxy) copyBody(w http.ResponseWriter, body io.Reader, stream bool) error {
+func (p *Proxy) copyBody(w http.ResponseWriter, body io.Reader, stream bool, copied *int64) error {
 	buf := p.bufs.Get().(*[32 << 10]byte)
 	defer p.bufs.Put(buf)
 	rc := http.NewResponseController(w)
@@ -291,6 +291,7 @@ func (p *Proxy) copyBody(w http.ResponseWriter, body io.Reader, stream bool) err
 			if _, err := w.Write(buf[:n]); err != nil {
 				return &writeError{err}
 			}
+			*copied += int64(n)
 			if stream {
 				if err := rc.Flush(); err != nil {
 					return &writeError{err}

@@ -61,6 +61,8 @@ type exchange struct {
 	outcome balance.Outcome
 	// tap is the request's tap sessions; nil: none watches (tap.go).
 	tap *tap.Tapped
+	// bodyBytes counts the response body bytes relayed, for the tap.
+	bodyBytes int64
 }
 
 // route runs the route stage: which rule of the destination's routes
@@ -270,7 +272,7 @@ func (x *exchange) finish(status int, grpcStatus, reason string) {
 	}
 	x.judgeResponse(status, grpcStatus, reason)
 	x.routeDone(status, grpcStatus, reason)
-	x.tap.End(status, grpcStatus, reason, -1)
+	x.tap.End(status, grpcStatus, reason, x.bodyBytes)
 }
 
 // fail decides the answer to a request that could not be forwarded and
@@ -286,7 +288,7 @@ func (x *exchange) fail(err error) answer {
 	}
 	x.rec.Done(a.status, a.grpcStatus, a.reason)
 	x.routeDone(a.status, a.grpcStatus, a.reason)
-	x.tap.End(a.status, a.grpcStatus, a.reason, -1)
+	x.tap.End(a.status, a.grpcStatus, a.reason, int64(len(a.body)))
 	return a
 }
 

@@ -78,14 +78,14 @@ type server struct {
 // Observe streams the events of the requests the filter matches until the
 // caller leaves or the limit is reached.
 func (s *server) Observe(req *tappb.ObserveRequest, stream tappb.Tap_ObserveServer) error {
-	sess, err := newSession(req)
-	if err != nil {
+	sub, err := s.o.Hub.Subscribe(req)
+	switch {
+	case errors.Is(err, ErrTooMany):
+		return status.Error(codes.ResourceExhausted, err.Error())
+	case err != nil:
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
-	if !s.o.Hub.add(sess) {
-		return status.Errorf(codes.ResourceExhausted, "tap: %d sessions are open already", MaxSessions)
-	}
-	defer s.o.Hub.remove(sess)
+	defer sub.Close()
 	if p, ok := peer.FromContext(stream.Context()); ok && s.o.Log != nil {
 		s.o.Log.Info("tap session opened", "client", p.Addr.String())
 	}
@@ -96,28 +96,28 @@ func (s *server) Observe(req *tappb.ObserveRequest, stream tappb.Tap_ObserveServ
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev := <-sess.queue:
+		case ev := <-sub.Events():
 			if err := stream.Send(ev); err != nil {
 				return err
 			}
 		case <-ticker.C:
-			if n := sess.dropped.Swap(0); n > 0 {
+			if n := sub.TakeDropped(); n > 0 {
 				ev := &tappb.TapEvent{UnixNano: time.Now().UnixNano(), Event: &tappb.TapEvent_Dropped{Dropped: &tappb.Dropped{Count: n}}}
 				if err := stream.Send(ev); err != nil {
 					return err
 				}
 			}
-		case <-sess.done:
-			return flush(sess, stream)
+		case <-sub.Done():
+			return flush(sub, stream)
 		}
 	}
 }
 
 // flush sends what the session still holds once its limit is reached.
-func flush(sess *session, stream tappb.Tap_ObserveServer) error {
+func flush(sub *Subscription, stream tappb.Tap_ObserveServer) error {
 	for {
 		select {
-		case ev := <-sess.queue:
+		case ev := <-sub.Events():
 			if err := stream.Send(ev); err != nil {
 				return err
 			}

@@ -117,3 +117,38 @@ type errInvalid struct{ msg string }
 func (e *errInvalid) Error() string { return e.msg }
 
 func errorf(format string, a ...any) error { return &errInvalid{fmt.Sprintf(format, a...)} }
+
+// Subscription is an open session, for callers in this process (the gRPC
+// server, tests).
+type Subscription struct {
+	hub *Hub
+	s   *session
+}
+
+// Subscribe opens a session; an error names a bad request, or says that
+// MaxSessions are open.
+func (h *Hub) Subscribe(req *tappb.ObserveRequest) (*Subscription, error) {
+	s, err := newSession(req)
+	if err != nil {
+		return nil, err
+	}
+	if !h.add(s) {
+		return nil, ErrTooMany
+	}
+	return &Subscription{hub: h, s: s}, nil
+}
+
+// ErrTooMany: MaxSessions are open.
+var ErrTooMany = fmt.Errorf("tap: %d sessions are open already", MaxSessions)
+
+// Events delivers the session's events.
+func (sub *Subscription) Events() <-chan *tappb.TapEvent { return sub.s.queue }
+
+// Done closes when the session's limit of requests has ended.
+func (sub *Subscription) Done() <-chan struct{} { return sub.s.done }
+
+// TakeDropped returns the events dropped since the last call.
+func (sub *Subscription) TakeDropped() uint64 { return sub.s.dropped.Swap(0) }
+
+// Close ends the session.
+func (sub *Subscription) Close() { sub.hub.remove(sub.s) }
