@@ -3,7 +3,6 @@ package viz
 import (
 	"bytes"
 	"context"
-	"flag"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -23,29 +22,11 @@ import (
 	policyv1alpha1 "github.com/plexus-mesh/plexus/control/api/policy/v1alpha1"
 	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
 	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy/inboundpolicytest"
+	"github.com/plexus-mesh/plexus/control/cli/viz/viztest"
 	"github.com/plexus-mesh/plexus/control/destination"
 	"github.com/plexus-mesh/plexus/deploy"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
-
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	p := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(p, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (go test -update rewrites it):\n%s", p, got)
-	}
-}
 
 func TestParseTarget(t *testing.T) {
 	for _, tc := range []struct {
@@ -122,12 +103,12 @@ func TestInstallOrderAndUninstall(t *testing.T) {
 	if err := (Renderer{Manifests: fakeViz}).Install(&out); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "install.yaml", out.Bytes())
+	viztest.Golden(t, "install.yaml", out.Bytes())
 	out.Reset()
 	if err := (Renderer{Manifests: fakeViz}).Uninstall(&out); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "uninstall.yaml", out.Bytes())
+	viztest.Golden(t, "uninstall.yaml", out.Bytes())
 
 	bad := fstest.MapFS{"plexus-viz/a.yaml": {Data: []byte("apiVersion: v1\nmetadata: {name: x}\n")}}
 	if err := (Renderer{Manifests: bad}).Install(&out); err == nil || !strings.Contains(err.Error(), "a.yaml document 1 has no kind") {
@@ -211,7 +192,7 @@ func TestAllowScrapes(t *testing.T) {
 	if err := AllowScrapes(&out, cfg); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "allow-scrapes.yaml", out.Bytes())
+	viztest.Golden(t, "allow-scrapes.yaml", out.Bytes())
 
 	objs := []any{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}}
 	for _, u := range decodeAll(t, out.Bytes()) {

@@ -3,17 +3,13 @@ package tapview
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/plexus-mesh/plexus/control/api/tapapi"
+	"github.com/plexus-mesh/plexus/control/cli/viz/viztest"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 func intp(i int) *int { return &i }
 
@@ -41,7 +37,9 @@ func events() []tapapi.Event {
 		with(out, func(e *tapapi.Event) {
 			e.Type, e.DurationMs, e.ResponseBytes, e.GRPCStatus = tapapi.ResponseEnd, 0.9, 17, intp(14)
 		}),
-		with(in, func(e *tapapi.Event) { e.Type, e.ID, e.DurationMs, e.Reason = tapapi.ResponseEnd, "web-7d9-abc:3", 30, "reset" }),
+		with(in, func(e *tapapi.Event) {
+			e.Type, e.ID, e.DurationMs, e.Reason = tapapi.ResponseEnd, "web-7d9-abc:3", 30, "reset"
+		}),
 		{Type: tapapi.Dropped, Namespace: "shop", Pod: "web-7d9-abc", Count: 12},
 		{Type: tapapi.Error, Namespace: "shop", Pod: "web-7d9-def", Message: "connection refused"},
 		{Type: "somethingNew", Namespace: "shop", Pod: "web-7d9-abc"},
@@ -67,22 +65,7 @@ func TestLinesGolden(t *testing.T) {
 		} else if notes.Len() > 0 {
 			t.Errorf("json: notes %q, want every event on stdout", notes.String())
 		}
-		p2 := filepath.Join("testdata", name)
-		if *update {
-			if err := os.MkdirAll("testdata", 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(p2, []byte(got), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want, err := os.ReadFile(p2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got != string(want) {
-			t.Errorf("%s differs (go test -update rewrites it):\n%s", p2, got)
-		}
+		viztest.Golden(t, name, []byte(got))
 	}
 }
 

@@ -3,37 +3,13 @@ package top
 import (
 	"bytes"
 	"context"
-	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/plexus-mesh/plexus/control/api/tapapi"
+	"github.com/plexus-mesh/plexus/control/cli/viz/viztest"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
-
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	p := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs (go test -update rewrites it):\n%s", p, got)
-	}
-}
 
 func intp(i int) *int { return &i }
 
@@ -148,7 +124,7 @@ func TestRender(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	golden(t, "render.txt", all.String())
+	viztest.Golden(t, "render.txt", []byte(all.String()))
 }
 
 // fakeTap sends evs, one batch per receive on step (acknowledged on ack,
@@ -211,7 +187,7 @@ func TestSessionTerminal(t *testing.T) {
 	if !strings.HasPrefix(got, clearScreen) {
 		t.Error("the first draw does not clear the screen")
 	}
-	golden(t, "terminal.txt", strings.ReplaceAll(got, clearScreen, "<CLEAR>"))
+	viztest.Golden(t, "terminal.txt", []byte(strings.ReplaceAll(got, clearScreen, "<CLEAR>")))
 }
 
 func TestSessionPlain(t *testing.T) {
@@ -222,7 +198,7 @@ func TestSessionPlain(t *testing.T) {
 	if n := strings.Count(got, "SOURCE"); n != 3 {
 		t.Errorf("%d tables, want 3 (two ticks with news, the end)", n)
 	}
-	golden(t, "plain.txt", got)
+	viztest.Golden(t, "plain.txt", []byte(got))
 
 	// Without ticks (--limit): one table, at the end.
 	var out bytes.Buffer
