@@ -1,7 +1,9 @@
 // Package check verifies a cluster's Plexus installation: the control
 // plane is available, the injector webhook is wired, the CNI plugin is on
 // every node, the identity issuer is valid, the clocks agree, and the
-// Servers let their pods' HTTP probes through.
+// Servers let their pods' HTTP probes through; and, when the viz
+// extension is installed, that its tap API and Deployments are available
+// and its Prometheus scrapes every meshed pod.
 package check
 
 import (
@@ -94,7 +96,7 @@ func (c Checker) Run(ctx context.Context, cfg Config) []Result {
 		rs = append(rs, c.daemonSet(ctx))
 	}
 	rs = append(rs, c.nodeTaints(ctx), c.issuer(ctx), c.clock(ctx), c.probes(ctx))
-	return rs
+	return append(rs, c.vizChecks(ctx)...)
 }
 
 func ok(name string) Result { return Result{Name: name, Status: OK} }
@@ -106,13 +108,18 @@ func fail(name, hint, format string, a ...any) Result {
 const installHint = "install Plexus: plexusctl install | kubectl apply -f -"
 
 func (c Checker) deployment(ctx context.Context, name string) Result {
-	title := "control plane Deployment " + name + " is available"
-	d, err := c.Client.AppsV1().Deployments(Namespace).Get(ctx, name, metav1.GetOptions{})
+	return c.deploymentIn(ctx, Namespace, name, "control plane Deployment "+name+" is available", installHint)
+}
+
+// deploymentIn checks that Deployment ns/name has all its replicas
+// available; missingHint is the hint when it does not exist.
+func (c Checker) deploymentIn(ctx context.Context, ns, name, title, missingHint string) Result {
+	d, err := c.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return fail(title, installHint, "Deployment %s/%s not found", Namespace, name)
+		return fail(title, missingHint, "Deployment %s/%s not found", ns, name)
 	}
 	if err != nil {
-		return fail(title, "check access to the cluster", "reading Deployment %s/%s: %v", Namespace, name, err)
+		return fail(title, "check access to the cluster", "reading Deployment %s/%s: %v", ns, name, err)
 	}
 	want := int32(1)
 	if d.Spec.Replicas != nil {
@@ -125,7 +132,7 @@ func (c Checker) deployment(ctx context.Context, name string) Result {
 		}
 	}
 	if !available || d.Status.AvailableReplicas < want {
-		return fail(title, fmt.Sprintf("kubectl -n %s describe deployment %s; kubectl -n %s logs deploy/%s", Namespace, name, Namespace, name),
+		return fail(title, fmt.Sprintf("kubectl -n %s describe deployment %s; kubectl -n %s logs deploy/%s", ns, name, ns, name),
 			"%d of %d replicas available", d.Status.AvailableReplicas, want)
 	}
 	return ok(title)
