@@ -1,0 +1,177 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/plexus-mesh/plexus/control/api/tapapi"
+)
+
+// tapTarget is a tap's target and filter, read from the query string of
+// the tap page and of its stream.
+type tapTarget struct {
+	Namespace, Resource, Name string
+	Method, PathPrefix        string
+	Direction                 string
+}
+
+// Directions offered by the filter.
+var tapDirections = []string{"", "inbound", "outbound"}
+
+func parseTapTarget(q url.Values) (tapTarget, error) {
+	t := tapTarget{
+		Namespace: q.Get("namespace"), Resource: q.Get("resource"), Name: q.Get("name"),
+		Method: strings.ToUpper(q.Get("method")), PathPrefix: q.Get("path"), Direction: q.Get("direction"),
+	}
+	if t.Resource == "" {
+		t.Resource = "namespaces"
+	}
+	var errs []error
+	if !validName(t.Namespace) {
+		errs = append(errs, fmt.Errorf("namespace %q is not a namespace name", t.Namespace))
+	}
+	if !slices.Contains(tapapi.Resources, t.Resource) {
+		errs = append(errs, fmt.Errorf("resource %q: want one of %s", t.Resource, strings.Join(tapapi.Resources, ", ")))
+	}
+	if t.Resource == "namespaces" {
+		t.Name = ""
+	} else if !validName(t.Name) {
+		errs = append(errs, fmt.Errorf("name %q is not an object name", t.Name))
+	}
+	for i := 0; i < len(t.Method); i++ {
+		if c := t.Method[i]; c < 'A' || c > 'Z' {
+			errs = append(errs, fmt.Errorf("method %q is not an HTTP method", t.Method))
+			break
+		}
+	}
+	if t.PathPrefix != "" && !strings.HasPrefix(t.PathPrefix, "/") || len(t.PathPrefix) > 1024 {
+		errs = append(errs, fmt.Errorf("path prefix %q: want a path starting with /", t.PathPrefix))
+	}
+	if !slices.Contains(tapDirections, t.Direction) {
+		errs = append(errs, fmt.Errorf("direction %q: want inbound, outbound or empty", t.Direction))
+	}
+	return t, errors.Join(errs...)
+}
+
+// Query is t as the query string of the tap page and stream.
+func (t tapTarget) Query() string {
+	q := url.Values{"namespace": {t.Namespace}, "resource": {t.Resource}}
+	for k, v := range map[string]string{"name": t.Name, "method": t.Method, "path": t.PathPrefix, "direction": t.Direction} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	return q.Encode()
+}
+
+type tapBody struct {
+	Target     tapTarget
+	Ready      bool // a valid target: the page starts the stream
+	Resources  []string
+	Directions []string
+	MaxStreams int
+}
+
+func (s *Server) tapPage(w http.ResponseWriter, r *http.Request) {
+	b := tapBody{Resources: tapapi.Resources, Directions: tapDirections, MaxStreams: s.cfg.MaxTapStreams}
+	var errs []string
+	t, err := parseTapTarget(r.URL.Query())
+	b.Target = t
+	switch {
+	case r.URL.Query().Get("namespace") == "":
+		// The empty form.
+	case err != nil:
+		errs = append(errs, err.Error())
+	default:
+		b.Ready = true
+	}
+	crumbs := []Crumb{{"Tap", ""}}
+	if b.Ready {
+		crumbs = []Crumb{{"Namespaces", "/"}, {t.Namespace, "/namespaces/" + t.Namespace}, {"tap", ""}}
+	}
+	s.render(w, "tap.html", page{Title: "Live tap", Nav: "tap", Errors: errs, Crumbs: crumbs, Body: b})
+}
+
+// tapStream serves a live tap as Server-Sent Events: "tap" events carry
+// tapapi.Events as JSON; a final "end" event says why the stream ended
+// (the page then closes it rather than reconnecting).
+func (s *Server) tapStream(w http.ResponseWriter, r *http.Request) {
+	t, err := parseTapTarget(r.URL.Query())
+	if err != nil {
+		http.Error(w, "400 bad request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives the server's write timeout
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+
+	var mu sync.Mutex
+	// write sends one piece of the stream; a client that takes more than
+	// 10 s to take it is gone.
+	write := func(text string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(w, text); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	send := func(event string, v any) error {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		return write("event: " + event + "\ndata: " + string(b) + "\n\n")
+	}
+	select {
+	case s.taps <- struct{}{}:
+		defer func() { <-s.taps }()
+	default:
+		_ = send("end", map[string]string{"reason": fmt.Sprintf("too many live taps (at most %d at once); close another tap or try again later", s.cfg.MaxTapStreams)})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.TapMaxDuration)
+	defer cancel()
+	go func() { // comments keep proxies and the browser from timing the stream out
+		tick := time.NewTicker(15 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if write(": keepalive\n\n") != nil {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	_ = send("start", map[string]string{"target": t.Resource + "/" + t.Name, "namespace": t.Namespace})
+	req := tapapi.Request{Direction: t.Direction, Method: t.Method, PathPrefix: t.PathPrefix, MaxRPS: s.cfg.TapMaxRPS}
+	err = s.src.Tap(ctx, t.Namespace, t.Resource, t.Name, req, func(ev tapapi.Event) error { return send("tap", ev) })
+	reason := "the tap ended"
+	switch {
+	case r.Context().Err() != nil:
+		return // the browser left
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		reason = fmt.Sprintf("the tap ended after %s; reload to tap again", s.cfg.TapMaxDuration)
+	case err != nil:
+		reason = "the tap failed: " + err.Error()
+		s.log.Info("tap failed", "namespace", t.Namespace, "resource", t.Resource, "name", t.Name, "err", err)
+	}
+	_ = send("end", map[string]string{"reason": reason})
+}
