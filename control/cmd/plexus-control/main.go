@@ -17,6 +17,7 @@ import (
 	"github.com/plexus-mesh/plexus/control/injectcmd"
 	"github.com/plexus-mesh/plexus/control/spvalidatorcmd"
 	"github.com/plexus-mesh/plexus/control/tapcmd"
+	"github.com/plexus-mesh/plexus/control/webcmd"
 )
 
 // commands maps each subcommand to its entry point.
@@ -25,6 +26,7 @@ func commands() map[string]func(ctx context.Context, args []string, out io.Write
 		"identity":    identitycmd.Main,
 		"destination": destinationcmd.Main,
 		"issuer":      identitycmd.IssuerMain,
+		"web":         webcmd.Main,
 		"injector": func(ctx context.Context, args []string, _ io.Writer) error {
 			return injectcmd.Main(ctx, args, os.Stderr)
 		},
