@@ -91,6 +91,15 @@ func KindOfObject(object string) Kind {
 	return ""
 }
 
+// ShortName is kubectl's short name of an object kind ("Deployment" →
+// "deploy"); a kind not listed, lower-cased.
+func ShortName(object string) string {
+	if k := KindOfObject(object); k != "" {
+		return k.Short()
+	}
+	return strings.ToLower(object)
+}
+
 // Tappable reports whether the tap API serves k.
 func (k Kind) Tappable() bool {
 	for _, r := range tapapi.Resources {

@@ -168,7 +168,7 @@ func GRPCStatus(code int) string {
 // else its pod ("po/web-1"); "" when the tap service did not know it.
 func Resource(p tapapi.Peer) string {
 	if p.WorkloadKind != "" && p.WorkloadName != "" {
-		return shortKind(p.WorkloadKind) + "/" + p.WorkloadName
+		return viz.ShortName(p.WorkloadKind) + "/" + p.WorkloadName
 	}
 	if p.Pod != "" {
 		return "po/" + p.Pod
@@ -186,13 +186,4 @@ func Name(p tapapi.Peer) string {
 		return host
 	}
 	return p.Addr
-}
-
-// shortKind is kubectl's short name of an object kind ("Deployment" →
-// "deploy"); other kinds lower-cased.
-func shortKind(kind string) string {
-	if k := viz.KindOfObject(kind); k != "" {
-		return k.Short()
-	}
-	return strings.ToLower(kind)
 }
