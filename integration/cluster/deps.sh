@@ -7,9 +7,11 @@
 #   coredns: CoreDNS, the cluster's DNS server
 #   prometheus: Prometheus and promtool for the viz extension, built from
 #            their Go module with Kubernetes service discovery alone
+#   chromium: Debian's headless browser, for the dashboard's browser tests
+#            (integration/vizbrowser)
 #   bench:   the peer proxy the benchmark compares against (nginx)
 #   proto:   protoc, for make proto
-# Usage: deps.sh [apt] [kube] [cni] [coredns] [prometheus] [bench] [proto]
+# Usage: deps.sh [apt] [kube] [cni] [coredns] [prometheus] [chromium] [bench] [proto]
 #        (no argument: all but bench and proto)
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
@@ -46,6 +48,7 @@ apt_install() {
 
 deps_apt() { apt_install $APT_PACKAGES; }
 deps_bench() { apt_install nginx-light; }
+deps_chromium() { apt_install chromium; }
 # libprotobuf-dev holds the well-known types (google/protobuf/timestamp.proto).
 deps_proto() { apt_install protobuf-compiler libprotobuf-dev; }
 
@@ -116,10 +119,10 @@ deps_prometheus() {
 	rm -rf "$PROMETHEUS_BIN" && mv "$tmp" "$PROMETHEUS_BIN" && touch "$PROMETHEUS_BIN/.complete"
 }
 
-steps=${*:-apt kube cni coredns prometheus}
+steps=${*:-apt kube cni coredns prometheus chromium}
 for step in $steps; do
 	case $step in
-	apt | kube | cni | coredns | prometheus | bench | proto) "deps_$step" ;;
-	*) die "unknown step $step (want apt, kube, cni, coredns, prometheus, bench or proto)" ;;
+	apt | kube | cni | coredns | prometheus | chromium | bench | proto) "deps_$step" ;;
+	*) die "unknown step $step (want apt, kube, cni, coredns, prometheus, chromium, bench or proto)" ;;
 	esac
 done
