@@ -307,3 +307,29 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestTapStreamOutlivesServerTimeouts(t *testing.T) {
+	s, err := web.New(web.DefaultConfig(), webtest.Sources(50*time.Millisecond), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewUnstartedServer(s.Handler())
+	ts.Config.ReadTimeout, ts.Config.WriteTimeout = 500*time.Millisecond, 500*time.Millisecond
+	ts.Start()
+	defer ts.Close()
+	res, err := ts.Client().Get(ts.URL + "/api/tap?namespace=plexus-demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	start, n := time.Now(), 0
+	sse(t, res.Body, func(event, _ string) bool {
+		if event == "tap" {
+			n++
+		}
+		return time.Since(start) < 2*time.Second
+	})
+	if time.Since(start) < 2*time.Second || n < 20 {
+		t.Errorf("the stream ended after %s and %d events", time.Since(start), n)
+	}
+}
