@@ -94,6 +94,7 @@ func commands() map[string]command {
 		"routes":    {"per-route traffic a workload sends: routes deploy/NAME (or ns, pod; -o wide|json)", runRoutes},
 		"profile":   {"print a ServiceProfile to edit: profile --template SERVICE [-n NAMESPACE]", runProfile},
 		"authz":     {"inbound policy of each port of a workload: authz deploy/NAME (or sts, ds, pod) [--from sa/NAME [--from-ip ADDR]] [-o json]", runAuthz},
+		"viz":       {"the viz extension: install, tap, top, edges, routes, stat, dashboard (viz -h)", runViz},
 	}
 }
 

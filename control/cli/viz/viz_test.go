@@ -10,12 +10,14 @@ import (
 	"testing"
 	"testing/fstest"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/fake"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 
@@ -310,3 +312,33 @@ func TestGoldenIsYAML(t *testing.T) {
 }
 
 func intOrString(p int) intstr.IntOrString { return intstr.FromInt32(int32(p)) }
+
+func TestSelect(t *testing.T) {
+	kube := fake.NewClientset(
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", Labels: map[string]string{"tier": "front"}}},
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "books", Labels: map[string]string{"tier": "back"}}},
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "api", Labels: map[string]string{"tier": "front"}}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{"mesh": "yes"}}},
+	)
+	ctx := context.Background()
+	got, err := Select(ctx, kube, Deployments, "", "tier=front")
+	if err != nil || len(got) != 2 || got[0] != (Object{"other", "api"}) || got[1] != (Object{"shop", "web"}) {
+		t.Errorf("front deployments everywhere: %v, %v", got, err)
+	}
+	got, err = Select(ctx, kube, Deployments, "shop", "tier!=front")
+	if err != nil || len(got) != 1 || got[0].Name != "books" {
+		t.Errorf("back deployments in shop: %v, %v", got, err)
+	}
+	got, err = Select(ctx, kube, Namespaces, "", "mesh=yes")
+	if err != nil || len(got) != 1 || got[0] != (Object{"", "shop"}) {
+		t.Errorf("namespaces: %v, %v", got, err)
+	}
+	for _, k := range []Kind{Pods, Services, StatefulSets, DaemonSets, ReplicaSets, Jobs, CronJobs} {
+		if got, err := Select(ctx, kube, k, "shop", ""); err != nil || len(got) != 0 {
+			t.Errorf("%s: %v, %v", k, got, err)
+		}
+	}
+	if _, err := Select(ctx, kube, Deployments, "", "a in (b"); err == nil {
+		t.Error("a bad selector: no error")
+	}
+}
