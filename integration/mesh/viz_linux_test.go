@@ -7,13 +7,17 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"math/big"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,8 +29,11 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/api/tapapi"
 	"github.com/plexus-mesh/plexus/control/tapclient"
+	"github.com/plexus-mesh/plexus/control/vizquery"
 	"github.com/plexus-mesh/plexus/integration/clustercni"
 	"github.com/plexus-mesh/plexus/integration/clustertest"
+	"github.com/plexus-mesh/plexus/integration/vizbrowser"
+	"github.com/plexus-mesh/plexus/integration/vizprom"
 )
 
 const (
@@ -45,10 +52,241 @@ func TestViz(t *testing.T) {
 	installAll(t, c, env, ctl)
 	installViz(t, c, ctl)
 	deployDemo(t, c)
+	// books fails every 5th request: success rates worth comparing.
+	c.Kubectl(t, "-n", demoNamespace, "patch", "deployment", "books", "--type=json",
+		`-p=[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--fail=0.2"}]`)
+	c.Kubectl(t, "-n", demoNamespace, "rollout", "status", "deployment/books", "--timeout=3m")
+	failing := time.Now()
 
 	t.Run("tap", func(t *testing.T) { vizTap(t, c, ctl) })
 	t.Run("tap-rbac", func(t *testing.T) { vizTapRBAC(t, c) })
 	t.Run("tap-port-refuses-other-identities", func(t *testing.T) { vizTapPort(t, c) })
+	t.Run("prometheus", func(t *testing.T) { vizPrometheus(t, c, ctl, failing) })
+	t.Run("edges-and-top", func(t *testing.T) { vizEdgesTop(t, ctl) })
+	t.Run("dashboard", func(t *testing.T) { vizDashboard(t, c, ctl) })
+}
+
+// prometheus returns a client of the viz Prometheus through the API
+// server's service proxy, with the test's credentials.
+func prometheus(t *testing.T, c *clustertest.Cluster) (*vizquery.Client, string, *http.Client) {
+	t.Helper()
+	hc, err := rest.HTTPClientFor(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := strings.TrimSuffix(c.Config.Host, "/") + "/api/v1/namespaces/" + vizNamespace + "/services/http:plexus-prometheus:9090/proxy"
+	pc, err := vizquery.New(url, hc.Transport)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pc, url, hc
+}
+
+// vizPrometheus: every meshed pod is a healthy target with its workload
+// labels; the success rate Prometheus computes equals plexusctl stat's
+// within a point; every Grafana dashboard query runs.
+func vizPrometheus(t *testing.T, c *clustertest.Cluster, ctl plexusctl, failing time.Time) {
+	pc, url, hc := prometheus(t, c)
+	ctx := clustertest.Context(t, 3*time.Minute)
+	clustertest.WaitFor(t, time.Minute, "Prometheus to scrape every demo proxy", func(ctx context.Context) (bool, error) {
+		rows, err := pc.Golden(ctx, vizquery.ByWorkload, vizquery.Filter{Namespace: demoNamespace}, time.Minute)
+		if err != nil {
+			return false, nil
+		}
+		up := map[string]bool{}
+		for _, r := range rows {
+			up[r.WorkloadName] = r.Pods > 0 && r.PodsUp == r.Pods && r.WorkloadKind == "Deployment"
+		}
+		return up["web"] && up["books"] && up["votes"] && up["load"], nil
+	})
+
+	// Compare once Prometheus's window holds only the failing books.
+	const window = 30 * time.Second
+	if wait := time.Until(failing.Add(window + 15*time.Second)); wait > 0 {
+		time.Sleep(wait)
+	}
+	out, err := ctl("stat", "deploy", "-n", demoNamespace, "--window", "20s", "-o", "json")
+	if err != nil {
+		t.Fatalf("plexusctl stat: %v\n%s", err, out)
+	}
+	var stats []struct {
+		Name        string   `json:"name"`
+		SuccessRate *float64 `json:"successRate"`
+	}
+	if err := json.Unmarshal([]byte(out), &stats); err != nil {
+		t.Fatalf("plexusctl stat -o json: %v\n%s", err, out)
+	}
+	rows, err := pc.Golden(ctx, vizquery.ByWorkload, vizquery.Filter{Namespace: demoNamespace}, window)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compared := 0
+	for _, s := range stats {
+		for _, r := range rows {
+			if r.WorkloadName != s.Name || s.SuccessRate == nil || r.SuccessRate == nil {
+				continue
+			}
+			compared++
+			t.Logf("%s: success rate %.2f %% from plexusctl stat, %.2f %% from Prometheus", s.Name, *s.SuccessRate*100, *r.SuccessRate*100)
+			if d := *s.SuccessRate - *r.SuccessRate; d > 0.01 || d < -0.01 {
+				t.Errorf("%s: success rate %.4f from plexusctl stat, %.4f from Prometheus: more than a point apart", s.Name, *s.SuccessRate, *r.SuccessRate)
+			}
+			if s.Name == "books" && (*r.SuccessRate > 0.85 || *r.SuccessRate < 0.75) {
+				t.Errorf("books: Prometheus success rate %.4f, want about 0.8 (it fails every 5th request)", *r.SuccessRate)
+			}
+		}
+	}
+	if compared < 3 {
+		t.Errorf("compared %d workloads' success rates, want web, books and votes: stat %s; Prometheus %+v", compared, out, rows)
+	}
+	// plexusctl viz stat answers from Prometheus.
+	if out, err := ctl("viz", "stat", "deploy", "-n", demoNamespace); err != nil || !strings.Contains(out, "books") {
+		t.Errorf("plexusctl viz stat: %v\n%s", err, out)
+	}
+	// Every query of the Grafana dashboards runs.
+	rs, err := vizprom.Run(ctx, hc, url, os.DirFS("../../deploy/plexus-viz/grafana"), vizprom.Vars(demoNamespace, "Deployment", "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	withData := 0
+	for _, r := range rs {
+		if r.Err != nil {
+			t.Errorf("dashboard query %s: %v", r.Query, r.Err)
+		} else if r.Series > 0 {
+			withData++
+		}
+	}
+	if withData < len(rs)/2 {
+		t.Errorf("only %d of %d dashboard queries found data for the demo", withData, len(rs))
+	}
+}
+
+// vizEdgesTop: edges lists load→web, web→books and web→votes, each
+// secured with the right identities; top shows the hottest paths.
+func vizEdgesTop(t *testing.T, ctl plexusctl) {
+	var out string
+	var err error
+	want := map[string][2]string{"load web": {"load", "web"}, "web books": {"web", "books"}, "web votes": {"web", "votes"}}
+	clustertest.WaitFor(t, time.Minute, "plexusctl viz edges to list the demo's edges", func(context.Context) (bool, error) {
+		out, err = ctl("viz", "edges", "deploy", "-n", demoNamespace, "-o", "json")
+		if err != nil {
+			return false, nil
+		}
+		var edges []map[string]any
+		if json.Unmarshal([]byte(out), &edges) != nil {
+			return false, nil
+		}
+		found := 0
+		for _, e := range edges {
+			text := fmt.Sprint(e)
+			for _, w := range want {
+				if strings.Contains(text, "/sa/"+w[0]) && strings.Contains(text, "/sa/"+w[1]) {
+					found++
+				}
+			}
+		}
+		return found >= len(want), nil
+	})
+	table, err := ctl("viz", "edges", "deploy", "-n", demoNamespace)
+	if err != nil {
+		t.Fatalf("plexusctl viz edges: %v\n%s", err, table)
+	}
+	t.Logf("plexusctl viz edges:\n%s", table)
+	for pair := range want {
+		f := strings.Fields(pair)
+		found := false
+		for _, line := range strings.Split(table, "\n") {
+			cols := strings.Fields(line)
+			if len(cols) >= 2 && strings.HasSuffix(cols[0], f[0]) && strings.HasSuffix(cols[1], f[1]) {
+				found = true
+				if !strings.Contains(line, "√") {
+					t.Errorf("edge %s is not secured: %s", pair, line)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no edge %s in:\n%s", pair, table)
+		}
+	}
+
+	top, err := ctl("viz", "top", "deploy/web", "-n", demoNamespace, "--limit", "40")
+	if err != nil {
+		t.Fatalf("plexusctl viz top: %v\n%s", err, top)
+	}
+	t.Logf("plexusctl viz top:\n%s", top)
+	for _, w := range []string{"/books", "/demo.Votes/Vote"} {
+		if !strings.Contains(top, w) {
+			t.Errorf("plexusctl viz top does not show %s:\n%s", w, top)
+		}
+	}
+}
+
+// vizDashboard drives the dashboard, reached as a user does (plexusctl
+// viz dashboard: a port-forward), in Chromium: every page renders without
+// console errors, the workload table matches plexusctl stat, the topology
+// has the demo's edges, the tap view shows requests, and a forged Host is
+// refused. Screenshots go to $PLEXUS_TEST_ARTIFACTS (or a temp dir).
+func vizDashboard(t *testing.T, c *clustertest.Cluster, ctl plexusctl) {
+	if err := vizbrowser.Available(""); err != nil {
+		t.Skip(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Getenv("PLEXUSCTL_BIN"), "--kubeconfig", c.Kubeconfig, "viz", "dashboard", "--port", port, "--show", "url")
+	var logs strings.Builder
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); cmd.Wait() }()
+	base := "http://localhost:" + port
+	clustertest.WaitFor(t, time.Minute, "plexusctl viz dashboard to forward "+base, func(ctx context.Context) (bool, error) {
+		res, err := http.Get(base + "/")
+		if err != nil {
+			return false, nil
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK, nil
+	})
+	if !strings.Contains(logs.String(), base) {
+		t.Errorf("plexusctl viz dashboard did not print the URL %s: %s", base, logs.String())
+	}
+	dir := os.Getenv("PLEXUS_TEST_ARTIFACTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	res, err := vizbrowser.Run(ctx, vizbrowser.Config{BaseURL: base, Namespace: demoNamespace, Workload: "Deployment/web",
+		MinWorkloads: 4, Edges: [][2]string{{"load", "web"}, {"web", "books"}, {"web", "votes"}},
+		TapWithin: 30 * time.Second, TapRows: 3, ArtifactsDir: filepath.Join(dir, "dashboard")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("dashboard: %d workloads, edges %v, %d tap rows, screenshots %v", len(res.Workloads), res.Edges, res.TapRows, res.Screenshots)
+	out, err := ctl("stat", "deploy", "-n", demoNamespace, "--window", "30s", "-o", "json")
+	if err != nil {
+		t.Fatalf("plexusctl stat: %v\n%s", err, out)
+	}
+	var stats []struct {
+		Name        string   `json:"name"`
+		SuccessRate *float64 `json:"successRate"`
+	}
+	json.Unmarshal([]byte(out), &stats)
+	for _, s := range stats {
+		for _, w := range res.Workloads {
+			if w.Workload != "Deployment/"+s.Name || s.SuccessRate == nil || w.SuccessRate == nil {
+				continue
+			}
+			if d := *s.SuccessRate - *w.SuccessRate; d > 0.02 || d < -0.02 {
+				t.Errorf("%s: the dashboard shows success %.4f, plexusctl stat %.4f", s.Name, *w.SuccessRate, *s.SuccessRate)
+			}
+		}
+	}
 }
 
 // installViz applies `plexusctl viz install`, waits for its parts, and
