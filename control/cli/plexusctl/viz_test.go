@@ -215,3 +215,76 @@ func TestVizNotInstalled(t *testing.T) {
 		}
 	}
 }
+
+// fakeCluster is an API server with namespace shop holding deployment web
+// (one meshed pod), and, when viz is set, the viz Prometheus behind the
+// service proxy, answering every query with an empty vector.
+type fakeCluster struct {
+	viz   bool
+	mu    sync.Mutex
+	asked []string
+}
+
+func (f *fakeCluster) start(t *testing.T) *httptest.Server {
+	t.Helper()
+	obj := func(w http.ResponseWriter, status int, body string) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		fmt.Fprint(w, body)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.asked = append(f.asked, r.Method+" "+r.URL.Path)
+		f.mu.Unlock()
+		const promPath = "/api/v1/namespaces/plexus-viz/services/http:plexus-prometheus:9090/proxy"
+		switch p := r.URL.Path; {
+		case p == "/api/v1/namespaces/plexus-viz/services/plexus-prometheus" && f.viz:
+			obj(w, 200, `{"kind":"Service","apiVersion":"v1","metadata":{"name":"plexus-prometheus","namespace":"plexus-viz"}}`)
+		case p == promPath+"/api/v1/query" && f.viz:
+			obj(w, 200, `{"status":"success","data":{"resultType":"vector","result":[]}}`)
+		case p == "/api/v1/namespaces/shop/pods":
+			obj(w, 200, `{"kind":"PodList","apiVersion":"v1","items":[{"metadata":{"name":"web-1","namespace":"shop","labels":{"app":"web"}},"spec":{"containers":[{"name":"web"},{"name":"plexus-proxy"}]},"status":{"phase":"Pending"}}]}`)
+		case p == "/apis/apps/v1/namespaces/shop/deployments":
+			obj(w, 200, `{"kind":"DeploymentList","apiVersion":"apps/v1","items":[{"metadata":{"name":"web","namespace":"shop"},"spec":{"selector":{"matchLabels":{"app":"web"}},"template":{}}}]}`)
+		default:
+			obj(w, 404, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"not found","reason":"NotFound","code":404}`)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestVizStat(t *testing.T) {
+	// Without viz: the proxies are scraped (none running here), with a note.
+	f := &fakeCluster{}
+	kc := kubeconfig(t, f.start(t).URL)
+	code, out, stderr := runMain(t, "", "viz", "stat", "deploy", "--kubeconfig", kc, "--window", "100ms")
+	if code != ExitOK || !strings.Contains(stderr, "the viz extension is not installed: scraping the proxies through the API server instead") ||
+		strings.Join(strings.Fields(out), " ") != "NAME MESHED SUCCESS RPS LATENCY_P50 LATENCY_P95 LATENCY_P99 TLS web 1/1 - - - - - -" {
+		t.Errorf("without viz: exit %d, stderr %q\n%s", code, stderr, out)
+	}
+	// With viz: Prometheus through the service proxy, no note.
+	f = &fakeCluster{viz: true}
+	kc = kubeconfig(t, f.start(t).URL)
+	code, out, stderr = runMain(t, "", "viz", "stat", "deploy", "--kubeconfig", kc, "-o", "wide")
+	if code != ExitOK || stderr != "" || !strings.Contains(strings.Join(strings.Fields(out), " "), "shop web 1/1 - - - - - - 0 -") {
+		t.Errorf("with viz: exit %d, stderr %q\n%s", code, stderr, out)
+	}
+	queries := 0
+	for _, a := range f.asked {
+		if a == "POST /api/v1/namespaces/plexus-viz/services/http:plexus-prometheus:9090/proxy/api/v1/query" || a == "GET /api/v1/namespaces/plexus-viz/services/http:plexus-prometheus:9090/proxy/api/v1/query" {
+			queries++
+		}
+	}
+	if queries == 0 {
+		t.Errorf("Prometheus never asked through the service proxy: %v", f.asked)
+	}
+	code, out, _ = runMain(t, "", "viz", "routes", "deploy/web", "--kubeconfig", kc)
+	if code != ExitOK || strings.TrimSpace(out) != strings.Join(strings.Fields("ROUTE   SERVICE   SUCCESS   RPS   LATENCY_P50   LATENCY_P95   LATENCY_P99"), "   ") {
+		t.Errorf("routes: exit %d\n%q", code, out)
+	}
+	code, out, stderr = runMain(t, "", "viz", "edges", "--kubeconfig", kc, "-o", "json")
+	if code != ExitOK || strings.TrimSpace(out) != "[]" {
+		t.Errorf("edges: exit %d, %s\n%q", code, stderr, out)
+	}
+}
