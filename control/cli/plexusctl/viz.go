@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -282,7 +281,10 @@ func runVizTap(isTop bool) func(context.Context, *globals, []string, Env) error 
 				return p.Print(ev)
 			}), t, ns)
 		}
-		s := &top.Session{Out: env.Stdout, TTY: isTerminal(env.Stdout), Opts: opts, Title: "plexusctl viz top " + t.String(), MaxRows: terminalRows()}
+		s := &top.Session{Out: env.Stdout, TTY: isTerminal(env.Stdout), Opts: opts, Title: "plexusctl viz top " + t.String(), MaxRows: 40}
+		if f, ok := env.Stdout.(*os.File); ok && s.TTY {
+			s.MaxRows = top.TerminalRows(f, s.MaxRows)
+		}
 		var ticks <-chan time.Time
 		switch {
 		case s.TTY:
@@ -366,15 +368,6 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
-// terminalRows is the rows top shows on a terminal: $LINES less its
-// header, else 40.
-func terminalRows() int {
-	if n, err := strconv.Atoi(os.Getenv("LINES")); err == nil && n > 8 {
-		return n - 5
-	}
-	return 40
 }
 
 // minPromWindow is the least window of a rate from Prometheus: it
