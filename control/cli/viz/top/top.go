@@ -78,8 +78,8 @@ func New(opts Options) *Table {
 }
 
 // Add takes one event. A request counts when it ends: it succeeded when
-// its status is below 500, its gRPC status (if any) is OK and it was not
-// cut short. Its latency is the time to its response's start (its
+// it was answered with a status below 500, its gRPC status (if any) is OK
+// and it was not cut short. Its latency is the time to its response's start (its
 // duration when no response started).
 func (t *Table) Add(ev tapapi.Event) {
 	switch ev.Type {
@@ -99,11 +99,14 @@ func (t *Table) Add(ev tapapi.Event) {
 			return // its start was dropped, or came before the session
 		}
 		delete(t.open, ev.ID)
-		latency := p.latency
+		latency, status := p.latency, p.status
 		if !p.started {
 			latency = ev.DurationMs
 		}
-		ok := p.started && p.status < 500 && ev.Reason == "" && (ev.GRPCStatus == nil || *ev.GRPCStatus == 0)
+		if ev.Status != 0 {
+			status = ev.Status // the end repeats it: its response start may be dropped
+		}
+		ok := status != 0 && status < 500 && ev.Reason == "" && (ev.GRPCStatus == nil || *ev.GRPCStatus == 0)
 		r := t.rows[p.key]
 		if r == nil {
 			r = &Row{Key: p.key, Best: latency, Worst: latency}

@@ -215,3 +215,22 @@ func TestSessionPlain(t *testing.T) {
 		t.Errorf("%d tables without ticks, want 1", n)
 	}
 }
+
+// TestEndCarriesStatus: an end with its status counts even when its
+// response start was not seen; a 5xx end fails.
+func TestEndCarriesStatus(t *testing.T) {
+	tb := New(Options{})
+	for _, ev := range []tapapi.Event{
+		{Type: tapapi.RequestStart, ID: "a", Method: "GET", Path: "/x"},
+		{Type: tapapi.ResponseEnd, ID: "a", Status: 200, DurationMs: 4},
+		{Type: tapapi.RequestStart, ID: "b", Method: "GET", Path: "/x"},
+		{Type: tapapi.ResponseStart, ID: "b", Status: 200, LatencyMs: 1},
+		{Type: tapapi.ResponseEnd, ID: "b", Status: 502, DurationMs: 2},
+	} {
+		tb.Add(ev)
+	}
+	r := tb.Rows()[0]
+	if r.Count != 2 || r.Successes != 1 || r.Best != 1 || r.Worst != 4 {
+		t.Errorf("row %+v: want 2 requests, 1 success, latencies 4 (no start) and 1", r)
+	}
+}
