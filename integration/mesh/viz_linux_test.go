@@ -376,18 +376,26 @@ func vizTap(t *testing.T, c *clustertest.Cluster, ctl plexusctl) {
 		t.Fatalf("%d requests ended in the tap, want 10: %+v", len(ends), evs)
 	}
 	seen := map[string]bool{}
+	ok200 := 0
 	for id, end := range ends {
 		s, ok := starts[id]
 		if !ok {
 			continue
 		}
-		if end.Status != 200 || end.DurationMs <= 0 || !s.TLS {
+		// books fails every 5th request (503), and web answers 502 then.
+		if end.Status != 200 && end.Status != 502 && end.Status != 503 || end.DurationMs <= 0 || !s.TLS {
 			t.Errorf("request %s %s %s ended %+v", s.Direction, s.Method, s.Path, end)
+		}
+		if end.Status == 200 {
+			ok200++
 		}
 		seen[s.Direction+" "+s.Method+" "+s.Authority+s.Path] = true
 		if s.Direction == "inbound" && (s.Source.WorkloadName != "load" || !strings.HasSuffix(s.Source.Identity, "/sa/load")) {
 			t.Errorf("inbound request from %+v, want the load generator's pod and identity", s.Source)
 		}
+	}
+	if ok200 == 0 {
+		t.Errorf("no request in the tap ended 200")
 	}
 	for _, want := range []string{"inbound GET web.plexus-demo.svc.cluster.local:8080/", "outbound GET books.plexus-demo.svc.cluster.local:8080/books",
 		"outbound POST votes.plexus-demo.svc.cluster.local:9090/demo.Votes/Vote"} {
