@@ -98,6 +98,29 @@ echo
 echo "$authz" | sed 's/^/    /'
 echo
 echo "$authz" | grep -q 'books-from-web' || die "plexusctl authz does not show the books-from-web policy"
+step "observability: the viz extension (tap, Prometheus, dashboard)"
+$PLEXUSCTL viz install | kubectl apply -f - >/dev/null
+for d in plexus-tap plexus-prometheus plexus-web; do
+	kubectl -n plexus-viz rollout status "deployment/$d" --timeout 180s >/dev/null ||
+		{ kubectl -n plexus-viz describe pods >&2; die "deployment $d of plexus-viz did not become ready"; }
+done
+deadline=$((SECONDS + 60))
+until [ "$(kubectl get apiservice v1alpha1.tap.plexus.dev -o jsonpath='{.status.conditions[?(@.type=="Available")].status}' 2>/dev/null)" = True ]; do
+	[ $SECONDS -lt $deadline ] || { kubectl get apiservice v1alpha1.tap.plexus.dev -o yaml >&2; die "the tap API did not become available"; }
+	sleep 1
+done
+tap=$($PLEXUSCTL viz tap deploy/web -n plexus-demo --path /books --limit 2)
+echo
+echo "$tap" | sed 's/^/    /'
+echo
+echo "$tap" | grep -q ':status=' || die "plexusctl viz tap shows no response"
+deadline=$((SECONDS + 90))
+until edges=$($PLEXUSCTL viz edges deploy -n plexus-demo 2>/dev/null) && [ "$(echo "$edges" | grep -c '√')" -ge 3 ]; do
+	[ $SECONDS -lt $deadline ] || { echo "$edges" >&2; die "plexusctl viz edges does not show the demo's three secured edges"; }
+	sleep 5
+done
+echo "$edges" | sed 's/^/    /'
+echo
 log "demo finished in $((SECONDS - start))s"
 cat <<MSG
 
@@ -105,7 +128,9 @@ Every edge (load -> web -> books over HTTP/1.1, web -> votes over gRPC) is
 meshed and carried over mTLS. web's requests to books follow the
 books-canary HTTPRoute: 10 % go to books-v2, whose failures are retried.
 books answers web alone: a Server with an AuthorizationPolicy for web's
-mesh identity; any other caller gets 403.
+mesh identity; any other caller gets 403. The viz extension (namespace
+plexus-viz) taps live requests, keeps 6 h of metrics in Prometheus and
+serves a dashboard.
 
 Explore:
     $(print_env | head -1)
@@ -117,6 +142,10 @@ Explore:
     kubectl -n plexus-demo get server,authorizationpolicy,meshtlsauthentication
     bin/plexusctl authz deploy/books -n plexus-demo --from sa/load
     bin/plexusctl check
+    bin/plexusctl viz dashboard          # the dashboard, port-forwarded to localhost
+    bin/plexusctl viz top deploy/web -n plexus-demo
+    bin/plexusctl viz tap deploy/web -n plexus-demo --to deploy/books
+    bin/plexusctl viz stat deploy -n plexus-demo
     kubectl -n plexus-demo get pods -o wide
 Tear down:
     make cluster-down
