@@ -58,12 +58,34 @@ func TestViz(t *testing.T) {
 	c.Kubectl(t, "-n", demoNamespace, "rollout", "status", "deployment/books", "--timeout=3m")
 	failing := time.Now()
 
+	t.Run("check", func(t *testing.T) { vizCheck(t, ctl) })
 	t.Run("tap", func(t *testing.T) { vizTap(t, c, ctl) })
 	t.Run("tap-rbac", func(t *testing.T) { vizTapRBAC(t, c) })
 	t.Run("tap-port-refuses-other-identities", func(t *testing.T) { vizTapPort(t, c) })
 	t.Run("prometheus", func(t *testing.T) { vizPrometheus(t, c, ctl, failing) })
 	t.Run("edges-and-top", func(t *testing.T) { vizEdgesTop(t, ctl) })
 	t.Run("dashboard", func(t *testing.T) { vizDashboard(t, c, ctl) })
+}
+
+// vizCheck: plexusctl check passes with the viz extension's lines,
+// Prometheus scraping every meshed pod among them.
+func vizCheck(t *testing.T, ctl plexusctl) {
+	var out string
+	clustertest.WaitFor(t, 2*time.Minute, "plexusctl check to pass with the viz extension", func(context.Context) (bool, error) {
+		var err error
+		out, err = ctl("check")
+		return err == nil, nil
+	})
+	for _, want := range []string{"viz Deployment plexus-tap is available", "viz Deployment plexus-prometheus is available",
+		"viz Deployment plexus-web is available", "tap API (APIService v1alpha1.tap.plexus.dev) is available",
+		"Prometheus scrapes every meshed pod's proxy"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plexusctl check lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "✘") {
+		t.Errorf("plexusctl check passed with a failure:\n%s", out)
+	}
 }
 
 // prometheus returns a client of the viz Prometheus through the API
