@@ -122,6 +122,9 @@ func flush(sub *Subscription, stream tappb.Tap_ObserveServer) error {
 				return err
 			}
 		default:
+			if n := sub.TakeDropped(); n > 0 {
+				return stream.Send(&tappb.TapEvent{UnixNano: time.Now().UnixNano(), Event: &tappb.TapEvent_Dropped{Dropped: &tappb.Dropped{Count: n}}})
+			}
 			return nil
 		}
 	}

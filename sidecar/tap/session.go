@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/plexus-mesh/plexus/control/api/tappb"
 )
@@ -49,7 +50,7 @@ func newSession(req *tappb.ObserveRequest) (*session, error) {
 		s.redact[h] = true
 	}
 	for _, h := range req.GetRedactHeaders() {
-		s.redact[strings.ToLower(h)] = true
+		s.redact[headerName(h)] = true
 	}
 	return s, nil
 }
@@ -90,25 +91,48 @@ func (s *session) finished() {
 	}
 }
 
-// requestStart builds a request-start event, headers bounded and redacted.
+// requestStart builds a request-start event, every string valid UTF-8
+// (protobuf's rule: an invalid one would end the session) and bounded,
+// headers redacted.
 func (s *session) requestStart(i *Info) *tappb.RequestStart {
-	rs := &tappb.RequestStart{Method: i.Method, Scheme: i.Scheme, Authority: i.Authority, Path: i.Path, Route: i.Route}
+	rs := &tappb.RequestStart{Method: clip(i.Method, MaxName), Scheme: clip(i.Scheme, MaxName),
+		Authority: clip(i.Authority, MaxValue), Path: clip(i.Path, MaxValue), Route: clip(i.Route, MaxValue)}
 	if i.Headers != nil {
+		budget := MaxHeaderBytes
 		i.Headers(func(name, value string) {
-			if len(rs.Headers) >= MaxHeaders {
+			if len(rs.Headers) >= MaxHeaders || budget <= 0 {
 				return
 			}
-			n := strings.ToLower(name)
-			switch {
-			case s.redact[n]:
+			n := headerName(name)
+			if s.redact[n] {
 				value = Redacted
-			case len(value) > MaxHeaderValue:
-				value = value[:MaxHeaderValue] + "…"
+			} else {
+				value = clip(value, min(MaxHeaderValue, budget))
 			}
+			budget -= len(n) + len(value)
 			rs.Headers = append(rs.Headers, &tappb.Header{Name: n, Value: value})
 		})
 	}
 	return rs
+}
+
+// headerName is the form of a header name in events and redaction.
+func headerName(n string) string { return strings.ToLower(clip(n, MaxName)) }
+
+// clip returns s as valid UTF-8 (invalid bytes replaced) and at most max
+// bytes, cut at a character boundary and marked "…" when cut.
+func clip(s string, max int) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // errInvalid is a tapper's bad request.

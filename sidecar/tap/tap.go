@@ -30,10 +30,15 @@ const (
 	// DefaultMaxRPS bounds a session's requests per second when it asks
 	// for none.
 	DefaultMaxRPS = 100
-	// MaxHeaders and MaxHeaderValue bound what a request-start event
-	// carries of the request's headers.
+	// MaxHeaders, MaxHeaderValue and MaxHeaderBytes bound what a
+	// request-start event carries of the request's headers; MaxName and
+	// MaxValue, its other strings (method, scheme, header names; path,
+	// authority, route): an event stays under ~8 KiB whatever the request.
 	MaxHeaders     = 32
 	MaxHeaderValue = 256
+	MaxHeaderBytes = 4096
+	MaxName        = 64
+	MaxValue       = 1024
 )
 
 // Redacted replaces the value of a redacted header.

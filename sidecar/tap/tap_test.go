@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"net"
 	"net/netip"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/plexus-mesh/plexus/control/api/tappb"
 	"github.com/plexus-mesh/plexus/control/spiffe"
@@ -256,5 +258,37 @@ func TestServerIdentity(t *testing.T) {
 	}
 	if ev.GetRequestStart().GetPath() != "/hello" {
 		t.Fatalf("first event = %v", ev)
+	}
+}
+
+// TestHostileRequestStrings: bytes that are not UTF-8, and long values
+// cut inside a character, still make events a stream can carry, bounded.
+func TestHostileRequestStrings(t *testing.T) {
+	h := NewHub(nil)
+	s := open(t, h, &tappb.ObserveRequest{MaxRps: 1000})
+	long := strings.Repeat("a", MaxHeaderValue-1) + "é" + strings.Repeat("b", 100)
+	tp := h.Start(&Info{Direction: "inbound", Method: "G\xffT", Authority: "h\xfe", Path: "/" + strings.Repeat("p", 70_000),
+		Headers: func(fn func(string, string)) {
+			fn("X-Bin", "\xff\xfe")
+			fn("X-Long", long)
+			for i := range 100 {
+				fn(fmt.Sprintf("x-%d", i), strings.Repeat("v", 200))
+			}
+		}})
+	tp.End(200, "", "", 0)
+	ev := <-s.queue
+	b, err := proto.Marshal(ev)
+	if err != nil {
+		t.Fatalf("the event cannot be sent: %v", err)
+	}
+	if len(b) > 8<<10 {
+		t.Errorf("event of %d bytes, want under 8 KiB", len(b))
+	}
+	rs := ev.GetRequestStart()
+	if rs.Headers[1].Value != strings.Repeat("a", MaxHeaderValue-1)+"…" {
+		t.Errorf("long value cut to %q, want cut before the é", rs.Headers[1].Value)
+	}
+	if rs.Authority != "h\uFFFD" {
+		t.Errorf("authority = %q", rs.Authority)
 	}
 }
