@@ -15,11 +15,10 @@ const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 's
 	"base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
 
 // DefaultAllowedHosts are the Host names always allowed (any port): the
-// loopback names a port-forward uses and the dashboard's Service names.
-var DefaultAllowedHosts = []string{
-	"localhost", "127.0.0.1", "::1",
-	"plexus-web", "plexus-web.plexus-viz", "plexus-web.plexus-viz.svc", "plexus-web.plexus-viz.svc.cluster.local",
-}
+// loopback names a port-forward uses. Not the Service's names: any pod
+// of the cluster could then use the dashboard, and its live tap, with the
+// dashboard's rights; --allowed-hosts opens it to a name on purpose.
+var DefaultAllowedHosts = []string{"localhost", "127.0.0.1", "::1"}
 
 // secure sets the security headers on every response, refuses a Host
 // not allowed (a DNS-rebinding page's requests carry its own name) and
@@ -35,7 +34,7 @@ func (s *Server) secure(next http.Handler) http.Handler {
 		h.Set("Cross-Origin-Resource-Policy", "same-origin")
 		if !s.hostAllowed(r.Host) {
 			http.Error(w, fmt.Sprintf("403 forbidden: the Host header %q is not one this dashboard answers to. "+
-				"To defeat DNS rebinding it answers only to localhost, 127.0.0.1, [::1] and its Service's names; "+
+				"To defeat DNS rebinding, and other pods, it answers only to localhost, 127.0.0.1 and [::1] (plexusctl viz dashboard); "+
 				"to reach it under another name, start plexus-control web with --allowed-hosts (a regular expression).", r.Host),
 				http.StatusForbidden)
 			return

@@ -16,6 +16,9 @@ import (
 	"github.com/plexus-mesh/plexus/control/api/tapapi"
 )
 
+// errStreamClosed: a write after the handler returned.
+var errStreamClosed = errors.New("the tap stream is closed")
+
 // tapTarget is a tap's target and filter, read from the query string of
 // the tap page and of its stream.
 type tapTarget struct {
@@ -121,11 +124,16 @@ func (s *Server) tapStream(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 
 	var mu sync.Mutex
+	closed := false // set when the handler returns: w is not ours after that
+	defer func() { mu.Lock(); closed = true; mu.Unlock() }()
 	// write sends one piece of the stream; a client that takes more than
 	// 10 s to take it is gone.
 	write := func(text string) error {
 		mu.Lock()
 		defer mu.Unlock()
+		if closed {
+			return errStreamClosed
+		}
 		_ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
 		if _, err := io.WriteString(w, text); err != nil {
 			return err
@@ -147,8 +155,11 @@ func (s *Server) tapStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.TapMaxDuration)
-	defer cancel()
+	var keepalive sync.WaitGroup
+	defer func() { cancel(); keepalive.Wait() }() // the keepalive never outlives the handler
+	keepalive.Add(1)
 	go func() { // comments keep proxies and the browser from timing the stream out
+		defer keepalive.Done()
 		tick := time.NewTicker(15 * time.Second)
 		defer tick.Stop()
 		for {

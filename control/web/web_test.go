@@ -174,7 +174,9 @@ func TestHostAllowList(t *testing.T) {
 	ts := newServer(t, func(c *web.Config, _ *web.Sources) { c.AllowedHosts = `dash\.example\.com|.*\.corp` })
 	for host, ok := range map[string]bool{
 		"localhost": true, "localhost:8084": true, "127.0.0.1:50123": true, "[::1]:8084": true, "[::1]": true, "LOCALHOST.": true,
-		"plexus-web:8084": true, "plexus-web.plexus-viz": true, "plexus-web.plexus-viz.svc:8084": true, "plexus-web.plexus-viz.svc.cluster.local": true,
+		// The Service's names are not allowed by default: other pods would
+		// reach the dashboard (and its tap) through them.
+		"plexus-web:8084": false, "plexus-web.plexus-viz": false, "plexus-web.plexus-viz.svc:8084": false, "plexus-web.plexus-viz.svc.cluster.local": false,
 		"dash.example.com": true, "a.b.corp:443": true,
 		"evil.example.com": false, "dash.example.com.evil.net": false, "xdash.example.com": false, "127.0.0.2": false, "10.0.0.1:8084": false,
 		"plexus-web.other": false, "localhost.evil.net": false, "": false,

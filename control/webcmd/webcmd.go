@@ -74,7 +74,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs.StringVar(&cfg.PrometheusURL, "prometheus-url", vizquery.DefaultURL, "the viz extension's Prometheus")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
 	fs.StringVar(&cfg.Web.ControlNamespace, "control-namespace", cfg.Web.ControlNamespace, "namespace of the control plane")
-	fs.StringVar(&cfg.Web.AllowedHosts, "allowed-hosts", "", "regular expression of further Host names the dashboard answers to (matched whole, any port), besides localhost, 127.0.0.1, [::1] and its Service's names")
+	fs.StringVar(&cfg.Web.AllowedHosts, "allowed-hosts", "", "regular expression of further Host names the dashboard answers to (matched whole, any port), besides localhost, 127.0.0.1 and [::1]")
 	fs.IntVar(&cfg.Web.MaxTapStreams, "max-tap-streams", cfg.Web.MaxTapStreams, "live taps served at once")
 	fs.DurationVar(&cfg.Web.TapMaxDuration, "tap-max-duration", cfg.Web.TapMaxDuration, "a live tap ends after this long")
 	fs.Float64Var(&cfg.Web.TapMaxRPS, "tap-max-rps", cfg.Web.TapMaxRPS, "requests per second a live tap asks the tap service for (0: its default)")
