@@ -40,9 +40,10 @@ func dialProxy(certs mtls.CertSource) DialFunc {
 
 // fanOut taps each meshed running pod of ps and writes their events to
 // out until ctx ends or the tap's limit is reached.
-func (h *Handler) fanOut(ctx context.Context, out *eventWriter, ps []corev1.Pod, req tapapi.Request, dsts []string) {
+func (h *Handler) fanOut(ctx context.Context, w http.ResponseWriter, ps []corev1.Pod, req tapapi.Request, dsts []string) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	out := newEventWriter(w, cancel)
 	type tapped struct {
 		pod  *corev1.Pod
 		addr netip.AddrPort
@@ -69,6 +70,13 @@ func (h *Handler) fanOut(ctx context.Context, out *eventWriter, ps []corev1.Pod,
 		out.fail(nil, "no running meshed pod to tap")
 		return
 	}
+	// One stream per pod, within the service's budget of proxy streams.
+	if n := int32(len(targets)); h.streams.Add(n) > MaxProxyStreams {
+		h.streams.Add(-n)
+		out.fail(nil, fmt.Sprintf("the tap service has %d streams to proxies open (taps of %d pods would pass it): try again later, or tap fewer pods", MaxProxyStreams, len(targets)))
+		return
+	}
+	defer h.streams.Add(-int32(len(targets)))
 	obs := &tappb.ObserveRequest{MaxRps: req.MaxRPS / float64(len(targets)),
 		Filter: &tappb.Filter{Direction: req.Direction, Method: req.Method, Authority: req.Authority,
 			PathPrefix: req.PathPrefix, Route: req.Route, DestinationAddrs: dsts}}
@@ -161,21 +169,37 @@ func (h *Handler) convert(ctx context.Context, p *corev1.Pod, ev *tappb.TapEvent
 // eventWriter writes events as JSON lines, one writer at a time, flushing
 // each so that the caller sees it at once.
 type eventWriter struct {
-	mu  sync.Mutex
-	w   http.ResponseWriter
-	enc *json.Encoder
-	rc  *http.ResponseController
+	mu      sync.Mutex
+	w       http.ResponseWriter
+	enc     *json.Encoder
+	rc      *http.ResponseController
+	failed  bool
+	stalled func() // ends the tap: the caller does not read
 }
 
-func newEventWriter(w http.ResponseWriter) *eventWriter {
-	return &eventWriter{w: w, enc: json.NewEncoder(w), rc: http.NewResponseController(w)}
+func newEventWriter(w http.ResponseWriter, stalled func()) *eventWriter {
+	return &eventWriter{w: w, enc: json.NewEncoder(w), rc: http.NewResponseController(w), stalled: stalled}
 }
+
+// writeTimeout is how long the caller may take to read one event; a
+// caller that reads nothing for this long (a suspended kubectl) has its
+// tap ended, so that it holds no proxy's session.
+const writeTimeout = 10 * time.Second
 
 func (o *eventWriter) write(e tapapi.Event) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.enc.Encode(e) == nil {
-		o.rc.Flush()
+	if o.failed {
+		return
+	}
+	_ = o.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	err := o.enc.Encode(e)
+	if err == nil {
+		err = o.rc.Flush()
+	}
+	if err != nil {
+		o.failed = true
+		o.stalled()
 	}
 }
 

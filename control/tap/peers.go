@@ -18,6 +18,9 @@ type peerCache struct {
 	kube kubernetes.Interface
 	mu   sync.Mutex
 	m    map[netip.Addr]peerEntry
+	// pending holds the lookups under way: concurrent misses on one
+	// address wait for one List.
+	pending map[netip.Addr]chan struct{}
 }
 
 type peerEntry struct {
@@ -33,7 +36,7 @@ const (
 )
 
 func newPeerCache(kube kubernetes.Interface) *peerCache {
-	return &peerCache{kube: kube, m: map[netip.Addr]peerEntry{}}
+	return &peerCache{kube: kube, m: map[netip.Addr]peerEntry{}, pending: map[netip.Addr]chan struct{}{}}
 }
 
 // peer describes addr (IP or IP:port) and the identity it proved.
@@ -48,22 +51,44 @@ func (c *peerCache) peer(ctx context.Context, addr, identity string) tapapi.Peer
 		ip = ap.Addr()
 	}
 	ip = ip.Unmap()
-	now := time.Now()
-	c.mu.Lock()
-	e, ok := c.m[ip]
-	c.mu.Unlock()
-	if !ok || now.After(e.expires) {
-		e = peerEntry{peer: c.lookup(ctx, ip), expires: now.Add(peerTTL)}
+	q := c.get(ctx, ip)
+	q.Addr, q.Identity = addr, identity
+	return q
+}
+
+// get returns the cached peer of ip, looking it up (once, whoever asks
+// meanwhile) when it is missing or stale.
+func (c *peerCache) get(ctx context.Context, ip netip.Addr) tapapi.Peer {
+	for {
+		c.mu.Lock()
+		if e, ok := c.m[ip]; ok && time.Now().Before(e.expires) {
+			c.mu.Unlock()
+			return e.peer
+		}
+		if wait, ok := c.pending[ip]; ok {
+			c.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return tapapi.Peer{}
+			}
+		}
+		done := make(chan struct{})
+		c.pending[ip] = done
+		c.mu.Unlock()
+
+		p := c.lookup(ctx, ip)
 		c.mu.Lock()
 		if len(c.m) >= peerMax {
 			clear(c.m)
 		}
-		c.m[ip] = e
+		c.m[ip] = peerEntry{peer: p, expires: time.Now().Add(peerTTL)}
+		delete(c.pending, ip)
 		c.mu.Unlock()
+		close(done)
+		return p
 	}
-	q := e.peer
-	q.Addr, q.Identity = addr, identity
-	return q
 }
 
 // lookup finds the pod with IP ip; an empty Peer when none (or the API

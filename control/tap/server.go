@@ -31,6 +31,12 @@ const (
 	MaxRPS        = 1000
 	// MaxTaps bounds the taps served at once; more are answered 429.
 	MaxTaps = 50
+	// MaxProxyStreams bounds the streams to proxies of all open taps
+	// (each tap has one per pod): beyond it a tap is refused.
+	MaxProxyStreams = 500
+	// MaxDestinations bounds the addresses a tap's "to" filter resolves
+	// to (the proxies take at most 64 KiB of filter).
+	MaxDestinations = 1000
 	// maxBody bounds a tap request's body.
 	maxBody = 64 << 10
 )
@@ -49,9 +55,10 @@ type Options struct {
 
 // Handler serves the aggregated API.
 type Handler struct {
-	o     Options
-	open  atomic.Int32
-	peers *peerCache
+	o       Options
+	open    atomic.Int32 // taps
+	streams atomic.Int32 // streams to proxies
+	peers   *peerCache
 }
 
 // New returns the service's HTTP handler.
@@ -138,8 +145,7 @@ func (h *Handler) tap(w http.ResponseWriter, r *http.Request, user User, t targe
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	http.NewResponseController(w).Flush()
-	out := newEventWriter(w)
-	h.fanOut(ctx, out, ps, req, dsts)
+	h.fanOut(ctx, w, ps, req, dsts)
 }
 
 // validate checks a tap request's values.

@@ -207,6 +207,9 @@ func destinationAddrs(ctx context.Context, kube kubernetes.Interface, r tapapi.R
 			}
 		}
 	}
+	if len(out) > MaxDestinations {
+		return nil, fmt.Errorf("the destination %s %s/%s has %d addresses; a tap filters on at most %d: name a smaller one", t.resource, ns, t.name, len(out), MaxDestinations)
+	}
 	if len(out) == 0 {
 		out = []string{"0.0.0.0"} // nothing to match: no event, rather than every one
 	}
