@@ -183,9 +183,7 @@ func Patch(pod *corev1.Pod, ns *corev1.Namespace, cfg Config) ([]Op, error) {
 		}
 	}
 	p.setKeys("/metadata/annotations", pod.Annotations == nil, newAnnotations)
-	kind, name := meshpod.Workload(pod)
-	p.setKeys("/metadata/labels", pod.Labels == nil, map[string]string{LabelProxyVersion: cfg.ProxyVersion,
-		meshpod.LabelWorkloadKind: kind, meshpod.LabelWorkloadName: name})
+	p.setKeys("/metadata/labels", pod.Labels == nil, podLabels(pod, cfg))
 	return p.ops, nil
 }
 

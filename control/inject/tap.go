@@ -4,7 +4,11 @@ import (
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
+	"github.com/plexus-mesh/plexus/control/meshpod"
 )
 
 // TapPort is where the proxy serves the tap API (DESIGN.md §10). The tap
@@ -28,4 +32,18 @@ func admittedRedirect(a map[string]string) map[string]string {
 		out[podconfig.AnnotationSkipInboundPorts] = port
 	}
 	return out
+}
+
+// podLabels are the labels the injector sets: the proxy's version and the
+// workload that owns the pod, from its controller reference (never from
+// labels the pod came with), left out when a name cannot be a label
+// value (over 63 characters): Prometheus then falls back to the
+// controller it discovers.
+func podLabels(pod *corev1.Pod, cfg Config) map[string]string {
+	l := map[string]string{LabelProxyVersion: cfg.ProxyVersion}
+	kind, name := meshpod.Owner(pod)
+	if len(validation.IsValidLabelValue(kind)) == 0 && len(validation.IsValidLabelValue(name)) == 0 {
+		l[meshpod.LabelWorkloadKind], l[meshpod.LabelWorkloadName] = kind, name
+	}
+	return l
 }

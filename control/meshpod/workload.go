@@ -15,13 +15,19 @@ const (
 )
 
 // Workload returns the kind and name of the workload that owns pod: its
-// workload labels when it has them; else its controller, where a
-// ReplicaSet created by a Deployment (the pod-template-hash label) is the
-// Deployment; a pod without a controller is itself.
+// workload labels when it has them, else Owner's answer.
 func Workload(pod *corev1.Pod) (kind, name string) {
 	if k, n := pod.Labels[LabelWorkloadKind], pod.Labels[LabelWorkloadName]; k != "" && n != "" {
 		return k, n
 	}
+	return Owner(pod)
+}
+
+// Owner returns the kind and name of the workload that owns pod, from
+// its controller reference alone: a ReplicaSet created by a Deployment
+// (the pod-template-hash label) is the Deployment; a pod without a
+// controller is itself.
+func Owner(pod *corev1.Pod) (kind, name string) {
 	for _, ref := range pod.OwnerReferences {
 		if ref.Controller == nil || !*ref.Controller {
 			continue
