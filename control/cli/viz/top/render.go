@@ -12,6 +12,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/api/tapapi"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
+	"github.com/plexus-mesh/plexus/control/cli/viz/tapview"
 )
 
 // Render writes rows as a table, at most max of them (0: all) and a line
@@ -33,7 +34,8 @@ func Render(w io.Writer, rows []Row, opts Options, max int) error {
 	}
 	for _, r := range shown {
 		sr := r.SuccessRate()
-		cells := []string{r.Source, r.Destination, r.Method, r.Path, strconv.Itoa(r.Count),
+		// What the traffic sent is escaped: no terminal control sequences.
+		cells := []string{tapview.Printable(r.Source), tapview.Printable(r.Destination), tapview.Printable(r.Method), tapview.Printable(r.Path), strconv.Itoa(r.Count),
 			stat.Number(&r.Best, 0, "ms"), stat.Number(&r.Worst, 0, "ms"), stat.Number(&r.Last, 0, "ms"), stat.Percent(&sr, 2)}
 		if opts.HideSources {
 			cells = cells[1:]
