@@ -60,8 +60,10 @@ func podAnnotations(t *testing.T, c *clustertest.Cluster) {
 	deploy(t, c, ns, "hello", 1, meshed, podSpec("hello", "serve", ":8080"))
 	c.WaitDeploymentReady(t, ns, "hello", 3*time.Minute)
 	pod := pods(t, c, ns, "hello")[0]
-	if v := admittedEnv(&pod); v != "{}" {
-		t.Errorf("the proxy's %s = %q, want {} (no redirect settings)", podconfig.EnvAdmitted, v)
+	// No redirect annotations: only what the injector always adds, the
+	// tap port skipped inbound.
+	if v, want := admittedEnv(&pod), `{"config.plexus.dev/skip-inbound-ports":"4190"}`; v != want {
+		t.Errorf("the proxy's %s = %q, want %s (no redirect settings but the tap port)", podconfig.EnvAdmitted, v, want)
 	}
 
 	annotate := func(args ...string) (string, error) {
