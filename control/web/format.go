@@ -52,8 +52,8 @@ var funcs = template.FuncMap{
 	"workloadURL":   workloadURL,
 	"tapURL":        tapURL,
 	"tapResource":   tapResource,
-	"routeName":     routeName,
-	"serviceName":   serviceName,
+	"routeName":     routes.RouteName, // as plexusctl routes names them
+	"serviceName":   routes.ServiceName,
 	"statusClass":   statusClass,
 	"statusSymbol":  statusSymbol,
 	"pathEscape":    url.PathEscape,
@@ -138,36 +138,6 @@ func tapURL(ns, kind, name string) string {
 		q.Set("name", name)
 	}
 	return "/tap?" + q.Encode()
-}
-
-// routeName is namespace/kind/name of a route, leaving out empty parts
-// (as plexusctl routes).
-func routeName(r routes.Ref) string {
-	var parts []string
-	for _, p := range []string{r.Namespace, r.Kind, r.Name} {
-		if p != "" {
-			parts = append(parts, p)
-		}
-	}
-	if len(parts) == 0 {
-		return "-"
-	}
-	return strings.Join(parts, "/")
-}
-
-// serviceName is namespace/name:port of a route's parent.
-func serviceName(p routes.Ref) string {
-	s := p.Name
-	if p.Namespace != "" {
-		s = p.Namespace + "/" + s
-	}
-	if p.Port != "" {
-		s += ":" + p.Port
-	}
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 func edgeTitle(e vizquery.Edge) string {

@@ -31,7 +31,7 @@ func Render(w io.Writer, rows []Row, format string) error {
 		if wide {
 			rps = append(rps, stat.Number(r.ActualRPS, 1, "rps"))
 		}
-		cells := append([]string{routeName(r.Route), serviceName(r.Parent), stat.Percent(r.SuccessRate, 2)}, rps...)
+		cells := append([]string{RouteName(r.Route), ServiceName(r.Parent), stat.Percent(r.SuccessRate, 2)}, rps...)
 		cells = append(cells, stat.Number(r.LatencyP50, 0, "ms"), stat.Number(r.LatencyP95, 0, "ms"), stat.Number(r.LatencyP99, 0, "ms"))
 		if wide {
 			cells = append(cells, count(r.Retries), count(r.Timeouts))
@@ -44,9 +44,9 @@ func Render(w io.Writer, rows []Row, format string) error {
 	return nil
 }
 
-// routeName is namespace/kind/name, leaving out empty parts (a default
+// RouteName is namespace/kind/name, leaving out empty parts (a default
 // route has no namespace).
-func routeName(r Ref) string {
+func RouteName(r Ref) string {
 	var parts []string
 	for _, p := range []string{r.Namespace, r.Kind, r.Name} {
 		if p != "" {
@@ -59,8 +59,8 @@ func routeName(r Ref) string {
 	return strings.Join(parts, "/")
 }
 
-// serviceName is namespace/name:port of the parent.
-func serviceName(p Ref) string {
+// ServiceName is namespace/name:port of the parent.
+func ServiceName(p Ref) string {
 	s := p.Name
 	if p.Namespace != "" {
 		s = p.Namespace + "/" + s
