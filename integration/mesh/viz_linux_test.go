@@ -247,7 +247,8 @@ func vizEdgesTop(t *testing.T, ctl plexusctl) {
 // viz dashboard: a port-forward), in Chromium: every page renders without
 // console errors, the workload table matches plexusctl stat, the topology
 // has the demo's edges, the tap view shows requests, and a forged Host is
-// refused. Screenshots go to $PLEXUS_TEST_ARTIFACTS (or a temp dir).
+// refused. Screenshots go to $PLEXUS_TEST_ARTIFACTS/dashboard (default
+// .test-artifacts/dashboard at the repository's root).
 func vizDashboard(t *testing.T, c *clustertest.Cluster, ctl plexusctl) {
 	if err := vizbrowser.Available(""); err != nil {
 		t.Skip(err)
@@ -281,7 +282,7 @@ func vizDashboard(t *testing.T, c *clustertest.Cluster, ctl plexusctl) {
 	}
 	dir := os.Getenv("PLEXUS_TEST_ARTIFACTS")
 	if dir == "" {
-		dir = t.TempDir()
+		dir = "../../.test-artifacts" // kept after the run (ignored by git)
 	}
 	res, err := vizbrowser.Run(ctx, vizbrowser.Config{BaseURL: base, Namespace: demoNamespace, Workload: "Deployment/web",
 		MinWorkloads: 4, Edges: [][2]string{{"load", "web"}, {"web", "books"}, {"web", "votes"}},
