@@ -168,6 +168,7 @@ func Patch(pod *corev1.Pod, ns *corev1.Namespace, cfg Config) ([]Op, error) {
 		return nil, err
 	}
 	s.inboundPorts = declaredPorts(pod)
+	s.tap = !declares(pod, TapPort)
 	var p patch
 	proxy := cfg.container(s)
 	if s.native {
@@ -240,8 +241,8 @@ func (c Config) container(s settings) corev1.Container {
 		// For the CNI plugin and the node agent's repair, not the proxy:
 		// the redirect settings as admitted, which the pod's annotations
 		// (mutable) cannot change later.
-		{Name: podconfig.EnvAdmitted, Value: podconfig.EncodeAdmitted(admittedRedirect(s.annotations))},
-		{Name: "PLEXUS_PROXY_TAP_PORT", Value: strconv.Itoa(TapPort)},
+		{Name: podconfig.EnvAdmitted, Value: podconfig.EncodeAdmitted(s.admitted())},
+		{Name: "PLEXUS_PROXY_TAP_PORT", Value: s.tapPort()},
 	}
 	if v, ok := s.annotations[podconfig.AnnotationOpaquePorts]; ok {
 		env = append(env, corev1.EnvVar{Name: "PLEXUS_PROXY_OPAQUE_PORTS", Value: v})
@@ -275,7 +276,6 @@ func (c Config) container(s settings) corev1.Container {
 		Ports: []corev1.ContainerPort{
 			{Name: "plexus-inbound", ContainerPort: int32(r.InboundPort)},
 			{Name: "plexus-admin", ContainerPort: int32(r.AdminPort)},
-			{Name: "plexus-tap", ContainerPort: TapPort},
 		},
 		// Until it holds a certificate and the kubelet's probe has come
 		// through the inbound redirect, the proxy is not ready, and with a
@@ -295,6 +295,9 @@ func (c Config) container(s settings) corev1.Container {
 		},
 		VolumeMounts:             []corev1.VolumeMount{{Name: TokenVolumeName, MountPath: TokenDir, ReadOnly: true}},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+	if s.tap {
+		ctr.Ports = append(ctr.Ports, corev1.ContainerPort{Name: "plexus-tap", ContainerPort: TapPort})
 	}
 	if s.native {
 		always := corev1.ContainerRestartPolicyAlways

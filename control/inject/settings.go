@@ -62,6 +62,9 @@ type settings struct {
 	// (PLEXUS_PROXY_INBOUND_PORTS: their inbound policies are asked for at
 	// start), "" when none.
 	inboundPorts string
+	// tap: the proxy serves the tap port (unless a container of the pod
+	// declares it: the app's port wins).
+	tap bool
 }
 
 // merged returns the pod's config.plexus.dev/* annotations with the

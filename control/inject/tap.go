@@ -18,8 +18,38 @@ import (
 // for no other port, and leaves the pod's annotation as the user wrote it.
 const TapPort = 4190
 
-// admittedRedirect returns the redirect annotations the pod is admitted
-// with: a with the tap port skipped inbound.
+// admitted returns the redirect annotations the pod is admitted with:
+// its own, plus the tap port skipped inbound when the proxy serves it.
+func (s settings) admitted() map[string]string {
+	if !s.tap {
+		return s.annotations
+	}
+	return admittedRedirect(s.annotations)
+}
+
+// tapPort is the proxy's PLEXUS_PROXY_TAP_PORT.
+func (s settings) tapPort() string {
+	if !s.tap {
+		return "off"
+	}
+	return strconv.Itoa(TapPort)
+}
+
+// declares reports whether a container of pod declares TCP port.
+func declares(pod *corev1.Pod, port int32) bool {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			for _, p := range c.Ports {
+				if p.ContainerPort == port && (p.Protocol == "" || p.Protocol == corev1.ProtocolTCP) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// admittedRedirect returns a with the tap port skipped inbound.
 func admittedRedirect(a map[string]string) map[string]string {
 	out := make(map[string]string, len(a)+1)
 	for k, v := range a {

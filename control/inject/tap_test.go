@@ -37,3 +37,43 @@ func TestPodLabels(t *testing.T) {
 		}
 	}
 }
+
+// TestAppOnTheTapPort: a pod whose app declares 4190 keeps it: the proxy
+// serves no tap, and the port is not skipped inbound.
+func TestAppOnTheTapPort(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "ns"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Ports: []corev1.ContainerPort{{ContainerPort: TapPort}}}}}}
+	for _, declared := range []bool{true, false} {
+		p := pod.DeepCopy()
+		if !declared {
+			p.Spec.Containers[0].Ports = nil
+		}
+		ops, err := Patch(p, nil, Config{ProxyImage: "proxy", ProxyVersion: "dev", ControlNamespace: "plexus-system", TrustDomain: "cluster.local", Resources: DefaultResources()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ctr corev1.Container
+		for _, op := range ops {
+			switch v := op.Value.(type) {
+			case corev1.Container:
+				ctr = v
+			case []any:
+				if c, ok := v[0].(corev1.Container); ok {
+					ctr = c
+				}
+			}
+		}
+		env := map[string]string{}
+		for _, e := range ctr.Env {
+			env[e.Name] = e.Value
+		}
+		hasPort := false
+		for _, port := range ctr.Ports {
+			hasPort = hasPort || port.Name == "plexus-tap"
+		}
+		skips := strings.Contains(env["PLEXUS_REDIRECT_ANNOTATIONS"], "4190")
+		if declared == (env["PLEXUS_PROXY_TAP_PORT"] == "4190") || declared == hasPort || declared == skips {
+			t.Errorf("app declares 4190: %v; tap env %q, tap port %v, skipped inbound %v", declared, env["PLEXUS_PROXY_TAP_PORT"], hasPort, skips)
+		}
+	}
+}
