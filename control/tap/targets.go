@@ -65,6 +65,9 @@ func pods(ctx context.Context, kube kubernetes.Interface, t target) ([]corev1.Po
 		sel = labels.SelectorFromSet(s.Spec.Selector)
 	case "cronjobs":
 		// A CronJob's pods are its Jobs' pods.
+		if _, err := kube.BatchV1().CronJobs(t.namespace).Get(ctx, t.name, metav1.GetOptions{}); err != nil {
+			return nil, err
+		}
 		jobs, err := kube.BatchV1().Jobs(t.namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return nil, err
