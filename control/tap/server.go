@@ -56,6 +56,7 @@ type Options struct {
 // Handler serves the aggregated API.
 type Handler struct {
 	o       Options
+	auth    atomic.Pointer[FrontProxy]
 	open    atomic.Int32 // taps
 	streams atomic.Int32 // streams to proxies
 	peers   *peerCache
@@ -66,13 +67,19 @@ func New(o Options) *Handler {
 	if o.Dial == nil {
 		o.Dial = dialProxy(o.Certs)
 	}
-	return &Handler{o: o, peers: newPeerCache(o.Kube)}
+	h := &Handler{o: o, peers: newPeerCache(o.Kube)}
+	h.auth.Store(o.Auth)
+	return h
 }
+
+// SetAuth replaces how callers are authenticated (the API server's
+// front-proxy CA rotated).
+func (h *Handler) SetAuth(fp *FrontProxy) { h.auth.Store(fp) }
 
 var groupVersion = "/apis/" + tapapi.Group + "/" + tapapi.Version
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	user, err := h.o.Auth.Authenticate(r)
+	user, err := h.auth.Load().Authenticate(r)
 	if err != nil {
 		writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, err.Error())
 		return

@@ -128,6 +128,7 @@ func Main(ctx context.Context, args []string, out io.Writer) error {
 	}
 	go keeper.Run(ctx, time.Hour)
 	h := tap.New(tap.Options{Kube: kube, Auth: auth, Certs: certs, TrustDomain: cfg.TrustDomain, Log: log})
+	go refreshFrontProxy(ctx, kube, h, log)
 	srv := &http.Server{
 		Addr:    cfg.Addr,
 		Handler: h,
@@ -180,6 +181,29 @@ func frontProxy(ctx context.Context, kube kubernetes.Interface) (*tap.FrontProxy
 		}
 	}
 	return nil, fmt.Errorf("reading kube-system/extension-apiserver-authentication: %w", last)
+}
+
+// refreshFrontProxy re-reads how the API server forwards callers every few
+// minutes, so that a rotated front-proxy CA is taken without a restart.
+func refreshFrontProxy(ctx context.Context, kube kubernetes.Interface, h *tap.Handler, log *slog.Logger) {
+	t := time.NewTicker(5 * time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cm, err := kube.CoreV1().ConfigMaps("kube-system").Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{})
+		if err == nil {
+			var fp *tap.FrontProxy
+			if fp, err = tap.FrontProxyFromConfigMap(cm.Data); err == nil {
+				h.SetAuth(fp)
+				continue
+			}
+		}
+		log.Warn("re-reading the API server's front-proxy settings; keeping the last", "err", err)
+	}
 }
 
 // trustAnchors reads the mesh's trust anchors from the control plane's
