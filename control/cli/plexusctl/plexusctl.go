@@ -1,7 +1,7 @@
 // Package plexusctl is the plexusctl command line: kubectl-like global
 // flags, the subcommands install, uninstall, check, inject, uninject,
-// stat, routes, profile and authz, and exit codes 0 (success), 1
-// (failure) and 2 (usage error).
+// stat, routes, profile, authz and viz (viz*.go), and exit codes 0
+// (success), 1 (failure) and 2 (usage error).
 package plexusctl
 
 import (

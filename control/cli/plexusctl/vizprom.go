@@ -1,0 +1,239 @@
+package plexusctl
+
+// plexusctl viz edges, routes and stat: answers from the viz Prometheus.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/plexus-mesh/plexus/control/cli/routes"
+	"github.com/plexus-mesh/plexus/control/cli/stat"
+	"github.com/plexus-mesh/plexus/control/cli/viz"
+	"github.com/plexus-mesh/plexus/control/cli/viz/edges"
+	"github.com/plexus-mesh/plexus/control/cli/viz/promstat"
+	"github.com/plexus-mesh/plexus/control/vizquery"
+)
+
+// minPromWindow is the least window of a rate from Prometheus: it
+// scrapes every 10 s, and a rate needs two scrapes.
+const minPromWindow = 20 * time.Second
+
+// connectPrometheus checks window, connects, and returns the viz
+// Prometheus, or an error saying how to get it (and without, what to do
+// instead) when the extension is not installed.
+func connectPrometheus(ctx context.Context, g *globals, window time.Duration, without string) (kubernetes.Interface, *vizquery.Client, string, error) {
+	if window < minPromWindow {
+		return nil, nil, "", usagef("--window %s: Prometheus scrapes every 10s, want at least %s", window, minPromWindow)
+	}
+	kube, restCfg, ns, err := connect(g)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	ok, err := vizquery.Installed(ctx, kube)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if !ok {
+		return nil, nil, "", fmt.Errorf("the viz extension is not installed (plexusctl viz install | kubectl apply -f -)%s", without)
+	}
+	prom, err := viz.Prometheus(restCfg)
+	return kube, prom, ns, err
+}
+
+func runVizEdges(ctx context.Context, g *globals, args []string, env Env) error {
+	fs := newFlagSet("viz edges", g, env)
+	var sel selection
+	fs.BoolVar(&sel.all, "all-namespaces", false, "every namespace")
+	fs.BoolVar(&sel.all, "A", false, "shorthand for --all-namespaces")
+	window := fs.Duration("window", vizquery.DefaultWindow, "how far back traffic counts (at least two scrape intervals, 20s)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	var kind viz.Kind
+	switch len(pos) {
+	case 0:
+	case 1:
+		if kind, err = viz.ParseKind(pos[0]); err != nil {
+			return usagef("%v: want viz edges [KIND] [-n NAMESPACE | -A]", err)
+		}
+		if kind == viz.Pods || kind == viz.Namespaces || kind == viz.Services {
+			return usagef("edges are between workloads (deploy, sts, ds, ...): a client is known by its mesh identity, which names its service account, not its pod")
+		}
+	default:
+		return usagef("want viz edges [KIND] [-n NAMESPACE | -A], got %q", strings.Join(pos, " "))
+	}
+	if err := tableOutput(g); err != nil {
+		return err
+	}
+	kube, prom, ns, err := connectPrometheus(ctx, g, *window, "")
+	if err != nil {
+		return err
+	}
+	nss := []string{ns}
+	if sel.all {
+		objs, err := viz.Select(ctx, kube, viz.Namespaces, "", "")
+		if err != nil {
+			return err
+		}
+		nss = nss[:0]
+		for _, o := range objs {
+			nss = append(nss, o.Name)
+		}
+	}
+	var lists [][]vizquery.Edge
+	for _, n := range nss {
+		es, err := prom.Edges(ctx, kube, n, *window)
+		if err != nil {
+			return err
+		}
+		lists = append(lists, es)
+	}
+	return edges.Render(env.Stdout, edges.Filter(edges.Merge(lists...), kind), g.output, kind == "")
+}
+
+func runVizRoutes(ctx context.Context, g *globals, args []string, env Env) error {
+	fs := newFlagSet("viz routes", g, env)
+	window := fs.Duration("window", vizquery.DefaultWindow, "the window rates are computed over (at least 20s)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	t, err := viz.ParseTarget(pos, true)
+	if err != nil {
+		return usagef("%v: want viz routes KIND/NAME (deploy/web, ns/shop, po/web-1, ...)", err)
+	}
+	if t.Kind == viz.Services {
+		return usagef("routes are counted by the clients' proxies: name the client (deploy/web), not the service")
+	}
+	if err := tableOutput(g); err != nil {
+		return err
+	}
+	_, prom, ns, err := connectPrometheus(ctx, g, *window, "; plexusctl routes measures without it")
+	if err != nil {
+		return err
+	}
+	rows, err := promstat.Routes(ctx, prom, promstat.RouteFilter(t, ns), *window)
+	if err != nil {
+		return err
+	}
+	return routes.Render(env.Stdout, rows, g.output)
+}
+
+func runVizStat(ctx context.Context, g *globals, args []string, env Env) error {
+	fs := newFlagSet("viz stat", g, env)
+	var sel selection
+	sel.register(fs)
+	window := fs.Duration("window", 0, "the window: rates over it from Prometheus (default 1m, at least 20s); the time between the two scrapes of each proxy without viz (default 5s)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) < 1 || len(pos) > 2 {
+		return usagef("want viz stat (ns|deploy|pod) [NAME] [-n NAMESPACE | -A] [-l SELECTOR]")
+	}
+	res, err := stat.ParseResource(pos[0])
+	if err != nil {
+		return usageError{err: err}
+	}
+	cfg := stat.Config{Resource: res}
+	if len(pos) == 2 {
+		cfg.Name = pos[1]
+	}
+	if err := tableOutput(g); err != nil {
+		return err
+	}
+	kube, restCfg, ns, err := connect(g)
+	if err != nil {
+		return err
+	}
+	cfg.Namespace = sel.namespaceOf(ns)
+	installed, err := vizquery.Installed(ctx, kube)
+	if err != nil {
+		return err
+	}
+	var rows []stat.Row
+	if installed {
+		w := *window
+		if w == 0 {
+			w = vizquery.DefaultWindow
+		}
+		if w < minPromWindow {
+			return usagef("--window %s: Prometheus scrapes every 10s, want at least %s", w, minPromWindow)
+		}
+		prom, err := viz.Prometheus(restCfg)
+		if err != nil {
+			return err
+		}
+		if rows, err = (promstat.Stat{Kube: stat.Stat{Client: kube}, Prom: prom, Window: w}).Run(ctx, cfg); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(env.Stderr, "plexusctl viz stat: the viz extension is not installed: scraping the proxies through the API server instead (as plexusctl stat)")
+		if rows, err = scrapeStat(ctx, kube, cfg, *window); err != nil {
+			return err
+		}
+	}
+	if sel.selector != "" {
+		if rows, err = selectRows(ctx, kube, res, cfg.Namespace, sel.selector, rows); err != nil {
+			return err
+		}
+	}
+	return stat.Render(env.Stdout, rows, g.output)
+}
+
+// scrapeStat is plexusctl stat's measurement, over every namespace when
+// cfg.Namespace is "" (for deployments and pods).
+func scrapeStat(ctx context.Context, kube kubernetes.Interface, cfg stat.Config, window time.Duration) ([]stat.Row, error) {
+	if window == 0 {
+		window = 5 * time.Second
+	}
+	cfg.Window = window
+	s := stat.Stat{Client: kube, Scrape: stat.ProxyScraper(kube), Sleep: stat.Sleep, Now: time.Now}
+	if cfg.Resource == stat.Namespaces || cfg.Namespace != "" {
+		if err := cfg.Validate(); err != nil {
+			return nil, usageError{err: err}
+		}
+		return s.Run(ctx, cfg)
+	}
+	nss, err := viz.Select(ctx, kube, viz.Namespaces, "", "")
+	if err != nil {
+		return nil, err
+	}
+	var all []stat.Row
+	for _, n := range nss {
+		one := cfg
+		one.Namespace = n.Name
+		rows, err := s.Run(ctx, one)
+		if err != nil && cfg.Name == "" {
+			return nil, err
+		}
+		all = append(all, rows...)
+	}
+	return all, nil
+}
+
+// selectRows keeps the rows of objects whose labels match selector.
+func selectRows(ctx context.Context, kube kubernetes.Interface, res stat.Resource, ns, selector string, rows []stat.Row) ([]stat.Row, error) {
+	kind := map[stat.Resource]viz.Kind{stat.Namespaces: viz.Namespaces, stat.Deployments: viz.Deployments, stat.Pods: viz.Pods}[res]
+	objs, err := viz.Select(ctx, kube, kind, ns, selector)
+	if err != nil {
+		return nil, usageError{err: err}
+	}
+	keep := map[viz.Object]bool{}
+	for _, o := range objs {
+		keep[o] = true
+	}
+	out := rows[:0]
+	for _, r := range rows {
+		o := viz.Object{Namespace: r.Namespace, Name: r.Name}
+		if keep[o] {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}

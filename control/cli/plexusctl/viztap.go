@@ -1,0 +1,250 @@
+package plexusctl
+
+// plexusctl viz tap and top: live requests from the tap service.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/plexus-mesh/plexus/control/api/tapapi"
+	"github.com/plexus-mesh/plexus/control/cli/viz"
+	"github.com/plexus-mesh/plexus/control/cli/viz/tapview"
+	"github.com/plexus-mesh/plexus/control/cli/viz/top"
+	"github.com/plexus-mesh/plexus/control/tapclient"
+)
+
+// tapFlags are the filters of tap and top.
+type tapFlags struct {
+	to, toNamespace                    string
+	method, path, authority, direction string
+	maxRPS                             float64
+	limit                              int
+}
+
+func (t *tapFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&t.to, "to", "", "only outbound requests to this resource: KIND/NAME (deploy/books), or ns/NAME")
+	fs.StringVar(&t.toNamespace, "to-namespace", "", "namespace of --to (default: the tapped resource's)")
+	fs.StringVar(&t.method, "method", "", "only requests with this HTTP method")
+	fs.StringVar(&t.path, "path", "", "only requests whose path starts with this")
+	fs.StringVar(&t.authority, "authority", "", "only requests with this :authority (Host)")
+	fs.StringVar(&t.direction, "direction", "", "only inbound or outbound requests (default both)")
+	fs.Float64Var(&t.maxRPS, "max-rps", 0, "requests per second to observe, over all tapped pods (default: the tap service's, 100)")
+	fs.IntVar(&t.limit, "limit", 0, "stop after this many requests (default: run until Ctrl-C)")
+}
+
+// request is the tap request of t for objects in ns.
+func (t tapFlags) request(ns string) (tapapi.Request, error) {
+	r := tapapi.Request{Method: t.method, PathPrefix: t.path, Authority: t.authority, Direction: t.direction, MaxRPS: t.maxRPS, Limit: t.limit}
+	switch t.direction {
+	case "", "inbound", "outbound":
+	default:
+		return r, fmt.Errorf("--direction %q: want inbound or outbound", t.direction)
+	}
+	if t.maxRPS < 0 || t.limit < 0 {
+		return r, errors.New("--max-rps and --limit must not be negative")
+	}
+	if t.to == "" {
+		if t.toNamespace != "" {
+			r.ToNamespace = t.toNamespace
+		}
+		return r, nil
+	}
+	to, err := viz.ParseTarget([]string{t.to}, true)
+	if err != nil {
+		return r, fmt.Errorf("--to %q: %w", t.to, err)
+	}
+	if !to.Kind.Tappable() {
+		return r, fmt.Errorf("--to %q: %s cannot be a destination", t.to, to.Kind)
+	}
+	r.ToNamespace = t.toNamespace
+	if r.ToNamespace == "" {
+		r.ToNamespace = ns
+	}
+	if to.Kind == viz.Namespaces {
+		r.ToNamespace = to.Name
+	} else {
+		r.ToResource, r.ToName = string(to.Kind), to.Name
+	}
+	return r, nil
+}
+
+// tapTargets resolves tap's arguments to the objects to tap.
+func tapTargets(ctx context.Context, kube kubernetes.Interface, t viz.Target, ns string, sel selection) ([]viz.Object, error) {
+	switch {
+	case t.Kind == viz.Namespaces && t.Name == "" && sel.selector == "":
+		return []viz.Object{{Name: ns}}, nil
+	case t.Name != "":
+		if t.Kind == viz.Namespaces {
+			return []viz.Object{{Name: t.Name}}, nil
+		}
+		return []viz.Object{{Namespace: ns, Name: t.Name}}, nil
+	}
+	objs, err := viz.Select(ctx, kube, t.Kind, sel.namespaceOf(ns), sel.selector)
+	if err != nil {
+		return nil, err
+	}
+	if len(objs) == 0 {
+		return nil, fmt.Errorf("no %s matches -l %q", t.Kind, sel.selector)
+	}
+	return objs, nil
+}
+
+// runVizTap runs tap, or top.
+func runVizTap(isTop bool) func(context.Context, *globals, []string, Env) error {
+	return func(ctx context.Context, g *globals, args []string, env Env) error {
+		name := "viz tap"
+		if isTop {
+			name = "viz top"
+		}
+		fs := newFlagSet(name, g, env)
+		var tf tapFlags
+		var sel selection
+		var opts top.Options
+		tf.register(fs)
+		sel.register(fs)
+		if isTop {
+			fs.BoolVar(&opts.HideSources, "hide-sources", false, "group sources together")
+			fs.BoolVar(&opts.Routes, "routes", false, "group by route instead of path")
+		}
+		pos, err := parse(fs, args)
+		if err != nil {
+			return err
+		}
+		hint := "want " + name + " KIND/NAME (deploy/web), ns/NAME, or KIND -l SELECTOR"
+		t, err := viz.ParseTarget(pos, false)
+		if err != nil {
+			return usagef("%v: %s", err, hint)
+		}
+		if !t.Kind.Tappable() {
+			return usagef("%s cannot be tapped: %s", t.Kind, hint)
+		}
+		if t.Name == "" && sel.selector == "" && t.Kind != viz.Namespaces {
+			return usagef("%s names no object: %s", pos[0], hint)
+		}
+		if sel.all && sel.selector == "" {
+			return usagef("-A needs -l: %s", hint)
+		}
+		switch {
+		case isTop && g.output != "":
+			return usagef("top has no -o: it draws a table")
+		case !isTop && g.output != tapview.FormatLines && g.output != tapview.FormatWide && g.output != tapview.FormatJSON:
+			return usagef("unknown output format %q: want wide or json", g.output)
+		}
+		kube, restCfg, ns, err := connect(g)
+		if err != nil {
+			return err
+		}
+		if _, err := tf.request(ns); err != nil {
+			return usageError{err: err}
+		}
+		objs, err := tapTargets(ctx, kube, t, ns, sel)
+		if err != nil {
+			return err
+		}
+		stream := tapStreams(restCfg, t.Kind, objs, tf)
+		if !isTop {
+			p := tapview.Printer{Out: env.Stdout, Notes: env.Stderr, Format: g.output}
+			var mu sync.Mutex
+			return tapError(stream(ctx, func(ev tapapi.Event) error {
+				mu.Lock()
+				defer mu.Unlock()
+				return p.Print(ev)
+			}), t, ns)
+		}
+		s := &top.Session{Out: env.Stdout, TTY: isTerminal(env.Stdout), Opts: opts, Title: "plexusctl viz top " + t.String(), MaxRows: 40}
+		if f, ok := env.Stdout.(*os.File); ok && s.TTY {
+			s.MaxRows = top.TerminalRows(f, s.MaxRows)
+		}
+		var ticks <-chan time.Time
+		switch {
+		case s.TTY:
+			tk := time.NewTicker(top.TerminalInterval)
+			defer tk.Stop()
+			ticks = tk.C
+		case tf.limit == 0:
+			tk := time.NewTicker(plainTopInterval)
+			defer tk.Stop()
+			ticks = tk.C
+		}
+		return tapError(s.Run(ctx, stream, ticks), t, ns)
+	}
+}
+
+// plainTopInterval is the time between tables of top when its output is
+// not a terminal.
+const plainTopInterval = 5 * time.Second
+
+// tapStreams taps every object at once, feeding one callback (called
+// from several goroutines: it must lock); --limit counts requests over
+// them all, and --max-rps is shared among them.
+func tapStreams(cfg *rest.Config, kind viz.Kind, objs []viz.Object, tf tapFlags) func(context.Context, func(tapapi.Event) error) error {
+	return func(ctx context.Context, fn func(tapapi.Event) error) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		var mu sync.Mutex
+		ended := 0
+		each := func(ev tapapi.Event) error {
+			if err := fn(ev); err != nil {
+				return err
+			}
+			if tf.limit > 0 && ev.Type == tapapi.ResponseEnd {
+				mu.Lock()
+				ended++
+				if ended >= tf.limit {
+					cancel()
+				}
+				mu.Unlock()
+			}
+			return nil
+		}
+		errs := make([]error, len(objs))
+		var wg sync.WaitGroup
+		for i, o := range objs {
+			ns, resource := o.Namespace, string(kind)
+			if kind == viz.Namespaces {
+				ns = o.Name
+			}
+			req, _ := tf.request(ns) // checked before
+			req.MaxRPS /= float64(len(objs))
+			wg.Go(func() {
+				if errs[i] = tapclient.Stream(ctx, cfg, ns, resource, o.Name, req, each); errs[i] != nil {
+					cancel()
+				}
+			})
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+}
+
+// tapError turns a refused tap into one line naming the RBAC it needs.
+func tapError(err error, t viz.Target, ns string) error {
+	if err == nil || !tapclient.IsForbidden(err) {
+		return err
+	}
+	where := "in namespace " + ns
+	if t.Kind == viz.Namespaces {
+		where = "in namespace " + t.Name
+	}
+	return fmt.Errorf("not allowed to tap %s %s: you need verb %s on resource %s/%s in API group %s (bind the ClusterRole plexus-viz-tap): %w",
+		t, where, tapapi.Verb, t.Kind, tapapi.Subresource, tapapi.Group, err)
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
