@@ -67,7 +67,7 @@ func podEndpoint(trustDomain string, addr netip.AddrPort, pod *corev1.Pod, zone 
 	if meshpod.IsMeshed(pod) {
 		ep.identity = spiffe.New(trustDomain, pod.Namespace, sa).String()
 	}
-	ep.opaque = opaquePort(pod.Annotations, addr.Port())
+	ep.opaque = OpaquePort(pod.Annotations, addr.Port())
 	return ep
 }
 
@@ -88,10 +88,10 @@ func podOwner(pod *corev1.Pod) (kind, name string) {
 	return ref.Kind, ref.Name
 }
 
-// opaquePort reports whether port is listed in the opaque-ports annotation
+// OpaquePort reports whether port is listed in the opaque-ports annotation
 // of annotations. A malformed annotation lists nothing; the watcher logs it
 // when the object changes (see warnMalformed).
-func opaquePort(annotations map[string]string, port uint16) bool {
+func OpaquePort(annotations map[string]string, port uint16) bool {
 	value, ok := annotations[podconfig.AnnotationOpaquePorts]
 	if !ok {
 		return false

@@ -33,7 +33,7 @@ func (w *watcher) serviceSnapshot(ns, name string, port uint16) snapshot {
 		return s
 	}
 	s.exists = true
-	s.profile.opaque = opaquePort(svc.Annotations, port)
+	s.profile.opaque = OpaquePort(svc.Annotations, port)
 	var svcPort *corev1.ServicePort
 	for i := range svc.Spec.Ports {
 		p := &svc.Spec.Ports[i]
@@ -50,7 +50,7 @@ func (w *watcher) serviceSnapshot(ns, name string, port uint16) snapshot {
 		if slice.AddressType != discoveryv1.AddressTypeIPv4 && slice.AddressType != discoveryv1.AddressTypeIPv6 {
 			continue
 		}
-		targetPort, ok := slicePort(slice, svcPort.Name)
+		targetPort, ok := SlicePort(slice, svcPort.Name)
 		if !ok {
 			continue
 		}
@@ -61,9 +61,9 @@ func (w *watcher) serviceSnapshot(ns, name string, port uint16) snapshot {
 	return s
 }
 
-// slicePort is the target port of the slice's port named like the service
+// SlicePort is the target port of the slice's port named like the service
 // port (EndpointSlice ports carry the service port's name).
-func slicePort(slice *discoveryv1.EndpointSlice, name string) (uint16, bool) {
+func SlicePort(slice *discoveryv1.EndpointSlice, name string) (uint16, bool) {
 	for _, p := range slice.Ports {
 		pname := ""
 		if p.Name != nil {
@@ -81,11 +81,11 @@ func slicePort(slice *discoveryv1.EndpointSlice, name string) (uint16, bool) {
 }
 
 // addSliceEndpoint adds ep to s if its conditions say it takes traffic
-// (see sliceEndpointState) and its pod (when it names one) still exists
+// (see SliceEndpointState) and its pod (when it names one) still exists
 // and runs. An address that several slices list is ready if any of them
 // says so.
 func (w *watcher) addSliceEndpoint(s *snapshot, ep *discoveryv1.Endpoint, ns string, port uint16) {
-	publish, terminating := sliceEndpointState(ep.Conditions)
+	publish, terminating := SliceEndpointState(ep.Conditions)
 	if !publish {
 		return
 	}
@@ -120,12 +120,12 @@ func (w *watcher) addSliceEndpoint(s *snapshot, ep *discoveryv1.Endpoint, ns str
 	}
 }
 
-// sliceEndpointState reads an EndpointSlice endpoint's conditions as the
+// SliceEndpointState reads an EndpointSlice endpoint's conditions as the
 // API defines them: a ready one (ready unset counts as ready) is
 // published; one not ready but serving and terminating (a pod shutting
 // down gracefully) is published as terminating; any other is not
 // published (serving or terminating unset counts as false).
-func sliceEndpointState(c discoveryv1.EndpointConditions) (publish, terminating bool) {
+func SliceEndpointState(c discoveryv1.EndpointConditions) (publish, terminating bool) {
 	switch {
 	case c.Ready == nil || *c.Ready:
 		return true, false
@@ -157,6 +157,6 @@ func (w *watcher) podIPSnapshot(ip netip.Addr, port uint16) snapshot {
 	s.setLabels = map[string]string{"namespace": pod.Namespace}
 	addr := netip.AddrPortFrom(ip, port)
 	s.endpoints[addr] = podEndpoint(w.cfg.TrustDomain, addr, pod, "")
-	s.profile.opaque = opaquePort(pod.Annotations, port)
+	s.profile.opaque = OpaquePort(pod.Annotations, port)
 	return s
 }

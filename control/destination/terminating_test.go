@@ -28,7 +28,7 @@ func TestSliceEndpointState(t *testing.T) {
 		{"not ready, not terminating", no, yes, no, false, false},
 		{"not ready, nothing else", no, nil, nil, false, false},
 	} {
-		publish, terminating := sliceEndpointState(discoveryv1.EndpointConditions{Ready: tc.ready, Serving: tc.serving, Terminating: tc.terminating})
+		publish, terminating := SliceEndpointState(discoveryv1.EndpointConditions{Ready: tc.ready, Serving: tc.serving, Terminating: tc.terminating})
 		if publish != tc.wantPublish || terminating != tc.wantTerminating {
 			t.Errorf("%s: publish %v terminating %v, want %v %v", tc.name, publish, terminating, tc.wantPublish, tc.wantTerminating)
 		}

@@ -65,6 +65,21 @@ func TestViz(t *testing.T) {
 	t.Run("prometheus", func(t *testing.T) { vizPrometheus(t, c, ctl, failing) })
 	t.Run("edges-and-top", func(t *testing.T) { vizEdgesTop(t, ctl) })
 	t.Run("dashboard", func(t *testing.T) { vizDashboard(t, c, ctl) })
+	t.Run("diagnostics", func(t *testing.T) { diagnostics(t, ctl) })
+}
+
+// diagnostics: plexusctl diagnostics shows a proxy's raw metrics through
+// the API server and the endpoints destination publishes, identities
+// included.
+func diagnostics(t *testing.T, ctl plexusctl) {
+	out, err := ctl("diagnostics", "proxy-metrics", "deploy/web", "-n", demoNamespace)
+	if err != nil || !strings.Contains(out, "# POD "+demoNamespace+"/web-") || !strings.Contains(out, "response_total{") {
+		t.Errorf("plexusctl diagnostics proxy-metrics deploy/web: %v\n%.500s", err, out)
+	}
+	out, err = ctl("diagnostics", "endpoints", "books."+demoNamespace+":8080")
+	if err != nil || !strings.Contains(out, "spiffe://cluster.local/ns/"+demoNamespace+"/sa/books") || !strings.Contains(out, "1 endpoints published") {
+		t.Errorf("plexusctl diagnostics endpoints books: %v\n%s", err, out)
+	}
 }
 
 // vizCheck: plexusctl check passes with the viz extension's lines,

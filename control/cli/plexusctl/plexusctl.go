@@ -1,6 +1,6 @@
 // Package plexusctl is the plexusctl command line: kubectl-like global
 // flags, the subcommands install, uninstall, check, inject, uninject,
-// stat, routes, profile, authz and viz (viz*.go), and exit codes 0
+// stat, routes, profile, authz, viz (viz*.go) and diagnostics, and exit codes 0
 // (success), 1 (failure) and 2 (usage error).
 package plexusctl
 
@@ -95,6 +95,8 @@ func commands() map[string]command {
 		"profile":   {"print a ServiceProfile to edit: profile --template SERVICE [-n NAMESPACE]", runProfile},
 		"authz":     {"inbound policy of each port of a workload: authz deploy/NAME (or sts, ds, pod) [--from sa/NAME [--from-ip ADDR]] [-o json]", runAuthz},
 		"viz":       {"the viz extension: install, tap, top, edges, routes, stat, dashboard (viz -h)", runViz},
+
+		"diagnostics": {"proxy-metrics po/NAME, endpoints SVC.NS:PORT, policy po/NAME (diagnostics -h)", runDiagnostics},
 	}
 }
 

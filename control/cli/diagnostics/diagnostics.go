@@ -1,0 +1,46 @@
+// Package diagnostics is plexusctl diagnostics: a proxy's raw metrics
+// fetched through the API server (ProxyMetrics), and the endpoints
+// destination gives a proxy for a service port, computed from the
+// Kubernetes API by destination's rules (Endpoints).
+package diagnostics
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/plexus-mesh/plexus/control/cli/stat"
+)
+
+// Kind is a kind of object whose proxies ProxyMetrics reads.
+type Kind string
+
+// Kinds.
+const (
+	Pod        Kind = "pod"
+	Deployment Kind = "deployment"
+)
+
+// ParseKind accepts kubectl's names and short names.
+func ParseKind(s string) (Kind, error) {
+	switch strings.ToLower(s) {
+	case "po", "pod", "pods":
+		return Pod, nil
+	case "deploy", "deployment", "deployments":
+		return Deployment, nil
+	}
+	return "", fmt.Errorf("unknown kind %q: want po|pod or deploy|deployment", s)
+}
+
+// ParseTarget reads one object from kubectl-style arguments: KIND/NAME or
+// KIND NAME.
+func ParseTarget(args []string) (Kind, string, error) {
+	kind, name, err := stat.SplitTarget(args)
+	if err != nil {
+		return "", "", err
+	}
+	k, err := ParseKind(kind)
+	if err != nil {
+		return "", "", err
+	}
+	return k, name, nil
+}

@@ -1,0 +1,71 @@
+package diagnostics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/plexus-mesh/plexus/control/cli/stat"
+	"github.com/plexus-mesh/plexus/control/meshpod"
+)
+
+// ProxyMetrics prints proxies' Prometheus text as their admin port serves
+// it. Its fields are what tests replace.
+type ProxyMetrics struct {
+	// Stat finds the pods (its Client) and scrapes them (its Scrape,
+	// stat.ProxyScraper in production: the API server's pod proxy).
+	Stat stat.Stat
+}
+
+// Run writes the metrics of the pod, or of every running meshed pod of
+// the deployment, each then headed "# POD <namespace>/<name>". Pods that
+// could not be scraped are reported in the error, after the others are
+// written.
+func (m ProxyMetrics) Run(ctx context.Context, w io.Writer, kind Kind, namespace, name string) error {
+	res := stat.Pods
+	if kind == Deployment {
+		res = stat.Deployments
+	}
+	targets, err := m.Stat.Targets(ctx, stat.Config{Resource: res, Namespace: namespace, Name: name})
+	if err != nil {
+		return err
+	}
+	t := targets[0]
+	what := fmt.Sprintf("%s %s/%s", kind, namespace, name)
+	switch {
+	case t.Meshed == 0 && kind == Pod:
+		return fmt.Errorf("%s is not meshed: it has no %s container", what, meshpod.ProxyContainerName)
+	case t.Total == 0:
+		return fmt.Errorf("%s has no pods", what)
+	case t.Meshed == 0:
+		return fmt.Errorf("%s is not meshed: none of its %d pods has a %s container", what, t.Total, meshpod.ProxyContainerName)
+	case len(t.Pods) == 0:
+		return fmt.Errorf("%s: no meshed pod is running", what)
+	}
+	slices.SortFunc(t.Pods, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	var errs []error
+	for _, p := range t.Pods {
+		b, err := m.Stat.Scrape(ctx, p.Namespace, p.Name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if kind != Pod {
+			if _, err := fmt.Fprintf(w, "# POD %s/%s\n", p.Namespace, p.Name); err != nil {
+				return err
+			}
+		}
+		if len(b) > 0 && b[len(b)-1] != '\n' {
+			b = append(b, '\n') // the next header starts a line
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,91 @@
+package plexusctl
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// diagnosticsAPI is an API server with the Service shop/web (port 80 to
+// 8080, one meshed pod web-1 whose proxy serves metrics), the pod
+// shop/bare (not meshed), and destination's Deployment setting the trust
+// domain example.org; anything else is not found.
+func diagnosticsAPI(t *testing.T) string {
+	t.Helper()
+	objs := map[string]string{
+		"/api/v1/namespaces/shop/services/web": `{"kind":"Service","apiVersion":"v1","metadata":{"name":"web","namespace":"shop"},"spec":{"ports":[{"name":"http","port":80}]}}`,
+		"/apis/discovery.k8s.io/v1/namespaces/shop/endpointslices": `{"kind":"EndpointSliceList","apiVersion":"discovery.k8s.io/v1","items":[{"metadata":{"name":"web-x","namespace":"shop","labels":{"kubernetes.io/service-name":"web"}},
+			"addressType":"IPv4","ports":[{"name":"http","port":8080}],"endpoints":[{"addresses":["10.0.0.1"],"conditions":{"ready":true},"targetRef":{"kind":"Pod","name":"web-1"}}]}]}`,
+		"/api/v1/namespaces/shop/pods/web-1": `{"kind":"Pod","apiVersion":"v1","metadata":{"name":"web-1","namespace":"shop"},"spec":{"serviceAccountName":"web","containers":[{"name":"web"},{"name":"plexus-proxy"}]},"status":{"phase":"Running"}}`,
+		"/api/v1/namespaces/shop/pods": `{"kind":"PodList","apiVersion":"v1","items":[
+			{"metadata":{"name":"web-1","namespace":"shop"},"spec":{"containers":[{"name":"web"},{"name":"plexus-proxy"}]},"status":{"phase":"Running"}},
+			{"metadata":{"name":"bare","namespace":"shop"},"spec":{"containers":[{"name":"web"}]},"status":{"phase":"Running"}}]}`,
+		"/apis/apps/v1/namespaces/shop/deployments": `{"kind":"DeploymentList","apiVersion":"apps/v1","items":[]}`,
+		"/apis/apps/v1/namespaces/plexus-system/deployments/plexus-destination": `{"kind":"Deployment","apiVersion":"apps/v1","metadata":{"name":"plexus-destination","namespace":"plexus-system"},
+			"spec":{"selector":{},"template":{"spec":{"containers":[{"name":"destination","args":["destination","--trust-domain=example.org"]}]}}}}`,
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/v1/namespaces/shop/pods/http:web-1:4191/proxy/metrics" {
+			fmt.Fprint(w, "request_total 1\n")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		body, ok := objs[r.URL.Path]
+		if !ok {
+			w.WriteHeader(http.StatusNotFound)
+			body = `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"not found","reason":"NotFound","code":404}`
+		}
+		fmt.Fprint(w, body)
+	}))
+	t.Cleanup(srv.Close)
+	return kubeconfig(t, srv.URL)
+}
+
+func TestDiagnostics(t *testing.T) {
+	kc := diagnosticsAPI(t)
+	missing := missingKubeconfigFile(t)
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{"help lists diagnostics", []string{"-h"}, ExitOK, "", "diagnostics proxy-metrics po/NAME"},
+		{"no subcommand", []string{"diagnostics"}, ExitUsage, "", "usage: plexusctl diagnostics COMMAND"},
+		{"help", []string{"diagnostics", "-h"}, ExitOK, "", "not asked of destination"},
+		{"endpoints help", []string{"diagnostics", "endpoints", "-h"}, ExitOK, "", "plexusctl diagnostics endpoints: what destination tells a proxy for SVC.NS:PORT, computed from the EndpointSlices by destination's rules (not asked of destination)"},
+		{"unknown subcommand", []string{"diagnostics", "frob"}, ExitUsage, "", `unknown diagnostics command "frob": want one of endpoints, policy, proxy-metrics (plexusctl diagnostics -h)`},
+		{"metrics no object", []string{"diagnostics", "proxy-metrics"}, ExitUsage, "", "want diagnostics proxy-metrics (po|deploy)/NAME"},
+		{"metrics unknown kind", []string{"diagnostics", "proxy-metrics", "svc/web"}, ExitUsage, "", `unknown kind "svc": want po|pod or deploy|deployment`},
+		{"metrics no kubeconfig", []string{"diagnostics", "proxy-metrics", "po/web-1", "--kubeconfig", missing}, ExitFail, "", "listing pods in shop: "},
+		{"metrics pod", []string{"diagnostics", "proxy-metrics", "pod", "web-1", "--kubeconfig", kc}, ExitOK, "request_total 1\n", ""},
+		{"metrics po/", []string{"--kubeconfig", kc, "diagnostics", "proxy-metrics", "po/web-1", "-n", "shop"}, ExitOK, "request_total 1\n", ""},
+		{"metrics not meshed", []string{"diagnostics", "proxy-metrics", "po/bare", "--kubeconfig", kc}, ExitFail, "", "plexusctl diagnostics: pod shop/bare is not meshed: it has no plexus-proxy container\n"},
+		{"metrics not found", []string{"diagnostics", "proxy-metrics", "deploy/nope", "--kubeconfig", kc}, ExitFail, "", "deployment shop/nope not found"},
+		{"endpoints no argument", []string{"diagnostics", "endpoints"}, ExitUsage, "", "want diagnostics endpoints SVC.NS:PORT"},
+		{"endpoints malformed", []string{"diagnostics", "endpoints", "web:80"}, ExitUsage, "", `"web:80": want SVC.NS:PORT or SVC.NS.svc.cluster.local:PORT (e.g. web.shop:80)`},
+		{"endpoints no port", []string{"diagnostics", "endpoints", "web.shop"}, ExitUsage, "", `"web.shop": want SVC.NS:PORT`},
+		{"endpoints bad output", []string{"diagnostics", "endpoints", "web.shop:80", "-o", "xml"}, ExitUsage, "", `unknown output format "xml"`},
+		{"endpoints", []string{"diagnostics", "endpoints", "web.shop.svc.cluster.local:80", "--kubeconfig", kc}, ExitOK, "10.0.0.1:8080   yes         yes     no        no            web-1   spiffe://example.org/ns/shop/sa/web", ""},
+		{"endpoints --trust-domain", []string{"diagnostics", "endpoints", "web.shop:80", "--trust-domain", "td.test", "--kubeconfig", kc, "-o", "json"}, ExitOK, `"identity": "spiffe://td.test/ns/shop/sa/web"`, ""},
+		{"endpoints not found", []string{"diagnostics", "endpoints", "nope.shop:80", "--kubeconfig", kc}, ExitFail, "", "plexusctl diagnostics: service shop/nope not found\n"},
+		{"policy no object", []string{"diagnostics", "policy"}, ExitUsage, "", "want diagnostics policy po/NAME"},
+		{"policy workload", []string{"diagnostics", "policy", "deploy/web"}, ExitUsage, "", `unknown kind "deployment": want po|pod (plexusctl authz takes workloads)`},
+		{"policy bad port", []string{"diagnostics", "policy", "po/web-1", "--port", "70000"}, ExitUsage, "", "--port 70000: want 1-65535"},
+		{"policy bad output", []string{"diagnostics", "policy", "po/web-1", "-o", "xml"}, ExitUsage, "", `unknown output format "xml"`},
+		{"policy not found", []string{"diagnostics", "policy", "po/nope", "--kubeconfig", kc}, ExitFail, "", "pod shop/nope: not found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runMain(t, "", tc.args...)
+			if code != tc.code || !strings.Contains(stdout, tc.stdout) || !strings.Contains(stderr, tc.stderr) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want %d, %q and %q", code, stdout, stderr, tc.code, tc.stdout, tc.stderr)
+			}
+			if tc.code == ExitUsage && strings.Count(strings.TrimSpace(stderr), "\n") > 0 && !strings.Contains(stderr, "usage:") {
+				t.Errorf("a usage error of more than one line: %q", stderr)
+			}
+		})
+	}
+}
