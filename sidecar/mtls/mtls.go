@@ -41,7 +41,7 @@ func ClientConfig(src CertSource, want spiffe.ID, alpn ...string) *tls.Config {
 			return src.Certificate()
 		},
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			chains, err := verifyChain(cs.PeerCertificates, src.Roots(), x509.ExtKeyUsageServerAuth)
+			chains, err := VerifyChain(cs.PeerCertificates, src.Roots(), x509.ExtKeyUsageServerAuth)
 			if err != nil {
 				return fmt.Errorf("server certificate: %w", err)
 			}
@@ -66,7 +66,7 @@ func ServerConfig(src CertSource) *tls.Config {
 			if cs.NegotiatedProtocol != ALPN {
 				return fmt.Errorf("client did not negotiate %s", ALPN)
 			}
-			chains, err := verifyChain(cs.PeerCertificates, src.Roots(), x509.ExtKeyUsageClientAuth)
+			chains, err := VerifyChain(cs.PeerCertificates, src.Roots(), x509.ExtKeyUsageClientAuth)
 			if err != nil {
 				return fmt.Errorf("client certificate: %w", err)
 			}
@@ -76,9 +76,9 @@ func ServerConfig(src CertSource) *tls.Config {
 	}
 }
 
-// verifyChain verifies a peer's leaf with the rest of what it presented
+// VerifyChain verifies a peer's leaf with the rest of what it presented
 // as intermediates, to roots, for usage.
-func verifyChain(certs []*x509.Certificate, roots *x509.CertPool, usage x509.ExtKeyUsage) ([][]*x509.Certificate, error) {
+func VerifyChain(certs []*x509.Certificate, roots *x509.CertPool, usage x509.ExtKeyUsage) ([][]*x509.Certificate, error) {
 	if len(certs) == 0 {
 		return nil, errors.New("no certificate presented")
 	}

@@ -2,6 +2,7 @@ package tap
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -56,11 +57,7 @@ func NewServer(o ServerOptions) *grpc.Server {
 // verifyTapper accepts a client whose chain verifies to the trust anchors
 // and whose identity is allowed.
 func verifyTapper(cs tls.ConnectionState, certs mtls.CertSource, allowed spiffe.ID) error {
-	if len(cs.PeerCertificates) == 0 {
-		return errors.New("tap: no client certificate")
-	}
-	inter := newPool(cs.PeerCertificates[1:])
-	chains, err := cs.PeerCertificates[0].Verify(x509Opts(certs.Roots(), inter))
+	chains, err := mtls.VerifyChain(cs.PeerCertificates, certs.Roots(), x509.ExtKeyUsageClientAuth)
 	if err != nil {
 		return fmt.Errorf("tap: client certificate: %w", err)
 	}
