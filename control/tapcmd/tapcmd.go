@@ -167,20 +167,28 @@ func Main(ctx context.Context, args []string, out io.Writer) error {
 // frontProxy reads how the API server forwards callers, waiting for the
 // ConfigMap a while (it is written at the API server's start).
 func frontProxy(ctx context.Context, kube kubernetes.Interface) (*tap.FrontProxy, error) {
-	var last error
+	var err error
 	for range 30 {
-		cm, err := kube.CoreV1().ConfigMaps("kube-system").Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{})
-		if err == nil {
-			return tap.FrontProxyFromConfigMap(cm.Data)
+		var fp *tap.FrontProxy
+		if fp, err = readFrontProxy(ctx, kube); err == nil {
+			return fp, nil
 		}
-		last = err
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-time.After(2 * time.Second):
 		}
 	}
-	return nil, fmt.Errorf("reading kube-system/extension-apiserver-authentication: %w", last)
+	return nil, err
+}
+
+// readFrontProxy reads kube-system/extension-apiserver-authentication once.
+func readFrontProxy(ctx context.Context, kube kubernetes.Interface) (*tap.FrontProxy, error) {
+	cm, err := kube.CoreV1().ConfigMaps("kube-system").Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading kube-system/extension-apiserver-authentication: %w", err)
+	}
+	return tap.FrontProxyFromConfigMap(cm.Data)
 }
 
 // refreshFrontProxy re-reads how the API server forwards callers every few
@@ -194,15 +202,12 @@ func refreshFrontProxy(ctx context.Context, kube kubernetes.Interface, h *tap.Ha
 			return
 		case <-t.C:
 		}
-		cm, err := kube.CoreV1().ConfigMaps("kube-system").Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{})
-		if err == nil {
-			var fp *tap.FrontProxy
-			if fp, err = tap.FrontProxyFromConfigMap(cm.Data); err == nil {
-				h.SetAuth(fp)
-				continue
-			}
+		fp, err := readFrontProxy(ctx, kube)
+		if err != nil {
+			log.Warn("re-reading the API server's front-proxy settings; keeping the last", "err", err)
+			continue
 		}
-		log.Warn("re-reading the API server's front-proxy settings; keeping the last", "err", err)
+		h.SetAuth(fp)
 	}
 }
 
