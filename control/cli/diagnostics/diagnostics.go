@@ -11,13 +11,14 @@ import (
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 )
 
-// Kind is a kind of object whose proxies ProxyMetrics reads.
-type Kind string
+// Kind is a kind of object whose proxies ProxyMetrics reads: stat's
+// resources, but namespaces.
+type Kind = stat.Resource
 
 // Kinds.
 const (
-	Pod        Kind = "pod"
-	Deployment Kind = "deployment"
+	Pod        = stat.Pods
+	Deployment = stat.Deployments
 )
 
 // ParseKind accepts kubectl's names and short names.

@@ -27,11 +27,7 @@ type ProxyMetrics struct {
 // could not be scraped are reported in the error, after the others are
 // written.
 func (m ProxyMetrics) Run(ctx context.Context, w io.Writer, kind Kind, namespace, name string) error {
-	res := stat.Pods
-	if kind == Deployment {
-		res = stat.Deployments
-	}
-	targets, err := m.Stat.Targets(ctx, stat.Config{Resource: res, Namespace: namespace, Name: name})
+	targets, err := m.Stat.Targets(ctx, stat.Config{Resource: kind, Namespace: namespace, Name: name})
 	if err != nil {
 		return err
 	}
