@@ -2,12 +2,9 @@
 package config
 
 import (
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -195,56 +192,6 @@ func Default() Config {
 	}
 }
 
-// IdentityEnabled reports whether the proxy has a workload identity (mTLS).
-func (c Config) IdentityEnabled() bool { return c.IdentityAddr != "" }
-
-// ID is the proxy's own identity.
-func (c Config) ID() spiffe.ID { return spiffe.New(c.TrustDomain, c.PodNamespace, c.ServiceAccount) }
-
-// IdentityServerID is the identity the identity service must prove.
-func (c Config) IdentityServerID() spiffe.ID {
-	return spiffe.New(c.TrustDomain, c.ControlNamespace, IdentityServiceAccount)
-}
-
-// DestinationServerID is the identity the destination service must prove.
-func (c Config) DestinationServerID() spiffe.ID {
-	return spiffe.New(c.TrustDomain, c.ControlNamespace, DestinationServiceAccount)
-}
-
-// TrustAnchors parses TrustAnchorsPEM: one or more CERTIFICATE blocks and
-// nothing else.
-func (c Config) TrustAnchors() (*x509.CertPool, error) {
-	pool := x509.NewCertPool()
-	rest := []byte(c.TrustAnchorsPEM)
-	n := 0
-	for {
-		var b *pem.Block
-		b, rest = pem.Decode(rest)
-		if b == nil {
-			break
-		}
-		if b.Type != "CERTIFICATE" {
-			return nil, fmt.Errorf("%s: unexpected PEM block %q, want CERTIFICATE", EnvTrustAnchors, b.Type)
-		}
-		cert, err := x509.ParseCertificate(b.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("%s: certificate %d: %w", EnvTrustAnchors, n+1, err)
-		}
-		if !cert.IsCA {
-			return nil, fmt.Errorf("%s: certificate %d (%s) is not a CA", EnvTrustAnchors, n+1, cert.Subject)
-		}
-		pool.AddCert(cert)
-		n++
-	}
-	if strings.TrimSpace(string(rest)) != "" {
-		return nil, fmt.Errorf("%s: trailing data that is not PEM", EnvTrustAnchors)
-	}
-	if n == 0 {
-		return nil, fmt.Errorf("%s: no PEM certificate found", EnvTrustAnchors)
-	}
-	return pool, nil
-}
-
 // FromEnv builds a Config from lookup (os.LookupEnv in production). Unset
 // or empty variables keep their defaults; every malformed value is
 // reported, each error naming its variable.
@@ -396,61 +343,6 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// validateIdentity checks the identity and destination settings.
-func (c Config) validateIdentity() []error {
-	var errs []error
-	hostPort := func(name, v string) {
-		if v == "" {
-			return
-		}
-		host, port, err := net.SplitHostPort(v)
-		if err != nil || host == "" {
-			errs = append(errs, fmt.Errorf("%s=%q: want host:port", name, v))
-			return
-		}
-		if _, err := parsePort(port); err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: %w", name, v, err))
-		}
-	}
-	hostPort(EnvIdentityAddr, c.IdentityAddr)
-	hostPort(EnvDestinationAddr, c.DestinationAddr)
-	switch c.InboundPolicy {
-	case PolicyPermissive, PolicyMTLS:
-	default:
-		errs = append(errs, fmt.Errorf("%s=%q: want %s or %s", EnvInboundPolicy, c.InboundPolicy, PolicyPermissive, PolicyMTLS))
-	}
-	if c.IdentityAddr == "" {
-		if c.DestinationAddr != "" {
-			errs = append(errs, fmt.Errorf("%s is set but %s is not: the proxy talks to destination over mTLS, which needs an identity", EnvDestinationAddr, EnvIdentityAddr))
-		}
-		if c.InboundPolicy == PolicyMTLS {
-			errs = append(errs, fmt.Errorf("%s=%s needs %s: without an identity the proxy cannot accept mTLS", EnvInboundPolicy, PolicyMTLS, EnvIdentityAddr))
-		}
-		return errs
-	}
-	need := func(name, v string) {
-		if v == "" {
-			errs = append(errs, fmt.Errorf("%s is required when %s is set", name, EnvIdentityAddr))
-		}
-	}
-	need(EnvPodNamespace, c.PodNamespace)
-	need(EnvServiceAccount, c.ServiceAccount)
-	need(EnvTrustDomain, c.TrustDomain)
-	need(EnvTokenFile, c.TokenFile)
-	need(EnvControlNS, c.ControlNamespace)
-	if c.TrustAnchorsPEM == "" {
-		errs = append(errs, fmt.Errorf("%s is required when %s is set", EnvTrustAnchors, EnvIdentityAddr))
-	} else if _, err := c.TrustAnchors(); err != nil {
-		errs = append(errs, err)
-	}
-	if c.PodNamespace != "" && c.ServiceAccount != "" && c.TrustDomain != "" {
-		if _, err := spiffe.Parse(c.ID().String()); err != nil {
-			errs = append(errs, fmt.Errorf("%s/%s/%s: %w", EnvTrustDomain, EnvPodNamespace, EnvServiceAccount, err))
-		}
-	}
-	return errs
 }
 
 func parsePort(s string) (uint16, error) {
