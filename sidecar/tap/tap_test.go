@@ -3,9 +3,9 @@ package tap
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"net/netip"
-	"fmt"
 	"runtime"
 	"strings"
 	"testing"
