@@ -297,7 +297,7 @@ func (c Config) container(s settings) corev1.Container {
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
 	if s.tap {
-		ctr.Ports = append(ctr.Ports, corev1.ContainerPort{Name: "plexus-tap", ContainerPort: TapPort})
+		ctr.Ports = append(ctr.Ports, corev1.ContainerPort{Name: meshpod.TapPortName, ContainerPort: TapPort})
 	}
 	if s.native {
 		always := corev1.ContainerRestartPolicyAlways

@@ -14,6 +14,10 @@ import (
 // ProxyContainerName is the sidecar container that marks a pod as meshed.
 const ProxyContainerName = "plexus-proxy"
 
+// TapPortName names the proxy container's tap port (DESIGN.md §10): the
+// injector declares it, the tap service looks for it.
+const TapPortName = "plexus-tap"
+
 // IsMeshed reports whether pod runs the proxy, as a plain container or as a
 // native sidecar (an init container with restartPolicy Always). An init
 // container of that name without restartPolicy Always runs to completion

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/plexus-mesh/plexus/control/api/tapapi"
+	"github.com/plexus-mesh/plexus/control/meshpod"
 )
 
 // target is what a tap names: resource/name in namespace (resource
@@ -151,11 +152,11 @@ func owned(refs []metav1.OwnerReference, kind, name string) bool {
 func tapPort(p *corev1.Pod) int32 {
 	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
 		for _, c := range cs {
-			if c.Name != "plexus-proxy" {
+			if c.Name != meshpod.ProxyContainerName {
 				continue
 			}
 			for _, port := range c.Ports {
-				if port.Name == "plexus-tap" {
+				if port.Name == meshpod.TapPortName {
 					return port.ContainerPort
 				}
 			}
