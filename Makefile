@@ -21,7 +21,7 @@ BINARIES := $(notdir $(COMMANDS))
 IMAGES := images/pause.tar images/testapp.tar images/demoapp.tar images/coredns.tar images/prometheus.tar \
 	$(filter-out images/plexus-cni.tar images/plexusctl.tar,$(BINARIES:%=images/%.tar))
 
-.PHONY: all build images deps cluster-up cluster-down test test-unit demo bench clean proto proto-check gateway-crds
+.PHONY: all build images deps cluster-up cluster-down test test-unit demo bench clean proto proto-check gateway-crds charts
 
 all: build
 
@@ -97,6 +97,11 @@ proto: deps-proto
 	control/api/gen.sh
 proto-check: proto
 	git diff --exit-code -- control/api || { echo 'control/api: generated code is stale; run make proto and commit' >&2; exit 1; }
+
+## charts: regenerate deploy/charts' templates, values and schemas from deploy/
+## (TestChartsUpToDate fails when they are stale)
+charts:
+	$(GO) run ./control/cli/install/chartgen deploy/charts
 
 ## gateway-crds: copy the HTTPRoute and GRPCRoute CRDs of the Gateway API
 ## module in go.mod into deploy/crds/gateway-api (never edit the copies)

@@ -7,11 +7,12 @@
 #   coredns: CoreDNS, the cluster's DNS server
 #   prometheus: Prometheus and promtool for the viz extension, built from
 #            their Go module with Kubernetes service discovery alone
+#   helm:    the Helm CLI, built from its Go module, for the charts' tests
 #   chromium: Debian's headless browser, for the dashboard's browser tests
 #            (integration/vizbrowser)
 #   bench:   the peer proxy the benchmark compares against (nginx)
 #   proto:   protoc, for make proto
-# Usage: deps.sh [apt] [kube] [cni] [coredns] [prometheus] [chromium] [bench] [proto]
+# Usage: deps.sh [apt] [kube] [cni] [coredns] [prometheus] [helm] [chromium] [bench] [proto]
 #        (no argument: all but bench and proto)
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
@@ -86,16 +87,19 @@ deps_cni() {
 	rm -rf "$CNI_REF_BIN" && mv "$tmp" "$CNI_REF_BIN" && touch "$CNI_REF_BIN/.complete"
 }
 
-deps_coredns() {
-	[ -x "$COREDNS_BIN" ] && return 0
-	log "building CoreDNS $COREDNS_VERSION (cold: ~4 min)"
-	local dir
-	dir=$(dirname "$COREDNS_BIN")
+# go_install BIN PACKAGE@VERSION [LDFLAGS]: builds one static command from
+# the Go module proxy into BIN (its cache path), unless it is there.
+go_install() {
+	local bin=$1 pkg=$2 ldflags="-s -w ${3:-}" dir
+	[ -x "$bin" ] && return 0
+	log "building $pkg (cold: a few minutes on 2 cores)"
+	dir=$(dirname "$bin")
 	mkdir -p "$dir/tmp"
-	GOBIN="$dir/tmp" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" \
-		"github.com/coredns/coredns@$COREDNS_VERSION" || die "building CoreDNS $COREDNS_VERSION failed"
-	mv "$dir/tmp/coredns" "$COREDNS_BIN" && rmdir "$dir/tmp"
+	GOBIN="$dir/tmp" CGO_ENABLED=0 GOWORK=off go install -trimpath -ldflags "$ldflags" "$pkg" || die "building $pkg failed"
+	mv "$dir/tmp/$(basename "${pkg%@*}")" "$bin" && rmdir "$dir/tmp"
 }
+
+deps_coredns() { go_install "$COREDNS_BIN" "github.com/coredns/coredns@$COREDNS_VERSION"; }
 
 # The viz extension's Prometheus, and promtool, which checks its scrape
 # config in the unit tests. Debian's package is built without Kubernetes
@@ -119,10 +123,16 @@ deps_prometheus() {
 	rm -rf "$PROMETHEUS_BIN" && mv "$tmp" "$PROMETHEUS_BIN" && touch "$PROMETHEUS_BIN/.complete"
 }
 
-steps=${*:-apt kube cni coredns prometheus chromium}
+# Helm, for the charts' lint, schema and render tests and helm install on
+# the local cluster.
+deps_helm() {
+	go_install "$HELM_BIN" "helm.sh/helm/v4/cmd/helm@$HELM_VERSION" "-X helm.sh/helm/v4/internal/version.version=$HELM_VERSION"
+}
+
+steps=${*:-apt kube cni coredns prometheus helm chromium}
 for step in $steps; do
 	case $step in
-	apt | kube | cni | coredns | prometheus | chromium | bench | proto) "deps_$step" ;;
-	*) die "unknown step $step (want apt, kube, cni, coredns, prometheus, chromium, bench or proto)" ;;
+	apt | kube | cni | coredns | prometheus | helm | chromium | bench | proto) "deps_$step" ;;
+	*) die "unknown step $step (want apt, kube, cni, coredns, prometheus, helm, chromium, bench or proto)" ;;
 	esac
 done

@@ -13,6 +13,7 @@ KUBE_BIN=$CACHE_DIR/kube/$KUBE_VERSION/bin
 CNI_REF_BIN=$CACHE_DIR/cni-plugins/$CNI_PLUGINS_VERSION/bin
 COREDNS_BIN=$CACHE_DIR/coredns/$COREDNS_VERSION/coredns
 PROMETHEUS_BIN=$CACHE_DIR/prometheus/$PROMETHEUS_VERSION/bin
+HELM_BIN=$CACHE_DIR/helm/$HELM_VERSION/helm
 IMAGES_DIR=$PLEXUS_ROOT/images
 
 # Everything a running cluster owns lives under STATE_DIR, except what the

@@ -5,3 +5,5 @@ CNI_PLUGINS_VERSION ?= v1.9.1
 COREDNS_VERSION ?= v1.15.0
 # The Go module version of Prometheus (v0.316.0 is Prometheus 3.16.0).
 PROMETHEUS_VERSION ?= v0.316.0
+# Helm, built from its Go module, for the charts' tests (deploy/charts).
+HELM_VERSION ?= v4.3.1

@@ -100,25 +100,63 @@ func VerifyIdentity(id Identity, now time.Time) error {
 // identityObjects are the issuer Secret identity reads and the trust
 // anchors ConfigMap the proxies and control plane mount.
 func identityObjects(id Identity) []object {
-	labels := object{"app.kubernetes.io/name": "plexus-identity", "app.kubernetes.io/part-of": "plexus"}
 	b64 := base64.StdEncoding.EncodeToString
+	return identityObjectsOf(b64(id.AnchorsPEM), b64(id.IssuerCertPEM), b64(id.IssuerKeyPEM), string(id.AnchorsPEM))
+}
+
+// identityObjectsOf are identityObjects from the Secret's base64 data and
+// the ConfigMap's PEM (the charts give template expressions).
+func identityObjectsOf(anchorsB64, certB64, keyB64, anchorsPEM string) []object {
 	return []object{
 		{
 			"apiVersion": "v1",
 			"kind":       "Secret",
 			"type":       string(corev1.SecretTypeTLS),
-			"metadata":   object{"name": identity.DefaultSecretName, "namespace": Namespace, "labels": labels},
+			"metadata":   object{"name": identity.DefaultSecretName, "namespace": Namespace, "labels": identityLabels()},
 			"data": object{
-				identity.SecretAnchorsKey: b64(id.AnchorsPEM),
-				identity.SecretCertKey:    b64(id.IssuerCertPEM),
-				identity.SecretKeyKey:     b64(id.IssuerKeyPEM),
+				identity.SecretAnchorsKey: anchorsB64,
+				identity.SecretCertKey:    certB64,
+				identity.SecretKeyKey:     keyB64,
 			},
 		},
 		{
 			"apiVersion": "v1",
 			"kind":       "ConfigMap",
-			"metadata":   object{"name": identitycmd.AnchorsConfigMap, "namespace": Namespace, "labels": labels},
-			"data":       object{identitycmd.AnchorsBundleKey: string(id.AnchorsPEM)},
+			"metadata":   object{"name": identitycmd.AnchorsConfigMap, "namespace": Namespace, "labels": identityLabels()},
+			"data":       object{identitycmd.AnchorsBundleKey: anchorsPEM},
+		},
+	}
+}
+
+func identityLabels() object {
+	return object{"app.kubernetes.io/name": "plexus-identity", "app.kubernetes.io/part-of": "plexus"}
+}
+
+// issuerGenerationRBAC lets identity create the issuer Secret and the
+// trust anchors ConfigMap when a chart was installed without them
+// (GenerateIssuerFlag). Kubernetes cannot limit create to a name; the Role
+// is rendered only then.
+func issuerGenerationRBAC() []object {
+	const name = "plexus-identity-generate-issuer"
+	meta := func() object {
+		return object{"name": name, "namespace": Namespace, "labels": identityLabels()}
+	}
+	return []object{
+		{
+			"apiVersion": "rbac.authorization.k8s.io/v1",
+			"kind":       "Role",
+			"metadata":   meta(),
+			"rules": []any{
+				object{"apiGroups": []any{""}, "resources": []any{"secrets", "configmaps"}, "verbs": []any{"create"}},
+				object{"apiGroups": []any{""}, "resources": []any{"configmaps"}, "resourceNames": []any{identitycmd.AnchorsConfigMap}, "verbs": []any{"get"}},
+			},
+		},
+		{
+			"apiVersion": "rbac.authorization.k8s.io/v1",
+			"kind":       "RoleBinding",
+			"metadata":   meta(),
+			"roleRef":    object{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+			"subjects":   []any{object{"kind": "ServiceAccount", "name": identity.DefaultServiceAccount, "namespace": Namespace}},
 		},
 	}
 }
