@@ -33,6 +33,7 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 		addr       = fs.String("addr", ":8080", "gRPC (TLS) listen address of the Identity service")
 		adminAddr  = fs.String("admin-addr", ":9990", "listen address of /metrics, /ready and /live")
 		kubeconfig = fs.String("kubeconfig", "", "kubeconfig file; empty means in-cluster")
+		generate   = fs.Bool("generate-issuer", false, "when the issuer Secret is absent, create a new trust anchor and issuer into it, and the trust anchors ConfigMap "+AnchorsConfigMap+" (a chart installed without identity values)")
 	)
 	fs.StringVar(&cfg.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the issuer Secret and of this service (default $POD_NAMESPACE)")
 	fs.StringVar(&cfg.SecretName, "secret", identity.DefaultSecretName, "issuer Secret (ca.crt, tls.crt, tls.key)")
@@ -53,6 +54,11 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 	client, err := kubeclient.New(*kubeconfig, "plexus-identity")
 	if err != nil {
 		return err
+	}
+	if *generate {
+		if err := GenerateIssuer(ctx, client, cfg.Namespace, cfg.SecretName, cfg.TrustDomain, log); err != nil {
+			return err
+		}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

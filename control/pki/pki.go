@@ -90,6 +90,21 @@ func NewIntermediate(parent CA, o CAOptions) (CA, error) {
 	return newCA(tmpl, &parent)
 }
 
+// NewAnchorAndIssuer creates a new trust anchor and an issuer signed by it,
+// with the default lifetimes: what an install without given identity
+// files starts from.
+func NewAnchorAndIssuer(trustDomain string, now time.Time) (anchor, issuer CA, err error) {
+	anchor, err = NewAnchor(CAOptions{TrustDomain: trustDomain, Now: now})
+	if err != nil {
+		return CA{}, CA{}, fmt.Errorf("creating the trust anchor: %w", err)
+	}
+	issuer, err = NewIntermediate(anchor, CAOptions{TrustDomain: trustDomain, Now: now})
+	if err != nil {
+		return CA{}, CA{}, fmt.Errorf("creating the issuer: %w", err)
+	}
+	return anchor, issuer, nil
+}
+
 func caTemplate(cn string, notBefore, notAfter time.Time) *x509.Certificate {
 	return &x509.Certificate{
 		Subject:               pkix.Name{CommonName: cn},

@@ -28,13 +28,9 @@ type Generator func(trustDomain string, now time.Time) (Identity, error)
 // anchor and an intermediate issuer signed by it, with control/pki's
 // default lifetimes.
 func GenerateIdentity(trustDomain string, now time.Time) (Identity, error) {
-	anchor, err := pki.NewAnchor(pki.CAOptions{TrustDomain: trustDomain, Now: now})
+	anchor, issuer, err := pki.NewAnchorAndIssuer(trustDomain, now)
 	if err != nil {
-		return Identity{}, fmt.Errorf("creating the trust anchor: %w", err)
-	}
-	issuer, err := pki.NewIntermediate(anchor, pki.CAOptions{TrustDomain: trustDomain, Now: now})
-	if err != nil {
-		return Identity{}, fmt.Errorf("creating the issuer: %w", err)
+		return Identity{}, err
 	}
 	key, err := pki.EncodeKey(issuer.Key)
 	if err != nil {

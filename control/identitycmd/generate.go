@@ -1,0 +1,116 @@
+package identitycmd
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/plexus-mesh/plexus/control/identity"
+	"github.com/plexus-mesh/plexus/control/pki"
+)
+
+// GeneratedByAnnotation marks the issuer Secret and trust anchors
+// ConfigMap that identity made itself (--generate-issuer).
+const GeneratedByAnnotation = "plexus.dev/generated-by"
+
+// generateTimeout bounds the retries of generation while the API server
+// cannot be reached; after it the process fails and is restarted.
+const generateTimeout = time.Minute
+
+// GenerateIssuer makes a new trust anchor and issuer into the Secret
+// namespace/secretName when there is none, and the trust anchors
+// ConfigMap from the Secret's anchors when it is absent: a chart installed
+// without identity values (DESIGN.md §11). Whatever exists is kept, so
+// the anchors are made once and every upgrade and restart keeps them; of
+// replicas racing, the first Create wins and the others read its Secret.
+func GenerateIssuer(ctx context.Context, client kubernetes.Interface, namespace, secretName, trustDomain string, log *slog.Logger) error {
+	var lastErr error
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, generateTimeout, true, func(ctx context.Context) (bool, error) {
+		lastErr = generateOnce(ctx, client, namespace, secretName, trustDomain, log)
+		if lastErr != nil && (apierrors.IsForbidden(lastErr) || apierrors.IsInvalid(lastErr)) {
+			return false, lastErr // retrying will not help
+		}
+		if lastErr != nil {
+			log.Warn("generating the issuer", "error", lastErr.Error())
+		}
+		return lastErr == nil, nil
+	})
+	if err != nil && lastErr != nil {
+		err = lastErr
+	}
+	if err != nil {
+		return fmt.Errorf("identity: --generate-issuer: %w", err)
+	}
+	return nil
+}
+
+func generateOnce(ctx context.Context, client kubernetes.Interface, namespace, secretName, trustDomain string, log *slog.Logger) error {
+	secrets := client.CoreV1().Secrets(namespace)
+	secret, err := secrets.Get(ctx, secretName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		secret, err = newIssuerSecret(namespace, secretName, trustDomain)
+		if err != nil {
+			return err
+		}
+		if _, err = secrets.Create(ctx, secret, metav1.CreateOptions{}); err == nil {
+			log.Info("generated a trust anchor and issuer", "secret", namespace+"/"+secretName)
+		} else if apierrors.IsAlreadyExists(err) {
+			secret, err = secrets.Get(ctx, secretName, metav1.GetOptions{})
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("issuer Secret %s/%s: %w", namespace, secretName, err)
+	}
+	anchors := secret.Data[identity.SecretAnchorsKey]
+	if len(anchors) == 0 {
+		return fmt.Errorf("issuer Secret %s/%s has no %s", namespace, secretName, identity.SecretAnchorsKey)
+	}
+	configMaps := client.CoreV1().ConfigMaps(namespace)
+	_, err = configMaps.Get(ctx, AnchorsConfigMap, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		cm := &corev1.ConfigMap{
+			ObjectMeta: generatedMeta(namespace, AnchorsConfigMap),
+			Data:       map[string]string{AnchorsBundleKey: string(anchors)},
+		}
+		if _, err = configMaps.Create(ctx, cm, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+			err = nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("trust anchors ConfigMap %s/%s: %w", namespace, AnchorsConfigMap, err)
+	}
+	return nil
+}
+
+// newIssuerSecret makes an anchor and an issuer signed by it, with
+// control/pki's default lifetimes, as `plexusctl install` does.
+func newIssuerSecret(namespace, name, trustDomain string) (*corev1.Secret, error) {
+	anchor, issuer, err := pki.NewAnchorAndIssuer(trustDomain, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	s, err := identity.IssuerSecret(namespace, name, []*x509.Certificate{anchor.Cert}, issuer)
+	if err != nil {
+		return nil, err
+	}
+	s.TypeMeta = metav1.TypeMeta{}
+	s.ObjectMeta = generatedMeta(namespace, name)
+	return s, nil
+}
+
+func generatedMeta(namespace, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Namespace:   namespace,
+		Name:        name,
+		Labels:      map[string]string{"app.kubernetes.io/name": "plexus-identity", "app.kubernetes.io/part-of": "plexus"},
+		Annotations: map[string]string{GeneratedByAnnotation: "plexus-identity"},
+	}
+}
