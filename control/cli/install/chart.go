@@ -82,6 +82,11 @@ const (
 	condIssuerSecret = "and .Values.identity.trustAnchorsPEM (not .Values.identity.issuer.externalSecret)"
 )
 
+// HelmResourcePolicy is the annotation that keeps an object on helm
+// uninstall; the charts' Gateway API CRDs carry it ("keep"), the one way
+// the charts' objects differ from install's.
+const HelmResourcePolicy = "helm.sh/resource-policy"
+
 // GenerateIssuerFlag makes identity create the trust anchor and issuer
 // when its Secret is absent (a chart installed without them).
 const GenerateIssuerFlag = "--generate-issuer"
@@ -123,6 +128,17 @@ func (r Renderer) crdsChart(files map[string][]byte) error {
 	gateway, err := load(r.Manifests, gatewayAPIDir)
 	if err != nil {
 		return err
+	}
+	// Shared with other controllers: helm uninstall leaves them, as
+	// plexusctl uninstall does (deleting one deletes every route of its kind).
+	for _, o := range gateway {
+		meta, _ := o["metadata"].(object)
+		ann, _ := meta["annotations"].(object)
+		if ann == nil {
+			ann = object{}
+			meta["annotations"] = ann
+		}
+		ann[HelmResourcePolicy] = "keep"
 	}
 	if err := addObjects(files, ChartCRDs, gateway, condGatewayAPICRDs); err != nil {
 		return err

@@ -142,6 +142,7 @@ func byName(t *testing.T, out []byte) map[string]object {
 		if len(o) == 0 {
 			continue
 		}
+		keptOnUninstall(t, o)
 		k := str(o["apiVersion"]) + " " + describe(o)
 		if _, dup := m[k]; dup {
 			t.Fatalf("%s rendered twice", k)
@@ -149,6 +150,24 @@ func byName(t *testing.T, out []byte) map[string]object {
 		m[k] = o
 	}
 	return m
+}
+
+// keptOnUninstall checks that a chart's Gateway API CRD carries
+// HelmResourcePolicy keep, and removes it, the one way the charts'
+// objects may differ from install's.
+func keptOnUninstall(t *testing.T, o object) {
+	t.Helper()
+	meta, _ := o["metadata"].(object)
+	ann, _ := meta["annotations"].(object)
+	spec, _ := o["spec"].(object)
+	gateway := kind(o) == "CustomResourceDefinition" && spec["group"] == "gateway.networking.k8s.io"
+	if _, ok := ann[HelmResourcePolicy]; !ok {
+		return
+	}
+	if !gateway || ann[HelmResourcePolicy] != "keep" {
+		t.Errorf("%s has %s=%v", describe(o), HelmResourcePolicy, ann[HelmResourcePolicy])
+	}
+	delete(ann, HelmResourcePolicy)
 }
 
 func sameObjects(t *testing.T, what string, got, want map[string]object) {
