@@ -14,6 +14,7 @@ CNI_REF_BIN=$CACHE_DIR/cni-plugins/$CNI_PLUGINS_VERSION/bin
 COREDNS_BIN=$CACHE_DIR/coredns/$COREDNS_VERSION/coredns
 PROMETHEUS_BIN=$CACHE_DIR/prometheus/$PROMETHEUS_VERSION/bin
 HELM_BIN=$CACHE_DIR/helm/$HELM_VERSION/helm
+PREVIOUS_DIR=$CACHE_DIR/previous/$PREVIOUS_COMMIT
 IMAGES_DIR=$PLEXUS_ROOT/images
 
 # Everything a running cluster owns lives under STATE_DIR, except what the

@@ -7,3 +7,6 @@ COREDNS_VERSION ?= v1.15.0
 PROMETHEUS_VERSION ?= v0.316.0
 # Helm, built from its Go module, for the charts' tests (deploy/charts).
 HELM_VERSION ?= v4.3.1
+# The previous Plexus, which the upgrade tests install and upgrade from
+# (previous.sh): the last commit before the install-and-upgrade work.
+PREVIOUS_COMMIT ?= 9581c7ee4158ed0435cf78e92a562b85465fef27

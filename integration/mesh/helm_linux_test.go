@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/plexus-mesh/plexus/integration/clustercni"
@@ -35,6 +34,14 @@ func newHelm(t *testing.T, c *clustertest.Cluster) helmCLI {
 		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
 		out, err := cmd.CombinedOutput()
 		return string(out), err
+	}
+}
+
+// helmUninstallAll uninstalls the three core releases, ignoring those not
+// installed.
+func helmUninstallAll(helm helmCLI) {
+	for _, r := range [][]string{{"plexus-node", controlNamespace}, {"plexus-control-plane", controlNamespace}, {"plexus-crds", "default"}} {
+		helm("uninstall", r[0], "--namespace", r[1], "--wait", "--timeout=2m")
 	}
 }
 
@@ -63,21 +70,8 @@ func TestHelmInstall(t *testing.T) {
 		return out
 	}
 	t.Cleanup(func() {
-		if t.Failed() {
-			c.Dump(t, controlNamespace)
-		}
-		for _, r := range [][]string{{"plexus-node", controlNamespace}, {"plexus-control-plane", controlNamespace}, {"plexus-crds", "default"}} {
-			helm("uninstall", r[0], "--namespace", r[1], "--wait", "--timeout=2m")
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		c.Client.CoreV1().Namespaces().Delete(ctx, controlNamespace, metav1.DeleteOptions{})
-		for ctx.Err() == nil {
-			if _, err := c.Client.CoreV1().Namespaces().Get(ctx, controlNamespace, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-				break
-			}
-			time.Sleep(time.Second)
-		}
+		helmUninstallAll(helm)
+		removeMesh(t, c, ctl, env)
 	})
 
 	// Gateway API CRDs another install left are not Helm's to take.

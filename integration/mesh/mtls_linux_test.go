@@ -237,6 +237,13 @@ func latePod(t *testing.T, c *clustertest.Cluster, ns string) *corev1.Pod {
 // it has shown its own.
 func servingIssuer(t *testing.T, podIP, anchorsPEM string) *x509.Certificate {
 	t.Helper()
+	return servingChain(t, podIP, anchorsPEM)[1]
+}
+
+// servingChain is the chain a meshed pod's proxy presents on 8080 (leaf
+// first), verified to the anchors.
+func servingChain(t *testing.T, podIP, anchorsPEM string) []*x509.Certificate {
+	t.Helper()
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM([]byte(anchorsPEM)) {
 		t.Fatal("no anchors")
@@ -265,7 +272,7 @@ func servingIssuer(t *testing.T, podIP, anchorsPEM string) *x509.Certificate {
 	if _, err := chain[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
 		t.Fatalf("the certificate of %s does not chain to the anchors: %v", podIP, err)
 	}
-	return chain[1]
+	return chain
 }
 
 // rss is the process_resident_memory_bytes sample of a metrics page, in MB.

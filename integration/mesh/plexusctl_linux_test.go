@@ -26,6 +26,12 @@ func newPlexusctl(t *testing.T, c *clustertest.Cluster) plexusctl {
 	if bin == "" {
 		t.Skip("PLEXUSCTL_BIN is not set (run `make test`)")
 	}
+	return newPlexusctlAt(c, bin)
+}
+
+// newPlexusctlAt is newPlexusctl with another binary (the previous
+// build's, say).
+func newPlexusctlAt(c *clustertest.Cluster, bin string) plexusctl {
 	return func(args ...string) (string, error) {
 		cmd := exec.Command(bin, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
 		var stderr strings.Builder

@@ -33,8 +33,8 @@ var (
 	registry = object{"type": "string", "minLength": 1, "pattern": `^[^\s@'"{}]*[^\s@'"{}/]$`}
 	imageTag = object{"type": "string", "pattern": `^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`}
 	pem      = object{"type": "string", "pattern": `^(|-----BEGIN [\s\S]*)$`}
-	// resources are a container's requests and limits.
-	resources = object{
+	// resourcesSchema: a container's requests and limits.
+	resourcesSchema = object{
 		"type":                 "object",
 		"additionalProperties": false,
 		"properties": object{
@@ -116,7 +116,7 @@ func resourceValues(res map[string]any) []value {
 	sort.Strings(keys)
 	var vs []value
 	for _, k := range keys {
-		vs = append(vs, value{k + ".resources", res[k], "Requests and limits of the " + k + " container.", resources})
+		vs = append(vs, value{k + ".resources", res[k], "Requests and limits of the " + k + " container.", resourcesSchema})
 	}
 	return vs
 }

@@ -206,19 +206,9 @@ type object = map[string]any
 
 // Render writes cfg's manifests to w as multi-document YAML.
 func (r Renderer) Render(cfg Config, w io.Writer) error {
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("install: %w", err)
-	}
-	var id Identity
-	if !cfg.CRDsOnly {
-		var err error
-		if id, err = r.identity(cfg); err != nil {
-			return fmt.Errorf("install: %w", err)
-		}
-	}
-	objs, err := r.objects(cfg, id)
+	objs, err := r.Objects(cfg)
 	if err != nil {
-		return fmt.Errorf("install: %w", err)
+		return err
 	}
 	var buf bytes.Buffer
 	for i, o := range objs {
@@ -235,6 +225,25 @@ func (r Renderer) Render(cfg Config, w io.Writer) error {
 		return fmt.Errorf("install: writing the manifests: %w", err)
 	}
 	return nil
+}
+
+// Objects returns what Render writes, as objects in apply order.
+func (r Renderer) Objects(cfg Config) ([]map[string]any, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("install: %w", err)
+	}
+	var id Identity
+	if !cfg.CRDsOnly {
+		var err error
+		if id, err = r.identity(cfg); err != nil {
+			return nil, fmt.Errorf("install: %w", err)
+		}
+	}
+	objs, err := r.objects(cfg, id)
+	if err != nil {
+		return nil, fmt.Errorf("install: %w", err)
+	}
+	return objs, nil
 }
 
 // Ref names one object.
@@ -264,8 +273,7 @@ func (r Renderer) Inventory(cfg Config) ([]Ref, error) {
 	}
 	refs := make([]Ref, len(objs))
 	for i, o := range objs {
-		meta, _ := o["metadata"].(object)
-		refs[i] = Ref{APIVersion: str(o["apiVersion"]), Kind: kind(o), Namespace: str(meta["namespace"]), Name: str(meta["name"])}
+		refs[i] = RefOf(o)
 	}
 	return refs, nil
 }

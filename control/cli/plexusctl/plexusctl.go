@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	gateway "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
@@ -30,6 +31,7 @@ import (
 	"github.com/plexus-mesh/plexus/control/cli/routes"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 	"github.com/plexus-mesh/plexus/control/cli/uninstall"
+	"github.com/plexus-mesh/plexus/control/cli/upgrade"
 	"github.com/plexus-mesh/plexus/deploy"
 )
 
@@ -69,6 +71,7 @@ type command struct {
 func commands() map[string]command {
 	return map[string]command{
 		"install":   {"print the manifests for kubectl apply -f -", runInstall},
+		"upgrade":   {"upgrade the cluster's Plexus to this version, keeping its settings, trust anchors and issuer; prune what it no longer ships", runUpgrade},
 		"uninstall": {"remove plexus-cni from every node, then print the rest for kubectl delete -f - (or --delete it)", runUninstall},
 		"check":     {"verify the installation in a cluster", runCheck},
 		"inject":    {"add plexus.dev/inject: enabled to manifests (files or - for stdin)", runOptin(optin.Inject)},
@@ -148,18 +151,8 @@ func usage(w io.Writer, fs *flag.FlagSet, cmds map[string]command) {
 func runInstall(ctx context.Context, g *globals, args []string, env Env) error {
 	cfg := install.DefaultConfig()
 	fs := newFlagSet("install", g, env)
-	fs.StringVar(&cfg.TrustDomain, "trust-domain", cfg.TrustDomain, "SPIFFE trust domain of the mesh")
-	fs.StringVar(&cfg.ClusterDomain, "cluster-domain", cfg.ClusterDomain, "the cluster's DNS domain")
-	fs.StringVar(&cfg.CNIBinDir, "cni-bin-dir", cfg.CNIBinDir, "host directory of the CNI plugin binaries")
-	fs.StringVar(&cfg.CNIConfDir, "cni-conf-dir", cfg.CNIConfDir, "host directory of the CNI configuration")
-	fs.BoolVar(&cfg.NodeImageMode, "node-image-mode", false, "leave out the node agent DaemonSet: the CNI plugin is baked into the node images")
-	fs.BoolVar(&cfg.HA, "ha", false, "run 3 replicas of each control-plane service, spread over nodes, with PodDisruptionBudgets")
-	fs.StringVar(&cfg.ImageRegistry, "image-registry", cfg.ImageRegistry, "registry (and path) of the Plexus images")
-	fs.StringVar(&cfg.Version, "version", cfg.Version, "tag of the Plexus images")
+	settingFlags(fs, &cfg)
 	fs.BoolVar(&cfg.CRDsOnly, "crds", false, "print only the CustomResourceDefinitions")
-	fs.StringVar(&cfg.DefaultInboundPolicy, "default-inbound-policy", cfg.DefaultInboundPolicy, "who may reach meshed pods no Server covers: all-unauthenticated, all-authenticated, cluster-authenticated, cluster-unauthenticated, deny or audit (a namespace or pod annotation config.plexus.dev/default-inbound-policy overrides it)")
-	fs.StringVar(&cfg.ClusterNetworks, "cluster-networks", cfg.ClusterNetworks, "the cluster's pod and service networks (comma-separated CIDRs), for the cluster-* inbound policies")
-	fs.BoolVar(&cfg.SkipGatewayAPICRDs, "skip-gateway-api-crds", false, "leave out the Gateway API CRDs (HTTPRoute, GRPCRoute) without asking the cluster which it has")
 	fs.StringVar(&cfg.TrustAnchorsFile, "identity-trust-anchors-file", "", "PEM trust anchors (with the two issuer files; default: generate new ones)")
 	fs.StringVar(&cfg.IssuerCertificateFile, "identity-issuer-certificate-file", "", "PEM issuer certificate, signed by a trust anchor")
 	fs.StringVar(&cfg.IssuerKeyFile, "identity-issuer-key-file", "", "PEM issuer private key")
@@ -175,6 +168,68 @@ func runInstall(ctx context.Context, g *globals, args []string, env Env) error {
 	}
 	r := install.Renderer{Manifests: deploy.Manifests, Generate: install.GenerateIdentity, Now: time.Now, ReadFile: os.ReadFile}
 	return r.Render(cfg, env.Stdout)
+}
+
+// connectDynamic is connect with a dynamic client too.
+func connectDynamic(g *globals) (kubernetes.Interface, dynamic.Interface, error) {
+	client, restCfg, _, err := connect(g)
+	if err != nil {
+		return nil, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return client, dyn, nil
+}
+
+// settingFlags are the install settings that install and upgrade take.
+func settingFlags(fs *flag.FlagSet, cfg *install.Config) {
+	fs.StringVar(&cfg.TrustDomain, "trust-domain", cfg.TrustDomain, "SPIFFE trust domain of the mesh")
+	fs.StringVar(&cfg.ClusterDomain, "cluster-domain", cfg.ClusterDomain, "the cluster's DNS domain")
+	fs.StringVar(&cfg.CNIBinDir, "cni-bin-dir", cfg.CNIBinDir, "host directory of the CNI plugin binaries")
+	fs.StringVar(&cfg.CNIConfDir, "cni-conf-dir", cfg.CNIConfDir, "host directory of the CNI configuration")
+	fs.BoolVar(&cfg.NodeImageMode, "node-image-mode", cfg.NodeImageMode, "leave out the node agent DaemonSet: the CNI plugin is baked into the node images")
+	fs.BoolVar(&cfg.HA, "ha", cfg.HA, "run 3 replicas of each control-plane service, spread over nodes, with PodDisruptionBudgets")
+	fs.StringVar(&cfg.ImageRegistry, "image-registry", cfg.ImageRegistry, "registry (and path) of the Plexus images")
+	fs.StringVar(&cfg.Version, "version", cfg.Version, "tag of the Plexus images")
+	fs.StringVar(&cfg.DefaultInboundPolicy, "default-inbound-policy", cfg.DefaultInboundPolicy, "who may reach meshed pods no Server covers: all-unauthenticated, all-authenticated, cluster-authenticated, cluster-unauthenticated, deny or audit (a namespace or pod annotation config.plexus.dev/default-inbound-policy overrides it)")
+	fs.StringVar(&cfg.ClusterNetworks, "cluster-networks", cfg.ClusterNetworks, "the cluster's pod and service networks (comma-separated CIDRs), for the cluster-* inbound policies")
+	fs.BoolVar(&cfg.SkipGatewayAPICRDs, "skip-gateway-api-crds", false, "leave out the Gateway API CRDs (HTTPRoute, GRPCRoute) without asking the cluster which it has")
+}
+
+// runUpgrade: the settings of the running install, read back from the
+// cluster, with the flags given over them (the flags are parsed twice:
+// first for the connection, then over the installed settings).
+func runUpgrade(ctx context.Context, g *globals, args []string, env Env) error {
+	cfg := install.DefaultConfig()
+	timeout := upgrade.DefaultTimeout
+	flags := func(cfg *install.Config) *flag.FlagSet {
+		fs := newFlagSet("upgrade", g, env)
+		settingFlags(fs, cfg)
+		fs.DurationVar(&timeout, "timeout", timeout, "how long the control plane and the node agents may take to roll")
+		return fs
+	}
+	if err := parseConfig(flags(&cfg), args, func() error { return cfg.Validate() }); err != nil {
+		return err
+	}
+	client, dyn, err := connectDynamic(g)
+	if err != nil {
+		return err
+	}
+	u := upgrade.Upgrader{Client: client, Dynamic: dyn, Renderer: install.Renderer{Manifests: deploy.Manifests, Now: time.Now}, Progress: env.Stderr}
+	if cfg, err = u.Installed(ctx); err != nil {
+		return err
+	}
+	if err := parseConfig(flags(&cfg), args, func() error { return cfg.Validate() }); err != nil {
+		return err
+	}
+	if !cfg.SkipGatewayAPICRDs {
+		if cfg.OmitGatewayAPICRDs, err = planGatewayAPI(ctx, g, env); err != nil {
+			return err
+		}
+	}
+	return u.Run(ctx, cfg, timeout)
 }
 
 // gatewayAPITimeout bounds the look at the cluster's Gateway API CRDs.
@@ -218,13 +273,9 @@ func runUninstall(ctx context.Context, g *globals, args []string, env Env) error
 	if err := parseConfig(fs, args, func() error { return cfg.Validate() }); err != nil {
 		return err
 	}
-	client, restCfg, _, err := connect(g)
+	client, dyn, err := connectDynamic(g)
 	if err != nil {
 		return err
-	}
-	dyn, err := dynamic.NewForConfig(restCfg)
-	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
 	}
 	u := uninstall.Uninstaller{Client: client, Dynamic: dyn, Renderer: install.Renderer{Manifests: deploy.Manifests}, Progress: env.Stderr}
 	return u.Run(ctx, cfg, env.Stdout)

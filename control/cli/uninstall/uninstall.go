@@ -15,7 +15,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
@@ -133,7 +132,7 @@ func (u Uninstaller) remaining(ctx context.Context, cfg install.Config) ([]insta
 	refs = slices.Insert(refs, agent+1, cleanup)
 	var exist []install.Ref
 	for _, r := range refs {
-		res, err := resource(r)
+		res, err := r.Resource()
 		if err != nil {
 			return nil, err
 		}
@@ -150,7 +149,7 @@ func (u Uninstaller) remaining(ctx context.Context, cfg install.Config) ([]insta
 }
 
 func (u Uninstaller) delete(ctx context.Context, r install.Ref) error {
-	res, err := resource(r)
+	res, err := r.Resource()
 	if err != nil {
 		return err
 	}
@@ -160,41 +159,6 @@ func (u Uninstaller) delete(ctx context.Context, r install.Ref) error {
 		return fmt.Errorf("deleting %s: %w", r, err)
 	}
 	return nil
-}
-
-// resources maps the kinds install renders to their API resources.
-var resources = map[string]string{
-	"Namespace":                      "namespaces",
-	"CustomResourceDefinition":       "customresourcedefinitions",
-	"Secret":                         "secrets",
-	"ConfigMap":                      "configmaps",
-	"ServiceAccount":                 "serviceaccounts",
-	"ClusterRole":                    "clusterroles",
-	"ClusterRoleBinding":             "clusterrolebindings",
-	"Role":                           "roles",
-	"RoleBinding":                    "rolebindings",
-	"Service":                        "services",
-	"Deployment":                     "deployments",
-	"PodDisruptionBudget":            "poddisruptionbudgets",
-	"DaemonSet":                      "daemonsets",
-	"MutatingWebhookConfiguration":   "mutatingwebhookconfigurations",
-	"ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
-	// The admission policies that fix pod annotations at admission and
-	// keep the node agent to its own taint.
-	"ValidatingAdmissionPolicy":        "validatingadmissionpolicies",
-	"ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
-}
-
-func resource(r install.Ref) (schema.GroupVersionResource, error) {
-	gv, err := schema.ParseGroupVersion(r.APIVersion)
-	if err != nil {
-		return schema.GroupVersionResource{}, fmt.Errorf("%s: %w", r, err)
-	}
-	name, ok := resources[r.Kind]
-	if !ok {
-		return schema.GroupVersionResource{}, fmt.Errorf("%s: uninstall does not know the resource of kind %s", r, r.Kind)
-	}
-	return gv.WithResource(name), nil
 }
 
 // printRefs writes each object as a YAML document holding just what

@@ -491,7 +491,7 @@ func TestEveryKindHasAResource(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range refs {
-		if _, err := resource(r); err != nil {
+		if _, err := r.Resource(); err != nil {
 			t.Error(err)
 		}
 	}
