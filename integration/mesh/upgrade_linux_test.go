@@ -82,12 +82,40 @@ func TestPlexusctlUpgradeUnderLoad(t *testing.T) {
 	c.Kubectl(t, "apply", "--server-side", "-f", file)
 	waitCheck(t, prevctl)
 
+	// What the previous version shipped and this one does not (a
+	// ClusterRole labelled as Plexus's) is pruned; what is not labelled,
+	// or not of a kind install renders, is kept.
+	applyYAML(t, c, `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: plexus-retired, labels: {app.kubernetes.io/part-of: plexus}}
+rules: []
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: plexus-users-own}
+rules: []
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: plexus-retired, namespace: plexus-system, labels: {app.kubernetes.io/part-of: plexus}}
+`)
+	t.Cleanup(func() { kubectl(t, c, "delete", "clusterrole", "plexus-users-own", "plexus-retired", "--ignore-not-found") })
 	upgradeUnderLoad(t, c, ctl, func() {
 		out, err := ctl("upgrade", "--version=dev", "--timeout=4m")
 		if err != nil {
 			t.Errorf("plexusctl upgrade: %v\n%s", err, out)
 		}
 		t.Logf("plexusctl upgrade:\n%s", out)
+	})
+	t.Run("prunes only what it shipped", func(t *testing.T) {
+		if out, err := kubectl(t, c, "get", "clusterrole", "plexus-retired"); err == nil || !strings.Contains(out, "NotFound") {
+			t.Errorf("the retired ClusterRole is still there: %v\n%s", err, out)
+		}
+		for _, o := range [][]string{{"clusterrole", "plexus-users-own"}, {"-n", controlNamespace, "configmap", "plexus-retired"}} {
+			if out, err := kubectl(t, c, append([]string{"get"}, o...)...); err != nil {
+				t.Errorf("upgrade deleted %v: %v\n%s", o, err, out)
+			}
+		}
 	})
 }
 
