@@ -9,6 +9,8 @@ GO ?= go
 include integration/cluster/versions.mk
 
 CLUSTER := integration/cluster
+# The version binaries report (plexusctl version): the tag of the images.
+VERSION ?= dev
 # Where the cached CoreDNS binary is: env.sh is the one place that says.
 COREDNS_BIN := $(shell bash -c 'source $(CLUSTER)/env.sh && echo $$COREDNS_BIN')
 PROMETHEUS_BIN := $(shell bash -c 'source $(CLUSTER)/env.sh && echo $$PROMETHEUS_BIN')
@@ -28,7 +30,7 @@ all: build
 ## build: static binaries of our commands and test tools in bin/
 build:
 	@mkdir -p bin
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/ ./integration/cmd/... $(COMMANDS:%=./%)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X github.com/plexus-mesh/plexus/control/version.Version=$(VERSION)' -o bin/ ./integration/cmd/... $(COMMANDS:%=./%)
 
 ## images: docker-archive tarballs in images/ for the local cluster
 images: build deps-coredns deps-prometheus

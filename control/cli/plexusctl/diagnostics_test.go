@@ -53,17 +53,17 @@ func TestDiagnostics(t *testing.T) {
 		stdout string
 		stderr string
 	}{
-		{"help lists diagnostics", []string{"-h"}, ExitOK, "", "diagnostics proxy-metrics po/NAME"},
-		{"no subcommand", []string{"diagnostics"}, ExitUsage, "", "usage: plexusctl diagnostics COMMAND"},
-		{"help", []string{"diagnostics", "-h"}, ExitOK, "", "not asked of destination"},
-		{"endpoints help", []string{"diagnostics", "endpoints", "-h"}, ExitOK, "", "plexusctl diagnostics endpoints: what destination tells a proxy for SVC.NS:PORT, computed from the EndpointSlices by destination's rules (not asked of destination)"},
-		{"unknown subcommand", []string{"diagnostics", "frob"}, ExitUsage, "", `unknown diagnostics command "frob": want one of endpoints, policy, proxy-metrics (plexusctl diagnostics -h)`},
+		{"help lists diagnostics", []string{"-h"}, ExitOK, "diagnostics proxy-metrics po/NAME", ""},
+		{"no subcommand", []string{"diagnostics"}, ExitUsage, "", "Usage:\n  plexusctl diagnostics [flags]\n  plexusctl diagnostics [command]"},
+		{"help", []string{"diagnostics", "-h"}, ExitOK, "not asked of destination", ""},
+		{"endpoints help", []string{"diagnostics", "endpoints", "-h"}, ExitOK, "what destination tells a proxy for SVC.NS:PORT, computed from the EndpointSlices by destination's rules (not asked of destination) [-o wide|json|yaml]\n\nUsage:\n  plexusctl diagnostics endpoints SVC.NS:PORT [flags]", ""},
+		{"unknown subcommand", []string{"diagnostics", "frob"}, ExitUsage, "", `plexusctl diagnostics: unknown diagnostics command "frob": want one of endpoints, policy, proxy-metrics (see plexusctl diagnostics --help)`},
 		{"metrics no object", []string{"diagnostics", "proxy-metrics"}, ExitUsage, "", "want diagnostics proxy-metrics (po|deploy)/NAME"},
 		{"metrics unknown kind", []string{"diagnostics", "proxy-metrics", "svc/web"}, ExitUsage, "", `unknown kind "svc": want po|pod or deploy|deployment`},
 		{"metrics no kubeconfig", []string{"diagnostics", "proxy-metrics", "po/web-1", "--kubeconfig", missing}, ExitFail, "", "listing pods in shop: "},
 		{"metrics pod", []string{"diagnostics", "proxy-metrics", "pod", "web-1", "--kubeconfig", kc}, ExitOK, "request_total 1\n", ""},
 		{"metrics po/", []string{"--kubeconfig", kc, "diagnostics", "proxy-metrics", "po/web-1", "-n", "shop"}, ExitOK, "request_total 1\n", ""},
-		{"metrics not meshed", []string{"diagnostics", "proxy-metrics", "po/bare", "--kubeconfig", kc}, ExitFail, "", "plexusctl diagnostics: pod shop/bare is not meshed: it has no plexus-proxy container\n"},
+		{"metrics not meshed", []string{"diagnostics", "proxy-metrics", "po/bare", "--kubeconfig", kc}, ExitFail, "", "plexusctl diagnostics proxy-metrics: pod shop/bare is not meshed: it has no plexus-proxy container\n"},
 		{"metrics not found", []string{"diagnostics", "proxy-metrics", "deploy/nope", "--kubeconfig", kc}, ExitFail, "", "deployment shop/nope not found"},
 		{"endpoints no argument", []string{"diagnostics", "endpoints"}, ExitUsage, "", "want diagnostics endpoints SVC.NS:PORT"},
 		{"endpoints malformed", []string{"diagnostics", "endpoints", "web:80"}, ExitUsage, "", `"web:80": want SVC.NS:PORT or SVC.NS.svc.cluster.local:PORT (e.g. web.shop:80)`},
@@ -71,7 +71,7 @@ func TestDiagnostics(t *testing.T) {
 		{"endpoints bad output", []string{"diagnostics", "endpoints", "web.shop:80", "-o", "xml"}, ExitUsage, "", `unknown output format "xml"`},
 		{"endpoints", []string{"diagnostics", "endpoints", "web.shop.svc.cluster.local:80", "--kubeconfig", kc}, ExitOK, "10.0.0.1:8080   yes         yes     no        no            web-1   spiffe://example.org/ns/shop/sa/web", ""},
 		{"endpoints --trust-domain", []string{"diagnostics", "endpoints", "web.shop:80", "--trust-domain", "td.test", "--kubeconfig", kc, "-o", "json"}, ExitOK, `"identity": "spiffe://td.test/ns/shop/sa/web"`, ""},
-		{"endpoints not found", []string{"diagnostics", "endpoints", "nope.shop:80", "--kubeconfig", kc}, ExitFail, "", "plexusctl diagnostics: service shop/nope not found\n"},
+		{"endpoints not found", []string{"diagnostics", "endpoints", "nope.shop:80", "--kubeconfig", kc}, ExitFail, "", "plexusctl diagnostics endpoints: service shop/nope not found\n"},
 		{"policy no object", []string{"diagnostics", "policy"}, ExitUsage, "", "want diagnostics policy po/NAME"},
 		{"policy workload", []string{"diagnostics", "policy", "deploy/web"}, ExitUsage, "", `unknown kind "deployment": want po|pod (plexusctl authz takes workloads)`},
 		{"policy bad port", []string{"diagnostics", "policy", "po/web-1", "--port", "70000"}, ExitUsage, "", "--port 70000: want 1-65535"},
@@ -83,7 +83,7 @@ func TestDiagnostics(t *testing.T) {
 			if code != tc.code || !strings.Contains(stdout, tc.stdout) || !strings.Contains(stderr, tc.stderr) {
 				t.Errorf("exit %d, stdout %q, stderr %q; want %d, %q and %q", code, stdout, stderr, tc.code, tc.stdout, tc.stderr)
 			}
-			if tc.code == ExitUsage && strings.Count(strings.TrimSpace(stderr), "\n") > 0 && !strings.Contains(stderr, "usage:") {
+			if tc.code == ExitUsage && strings.Count(strings.TrimSpace(stderr), "\n") > 0 && !strings.Contains(stderr, "Usage:") {
 				t.Errorf("a usage error of more than one line: %q", stderr)
 			}
 		})

@@ -1,10 +1,11 @@
 package plexusctl
 
 import (
-	"errors"
-	"flag"
+	"context"
 	"fmt"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -15,65 +16,41 @@ import (
 // kubectl's manners: flags before, between and after arguments, the
 // kubeconfig and its context's namespace, and the output formats.
 
-// globals are kubectl's connection and output flags, accepted before and
-// after the subcommand.
+// globals are kubectl's connection and output flags, persistent flags of
+// every command, accepted before and after the subcommand.
 type globals struct {
 	kubeconfig, context, namespace, output string
 }
 
-func (g *globals) register(fs *flag.FlagSet) {
+func (g *globals) register(fs *pflag.FlagSet) {
 	fs.StringVar(&g.kubeconfig, "kubeconfig", g.kubeconfig, "kubeconfig file (default $KUBECONFIG or ~/.kube/config)")
 	fs.StringVar(&g.context, "context", g.context, "kubeconfig context to use")
-	fs.StringVar(&g.namespace, "namespace", g.namespace, "namespace (default: the context's)")
-	fs.StringVar(&g.namespace, "n", g.namespace, "shorthand for --namespace")
-	fs.StringVar(&g.output, "output", g.output, "output format where output is a table: json|yaml|wide")
-	fs.StringVar(&g.output, "o", g.output, "shorthand for --output")
+	fs.StringVarP(&g.namespace, "namespace", "n", g.namespace, "namespace (default: the context's)")
+	fs.StringVarP(&g.output, "output", "o", g.output, "output format where output is a table: json|yaml|wide")
 }
 
-// parse parses a subcommand's flags, which may come before, between and
-// after its arguments (as kubectl allows); "--" ends the flags.
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, usageError{err: err, quiet: true}
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
+// runFunc runs a command with its positional arguments, its flags parsed.
+type runFunc func(ctx context.Context, args []string) error
+
+// leaf is a command that runs: flags registers its flags and returns what
+// runs it (closing over the flags' values).
+func leaf(use, short string, flags func(fs *pflag.FlagSet) runFunc) *cobra.Command {
+	cmd := &cobra.Command{Use: use, Short: short}
+	run := flags(cmd.Flags())
+	cmd.RunE = func(cmd *cobra.Command, args []string) error { return run(cmd.Context(), args) }
+	return cmd
 }
 
-// parseConfig parses a command that takes flags only, then validates the
-// Config the flags filled in; both kinds of error are usage errors.
-func parseConfig(fs *flag.FlagSet, args []string, validate func() error) error {
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected arguments %v", pos)
+// noArgs checks a command that takes flags only, then validates what the
+// flags filled in; both kinds of error are usage errors.
+func noArgs(args []string, validate func() error) error {
+	if len(args) > 0 {
+		return usagef("unexpected arguments %v", args)
 	}
 	if err := validate(); err != nil {
 		return usageError{err: err}
 	}
 	return nil
-}
-
-func newFlagSet(name string, g *globals, env Env) *flag.FlagSet {
-	fs := flag.NewFlagSet("plexusctl "+name, flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
-	g.register(fs)
-	return fs
 }
 
 // connect builds the client from the kubeconfig, like kubectl, and

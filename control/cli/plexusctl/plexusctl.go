@@ -1,22 +1,24 @@
-// Package plexusctl is the plexusctl command line: kubectl-like global
-// flags, the subcommands install, uninstall, check, inject, uninject,
-// stat, routes, profile, authz, viz (viz*.go) and diagnostics, and exit codes 0
-// (success), 1 (failure) and 2 (usage error).
+// Package plexusctl is the plexusctl command line, a cobra command tree:
+// kubectl's global flags (kubectl.go), the commands install, upgrade,
+// uninstall, check, inject, uninject, stat, routes, profile, authz, viz
+// (viz*.go), diagnostics, version and cobra's completion, and exit codes
+// 0 (success), 1 (failure) and 2 (usage error: one line naming the problem
+// and the --help to read).
 package plexusctl
 
 import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
-	"sort"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -62,70 +64,65 @@ func (u usageError) Unwrap() error { return u.err }
 
 func usagef(format string, a ...any) error { return usageError{err: fmt.Errorf(format, a...)} }
 
-// command is one subcommand.
-type command struct {
-	summary string
-	run     func(ctx context.Context, g *globals, args []string, env Env) error
-}
+// root is plexusctl's command tree, with g's flags persistent on every
+// command.
+func root(g *globals, env Env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "plexusctl",
+		Short: "plexusctl installs, upgrades, checks and observes Plexus",
+		Long: `plexusctl installs, upgrades, checks and observes Plexus, the service mesh.
 
-func commands() map[string]command {
-	return map[string]command{
-		"install":   {"print the manifests for kubectl apply -f -", runInstall},
-		"upgrade":   {"upgrade the cluster's Plexus to this version, keeping its settings, trust anchors and issuer; prune what it no longer ships", runUpgrade},
-		"uninstall": {"remove plexus-cni from every node, then print the rest for kubectl delete -f - (or --delete it)", runUninstall},
-		"check":     {"verify the installation in a cluster", runCheck},
-		"inject":    {"add plexus.dev/inject: enabled to manifests (files or - for stdin)", runOptin(optin.Inject)},
-		"uninject":  {"remove plexus.dev/inject from manifests (files or - for stdin)", runOptin(optin.Uninject)},
-		"stat":      {"traffic statistics: stat ns|deploy|pod [NAME]", runStat},
-		"routes":    {"per-route traffic a workload sends: routes deploy/NAME (or ns, pod; -o wide|json)", runRoutes},
-		"profile":   {"print a ServiceProfile to edit: profile --template SERVICE [-n NAMESPACE]", runProfile},
-		"authz":     {"inbound policy of each port of a workload: authz deploy/NAME (or sts, ds, pod) [--from sa/NAME [--from-ip ADDR]] [-o json]", runAuthz},
-		"viz":       {"the viz extension: install, tap, top, edges, routes, stat, dashboard (viz -h)", runViz},
+Resources are named as kubectl names them: deploy/web, deploy web,
+deployment/web, po/NAME; -n NAMESPACE, -A for every namespace, -l SELECTOR.
 
-		"diagnostics": {"proxy-metrics po/NAME, endpoints SVC.NS:PORT, policy po/NAME (diagnostics -h)", runDiagnostics},
+Exit codes: 0 success, 1 failure, 2 usage error (a bad flag, argument or
+resource; the message says what to run for help).`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// With no command: the help, as a usage error.
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cmd.SetOut(cmd.ErrOrStderr())
+			cmd.Help()
+			return usageError{err: errors.New("no command"), quiet: true}
+		},
 	}
+	g.register(cmd.PersistentFlags())
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err: err} })
+	cmd.AddCommand(
+		installCmd(g, env), upgradeCmd(g, env), uninstallCmd(g, env), checkCmd(g, env),
+		optinCmd(optin.Inject, env), optinCmd(optin.Uninject, env),
+		statCmd(g, env), routesCmd(g, env), profileCmd(g, env), authzCmd(g, env),
+		vizCmd(g, env), diagnosticsCmd(g, env), versionCmd(g, env),
+	)
+	return cmd
 }
 
 // Main runs plexusctl with args (without the program name) and returns the
 // exit code.
 func Main(ctx context.Context, args []string, env Env) int {
-	cmds := commands()
-	g := &globals{}
-	fs := flag.NewFlagSet("plexusctl", flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
-	g.register(fs)
-	fs.Usage = func() { usage(env.Stderr, fs, cmds) }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
-		}
-		return ExitUsage
+	cmd := root(&globals{}, env)
+	cmd.SetArgs(args)
+	cmd.SetIn(env.Stdin)
+	cmd.SetOut(env.Stdout)
+	cmd.SetErr(env.Stderr)
+	ran, err := cmd.ExecuteContextC(ctx)
+	name := "plexusctl"
+	if ran != nil {
+		name = ran.CommandPath()
 	}
-	rest := fs.Args()
-	if len(rest) == 0 || cmds[rest[0]].run == nil {
-		if len(rest) > 0 {
-			fmt.Fprintf(env.Stderr, "plexusctl: unknown command %q\n", rest[0])
-		}
-		fs.Usage()
-		return ExitUsage
-	}
-	name := rest[0]
-	err := cmds[name].run(ctx, g, rest[1:], env)
 	var ue usageError
 	switch {
 	case err == nil:
 		return ExitOK
-	case errors.Is(err, flag.ErrHelp):
-		return ExitOK
 	case errors.As(err, &ue) && ue.quiet:
 		return ExitUsage
-	case errors.As(err, &ue):
-		fmt.Fprintf(env.Stderr, "plexusctl %s: %v\n", name, err)
+	case errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command"):
+		fmt.Fprintf(env.Stderr, "%s: %v (see %s --help)\n", name, strings.ReplaceAll(err.Error(), "\n", " "), name)
 		return ExitUsage
 	case errors.Is(err, errReported):
 		return ExitFail
 	default:
-		fmt.Fprintf(env.Stderr, "plexusctl %s: %v\n", name, err)
+		fmt.Fprintf(env.Stderr, "%s: %v\n", name, err)
 		return ExitFail
 	}
 }
@@ -133,41 +130,29 @@ func Main(ctx context.Context, args []string, env Env) int {
 // errReported is a failure whose details are already printed.
 var errReported = errors.New("failure reported")
 
-func usage(w io.Writer, fs *flag.FlagSet, cmds map[string]command) {
-	fmt.Fprintln(w, "usage: plexusctl [global flags] COMMAND [flags] [args]")
-	fmt.Fprintln(w, "\ncommands:")
-	var names []string
-	for n := range cmds {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
-	}
-	fmt.Fprintln(w, "\nglobal flags:")
-	fs.PrintDefaults()
-}
-
-func runInstall(ctx context.Context, g *globals, args []string, env Env) error {
-	cfg := install.DefaultConfig()
-	fs := newFlagSet("install", g, env)
-	settingFlags(fs, &cfg)
-	fs.BoolVar(&cfg.CRDsOnly, "crds", false, "print only the CustomResourceDefinitions")
-	fs.StringVar(&cfg.TrustAnchorsFile, "identity-trust-anchors-file", "", "PEM trust anchors (with the two issuer files; default: generate new ones)")
-	fs.StringVar(&cfg.IssuerCertificateFile, "identity-issuer-certificate-file", "", "PEM issuer certificate, signed by a trust anchor")
-	fs.StringVar(&cfg.IssuerKeyFile, "identity-issuer-key-file", "", "PEM issuer private key")
-	if err := parseConfig(fs, args, func() error { return cfg.Validate() }); err != nil {
-		return err
-	}
-	if !cfg.SkipGatewayAPICRDs {
-		omit, err := planGatewayAPI(ctx, g, env)
-		if err != nil {
-			return err
+func installCmd(g *globals, env Env) *cobra.Command {
+	return leaf("install", "print the manifests for kubectl apply --server-side -f -", func(fs *pflag.FlagSet) runFunc {
+		cfg := install.DefaultConfig()
+		settingFlags(fs, &cfg)
+		fs.BoolVar(&cfg.CRDsOnly, "crds", false, "print only the CustomResourceDefinitions")
+		fs.StringVar(&cfg.TrustAnchorsFile, "identity-trust-anchors-file", "", "PEM trust anchors (with the two issuer files; default: generate new ones)")
+		fs.StringVar(&cfg.IssuerCertificateFile, "identity-issuer-certificate-file", "", "PEM issuer certificate, signed by a trust anchor")
+		fs.StringVar(&cfg.IssuerKeyFile, "identity-issuer-key-file", "", "PEM issuer private key")
+		return func(ctx context.Context, args []string) error {
+			if err := noArgs(args, cfg.Validate); err != nil {
+				return err
+			}
+			if !cfg.SkipGatewayAPICRDs {
+				omit, err := planGatewayAPI(ctx, g, env)
+				if err != nil {
+					return err
+				}
+				cfg.OmitGatewayAPICRDs = omit
+			}
+			r := install.Renderer{Manifests: deploy.Manifests, Generate: install.GenerateIdentity, Now: time.Now, ReadFile: os.ReadFile}
+			return r.Render(cfg, env.Stdout)
 		}
-		cfg.OmitGatewayAPICRDs = omit
-	}
-	r := install.Renderer{Manifests: deploy.Manifests, Generate: install.GenerateIdentity, Now: time.Now, ReadFile: os.ReadFile}
-	return r.Render(cfg, env.Stdout)
+	})
 }
 
 // connectDynamic is connect with a dynamic client too.
@@ -184,7 +169,7 @@ func connectDynamic(g *globals) (kubernetes.Interface, dynamic.Interface, error)
 }
 
 // settingFlags are the install settings that install and upgrade take.
-func settingFlags(fs *flag.FlagSet, cfg *install.Config) {
+func settingFlags(fs *pflag.FlagSet, cfg *install.Config) {
 	fs.StringVar(&cfg.TrustDomain, "trust-domain", cfg.TrustDomain, "SPIFFE trust domain of the mesh")
 	fs.StringVar(&cfg.ClusterDomain, "cluster-domain", cfg.ClusterDomain, "the cluster's DNS domain")
 	fs.StringVar(&cfg.CNIBinDir, "cni-bin-dir", cfg.CNIBinDir, "host directory of the CNI plugin binaries")
@@ -198,38 +183,48 @@ func settingFlags(fs *flag.FlagSet, cfg *install.Config) {
 	fs.BoolVar(&cfg.SkipGatewayAPICRDs, "skip-gateway-api-crds", false, "leave out the Gateway API CRDs (HTTPRoute, GRPCRoute) without asking the cluster which it has")
 }
 
-// runUpgrade: the settings of the running install, read back from the
-// cluster, with the flags given over them (the flags are parsed twice:
-// first for the connection, then over the installed settings).
-func runUpgrade(ctx context.Context, g *globals, args []string, env Env) error {
-	cfg := install.DefaultConfig()
-	timeout := upgrade.DefaultTimeout
-	flags := func(cfg *install.Config) *flag.FlagSet {
-		fs := newFlagSet("upgrade", g, env)
-		settingFlags(fs, cfg)
-		fs.DurationVar(&timeout, "timeout", timeout, "how long the control plane and the node agents may take to roll")
-		return fs
-	}
-	if err := parseConfig(flags(&cfg), args, func() error { return cfg.Validate() }); err != nil {
-		return err
-	}
-	client, dyn, err := connectDynamic(g)
-	if err != nil {
-		return err
-	}
-	u := upgrade.Upgrader{Client: client, Dynamic: dyn, Renderer: install.Renderer{Manifests: deploy.Manifests, Now: time.Now}, Progress: env.Stderr}
-	if cfg, err = u.Installed(ctx); err != nil {
-		return err
-	}
-	if err := parseConfig(flags(&cfg), args, func() error { return cfg.Validate() }); err != nil {
-		return err
-	}
-	if !cfg.SkipGatewayAPICRDs {
-		if cfg.OmitGatewayAPICRDs, err = planGatewayAPI(ctx, g, env); err != nil {
-			return err
+// upgradeCmd: the settings of the running install, read back from the
+// cluster, with the flags given set over them.
+func upgradeCmd(g *globals, env Env) *cobra.Command {
+	return leaf("upgrade", "upgrade the cluster's Plexus to this version, keeping its settings, trust anchors and issuer; prune what it no longer ships", func(fs *pflag.FlagSet) runFunc {
+		given := install.DefaultConfig()
+		settingFlags(fs, &given)
+		timeout := fs.Duration("timeout", upgrade.DefaultTimeout, "how long the control plane and the node agents may take to roll")
+		return func(ctx context.Context, args []string) error {
+			if err := noArgs(args, given.Validate); err != nil {
+				return err
+			}
+			client, dyn, err := connectDynamic(g)
+			if err != nil {
+				return err
+			}
+			u := upgrade.Upgrader{Client: client, Dynamic: dyn, Renderer: install.Renderer{Manifests: deploy.Manifests, Now: time.Now}, Progress: env.Stderr}
+			cfg, err := u.Installed(ctx)
+			if err != nil {
+				return err
+			}
+			over := pflag.NewFlagSet("installed", pflag.ContinueOnError)
+			settingFlags(over, &cfg)
+			var setErr error
+			fs.Visit(func(f *pflag.Flag) {
+				if over.Lookup(f.Name) != nil && setErr == nil {
+					setErr = over.Set(f.Name, f.Value.String())
+				}
+			})
+			if setErr != nil {
+				return usageError{err: setErr}
+			}
+			if err := cfg.Validate(); err != nil {
+				return usageError{err: err}
+			}
+			if !cfg.SkipGatewayAPICRDs {
+				if cfg.OmitGatewayAPICRDs, err = planGatewayAPI(ctx, g, env); err != nil {
+					return err
+				}
+			}
+			return u.Run(ctx, cfg, *timeout)
 		}
-	}
-	return u.Run(ctx, cfg, timeout)
+	})
 }
 
 // gatewayAPITimeout bounds the look at the cluster's Gateway API CRDs.
@@ -260,82 +255,88 @@ func planGatewayAPI(ctx context.Context, g *globals, env Env) ([]string, error) 
 	return plan.Omit, plan.Err
 }
 
-func runUninstall(ctx context.Context, g *globals, args []string, env Env) error {
-	cfg := uninstall.Config{Install: install.DefaultConfig()}
-	fs := newFlagSet("uninstall", g, env)
-	fs.StringVar(&cfg.Install.CNIBinDir, "cni-bin-dir", cfg.Install.CNIBinDir, "host directory of the CNI plugin binaries (used only when the node agent's DaemonSet is gone; otherwise its own)")
-	fs.StringVar(&cfg.Install.CNIConfDir, "cni-conf-dir", cfg.Install.CNIConfDir, "host directory of the CNI configuration (likewise)")
-	fs.StringVar(&cfg.Install.ImageRegistry, "image-registry", cfg.Install.ImageRegistry, "registry (and path) of the plexus-node image for the cleanup (likewise)")
-	fs.StringVar(&cfg.Install.Version, "version", cfg.Install.Version, "tag of the plexus-node image for the cleanup (likewise)")
-	fs.BoolVar(&cfg.Install.NodeImageMode, "node-image-mode", false, "the CNI plugin is baked into the node images: leave the nodes alone")
-	fs.DurationVar(&cfg.Timeout, "timeout", uninstall.DefaultTimeout, "how long the nodes may take to remove plexus-cni")
-	fs.BoolVar(&cfg.Delete, "delete", false, "delete the rest through the API instead of printing it")
-	if err := parseConfig(fs, args, func() error { return cfg.Validate() }); err != nil {
-		return err
-	}
-	client, dyn, err := connectDynamic(g)
-	if err != nil {
-		return err
-	}
-	u := uninstall.Uninstaller{Client: client, Dynamic: dyn, Renderer: install.Renderer{Manifests: deploy.Manifests}, Progress: env.Stderr}
-	return u.Run(ctx, cfg, env.Stdout)
+func uninstallCmd(g *globals, env Env) *cobra.Command {
+	return leaf("uninstall", "remove plexus-cni from every node, then print the rest for kubectl delete -f - (or --delete it)", func(fs *pflag.FlagSet) runFunc {
+		cfg := uninstall.Config{Install: install.DefaultConfig()}
+		fs.StringVar(&cfg.Install.CNIBinDir, "cni-bin-dir", cfg.Install.CNIBinDir, "host directory of the CNI plugin binaries (used only when the node agent's DaemonSet is gone; otherwise its own)")
+		fs.StringVar(&cfg.Install.CNIConfDir, "cni-conf-dir", cfg.Install.CNIConfDir, "host directory of the CNI configuration (likewise)")
+		fs.StringVar(&cfg.Install.ImageRegistry, "image-registry", cfg.Install.ImageRegistry, "registry (and path) of the plexus-node image for the cleanup (likewise)")
+		fs.StringVar(&cfg.Install.Version, "version", cfg.Install.Version, "tag of the plexus-node image for the cleanup (likewise)")
+		fs.BoolVar(&cfg.Install.NodeImageMode, "node-image-mode", false, "the CNI plugin is baked into the node images: leave the nodes alone")
+		fs.DurationVar(&cfg.Timeout, "timeout", uninstall.DefaultTimeout, "how long the nodes may take to remove plexus-cni")
+		fs.BoolVar(&cfg.Delete, "delete", false, "delete the rest through the API instead of printing it")
+		return func(ctx context.Context, args []string) error {
+			if err := noArgs(args, cfg.Validate); err != nil {
+				return err
+			}
+			client, dyn, err := connectDynamic(g)
+			if err != nil {
+				return err
+			}
+			u := uninstall.Uninstaller{Client: client, Dynamic: dyn, Renderer: install.Renderer{Manifests: deploy.Manifests}, Progress: env.Stderr}
+			return u.Run(ctx, cfg, env.Stdout)
+		}
+	})
 }
 
-func runCheck(ctx context.Context, g *globals, args []string, env Env) error {
-	var cfg check.Config
-	fs := newFlagSet("check", g, env)
-	fs.BoolVar(&cfg.NodeImageMode, "node-image-mode", false, "the CNI plugin is baked into the node images: skip the DaemonSet check")
-	timeout := fs.Duration("timeout", 30*time.Second, "give up on the API server after this long")
-	if err := parseConfig(fs, args, func() error { return cfg.Validate() }); err != nil {
-		return err
-	}
-	clients, restCfg, _, err := connectPolicy(g)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	c := check.Checker{Client: clients.Kube, Policy: clients, Now: time.Now, ServerTime: check.APIServerTime(restCfg)}
-	if !check.Print(env.Stdout, c.Run(ctx, cfg), env.Colour) {
-		return errReported
-	}
-	return nil
+func checkCmd(g *globals, env Env) *cobra.Command {
+	return leaf("check", "verify the installation in a cluster", func(fs *pflag.FlagSet) runFunc {
+		var cfg check.Config
+		fs.BoolVar(&cfg.NodeImageMode, "node-image-mode", false, "the CNI plugin is baked into the node images: skip the DaemonSet check")
+		timeout := fs.Duration("timeout", 30*time.Second, "give up on the API server after this long")
+		return func(ctx context.Context, args []string) error {
+			if err := noArgs(args, cfg.Validate); err != nil {
+				return err
+			}
+			clients, restCfg, _, err := connectPolicy(g)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(ctx, *timeout)
+			defer cancel()
+			c := check.Checker{Client: clients.Kube, Policy: clients, Now: time.Now, ServerTime: check.APIServerTime(restCfg)}
+			if !check.Print(env.Stdout, c.Run(ctx, cfg), env.Colour) {
+				return errReported
+			}
+			return nil
+		}
+	})
 }
 
-func runOptin(mode optin.Mode) func(context.Context, *globals, []string, Env) error {
-	return func(_ context.Context, g *globals, args []string, env Env) error {
-		name := map[optin.Mode]string{optin.Inject: "inject", optin.Uninject: "uninject"}[mode]
-		fs := newFlagSet(name, g, env)
-		files, err := parse(fs, args)
-		if err != nil {
+func optinCmd(mode optin.Mode, env Env) *cobra.Command {
+	use, short := "inject [FILE|-]...", "add plexus.dev/inject: enabled to manifests (files, or - for stdin)"
+	if mode == optin.Uninject {
+		use, short = "uninject [FILE|-]...", "remove plexus.dev/inject from manifests (files, or - for stdin)"
+	}
+	return leaf(use, short, func(*pflag.FlagSet) runFunc {
+		return func(_ context.Context, files []string) error {
+			if len(files) == 0 {
+				files = []string{"-"}
+			}
+			var out strings.Builder
+			for i, f := range files {
+				in := env.Stdin
+				if f != "-" {
+					fh, err := os.Open(f)
+					if err != nil {
+						return fmt.Errorf("reading manifests: %w", err)
+					}
+					defer fh.Close()
+					in = fh
+				}
+				var one strings.Builder
+				if err := optin.Rewrite(in, &one, mode); err != nil {
+					return fmt.Errorf("%s: %w", displayName(f), err)
+				}
+				if i > 0 && out.Len() > 0 && one.Len() > 0 {
+					out.WriteString("---\n")
+				}
+				out.WriteString(one.String())
+			}
+			_, err := io.WriteString(env.Stdout, out.String())
 			return err
 		}
-		if len(files) == 0 {
-			files = []string{"-"}
-		}
-		var out strings.Builder
-		for i, f := range files {
-			in := env.Stdin
-			if f != "-" {
-				fh, err := os.Open(f)
-				if err != nil {
-					return fmt.Errorf("reading manifests: %w", err)
-				}
-				defer fh.Close()
-				in = fh
-			}
-			var one strings.Builder
-			if err := optin.Rewrite(in, &one, mode); err != nil {
-				return fmt.Errorf("%s: %w", displayName(f), err)
-			}
-			if i > 0 && out.Len() > 0 && one.Len() > 0 {
-				out.WriteString("---\n")
-			}
-			out.WriteString(one.String())
-		}
-		_, err = io.WriteString(env.Stdout, out.String())
-		return err
-	}
+	})
 }
 
 func displayName(f string) string {
@@ -345,88 +346,79 @@ func displayName(f string) string {
 	return f
 }
 
-func runStat(ctx context.Context, g *globals, args []string, env Env) error {
-	fs := newFlagSet("stat", g, env)
-	window := fs.Duration("window", 5*time.Second, "time between the two scrapes of each proxy")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) < 1 || len(pos) > 2 {
-		return usagef("want stat (ns|namespace|deploy|deployment|pod) [NAME]")
-	}
-	res, err := stat.ParseResource(pos[0])
-	if err != nil {
-		return usageError{err: err}
-	}
-	if err := tableOutput(g); err != nil {
-		return err
-	}
-	cfg := stat.Config{Resource: res, Window: *window}
-	if len(pos) == 2 {
-		cfg.Name = pos[1]
-	}
-	client, _, ns, err := connect(g)
-	if err != nil {
-		return err
-	}
-	cfg.Namespace = ns
-	if err := cfg.Validate(); err != nil {
-		return usageError{err: err}
-	}
-	s := stat.Stat{Client: client, Scrape: stat.ProxyScraper(client), Sleep: stat.Sleep, Now: time.Now}
-	rows, err := s.Run(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	return stat.Render(env.Stdout, rows, g.output)
+func statCmd(g *globals, env Env) *cobra.Command {
+	return leaf("stat (ns|deploy|pod)[/NAME] [NAME]", "traffic statistics: stat deploy (every one), stat deploy/web or deploy web", func(fs *pflag.FlagSet) runFunc {
+		window := fs.Duration("window", 5*time.Second, "time between the two scrapes of each proxy")
+		return func(ctx context.Context, pos []string) error {
+			res, name, err := stat.ParseKindAndName(pos)
+			if err != nil {
+				return usagef("%v: want stat (ns|deploy|pod) [NAME], or KIND/NAME", err)
+			}
+			if err := tableOutput(g); err != nil {
+				return err
+			}
+			cfg := stat.Config{Resource: res, Name: name, Window: *window}
+			client, _, ns, err := connect(g)
+			if err != nil {
+				return err
+			}
+			cfg.Namespace = ns
+			if err := cfg.Validate(); err != nil {
+				return usageError{err: err}
+			}
+			s := stat.Stat{Client: client, Scrape: stat.ProxyScraper(client), Sleep: stat.Sleep, Now: time.Now}
+			rows, err := s.Run(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			return stat.Render(env.Stdout, rows, g.output)
+		}
+	})
 }
 
-func runRoutes(ctx context.Context, g *globals, args []string, env Env) error {
-	fs := newFlagSet("routes", g, env)
-	window := fs.Duration("window", 5*time.Second, "time between the two scrapes of each proxy")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	res, name, err := stat.ParseTarget(pos)
-	if err != nil {
-		return usagef("%v: want routes (ns|deploy|pod)/NAME or (ns|deploy|pod) NAME", err)
-	}
-	if err := tableOutput(g); err != nil {
-		return err
-	}
-	client, _, ns, err := connect(g)
-	if err != nil {
-		return err
-	}
-	cfg := stat.Config{Resource: res, Name: name, Namespace: ns, Window: *window}
-	if err := cfg.Validate(); err != nil {
-		return usageError{err: err}
-	}
-	r := routes.Routes{Stat: stat.Stat{Client: client, Scrape: stat.ProxyScraper(client), Sleep: stat.Sleep, Now: time.Now}}
-	out, err := r.Run(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	for _, e := range out.Errors {
-		fmt.Fprintf(env.Stderr, "plexusctl routes: left out, not scraped: %s\n", e)
-	}
-	return routes.Render(env.Stdout, out.Rows, g.output)
+func routesCmd(g *globals, env Env) *cobra.Command {
+	return leaf("routes (ns|deploy|pod)/NAME", "per-route traffic a workload sends: routes deploy/NAME (or ns, pod; -o wide|json)", func(fs *pflag.FlagSet) runFunc {
+		window := fs.Duration("window", 5*time.Second, "time between the two scrapes of each proxy")
+		return func(ctx context.Context, pos []string) error {
+			res, name, err := stat.ParseTarget(pos)
+			if err != nil {
+				return usagef("%v: want routes (ns|deploy|pod)/NAME or (ns|deploy|pod) NAME", err)
+			}
+			if err := tableOutput(g); err != nil {
+				return err
+			}
+			client, _, ns, err := connect(g)
+			if err != nil {
+				return err
+			}
+			cfg := stat.Config{Resource: res, Name: name, Namespace: ns, Window: *window}
+			if err := cfg.Validate(); err != nil {
+				return usageError{err: err}
+			}
+			r := routes.Routes{Stat: stat.Stat{Client: client, Scrape: stat.ProxyScraper(client), Sleep: stat.Sleep, Now: time.Now}}
+			out, err := r.Run(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			for _, e := range out.Errors {
+				fmt.Fprintf(env.Stderr, "plexusctl routes: left out, not scraped: %s\n", e)
+			}
+			return routes.Render(env.Stdout, out.Rows, g.output)
+		}
+	})
 }
 
-func runProfile(_ context.Context, g *globals, args []string, env Env) error {
-	fs := newFlagSet("profile", g, env)
-	tmpl := fs.Bool("template", false, "print a ready-to-edit ServiceProfile for the Service SERVICE")
-	clusterDomain := fs.String("cluster-domain", install.DefaultClusterDomain, "the cluster's DNS domain")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if !*tmpl || len(pos) != 1 {
-		return usagef("want profile --template SERVICE [-n NAMESPACE]")
-	}
-	return profile.Template(env.Stdout, profile.Params{Service: pos[0], Namespace: namespace(g), ClusterDomain: *clusterDomain})
+func profileCmd(g *globals, env Env) *cobra.Command {
+	return leaf("profile --template SERVICE", "print a ServiceProfile to edit: profile --template SERVICE [-n NAMESPACE]", func(fs *pflag.FlagSet) runFunc {
+		tmpl := fs.Bool("template", false, "print a ready-to-edit ServiceProfile for the Service SERVICE")
+		clusterDomain := fs.String("cluster-domain", install.DefaultClusterDomain, "the cluster's DNS domain")
+		return func(_ context.Context, pos []string) error {
+			if !*tmpl || len(pos) != 1 {
+				return usagef("want profile --template SERVICE [-n NAMESPACE]")
+			}
+			return profile.Template(env.Stdout, profile.Params{Service: pos[0], Namespace: namespace(g), ClusterDomain: *clusterDomain})
+		}
+	})
 }
 
 // connectPolicy is connect with the clients inbound policies are read
@@ -447,57 +439,56 @@ func connectPolicy(g *globals) (inboundpolicy.Clients, *rest.Config, string, err
 	return inboundpolicy.Clients{Kube: client, Dynamic: dyn, Gateway: gw}, restCfg, ns, nil
 }
 
-func runAuthz(ctx context.Context, g *globals, args []string, env Env) error {
-	fs := newFlagSet("authz", g, env)
-	from := fs.String("from", "", "evaluate this client on every port: sa/NAME (service account in --from-namespace), a spiffe:// ID, or unauthenticated")
-	fromNS := fs.String("from-namespace", "", "namespace of --from sa/NAME (default: the workload's)")
-	fromIP := fs.String("from-ip", "", "the client's address (default: unknown; each authorization's networks are shown as a condition)")
-	port := fs.Uint("port", 0, "show only this port, declared by the pod or not (default: every TCP port its containers declare)")
-	timeout := fs.Duration("timeout", 30*time.Second, "give up on the API server after this long")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	kind, name, err := authz.ParseTarget(pos)
-	if err != nil {
-		return usagef("%v: want authz (deploy|sts|ds|pod)/NAME or KIND NAME", err)
-	}
-	if err := tableOutput(g); err != nil {
-		return err
-	}
-	if *port > 65535 {
-		return usagef("--port %d: want 1-65535", *port)
-	}
-	cfg := authz.Config{Kind: kind, Name: name, Port: uint16(*port), ControlPlaneNamespace: check.Namespace}
-	if *from != "" {
-		if cfg.From, err = authz.ParseFrom(*from, cmp.Or(*fromNS, namespace(g))); err != nil {
-			return usageError{err: err}
+func authzCmd(g *globals, env Env) *cobra.Command {
+	return leaf("authz (deploy|sts|ds|pod)/NAME", "inbound policy of each port of a workload: authz deploy/NAME [--from sa/NAME [--from-ip ADDR]] [-o json]", func(fs *pflag.FlagSet) runFunc {
+		from := fs.String("from", "", "evaluate this client on every port: sa/NAME (service account in --from-namespace), a spiffe:// ID, or unauthenticated")
+		fromNS := fs.String("from-namespace", "", "namespace of --from sa/NAME (default: the workload's)")
+		fromIP := fs.String("from-ip", "", "the client's address (default: unknown; each authorization's networks are shown as a condition)")
+		port := fs.Uint("port", 0, "show only this port, declared by the pod or not (default: every TCP port its containers declare)")
+		timeout := fs.Duration("timeout", 30*time.Second, "give up on the API server after this long")
+		return func(ctx context.Context, pos []string) error {
+			kind, name, err := authz.ParseTarget(pos)
+			if err != nil {
+				return usagef("%v: want authz (deploy|sts|ds|pod)/NAME or KIND NAME", err)
+			}
+			if err := tableOutput(g); err != nil {
+				return err
+			}
+			if *port > 65535 {
+				return usagef("--port %d: want 1-65535", *port)
+			}
+			cfg := authz.Config{Kind: kind, Name: name, Port: uint16(*port), ControlPlaneNamespace: check.Namespace}
+			if *from != "" {
+				if cfg.From, err = authz.ParseFrom(*from, cmp.Or(*fromNS, namespace(g))); err != nil {
+					return usageError{err: err}
+				}
+			} else if *fromNS != "" {
+				return usagef("--from-namespace needs --from")
+			}
+			if *fromIP != "" {
+				if *from == "" {
+					return usagef("--from-ip needs --from")
+				}
+				if cfg.FromAddr, err = netip.ParseAddr(*fromIP); err != nil {
+					return usagef("--from-ip: %v", err)
+				}
+				cfg.FromAddr = cfg.FromAddr.Unmap()
+			}
+			clients, _, ns, err := connectPolicy(g)
+			if err != nil {
+				return err
+			}
+			cfg.Namespace = ns
+			if err := cfg.Validate(); err != nil {
+				return usageError{err: err}
+			}
+			ctx, cancel := context.WithTimeout(ctx, *timeout)
+			defer cancel()
+			report, err := authz.Authz{Clients: clients}.Run(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			return authz.Render(env.Stdout, report, g.output)
 		}
-	} else if *fromNS != "" {
-		return usagef("--from-namespace needs --from")
-	}
-	if *fromIP != "" {
-		if *from == "" {
-			return usagef("--from-ip needs --from")
-		}
-		if cfg.FromAddr, err = netip.ParseAddr(*fromIP); err != nil {
-			return usagef("--from-ip: %v", err)
-		}
-		cfg.FromAddr = cfg.FromAddr.Unmap()
-	}
-	clients, _, ns, err := connectPolicy(g)
-	if err != nil {
-		return err
-	}
-	cfg.Namespace = ns
-	if err := cfg.Validate(); err != nil {
-		return usageError{err: err}
-	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	report, err := authz.Authz{Clients: clients}.Run(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	return authz.Render(env.Stdout, report, g.output)
+	})
 }

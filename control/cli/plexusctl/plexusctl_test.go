@@ -3,10 +3,8 @@ package plexusctl
 import (
 	"bytes"
 	"context"
-	"flag"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 )
@@ -28,28 +26,31 @@ func TestExitCodes(t *testing.T) {
 		code   int
 		stderr string
 	}{
-		{"no command", nil, ExitUsage, "usage: plexusctl"},
-		{"unknown command", []string{"frobnicate"}, ExitUsage, `unknown command "frobnicate"`},
-		{"help", []string{"-h"}, ExitOK, "usage: plexusctl"},
+		{"no command", nil, ExitUsage, "Usage:\n  plexusctl [flags]\n  plexusctl [command]"},
+		{"unknown command", []string{"frobnicate"}, ExitUsage, `plexusctl: unknown command "frobnicate" for "plexusctl" (see plexusctl --help)`},
+		{"help", []string{"-h"}, ExitOK, "Usage:\n  plexusctl [flags]"},
+		{"help on a command", []string{"stat", "--help"}, ExitOK, "Usage:\n  plexusctl stat (ns|deploy|pod)[/NAME] [NAME] [flags]"},
 		{"install --crds", []string{"install", "--crds", "--skip-gateway-api-crds"}, ExitOK, ""},
 		{"install without a cluster", []string{"install", "--crds", "--kubeconfig=" + missingKubeconfig}, ExitOK, "could not read the installed Gateway API CRDs (kubeconfig: "},
-		{"install unknown flag", []string{"install", "--bogus"}, ExitUsage, "flag provided but not defined: -bogus"},
+		{"install unknown flag", []string{"install", "--bogus"}, ExitUsage, "plexusctl install: unknown flag: --bogus (see plexusctl install --help)"},
 		{"install bad trust domain", []string{"install", "--trust-domain=Not_A_Domain"}, ExitUsage, "trust domain"},
 		{"install stray argument", []string{"install", "extra"}, ExitUsage, "unexpected arguments [extra]"},
 		{"stat unknown resource", []string{"stat", "svc"}, ExitUsage, `unknown resource "svc"`},
+		{"stat no resource", []string{"stat"}, ExitUsage, "want stat (ns|deploy|pod) [NAME], or KIND/NAME"},
+		{"stat bad flag", []string{"stat", "deploy", "--windw=2s"}, ExitUsage, "plexusctl stat: unknown flag: --windw (see plexusctl stat --help)"},
 		{"stat bad output", []string{"stat", "pod", "-o", "xml"}, ExitUsage, `unknown output format "xml"`},
 		{"stat no kubeconfig", []string{"--kubeconfig", missingKubeconfig, "stat", "pod"}, ExitFail, "kubeconfig"},
 		{"check no kubeconfig", []string{"check", "--kubeconfig=" + missingKubeconfig}, ExitFail, "kubeconfig"},
 		{"uninstall negative timeout", []string{"uninstall", "--timeout=-1s"}, ExitUsage, "timeout -1s is negative"},
 		{"uninstall bad dir", []string{"uninstall", "--cni-bin-dir=bin"}, ExitUsage, "CNI bin dir"},
 		{"uninstall no kubeconfig", []string{"uninstall", "--kubeconfig=" + missingKubeconfig}, ExitFail, "kubeconfig"},
-		{"help lists uninstall", []string{"-h"}, ExitOK, "uninstall  remove plexus-cni from every node"},
-		{"help lists routes", []string{"-h"}, ExitOK, "routes     per-route traffic"},
+		{"help lists uninstall", []string{"-h"}, ExitOK, "uninstall   remove plexus-cni from every node"},
+		{"help lists routes", []string{"-h"}, ExitOK, "routes      per-route traffic"},
 		{"routes no object", []string{"routes", "deploy"}, ExitUsage, "want routes (ns|deploy|pod)/NAME"},
 		{"routes service", []string{"routes", "svc/web"}, ExitUsage, `unknown resource "svc"`},
 		{"routes bad output", []string{"routes", "deploy/web", "-o", "xml"}, ExitUsage, `unknown output format "xml"`},
 		{"routes no kubeconfig", []string{"routes", "deploy", "web", "--kubeconfig", missingKubeconfig}, ExitFail, "kubeconfig"},
-		{"help lists authz", []string{"-h"}, ExitOK, "authz      inbound policy of each port of a workload"},
+		{"help lists authz", []string{"-h"}, ExitOK, "authz       inbound policy of each port of a workload"},
 		{"authz no object", []string{"authz", "deploy"}, ExitUsage, "want authz (deploy|sts|ds|pod)/NAME"},
 		{"authz service", []string{"authz", "svc/web"}, ExitUsage, `unknown kind "svc"`},
 		{"authz bad --from", []string{"authz", "deploy/web", "--from", "user/x"}, ExitUsage, `--from "user/x": want sa/NAME`},
@@ -63,9 +64,12 @@ func TestExitCodes(t *testing.T) {
 		{"profile bad service name", []string{"profile", "--template", "Web", "-n", "shop"}, ExitFail, "metadata.name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, _, stderr := runMain(t, "", tc.args...)
-			if code != tc.code || !strings.Contains(stderr, tc.stderr) {
+			code, stdout, stderr := runMain(t, "", tc.args...)
+			if code != tc.code || !strings.Contains(stdout+stderr, tc.stderr) {
 				t.Errorf("exit %d, stderr %q; want %d and %q", code, stderr, tc.code, tc.stderr)
+			}
+			if code == ExitUsage && strings.Count(strings.TrimSpace(stderr), "\n") > 0 && !strings.Contains(stderr, "Usage:") {
+				t.Errorf("a usage error of more than one line: %q", stderr)
 			}
 		})
 	}
@@ -96,20 +100,6 @@ func TestInjectFilesAndStdin(t *testing.T) {
 	code, out, stderr = runMain(t, "", "inject", a, bad)
 	if code != ExitFail || out != "" || !strings.Contains(stderr, bad+": document 2") {
 		t.Errorf("garbage: exit %d, stdout %q, stderr %q; want 1, nothing, an error naming the file and document 2", code, out, stderr)
-	}
-}
-
-func TestParseIntersperses(t *testing.T) {
-	g := &globals{}
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	g.register(fs)
-	window := fs.Duration("window", 0, "")
-	pos, err := parse(fs, []string{"deploy", "-n", "shop", "web", "--window=2s", "-o", "json", "--", "-x"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(pos, []string{"deploy", "web", "-x"}) || g.namespace != "shop" || g.output != "json" || window.String() != "2s" {
-		t.Errorf("pos %v, namespace %q, output %q, window %s", pos, g.namespace, g.output, window)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/plexus-mesh/plexus/control/cli/routes"
@@ -44,146 +46,137 @@ func connectPrometheus(ctx context.Context, g *globals, window time.Duration, wi
 	return kube, prom, ns, err
 }
 
-func runVizEdges(ctx context.Context, g *globals, args []string, env Env) error {
-	fs := newFlagSet("viz edges", g, env)
-	var sel selection
-	fs.BoolVar(&sel.all, "all-namespaces", false, "every namespace")
-	fs.BoolVar(&sel.all, "A", false, "shorthand for --all-namespaces")
-	window := fs.Duration("window", vizquery.DefaultWindow, "how far back traffic counts (at least two scrape intervals, 20s)")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	var kind viz.Kind
-	switch len(pos) {
-	case 0:
-	case 1:
-		if kind, err = viz.ParseKind(pos[0]); err != nil {
-			return usagef("%v: want viz edges [KIND] [-n NAMESPACE | -A]", err)
+func vizEdgesCmd(g *globals, env Env) *cobra.Command {
+	return leaf("edges [KIND]", "who talks to whom, secured or not: edges [deploy|sts|ds|...] [-n NAMESPACE | -A] [-o wide|json]", func(fs *pflag.FlagSet) runFunc {
+		var sel selection
+		fs.BoolVarP(&sel.all, "all-namespaces", "A", false, "every namespace")
+		window := fs.Duration("window", vizquery.DefaultWindow, "how far back traffic counts (at least two scrape intervals, 20s)")
+		return func(ctx context.Context, pos []string) error {
+			var kind viz.Kind
+			var err error
+			switch len(pos) {
+			case 0:
+			case 1:
+				if kind, err = viz.ParseKind(pos[0]); err != nil {
+					return usagef("%v: want viz edges [KIND] [-n NAMESPACE | -A]", err)
+				}
+				if kind == viz.Pods || kind == viz.Namespaces || kind == viz.Services {
+					return usagef("edges are between workloads (deploy, sts, ds, ...): a client is known by its mesh identity, which names its service account, not its pod")
+				}
+			default:
+				return usagef("want viz edges [KIND] [-n NAMESPACE | -A], got %q", strings.Join(pos, " "))
+			}
+			if err := tableOutput(g); err != nil {
+				return err
+			}
+			kube, prom, ns, err := connectPrometheus(ctx, g, *window, "")
+			if err != nil {
+				return err
+			}
+			nss := []string{ns}
+			if sel.all {
+				objs, err := viz.Select(ctx, kube, viz.Namespaces, "", "")
+				if err != nil {
+					return err
+				}
+				nss = nss[:0]
+				for _, o := range objs {
+					nss = append(nss, o.Name)
+				}
+			}
+			var lists [][]vizquery.Edge
+			for _, n := range nss {
+				es, err := prom.Edges(ctx, kube, n, *window)
+				if err != nil {
+					return err
+				}
+				lists = append(lists, es)
+			}
+			return edges.Render(env.Stdout, edges.Filter(edges.Merge(lists...), kind), g.output, kind == "")
 		}
-		if kind == viz.Pods || kind == viz.Namespaces || kind == viz.Services {
-			return usagef("edges are between workloads (deploy, sts, ds, ...): a client is known by its mesh identity, which names its service account, not its pod")
-		}
-	default:
-		return usagef("want viz edges [KIND] [-n NAMESPACE | -A], got %q", strings.Join(pos, " "))
-	}
-	if err := tableOutput(g); err != nil {
-		return err
-	}
-	kube, prom, ns, err := connectPrometheus(ctx, g, *window, "")
-	if err != nil {
-		return err
-	}
-	nss := []string{ns}
-	if sel.all {
-		objs, err := viz.Select(ctx, kube, viz.Namespaces, "", "")
-		if err != nil {
-			return err
-		}
-		nss = nss[:0]
-		for _, o := range objs {
-			nss = append(nss, o.Name)
-		}
-	}
-	var lists [][]vizquery.Edge
-	for _, n := range nss {
-		es, err := prom.Edges(ctx, kube, n, *window)
-		if err != nil {
-			return err
-		}
-		lists = append(lists, es)
-	}
-	return edges.Render(env.Stdout, edges.Filter(edges.Merge(lists...), kind), g.output, kind == "")
+	})
 }
 
-func runVizRoutes(ctx context.Context, g *globals, args []string, env Env) error {
-	fs := newFlagSet("viz routes", g, env)
-	window := fs.Duration("window", vizquery.DefaultWindow, "the window rates are computed over (at least 20s)")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	t, err := viz.ParseTarget(pos, true)
-	if err != nil {
-		return usagef("%v: want viz routes KIND/NAME (deploy/web, ns/shop, po/web-1, ...)", err)
-	}
-	if t.Kind == viz.Services {
-		return usagef("routes are counted by the clients' proxies: name the client (deploy/web), not the service")
-	}
-	if err := tableOutput(g); err != nil {
-		return err
-	}
-	_, prom, ns, err := connectPrometheus(ctx, g, *window, "; plexusctl routes measures without it")
-	if err != nil {
-		return err
-	}
-	rows, err := promstat.Routes(ctx, prom, promstat.RouteFilter(t, ns), *window)
-	if err != nil {
-		return err
-	}
-	return routes.Render(env.Stdout, rows, g.output)
+func vizRoutesCmd(g *globals, env Env) *cobra.Command {
+	return leaf("routes KIND/NAME", "per-route traffic from Prometheus: routes deploy/web (or ns, pod, sts, ...)", func(fs *pflag.FlagSet) runFunc {
+		window := fs.Duration("window", vizquery.DefaultWindow, "the window rates are computed over (at least 20s)")
+		return func(ctx context.Context, pos []string) error {
+			t, err := viz.ParseTarget(pos, true)
+			if err != nil {
+				return usagef("%v: want viz routes KIND/NAME (deploy/web, ns/shop, po/web-1, ...)", err)
+			}
+			if t.Kind == viz.Services {
+				return usagef("routes are counted by the clients' proxies: name the client (deploy/web), not the service")
+			}
+			if err := tableOutput(g); err != nil {
+				return err
+			}
+			_, prom, ns, err := connectPrometheus(ctx, g, *window, "; plexusctl routes measures without it")
+			if err != nil {
+				return err
+			}
+			rows, err := promstat.Routes(ctx, prom, promstat.RouteFilter(t, ns), *window)
+			if err != nil {
+				return err
+			}
+			return routes.Render(env.Stdout, rows, g.output)
+		}
+	})
 }
 
-func runVizStat(ctx context.Context, g *globals, args []string, env Env) error {
-	fs := newFlagSet("viz stat", g, env)
-	var sel selection
-	sel.register(fs)
-	window := fs.Duration("window", 0, "the window: rates over it from Prometheus (default 1m, at least 20s); the time between the two scrapes of each proxy without viz (default 5s)")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) < 1 || len(pos) > 2 {
-		return usagef("want viz stat (ns|deploy|pod) [NAME] [-n NAMESPACE | -A] [-l SELECTOR]")
-	}
-	res, err := stat.ParseResource(pos[0])
-	if err != nil {
-		return usageError{err: err}
-	}
-	cfg := stat.Config{Resource: res}
-	if len(pos) == 2 {
-		cfg.Name = pos[1]
-	}
-	if err := tableOutput(g); err != nil {
-		return err
-	}
-	kube, restCfg, ns, err := connect(g)
-	if err != nil {
-		return err
-	}
-	cfg.Namespace = sel.namespaceOf(ns)
-	installed, err := vizquery.Installed(ctx, kube)
-	if err != nil {
-		return err
-	}
-	var rows []stat.Row
-	if installed {
-		w := *window
-		if w == 0 {
-			w = vizquery.DefaultWindow
+func vizStatCmd(g *globals, env Env) *cobra.Command {
+	return leaf("stat (ns|deploy|pod)[/NAME] [NAME]", "traffic statistics from Prometheus (scraping the proxies when viz is not installed): stat deploy, stat deploy/web", func(fs *pflag.FlagSet) runFunc {
+		var sel selection
+		sel.register(fs)
+		window := fs.Duration("window", 0, "the window: rates over it from Prometheus (default 1m, at least 20s); the time between the two scrapes of each proxy without viz (default 5s)")
+		return func(ctx context.Context, pos []string) error {
+			res, name, err := stat.ParseKindAndName(pos)
+			if err != nil {
+				return usagef("%v: want viz stat (ns|deploy|pod) [NAME] [-n NAMESPACE | -A] [-l SELECTOR]", err)
+			}
+			cfg := stat.Config{Resource: res, Name: name}
+			if err := tableOutput(g); err != nil {
+				return err
+			}
+			kube, restCfg, ns, err := connect(g)
+			if err != nil {
+				return err
+			}
+			cfg.Namespace = sel.namespaceOf(ns)
+			installed, err := vizquery.Installed(ctx, kube)
+			if err != nil {
+				return err
+			}
+			var rows []stat.Row
+			if installed {
+				w := *window
+				if w == 0 {
+					w = vizquery.DefaultWindow
+				}
+				if w < minPromWindow {
+					return usagef("--window %s: Prometheus scrapes every 10s, want at least %s", w, minPromWindow)
+				}
+				prom, err := viz.Prometheus(restCfg)
+				if err != nil {
+					return err
+				}
+				if rows, err = (promstat.Stat{Kube: stat.Stat{Client: kube}, Prom: prom, Window: w}).Run(ctx, cfg); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintln(env.Stderr, "plexusctl viz stat: the viz extension is not installed: scraping the proxies through the API server instead (as plexusctl stat)")
+				if rows, err = scrapeStat(ctx, kube, cfg, *window); err != nil {
+					return err
+				}
+			}
+			if sel.selector != "" {
+				if rows, err = selectRows(ctx, kube, res, cfg.Namespace, sel.selector, rows); err != nil {
+					return err
+				}
+			}
+			return stat.Render(env.Stdout, rows, g.output)
 		}
-		if w < minPromWindow {
-			return usagef("--window %s: Prometheus scrapes every 10s, want at least %s", w, minPromWindow)
-		}
-		prom, err := viz.Prometheus(restCfg)
-		if err != nil {
-			return err
-		}
-		if rows, err = (promstat.Stat{Kube: stat.Stat{Client: kube}, Prom: prom, Window: w}).Run(ctx, cfg); err != nil {
-			return err
-		}
-	} else {
-		fmt.Fprintln(env.Stderr, "plexusctl viz stat: the viz extension is not installed: scraping the proxies through the API server instead (as plexusctl stat)")
-		if rows, err = scrapeStat(ctx, kube, cfg, *window); err != nil {
-			return err
-		}
-	}
-	if sel.selector != "" {
-		if rows, err = selectRows(ctx, kube, res, cfg.Namespace, sel.selector, rows); err != nil {
-			return err
-		}
-	}
-	return stat.Render(env.Stdout, rows, g.output)
+	})
 }
 
 // scrapeStat is plexusctl stat's measurement, over every namespace when

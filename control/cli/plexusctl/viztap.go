@@ -5,13 +5,14 @@ package plexusctl
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"sync"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -30,7 +31,7 @@ type tapFlags struct {
 	limit                              int
 }
 
-func (t *tapFlags) register(fs *flag.FlagSet) {
+func (t *tapFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&t.to, "to", "", "only outbound requests to this resource: KIND/NAME (deploy/books), or ns/NAME")
 	fs.StringVar(&t.toNamespace, "to-namespace", "", "namespace of --to (default: the tapped resource's)")
 	fs.StringVar(&t.method, "method", "", "only requests with this HTTP method")
@@ -98,14 +99,17 @@ func tapTargets(ctx context.Context, kube kubernetes.Interface, t viz.Target, ns
 	return objs, nil
 }
 
-// runVizTap runs tap, or top.
-func runVizTap(isTop bool) func(context.Context, *globals, []string, Env) error {
-	return func(ctx context.Context, g *globals, args []string, env Env) error {
+// vizTapCmd is tap, or top.
+func vizTapCmd(g *globals, env Env, isTop bool) *cobra.Command {
+	use, short := "tap (KIND/NAME | KIND -l SELECTOR)", "live requests: tap deploy/web [--to deploy/books] [--method GET] [--path /prefix] [-o wide|json]"
+	if isTop {
+		use, short = "top (KIND/NAME | KIND -l SELECTOR)", "the hottest paths of a live tap: top deploy/web [--hide-sources] [--routes]"
+	}
+	return leaf(use, short, func(fs *pflag.FlagSet) runFunc {
 		name := "viz tap"
 		if isTop {
 			name = "viz top"
 		}
-		fs := newFlagSet(name, g, env)
 		var tf tapFlags
 		var sel selection
 		var opts top.Options
@@ -115,68 +119,66 @@ func runVizTap(isTop bool) func(context.Context, *globals, []string, Env) error 
 			fs.BoolVar(&opts.HideSources, "hide-sources", false, "group sources together")
 			fs.BoolVar(&opts.Routes, "routes", false, "group by route instead of path")
 		}
-		pos, err := parse(fs, args)
-		if err != nil {
-			return err
+		return func(ctx context.Context, pos []string) error {
+			hint := "want " + name + " KIND/NAME (deploy/web), ns/NAME, or KIND -l SELECTOR"
+			t, err := viz.ParseTarget(pos, false)
+			if err != nil {
+				return usagef("%v: %s", err, hint)
+			}
+			if !t.Kind.Tappable() {
+				return usagef("%s cannot be tapped: %s", t.Kind, hint)
+			}
+			if t.Name == "" && sel.selector == "" && t.Kind != viz.Namespaces {
+				return usagef("%s names no object: %s", pos[0], hint)
+			}
+			if sel.all && sel.selector == "" {
+				return usagef("-A needs -l: %s", hint)
+			}
+			switch {
+			case isTop && g.output != "":
+				return usagef("top has no -o: it draws a table")
+			case !isTop && g.output != tapview.FormatLines && g.output != tapview.FormatWide && g.output != tapview.FormatJSON:
+				return usagef("unknown output format %q: want wide or json", g.output)
+			}
+			kube, restCfg, ns, err := connect(g)
+			if err != nil {
+				return err
+			}
+			if _, err := tf.request(ns); err != nil {
+				return usageError{err: err}
+			}
+			objs, err := tapTargets(ctx, kube, t, ns, sel)
+			if err != nil {
+				return err
+			}
+			stream := tapStreams(restCfg, t.Kind, objs, tf)
+			if !isTop {
+				p := tapview.Printer{Out: env.Stdout, Notes: env.Stderr, Format: g.output}
+				var mu sync.Mutex
+				return tapError(stream(ctx, func(ev tapapi.Event) error {
+					mu.Lock()
+					defer mu.Unlock()
+					return p.Print(ev)
+				}), t, ns)
+			}
+			s := &top.Session{Out: env.Stdout, TTY: isTerminal(env.Stdout), Opts: opts, Title: "plexusctl viz top " + t.String(), MaxRows: 40}
+			if f, ok := env.Stdout.(*os.File); ok && s.TTY {
+				s.MaxRows = top.TerminalRows(f, s.MaxRows)
+			}
+			var ticks <-chan time.Time
+			switch {
+			case s.TTY:
+				tk := time.NewTicker(top.TerminalInterval)
+				defer tk.Stop()
+				ticks = tk.C
+			case tf.limit == 0:
+				tk := time.NewTicker(plainTopInterval)
+				defer tk.Stop()
+				ticks = tk.C
+			}
+			return tapError(s.Run(ctx, stream, ticks), t, ns)
 		}
-		hint := "want " + name + " KIND/NAME (deploy/web), ns/NAME, or KIND -l SELECTOR"
-		t, err := viz.ParseTarget(pos, false)
-		if err != nil {
-			return usagef("%v: %s", err, hint)
-		}
-		if !t.Kind.Tappable() {
-			return usagef("%s cannot be tapped: %s", t.Kind, hint)
-		}
-		if t.Name == "" && sel.selector == "" && t.Kind != viz.Namespaces {
-			return usagef("%s names no object: %s", pos[0], hint)
-		}
-		if sel.all && sel.selector == "" {
-			return usagef("-A needs -l: %s", hint)
-		}
-		switch {
-		case isTop && g.output != "":
-			return usagef("top has no -o: it draws a table")
-		case !isTop && g.output != tapview.FormatLines && g.output != tapview.FormatWide && g.output != tapview.FormatJSON:
-			return usagef("unknown output format %q: want wide or json", g.output)
-		}
-		kube, restCfg, ns, err := connect(g)
-		if err != nil {
-			return err
-		}
-		if _, err := tf.request(ns); err != nil {
-			return usageError{err: err}
-		}
-		objs, err := tapTargets(ctx, kube, t, ns, sel)
-		if err != nil {
-			return err
-		}
-		stream := tapStreams(restCfg, t.Kind, objs, tf)
-		if !isTop {
-			p := tapview.Printer{Out: env.Stdout, Notes: env.Stderr, Format: g.output}
-			var mu sync.Mutex
-			return tapError(stream(ctx, func(ev tapapi.Event) error {
-				mu.Lock()
-				defer mu.Unlock()
-				return p.Print(ev)
-			}), t, ns)
-		}
-		s := &top.Session{Out: env.Stdout, TTY: isTerminal(env.Stdout), Opts: opts, Title: "plexusctl viz top " + t.String(), MaxRows: 40}
-		if f, ok := env.Stdout.(*os.File); ok && s.TTY {
-			s.MaxRows = top.TerminalRows(f, s.MaxRows)
-		}
-		var ticks <-chan time.Time
-		switch {
-		case s.TTY:
-			tk := time.NewTicker(top.TerminalInterval)
-			defer tk.Stop()
-			ticks = tk.C
-		case tf.limit == 0:
-			tk := time.NewTicker(plainTopInterval)
-			defer tk.Stop()
-			ticks = tk.C
-		}
-		return tapError(s.Run(ctx, stream, ticks), t, ns)
-	}
+	})
 }
 
 // plainTopInterval is the time between tables of top when its output is

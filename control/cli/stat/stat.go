@@ -58,6 +58,19 @@ func ParseTarget(args []string) (Resource, string, error) {
 	return res, name, nil
 }
 
+// ParseKindAndName reads kubectl-style arguments naming every object of a
+// kind (KIND) or one (KIND/NAME or KIND NAME); name is "" for every one.
+func ParseKindAndName(args []string) (Resource, string, error) {
+	if len(args) == 1 && !strings.Contains(args[0], "/") {
+		res, err := ParseResource(args[0])
+		return res, "", err
+	}
+	if len(args) == 0 {
+		return "", "", fmt.Errorf("no resource")
+	}
+	return ParseTarget(args)
+}
+
 // SplitTarget splits kubectl-style arguments naming one object, KIND/NAME
 // or KIND NAME, into its kind (unchecked) and name.
 func SplitTarget(args []string) (kind, name string, err error) {

@@ -217,3 +217,21 @@ func golden(t *testing.T, name string, rows []Row, format string) {
 		t.Errorf("%s differs (go test -update rewrites it); got:\n%s", path, out.String())
 	}
 }
+
+// TestParseKindAndNameForms: kubectl's ways to name one object, or a kind.
+func TestParseKindAndNameForms(t *testing.T) {
+	for _, args := range [][]string{{"deploy/web"}, {"deploy", "web"}, {"deployment/web"}, {"deployments", "web"}} {
+		res, name, err := ParseKindAndName(args)
+		if err != nil || res != Deployments || name != "web" {
+			t.Errorf("%q: %v %q %v; want deployments web", args, res, name, err)
+		}
+	}
+	if res, name, err := ParseKindAndName([]string{"po"}); err != nil || res != Pods || name != "" {
+		t.Errorf("po: %v %q %v", res, name, err)
+	}
+	for _, args := range [][]string{nil, {"svc/web"}, {"deploy/"}, {"deploy/web", "x"}, {"a", "b", "c"}} {
+		if _, _, err := ParseKindAndName(args); err == nil {
+			t.Errorf("%q accepted", args)
+		}
+	}
+}

@@ -1,5 +1,5 @@
-// Command plexusctl installs, checks and observes Plexus: install, check,
-// inject, uninject and stat (see control/cli/plexusctl).
+// Command plexusctl installs, upgrades, checks and observes Plexus (see
+// control/cli/plexusctl; plexusctl --help lists its commands).
 package main
 
 import (

@@ -1,0 +1,130 @@
+package plexusctl
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// golden compares got with testdata/name, or writes it with -update.
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	p := filepath.Join("testdata", name)
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("%v (go test -update writes it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs (go test -update rewrites it); got:\n%s", p, got)
+	}
+}
+
+// commandPaths lists every command but help, as its words after plexusctl.
+func commandPaths(c *cobra.Command, prefix []string) [][]string {
+	var out [][]string
+	for _, sub := range c.Commands() {
+		if sub.Hidden || sub.Name() == "help" {
+			continue
+		}
+		p := append(append([]string{}, prefix...), sub.Name())
+		out = append(out, p)
+		out = append(out, commandPaths(sub, p)...)
+	}
+	return out
+}
+
+// TestHelpGolden: every command answers -h and --help with its help, the
+// same for both, on stdout, exit 0.
+func TestHelpGolden(t *testing.T) {
+	r := root(&globals{}, Env{})
+	r.InitDefaultCompletionCmd() // cobra adds it as it runs
+	paths := append([][]string{nil}, commandPaths(r, nil)...)
+	if len(paths) < 30 {
+		t.Fatalf("only %d commands found", len(paths))
+	}
+	for _, p := range paths {
+		name := strings.Join(append([]string{"plexusctl"}, p...), "_")
+		t.Run(name, func(t *testing.T) {
+			code, out, stderr := runMain(t, "", append(p, "--help")...)
+			if code != ExitOK || stderr != "" {
+				t.Fatalf("--help: exit %d, stderr %q", code, stderr)
+			}
+			if _, short, _ := runMain(t, "", append(p, "-h")...); short != out {
+				t.Errorf("-h and --help differ")
+			}
+			golden(t, filepath.Join("help", name+".golden"), []byte(out))
+		})
+	}
+}
+
+// TestCompletionGolden: the completion scripts, and bash's parses.
+func TestCompletionGolden(t *testing.T) {
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		t.Run(shell, func(t *testing.T) {
+			code, out, stderr := runMain(t, "", "completion", shell)
+			if code != ExitOK || stderr != "" || !strings.Contains(out, "plexusctl") {
+				t.Fatalf("exit %d, stderr %q", code, stderr)
+			}
+			golden(t, filepath.Join("completion", shell+".golden"), []byte(out))
+			if shell == "bash" {
+				cmd := exec.Command("bash", "-n")
+				cmd.Stdin = strings.NewReader(out)
+				if b, err := cmd.CombinedOutput(); err != nil {
+					t.Errorf("bash -n: %v\n%s", err, b)
+				}
+			}
+		})
+	}
+	// The script completes commands and flags: ask it as bash would.
+	code, out, _ := runMain(t, "", "__complete", "sta")
+	if code != ExitOK || !strings.Contains(out, "stat\t") {
+		t.Errorf("completing \"sta\": exit %d\n%s", code, out)
+	}
+	code, out, _ = runMain(t, "", "__complete", "stat", "--wi")
+	if code != ExitOK || !strings.Contains(out, "--window") {
+		t.Errorf("completing \"stat --wi\": exit %d\n%s", code, out)
+	}
+}
+
+// TestVersionClient: version without a cluster, in each format.
+func TestVersionClient(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		file string
+	}{
+		{[]string{"version", "--client", "-o", "json"}, "version-client.json.golden"},
+		{[]string{"version", "--client", "-o", "yaml"}, "version-client.yaml.golden"},
+		{[]string{"version", "--client"}, "version-client.golden"},
+		{[]string{"version", "--client", "--short"}, "version-client-short.golden"},
+	} {
+		code, out, stderr := runMain(t, "", tc.args...)
+		if code != ExitOK || stderr != "" {
+			t.Fatalf("%v: exit %d, stderr %q", tc.args, code, stderr)
+		}
+		golden(t, tc.file, []byte(out))
+	}
+	code, _, stderr := runMain(t, "", "version", "--client", "-o", "wide")
+	if code != ExitUsage || !strings.Contains(stderr, `unknown output format "wide"`) {
+		t.Errorf("-o wide: exit %d, stderr %q", code, stderr)
+	}
+	code, out, stderr := runMain(t, "", "version", "--kubeconfig", filepath.Join(t.TempDir(), "nope"))
+	if code != ExitFail || !strings.Contains(out, "Client version: dev") || !strings.Contains(stderr, "kubeconfig") {
+		t.Errorf("without a cluster: exit %d, stdout %q, stderr %q; want the client's version and the error", code, out, stderr)
+	}
+}
