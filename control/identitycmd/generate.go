@@ -3,8 +3,10 @@ package identitycmd
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +23,10 @@ import (
 // ConfigMap that identity made itself (--generate-issuer).
 const GeneratedByAnnotation = "plexus.dev/generated-by"
 
+// errNotOurs: what is wrong is in an object identity did not make; retrying
+// will not help.
+var errNotOurs = errors.New("identity did not make it")
+
 // generateTimeout bounds the retries of generation while the API server
 // cannot be reached; after it the process fails and is restarted.
 const generateTimeout = time.Minute
@@ -35,7 +41,7 @@ func GenerateIssuer(ctx context.Context, client kubernetes.Interface, namespace,
 	var lastErr error
 	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, generateTimeout, true, func(ctx context.Context) (bool, error) {
 		lastErr = generateOnce(ctx, client, namespace, secretName, trustDomain, log)
-		if lastErr != nil && (apierrors.IsForbidden(lastErr) || apierrors.IsInvalid(lastErr)) {
+		if lastErr != nil && (apierrors.IsForbidden(lastErr) || apierrors.IsInvalid(lastErr) || errors.Is(lastErr, errNotOurs)) {
 			return false, lastErr // retrying will not help
 		}
 		if lastErr != nil {
@@ -74,20 +80,54 @@ func generateOnce(ctx context.Context, client kubernetes.Interface, namespace, s
 		return fmt.Errorf("issuer Secret %s/%s has no %s", namespace, secretName, identity.SecretAnchorsKey)
 	}
 	configMaps := client.CoreV1().ConfigMaps(namespace)
-	_, err = configMaps.Get(ctx, AnchorsConfigMap, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		cm := &corev1.ConfigMap{
+	cm, err := configMaps.Get(ctx, AnchorsConfigMap, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		cm = &corev1.ConfigMap{
 			ObjectMeta: generatedMeta(namespace, AnchorsConfigMap),
 			Data:       map[string]string{AnchorsBundleKey: string(anchors)},
 		}
 		if _, err = configMaps.Create(ctx, cm, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
 			err = nil
 		}
+	case err == nil && !bundles(cm.Data[AnchorsBundleKey], anchors):
+		// The Secret was made again (deleted by hand, say) while the
+		// ConfigMap stayed: proxies would trust anchors that no longer
+		// sign anything. Ours is brought to the Secret; anyone else's is
+		// not ours to change.
+		if cm.Annotations[GeneratedByAnnotation] == "" {
+			return fmt.Errorf("trust anchors ConfigMap %s/%s does not hold the anchors of the issuer Secret %s/%s, and %w: fix one of them",
+				namespace, AnchorsConfigMap, namespace, secretName, errNotOurs)
+		}
+		cm.Data = map[string]string{AnchorsBundleKey: string(anchors)}
+		_, err = configMaps.Update(ctx, cm, metav1.UpdateOptions{})
+		if err == nil {
+			log.Warn("the trust anchors ConfigMap did not hold the issuer Secret's anchors: replaced", "configmap", namespace+"/"+AnchorsConfigMap)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("trust anchors ConfigMap %s/%s: %w", namespace, AnchorsConfigMap, err)
 	}
 	return nil
+}
+
+// bundles reports whether the PEM bundle holds every certificate of
+// anchors.
+func bundles(bundle string, anchors []byte) bool {
+	have, err := pki.ParseCerts([]byte(bundle))
+	if err != nil {
+		return false
+	}
+	want, err := pki.ParseCerts(anchors)
+	if err != nil {
+		return false
+	}
+	for _, w := range want {
+		if !slices.ContainsFunc(have, w.Equal) {
+			return false
+		}
+	}
+	return true
 }
 
 // newIssuerSecret makes an anchor and an issuer signed by it, with

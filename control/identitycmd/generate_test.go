@@ -129,3 +129,36 @@ func TestGenerateIssuerForbidden(t *testing.T) {
 		t.Error("a Forbidden error was retried")
 	}
 }
+
+// TestGenerateIssuerMendsStaleAnchors: a ConfigMap that does not hold the
+// Secret's anchors is brought to them when identity made it, and is an
+// error naming both when someone else did.
+func TestGenerateIssuerMendsStaleAnchors(t *testing.T) {
+	ctx := context.Background()
+	old, _, err := pki.NewAnchorAndIssuer("cluster.local", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := func(generated bool) *corev1.ConfigMap {
+		meta := generatedMeta("plexus-system", AnchorsConfigMap)
+		if !generated {
+			meta.Annotations = nil
+		}
+		return &corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{AnchorsBundleKey: string(pki.EncodeCerts(old.Cert))}}
+	}
+	client := fake.NewClientset(stale(true))
+	if err := GenerateIssuer(ctx, client, "plexus-system", identity.DefaultSecretName, "cluster.local", quiet); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := client.CoreV1().Secrets("plexus-system").Get(ctx, identity.DefaultSecretName, metav1.GetOptions{})
+	cm, _ := client.CoreV1().ConfigMaps("plexus-system").Get(ctx, AnchorsConfigMap, metav1.GetOptions{})
+	if cm.Data[AnchorsBundleKey] != string(s.Data[identity.SecretAnchorsKey]) {
+		t.Error("identity's stale ConfigMap was not brought to the Secret's anchors")
+	}
+
+	client = fake.NewClientset(stale(false))
+	err = GenerateIssuer(ctx, client, "plexus-system", identity.DefaultSecretName, "cluster.local", quiet)
+	if err == nil || !strings.Contains(err.Error(), "does not hold the anchors of the issuer Secret") {
+		t.Errorf("someone else's stale ConfigMap: %v", err)
+	}
+}

@@ -82,12 +82,19 @@ func TestPlexusctlUpgradeUnderLoad(t *testing.T) {
 	c.Kubectl(t, "apply", "--server-side", "-f", file)
 	waitCheck(t, prevctl)
 
-	// What the previous version shipped and this one does not (a
-	// ClusterRole labelled as Plexus's) is pruned; what is not labelled,
-	// or not of a kind install renders, is kept.
+	// What an earlier version shipped and this one does not (a
+	// ClusterRole labelled as Plexus's, rendered by install) is pruned;
+	// what install did not render (Plexus's optional objects a user
+	// applies, like deploy/plexus-node-repair-delete; the user's own), or
+	// is not of a kind install renders, is kept.
 	applyYAML(t, c, `apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
-metadata: {name: plexus-retired, labels: {app.kubernetes.io/part-of: plexus}}
+metadata: {name: plexus-retired, labels: {app.kubernetes.io/part-of: plexus, app.kubernetes.io/managed-by: plexusctl}}
+rules: []
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: plexus-optional, labels: {app.kubernetes.io/part-of: plexus}}
 rules: []
 ---
 apiVersion: rbac.authorization.k8s.io/v1
@@ -99,7 +106,9 @@ apiVersion: v1
 kind: ConfigMap
 metadata: {name: plexus-retired, namespace: plexus-system, labels: {app.kubernetes.io/part-of: plexus}}
 `)
-	t.Cleanup(func() { kubectl(t, c, "delete", "clusterrole", "plexus-users-own", "plexus-retired", "--ignore-not-found") })
+	t.Cleanup(func() {
+		kubectl(t, c, "delete", "clusterrole", "plexus-users-own", "plexus-optional", "plexus-retired", "--ignore-not-found")
+	})
 	upgradeUnderLoad(t, c, ctl, func() {
 		out, err := ctl("upgrade", "--version=dev", "--timeout=4m")
 		if err != nil {
@@ -111,7 +120,7 @@ metadata: {name: plexus-retired, namespace: plexus-system, labels: {app.kubernet
 		if out, err := kubectl(t, c, "get", "clusterrole", "plexus-retired"); err == nil || !strings.Contains(out, "NotFound") {
 			t.Errorf("the retired ClusterRole is still there: %v\n%s", err, out)
 		}
-		for _, o := range [][]string{{"clusterrole", "plexus-users-own"}, {"-n", controlNamespace, "configmap", "plexus-retired"}} {
+		for _, o := range [][]string{{"clusterrole", "plexus-users-own"}, {"clusterrole", "plexus-optional"}, {"-n", controlNamespace, "configmap", "plexus-retired"}} {
 			if out, err := kubectl(t, c, append([]string{"get"}, o...)...); err != nil {
 				t.Errorf("upgrade deleted %v: %v\n%s", o, err, out)
 			}

@@ -3,6 +3,7 @@ package install
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"path"
 	"regexp"
 	"strings"
@@ -49,7 +50,12 @@ var tokens = map[string]string{
 	"PLEXUSVALUEISSUERCERTB64":   "{{ .Values.identity.issuer.tls.crtPEM | b64enc }}",
 	"PLEXUSVALUEISSUERKEYB64":    "{{ .Values.identity.issuer.tls.keyPEM | b64enc }}",
 	"PLEXUSVALUEANCHORSPEM":      "{{ .Values.identity.trustAnchorsPEM | toJson }}",
+	"PLEXUSVALUEMANAGEDBY":       "{{ .Release.Service }}",
 }
+
+// managedByToken marks what a chart renders as managed by Helm
+// ({{ .Release.Service }}), where install marks ManagedByInstall.
+const managedByToken = "PLEXUSVALUEMANAGEDBY"
 
 // chartConfig is the Config whose settings are tokens.
 func chartConfig() Config {
@@ -82,9 +88,10 @@ const (
 	condIssuerSecret = "and .Values.identity.trustAnchorsPEM (not .Values.identity.issuer.externalSecret)"
 )
 
-// HelmResourcePolicy is the annotation that keeps an object on helm
-// uninstall; the charts' Gateway API CRDs carry it ("keep"), the one way
-// the charts' objects differ from install's.
+// HelmResourcePolicy is the annotation that keeps an object when helm
+// uninstall or upgrade would delete it; the charts' Gateway API CRDs and
+// identity objects carry it ("keep"), a way the charts' objects differ
+// from install's (with the managed-by label).
 const HelmResourcePolicy = "helm.sh/resource-policy"
 
 // GenerateIssuerFlag makes identity create the trust anchor and issuer
@@ -132,13 +139,7 @@ func (r Renderer) crdsChart(files map[string][]byte) error {
 	// Shared with other controllers: helm uninstall leaves them, as
 	// plexusctl uninstall does (deleting one deletes every route of its kind).
 	for _, o := range gateway {
-		meta, _ := o["metadata"].(object)
-		ann, _ := meta["annotations"].(object)
-		if ann == nil {
-			ann = object{}
-			meta["annotations"] = ann
-		}
-		ann[HelmResourcePolicy] = "keep"
+		keepOnUninstall(o)
 	}
 	if err := addObjects(files, ChartCRDs, gateway, condGatewayAPICRDs); err != nil {
 		return err
@@ -179,6 +180,12 @@ func (r Renderer) controlPlaneChart(files map[string][]byte) error {
 		}
 	}
 	ids := identityObjectsOf("PLEXUSVALUEANCHORSB64", "PLEXUSVALUEISSUERCERTB64", "PLEXUSVALUEISSUERKEYB64", "PLEXUSVALUEANCHORSPEM")
+	// An upgrade that drops the identity values (helm upgrade --set …
+	// without --reuse-values) must not delete the anchors: identity would
+	// make new ones and every proxy would stop trusting every other.
+	for _, o := range ids {
+		keepOnUninstall(o)
+	}
 	if files[template(ChartControlPlane, "identity-issuer-secret.yaml")], err = conditional(condIssuerSecret, ids[0]); err != nil {
 		return err
 	}
@@ -235,6 +242,17 @@ func (r Renderer) vizChart(files map[string][]byte) error {
 }
 
 const identityDeployment = "plexus-identity"
+
+// keepOnUninstall annotates o with HelmResourcePolicy keep.
+func keepOnUninstall(o object) {
+	meta, _ := o["metadata"].(object)
+	ann, _ := meta["annotations"].(object)
+	if ann == nil {
+		ann = object{}
+		meta["annotations"] = ann
+	}
+	ann[HelmResourcePolicy] = "keep"
+}
 
 // loadTokenized loads dir's objects customized with chartConfig and each
 // workload's resources tokenized; it returns those resources, by values
@@ -345,6 +363,15 @@ func withArg(o object, a string) error {
 // marshal writes o as a template: literal "{{" escaped, tokens turned into
 // their expressions.
 func marshal(o object) ([]byte, error) {
+	if meta, _ := o["metadata"].(object); meta != nil && !isGatewayAPICRD(o) && !isViz(o) {
+		// o itself is left as it was: copies of the maps on the way.
+		o, meta = maps.Clone(o), maps.Clone(meta)
+		o["metadata"] = meta
+		if labels, ok := meta["labels"].(object); ok {
+			meta["labels"] = maps.Clone(labels)
+		}
+		markManaged(o, managedByToken)
+	}
 	b, err := yaml.Marshal(o)
 	if err != nil {
 		return nil, err
@@ -373,6 +400,14 @@ func conditional(cond string, o object) ([]byte, error) {
 		return nil, err
 	}
 	return wrap(cond, b), nil
+}
+
+// isViz: an object of the viz extension, which `plexusctl viz install`
+// renders as written (no managed-by label).
+func isViz(o object) bool {
+	meta, _ := o["metadata"].(object)
+	labels, _ := meta["labels"].(object)
+	return labels["app.kubernetes.io/part-of"] == "plexus-viz" || str(meta["namespace"]) == "plexus-viz" || str(meta["name"]) == "plexus-viz"
 }
 
 func wrap(cond string, b []byte) []byte {

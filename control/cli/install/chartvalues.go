@@ -28,9 +28,12 @@ type value struct {
 var (
 	dnsName = object{"type": "string", "minLength": 1, "maxLength": 253,
 		"pattern": `^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`}
-	hostDir  = object{"type": "string", "pattern": `^/[^\s'"{}]*[^/\s'"{}]$`}
-	boolean  = object{"type": "boolean"}
-	registry = object{"type": "string", "minLength": 1, "pattern": `^[^\s@'"{}]*[^\s@'"{}/]$`}
+	// hostDir: clean absolute paths, no "." or ".." segment (hidden
+	// directories allowed).
+	hostDir = object{"type": "string", "pattern": `^(/([A-Za-z0-9_-][A-Za-z0-9._-]*|\.[A-Za-z0-9_-][A-Za-z0-9._-]*|\.\.[A-Za-z0-9._-]+))+$`}
+	boolean = object{"type": "boolean"}
+	// registry: host[:port][/path], as an image reference has it.
+	registry = object{"type": "string", "minLength": 1, "pattern": `^[A-Za-z0-9][A-Za-z0-9.-]*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*$`}
 	imageTag = object{"type": "string", "pattern": `^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`}
 	pem      = object{"type": "string", "pattern": `^(|-----BEGIN [\s\S]*)$`}
 	// resourcesSchema: a container's requests and limits.
@@ -80,7 +83,7 @@ func controlPlaneValues(res map[string]any) []value {
 		value{"identity.issuer.externalSecret", false, "Another tool (cert-manager, say) writes the issuer Secret plexus-identity-issuer (ca.crt, tls.crt, tls.key): the chart renders only the trust anchors ConfigMap, from identity.trustAnchorsPEM.", boolean},
 		value{"clusterDomain", def.ClusterDomain, "The cluster's DNS domain (install --cluster-domain).", dnsName},
 		value{"clusterNetworks", def.ClusterNetworks, "The cluster's pod and service networks, comma-separated CIDRs, for the cluster-* inbound policies (install --cluster-networks).",
-			object{"type": "string", "pattern": `^[0-9a-fA-F.:/]+(, *[0-9a-fA-F.:/]+)*$`}},
+			object{"type": "string", "pattern": `^[0-9a-fA-F.:]+/[0-9]{1,3}(, *[0-9a-fA-F.:]+/[0-9]{1,3})*$`}},
 		value{"proxy.defaultInboundPolicy", def.DefaultInboundPolicy, "Who may reach meshed pods no Server covers (install --default-inbound-policy); a namespace or pod annotation config.plexus.dev/default-inbound-policy overrides it.",
 			object{"type": "string", "enum": policyEnum()}},
 		value{"ha.enabled", false, fmt.Sprintf("Run %d replicas of each control-plane Deployment, spread over nodes, each with a PodDisruptionBudget (install --ha).", HAReplicas), boolean},

@@ -144,7 +144,7 @@ func issuerGenerationRBAC() []object {
 			"metadata":   meta(),
 			"rules": []any{
 				object{"apiGroups": []any{""}, "resources": []any{"secrets", "configmaps"}, "verbs": []any{"create"}},
-				object{"apiGroups": []any{""}, "resources": []any{"configmaps"}, "resourceNames": []any{identitycmd.AnchorsConfigMap}, "verbs": []any{"get"}},
+				object{"apiGroups": []any{""}, "resources": []any{"configmaps"}, "resourceNames": []any{identitycmd.AnchorsConfigMap}, "verbs": []any{"get", "update"}},
 			},
 		},
 		{

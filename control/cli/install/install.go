@@ -345,8 +345,41 @@ func (r Renderer) objects(cfg Config, id Identity) ([]object, error) {
 			objs = append(objs, pdb)
 		}
 	}
+	for _, o := range objs {
+		if !isGatewayAPICRD(o) {
+			markManaged(o, ManagedByInstall)
+		}
+	}
 	sort.SliceStable(objs, func(i, j int) bool { return rank(objs[i]) < rank(objs[j]) })
 	return objs, nil
+}
+
+// ManagedBy is the label that says which tool rendered an object: install
+// (ManagedByInstall) or Helm. An upgrade prunes only install's.
+const (
+	ManagedBy        = "app.kubernetes.io/managed-by"
+	ManagedByInstall = "plexusctl"
+)
+
+// markManaged labels o as rendered by the tool by.
+func markManaged(o object, by string) {
+	meta, _ := o["metadata"].(object)
+	if meta == nil {
+		meta = object{}
+		o["metadata"] = meta
+	}
+	labels, _ := meta["labels"].(object)
+	if labels == nil {
+		labels = object{}
+		meta["labels"] = labels
+	}
+	labels[ManagedBy] = by
+}
+
+// isGatewayAPICRD: one of the Gateway API's CRDs, rendered verbatim.
+func isGatewayAPICRD(o object) bool {
+	spec, _ := o["spec"].(object)
+	return kind(o) == "CustomResourceDefinition" && spec["group"] == "gateway.networking.k8s.io"
 }
 
 // applyOrder ranks kinds so that what an object refers to exists first.

@@ -42,7 +42,10 @@ func ReadConfig(in Installed) (Config, error) {
 		return Config{}, fmt.Errorf("Deployment plexus-injector: %w", err)
 	}
 	img, ok := inj["--proxy-image"]
-	repo, tag, tagged := strings.Cut(img, ":")
+	repo, tag, tagged := img, "", false
+	if i := strings.LastIndex(img, ":"); i > strings.LastIndex(img, "/") {
+		repo, tag, tagged = img[:i], img[i+1:], true
+	}
 	if !ok || !tagged || path.Base(repo) != "plexus-proxy" || path.Dir(repo) == "." {
 		return Config{}, fmt.Errorf("Deployment plexus-injector: --proxy-image %q is not REGISTRY/plexus-proxy:TAG", img)
 	}

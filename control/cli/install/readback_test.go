@@ -16,6 +16,7 @@ func TestReadConfigRoundTrip(t *testing.T) {
 		if name == "custom" {
 			cfg.DefaultInboundPolicy = "deny"
 			cfg.ClusterNetworks = "10.244.0.0/16"
+			cfg.ImageRegistry = "localhost:5000/mesh" // a registry with a port
 		}
 		t.Run(name, func(t *testing.T) {
 			objs, err := testRenderer().Objects(cfg)

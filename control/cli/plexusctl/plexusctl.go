@@ -34,6 +34,7 @@ import (
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 	"github.com/plexus-mesh/plexus/control/cli/uninstall"
 	"github.com/plexus-mesh/plexus/control/cli/upgrade"
+	"github.com/plexus-mesh/plexus/control/version"
 	"github.com/plexus-mesh/plexus/deploy"
 )
 
@@ -199,10 +200,13 @@ func upgradeCmd(g *globals, env Env) *cobra.Command {
 				return err
 			}
 			u := upgrade.Upgrader{Client: client, Dynamic: dyn, Renderer: install.Renderer{Manifests: deploy.Manifests, Now: time.Now}, Progress: env.Stderr}
-			cfg, err := u.Installed(ctx)
+			installed, err := u.Installed(ctx)
 			if err != nil {
 				return err
 			}
+			// This build's version, unless --version says otherwise.
+			cfg := installed
+			cfg.Version = version.Version
 			over := pflag.NewFlagSet("installed", pflag.ContinueOnError)
 			settingFlags(over, &cfg)
 			var setErr error
@@ -215,6 +219,9 @@ func upgradeCmd(g *globals, env Env) *cobra.Command {
 				return usageError{err: setErr}
 			}
 			if err := cfg.Validate(); err != nil {
+				return usageError{err: err}
+			}
+			if err := upgrade.Check(installed, cfg); err != nil {
 				return usageError{err: err}
 			}
 			if !cfg.SkipGatewayAPICRDs {

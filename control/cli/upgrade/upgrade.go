@@ -8,9 +8,10 @@
 // the node agent to roll (the agent's DaemonSet rolls one node at a time,
 // and a replaced agent leaves the plugin in place: DESIGN.md §11), and
 // last prunes the objects of the earlier version this one no longer ships:
-// only kinds install renders, only labelled app.kubernetes.io/part-of=plexus,
-// only in plexus-system or cluster-scoped, never a Secret, ConfigMap or
-// CustomResourceDefinition.
+// only kinds install renders, only labelled as Plexus's and rendered by
+// install (Shipped), only in plexus-system or cluster-scoped, never a
+// Secret, ConfigMap or CustomResourceDefinition. Objects of a version that
+// did not label them so are never pruned.
 //
 // A cluster without Plexus, or with Plexus installed by Helm, is refused
 // before anything changes.
@@ -36,8 +37,11 @@ import (
 	"github.com/plexus-mesh/plexus/control/identitycmd"
 )
 
-// FieldManager is the server-side apply field manager of an upgrade.
-const FieldManager = "plexusctl"
+// FieldManager is the server-side apply field manager of an upgrade:
+// kubectl's, the manager of the documented install (plexusctl install |
+// kubectl apply --server-side -f -), so that the fields a new version no
+// longer sets are removed rather than left owned by the install.
+const FieldManager = "kubectl"
 
 // DefaultTimeout bounds the wait for the control plane and node agent to
 // roll.
@@ -63,7 +67,8 @@ type Upgrader struct {
 // Installed reads the settings of the running install, or says why there
 // is none to upgrade (ErrNotInstalled, or installed by Helm).
 func (u Upgrader) Installed(ctx context.Context) (install.Config, error) {
-	if _, err := u.Client.CoreV1().Namespaces().Get(ctx, install.Namespace, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+	ns, err := u.Client.CoreV1().Namespaces().Get(ctx, install.Namespace, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
 		return install.Config{}, fmt.Errorf("%w: no namespace %s (install it with plexusctl install)", ErrNotInstalled, install.Namespace)
 	} else if err != nil {
 		return install.Config{}, fmt.Errorf("reading namespace %s: %w", install.Namespace, err)
@@ -88,6 +93,12 @@ func (u Upgrader) Installed(ctx context.Context) (install.Config, error) {
 		in.NodeAgent = o
 	case !apierrors.IsNotFound(err):
 		return install.Config{}, err
+	case ns.Labels[podSecurityEnforce] != "restricted":
+		// Installed with the node agent (the namespace allows its
+		// hostPath), and the agent is gone: upgrading as if in node-image
+		// mode would leave the nodes' plugin without its agent.
+		return install.Config{}, fmt.Errorf("the node agent's DaemonSet %s/plexus-node is missing, but the install has one (namespace %s enforces Pod Security %q, not node-image mode's \"restricted\"): run plexusctl check, and install again to restore it",
+			install.Namespace, install.Namespace, ns.Labels[podSecurityEnforce])
 	}
 	_, err = u.get(ctx, "policy/v1", "PodDisruptionBudget", "plexus-destination")
 	switch {
@@ -97,6 +108,22 @@ func (u Upgrader) Installed(ctx context.Context) (install.Config, error) {
 		return install.Config{}, err
 	}
 	return install.ReadConfig(in)
+}
+
+const podSecurityEnforce = "pod-security.kubernetes.io/enforce"
+
+// Check refuses the changes an upgrade cannot make in place: the trust
+// domain (every proxy holds certificates of the installed one) and
+// node-image mode (switching needs the nodes' plugin installed or removed:
+// uninstall, then install).
+func Check(installed, want install.Config) error {
+	if want.TrustDomain != installed.TrustDomain {
+		return fmt.Errorf("--trust-domain %s: the mesh's is %s, and every proxy holds certificates of it; a new trust domain needs a new install (uninstall, then install)", want.TrustDomain, installed.TrustDomain)
+	}
+	if want.NodeImageMode != installed.NodeImageMode {
+		return fmt.Errorf("--node-image-mode=%t: the install's is %t; switching needs the nodes' plugin installed or removed (uninstall, then install)", want.NodeImageMode, installed.NodeImageMode)
+	}
+	return nil
 }
 
 // Run upgrades the cluster to cfg (the installed settings with the user's
@@ -114,18 +141,24 @@ func (u Upgrader) Run(ctx context.Context, cfg install.Config, timeout time.Dura
 		return err
 	}
 	shipped := map[objectKey]bool{}
-	applied := 0
+	var apply []map[string]any
 	for _, o := range objs {
 		ref := install.RefOf(o)
 		shipped[keyOf(ref)] = true
-		if identityObject(ref) {
-			continue
+		if !identityObject(ref) {
+			apply = append(apply, o)
 		}
-		if err := u.apply(ctx, ref, o); err != nil {
-			return err
-		}
-		applied++
 	}
+	// The API server checks every object first (a dry run), so that one it
+	// refuses leaves the cluster as it was rather than half upgraded.
+	for _, dryRun := range []bool{true, false} {
+		for _, o := range apply {
+			if err := u.apply(ctx, install.RefOf(o), o, dryRun); err != nil {
+				return err
+			}
+		}
+	}
+	applied := len(apply)
 	u.progress("applied %d objects", applied)
 	if err := u.waitRollout(ctx, objs, timeout); err != nil {
 		return err
@@ -180,17 +213,25 @@ func (u Upgrader) get(ctx context.Context, apiVersion, kind, name string) (map[s
 	return o.Object, nil
 }
 
-func (u Upgrader) apply(ctx context.Context, ref install.Ref, o map[string]any) error {
+func (u Upgrader) apply(ctx context.Context, ref install.Ref, o map[string]any, dryRun bool) error {
 	res, err := ref.Resource()
 	if err != nil {
 		return err
 	}
-	_, err = u.Dynamic.Resource(res).Namespace(ref.Namespace).Apply(ctx, ref.Name, &unstructured.Unstructured{Object: o},
-		metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
-	if err != nil {
-		return fmt.Errorf("applying %s: %w", ref, err)
+	opts := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
 	}
-	return nil
+	_, err = u.Dynamic.Resource(res).Namespace(ref.Namespace).Apply(ctx, ref.Name, &unstructured.Unstructured{Object: o}, opts)
+	switch {
+	case err == nil:
+		return nil
+	case dryRun && apierrors.IsNotFound(err):
+		return nil // a namespace or CRD this version adds: applied first for real
+	case dryRun:
+		return fmt.Errorf("the API server refuses %s: %w (nothing was changed)", ref, err)
+	}
+	return fmt.Errorf("applying %s: %w", ref, err)
 }
 
 // waitRollout waits for every Deployment, then the DaemonSet, to run
@@ -265,8 +306,10 @@ var prunable = []install.Ref{
 	{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicyBinding"},
 }
 
-// PartOf selects what install labels as Plexus's.
-const PartOf = "app.kubernetes.io/part-of=plexus"
+// Shipped selects what install rendered: Plexus's, and managed by
+// install (not Helm, and not the optional objects users apply themselves,
+// such as deploy/plexus-node-repair-delete).
+const Shipped = "app.kubernetes.io/part-of=plexus," + install.ManagedBy + "=" + install.ManagedByInstall
 
 // prune deletes what an earlier version shipped and this one does not.
 func (u Upgrader) prune(ctx context.Context, shipped map[objectKey]bool) error {
@@ -276,7 +319,7 @@ func (u Upgrader) prune(ctx context.Context, shipped map[objectKey]bool) error {
 		if err != nil {
 			return err
 		}
-		list, err := u.Dynamic.Resource(res).Namespace(kind.Namespace).List(ctx, metav1.ListOptions{LabelSelector: PartOf})
+		list, err := u.Dynamic.Resource(res).Namespace(kind.Namespace).List(ctx, metav1.ListOptions{LabelSelector: Shipped})
 		if err != nil {
 			return fmt.Errorf("listing %s to prune: %w", res.Resource, err)
 		}

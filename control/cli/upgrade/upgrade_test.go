@@ -90,3 +90,46 @@ func TestInstalledRefuses(t *testing.T) {
 		t.Errorf("installed by Helm: %v", err)
 	}
 }
+
+// TestCheckRefusesInPlaceImpossibleChanges: the trust domain and
+// node-image mode are kept; everything else may change.
+func TestCheckRefusesInPlaceImpossibleChanges(t *testing.T) {
+	installed := install.DefaultConfig()
+	td := installed
+	td.TrustDomain = "other.example"
+	if err := Check(installed, td); err == nil || !strings.Contains(err.Error(), "--trust-domain other.example: the mesh's is cluster.local") {
+		t.Errorf("trust domain: %v", err)
+	}
+	nim := installed
+	nim.NodeImageMode = true
+	if err := Check(installed, nim); err == nil || !strings.Contains(err.Error(), "--node-image-mode=true") {
+		t.Errorf("node-image mode: %v", err)
+	}
+	ok := installed
+	ok.HA, ok.Version, ok.DefaultInboundPolicy = true, "v2", "deny"
+	if err := Check(installed, ok); err != nil {
+		t.Errorf("HA, version and policy: %v", err)
+	}
+}
+
+// TestInstalledRefusesAMissingNodeAgent: a DaemonSet gone from an install
+// that had one is not read as node-image mode.
+func TestInstalledRefusesAMissingNodeAgent(t *testing.T) {
+	u := installedCluster(t, install.DefaultConfig(), nil)
+	ds := install.Ref{APIVersion: "apps/v1", Kind: "DaemonSet", Namespace: install.Namespace, Name: "plexus-node"}
+	res, _ := ds.Resource()
+	if err := u.Dynamic.Resource(res).Namespace(ds.Namespace).Delete(context.Background(), ds.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	u.Client = fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: install.Namespace,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}})
+	if _, err := u.Installed(context.Background()); err == nil || !strings.Contains(err.Error(), "DaemonSet plexus-system/plexus-node is missing") {
+		t.Errorf("err = %v", err)
+	}
+	u.Client = fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: install.Namespace,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}})
+	cfg, err := u.Installed(context.Background())
+	if err != nil || !cfg.NodeImageMode {
+		t.Errorf("node-image mode install: %+v, %v", cfg, err)
+	}
+}
