@@ -3,6 +3,7 @@ package mesh
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -114,6 +115,28 @@ func TestHelmInstall(t *testing.T) {
 				}
 				return false, nil
 			})
+		}
+	})
+
+	t.Run("stat names objects as kubectl does", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"stat", "deploy/web", "-n", demoNamespace},
+			{"stat", "deploy", "web", "-n", demoNamespace},
+			{"stat", "deployment/web", "-n", demoNamespace},
+			{"stat", "deploy", "-A", "-l", "app=web"},
+		} {
+			out, err := ctl(append(args, "--window=1s", "-o", "json")...)
+			var rows []struct{ Namespace, Name string }
+			if err == nil {
+				err = json.Unmarshal([]byte(out), &rows)
+			}
+			if err != nil || len(rows) != 1 || rows[0].Namespace != demoNamespace || rows[0].Name != "web" {
+				t.Errorf("plexusctl %s: %v, want one row, %s/web:\n%s", strings.Join(args, " "), err, demoNamespace, out)
+			}
+		}
+		out, err := ctl("stat", "svc/web", "-n", demoNamespace)
+		if err == nil || !strings.Contains(out, `unknown resource "svc"`) || strings.Count(strings.TrimSpace(out), "\n") > 0 {
+			t.Errorf("stat svc/web: %v, want one line naming the resource:\n%s", err, out)
 		}
 	})
 

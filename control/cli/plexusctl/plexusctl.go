@@ -354,7 +354,9 @@ func displayName(f string) string {
 }
 
 func statCmd(g *globals, env Env) *cobra.Command {
-	return leaf("stat (ns|deploy|pod)[/NAME] [NAME]", "traffic statistics: stat deploy (every one), stat deploy/web or deploy web", func(fs *pflag.FlagSet) runFunc {
+	return leaf("stat (ns|deploy|pod)[/NAME] [NAME]", "traffic statistics: stat deploy (every one), stat deploy/web or deploy web [-A] [-l SELECTOR]", func(fs *pflag.FlagSet) runFunc {
+		var sel selection
+		sel.register(fs)
 		window := fs.Duration("window", 5*time.Second, "time between the two scrapes of each proxy")
 		return func(ctx context.Context, pos []string) error {
 			res, name, err := stat.ParseKindAndName(pos)
@@ -364,19 +366,19 @@ func statCmd(g *globals, env Env) *cobra.Command {
 			if err := tableOutput(g); err != nil {
 				return err
 			}
-			cfg := stat.Config{Resource: res, Name: name, Window: *window}
 			client, _, ns, err := connect(g)
 			if err != nil {
 				return err
 			}
-			cfg.Namespace = ns
-			if err := cfg.Validate(); err != nil {
-				return usageError{err: err}
-			}
-			s := stat.Stat{Client: client, Scrape: stat.ProxyScraper(client), Sleep: stat.Sleep, Now: time.Now}
-			rows, err := s.Run(ctx, cfg)
+			cfg := stat.Config{Resource: res, Name: name, Namespace: sel.namespaceOf(ns)}
+			rows, err := scrapeStat(ctx, client, cfg, *window)
 			if err != nil {
 				return err
+			}
+			if sel.selector != "" {
+				if rows, err = selectRows(ctx, client, res, cfg.Namespace, sel.selector, rows); err != nil {
+					return err
+				}
 			}
 			return stat.Render(env.Stdout, rows, g.output)
 		}
