@@ -118,6 +118,21 @@ func TestHelmInstall(t *testing.T) {
 		}
 	})
 
+	t.Run("check --proxy passes the demo's data plane", func(t *testing.T) {
+		var out string
+		clustertest.WaitFor(t, time.Minute, "plexusctl check --proxy to pass", func(context.Context) (bool, error) {
+			var err error
+			out, err = ctl("check", "--proxy", "-n", demoNamespace)
+			return err == nil, nil
+		})
+		for _, want := range []string{"✔ data plane: proxies run the control plane's version", "✔ data plane: proxies hold valid certificates",
+			"✔ data plane: meshed pods have their redirect rules", "✔ data plane: pods that ask for the proxy run it"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("plexusctl check --proxy lacks %q:\n%s", want, out)
+			}
+		}
+	})
+
 	t.Run("stat names objects as kubectl does", func(t *testing.T) {
 		for _, args := range [][]string{
 			{"stat", "deploy/web", "-n", demoNamespace},

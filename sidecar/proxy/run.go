@@ -86,6 +86,9 @@ func Run(ctx context.Context, ro RunOptions) error {
 		if ident, err = ro.NewIdentity(cfg, log); err != nil {
 			return fmt.Errorf("identity client: %w", err)
 		}
+		if reg != nil {
+			reg.MustRegister(certExpiry(ident))
+		}
 		go func() {
 			if err := ident.Run(ctx); err != nil && ctx.Err() == nil {
 				log.Error("identity client stopped", "err", err)
@@ -262,4 +265,20 @@ func Run(ctx context.Context, ro RunOptions) error {
 	}
 	log.Info("drained")
 	return nil
+}
+
+// certExpiry is identity_cert_expiration_timestamp_seconds (Linkerd's
+// name): when the proxy's certificate expires, 0 before it has one.
+// plexusctl check --proxy reads it.
+func certExpiry(id mtls.CertSource) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "identity_cert_expiration_timestamp_seconds",
+		Help: "When the proxy's current certificate expires, in seconds since the Unix epoch (0 before it has one).",
+	}, func() float64 {
+		cert, err := id.Certificate()
+		if err != nil || cert == nil || cert.Leaf == nil {
+			return 0
+		}
+		return float64(cert.Leaf.NotAfter.Unix())
+	})
 }

@@ -69,6 +69,10 @@ type Result struct {
 type Config struct {
 	// NodeImageMode skips the DaemonSet: the plugin is in the node images.
 	NodeImageMode bool
+	// Proxy adds the data-plane checks of the pods of ProxyNamespace
+	// ("": every namespace).
+	Proxy          bool
+	ProxyNamespace string
 }
 
 // Validate has nothing to refuse yet; it exists for the house style.
@@ -83,6 +87,8 @@ type Checker struct {
 	// ServerTime returns the API server's clock (the Date header of a
 	// response) and the local time at the middle of that request.
 	ServerTime func(ctx context.Context) (server, local time.Time, err error)
+	// Scrape reads a proxy's metrics, for the data-plane checks.
+	Scrape Scraper
 }
 
 // Run runs every check, in order, and returns their results.
@@ -96,7 +102,11 @@ func (c Checker) Run(ctx context.Context, cfg Config) []Result {
 		rs = append(rs, c.daemonSet(ctx))
 	}
 	rs = append(rs, c.nodeTaints(ctx), c.issuer(ctx), c.clock(ctx), c.probes(ctx))
-	return append(rs, c.vizChecks(ctx)...)
+	rs = append(rs, c.vizChecks(ctx)...)
+	if cfg.Proxy {
+		rs = append(rs, c.proxyChecks(ctx, cfg.ProxyNamespace)...)
+	}
+	return rs
 }
 
 func ok(name string) Result { return Result{Name: name, Status: OK} }

@@ -290,6 +290,7 @@ func checkCmd(g *globals, env Env) *cobra.Command {
 	return leaf("check", "verify the installation in a cluster", func(fs *pflag.FlagSet) runFunc {
 		var cfg check.Config
 		fs.BoolVar(&cfg.NodeImageMode, "node-image-mode", false, "the CNI plugin is baked into the node images: skip the DaemonSet check")
+		fs.BoolVar(&cfg.Proxy, "proxy", false, "also check the data plane of -n NAMESPACE (default every namespace): proxy versions, certificates, redirect rules, pods that ask for a proxy and run none")
 		timeout := fs.Duration("timeout", 30*time.Second, "give up on the API server after this long")
 		return func(ctx context.Context, args []string) error {
 			if err := noArgs(args, cfg.Validate); err != nil {
@@ -301,7 +302,9 @@ func checkCmd(g *globals, env Env) *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(ctx, *timeout)
 			defer cancel()
-			c := check.Checker{Client: clients.Kube, Policy: clients, Now: time.Now, ServerTime: check.APIServerTime(restCfg)}
+			cfg.ProxyNamespace = g.namespace // set only by -n: every namespace by default
+			c := check.Checker{Client: clients.Kube, Policy: clients, Now: time.Now, ServerTime: check.APIServerTime(restCfg),
+				Scrape: check.Scraper(stat.ProxyScraper(clients.Kube))}
 			if !check.Print(env.Stdout, c.Run(ctx, cfg), env.Colour) {
 				return errReported
 			}

@@ -1,0 +1,110 @@
+package check
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/plexus-mesh/plexus/control/inject"
+	"github.com/plexus-mesh/plexus/control/meshpod"
+)
+
+func runningPod(ns, name, version string, meshed bool, annotations map[string]string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name), Annotations: annotations, Labels: map[string]string{}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	if meshed {
+		p.Labels[inject.LabelProxyVersion] = version
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: meshpod.ProxyContainerName})
+	}
+	return p
+}
+
+func redirectEvent(p *corev1.Pod, reason string, at time.Time) *corev1.Event {
+	return &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name + "." + reason},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID},
+		Reason:         reason, Type: corev1.EventTypeWarning, LastTimestamp: metav1.NewTime(at),
+	}
+}
+
+// TestProxyChecks: each data-plane check finds what it is for, and passes
+// a healthy namespace.
+func TestProxyChecks(t *testing.T) {
+	injector := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: InjectorName},
+		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{
+			{Name: "injector", Args: []string{"injector", "--proxy-version=v2"}},
+		}}}},
+	}
+	shop := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Annotations: map[string]string{inject.AnnotationInject: "enabled"}}}
+	good := runningPod("shop", "good", "v2", true, nil)
+	old := runningPod("shop", "old", "v1", true, nil)
+	bypass := runningPod("shop", "bypass", "v2", true, nil)
+	pending := runningPod("shop", "pending", "", false, nil)
+	optedOut := runningPod("shop", "opted-out", "", false, map[string]string{inject.AnnotationInject: "disabled"})
+	expiry := map[string]time.Time{"good": now.Add(20 * time.Hour), "old": now.Add(-time.Hour), "bypass": now.Add(2 * time.Hour)}
+	scrape := func(_ context.Context, ns, pod string) ([]byte, error) {
+		if pod == "old" {
+			return []byte("request_total 1\n" + certMetric + " " + fmt.Sprint(expiry[pod].Unix()) + "\n"), nil
+		}
+		return []byte(fmt.Sprintf("# TYPE %s gauge\n%s %d\n", certMetric, certMetric, expiry[pod].Unix())), nil
+	}
+	client := fake.NewClientset(injector, shop, good, old, bypass, pending, optedOut,
+		redirectEvent(bypass, "RedirectMissing", now.Add(-10*time.Minute)),
+		redirectEvent(good, "RedirectMissing", now.Add(-2*time.Hour)), // before the window
+	)
+	c := Checker{Client: client, Now: func() time.Time { return now }, Scrape: scrape}
+	rs := c.proxyChecks(context.Background(), "shop")
+	want := []struct {
+		status   Status
+		contains string
+	}{
+		{Warn, "1 of 3 proxies are not v2: shop/old (v1)"},
+		{Fail, "1 proxies without a valid certificate: shop/old (expired 1h0m0s ago)"},
+		{Fail, "1 pods: shop/bypass (RedirectMissing)"},
+		{Warn, "1 pods without a proxy although injection is enabled: shop/pending"},
+	}
+	if len(rs) != len(want) {
+		t.Fatalf("%d results, want %d: %+v", len(rs), len(want), rs)
+	}
+	for i, w := range want {
+		if rs[i].Status != w.status || !strings.Contains(rs[i].Detail, w.contains) {
+			t.Errorf("%s: %v %q, want %v and %q", rs[i].Name, rs[i].Status, rs[i].Detail, w.status, w.contains)
+		}
+	}
+	if strings.Contains(rs[1].Detail, "bypass") {
+		t.Errorf("2 h left is not late: %q", rs[1].Detail)
+	}
+
+	// Healthy: one current proxy, its certificate fresh, no Events.
+	healthyClient := fake.NewClientset(injector, shop, good, optedOut)
+	c = Checker{Client: healthyClient, Now: func() time.Time { return now }, Scrape: scrape}
+	for _, r := range c.proxyChecks(context.Background(), "shop") {
+		if r.Status != OK {
+			t.Errorf("healthy: %s: %v %q", r.Name, r.Status, r.Detail)
+		}
+	}
+}
+
+// TestProxyCertificateLate: less than CertWarnLeft left warns.
+func TestProxyCertificateLate(t *testing.T) {
+	p := runningPod("shop", "late", "v2", true, nil)
+	c := Checker{Now: func() time.Time { return now }, Scrape: func(context.Context, string, string) ([]byte, error) {
+		return []byte(fmt.Sprintf("%s %d\n", certMetric, now.Add(time.Hour).Unix())), nil
+	}}
+	r := c.proxyCertificates(context.Background(), []corev1.Pod{*p})
+	if r.Status != Warn || !strings.Contains(r.Detail, "renew late: shop/late (1h0m0s left)") {
+		t.Errorf("%v %q", r.Status, r.Detail)
+	}
+}
