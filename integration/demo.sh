@@ -58,6 +58,10 @@ for d in web books votes; do
 	echo "$line" | grep -q '1/1' || die "$d is not meshed: $line"
 	echo "$line" | awk '{print $NF}' | grep -q '^100' || die "$d is not reached over mTLS only: $line"
 done
+step "the data plane: plexusctl check --proxy -n plexus-demo, and plexusctl version"
+$PLEXUSCTL check --proxy -n plexus-demo | grep 'data plane' | sed 's/^/    /' ||
+	die "plexusctl check --proxy failed for plexus-demo"
+$PLEXUSCTL version | sed 's/^/    /'
 step "traffic management: a 90/10 canary of books behind an HTTPRoute with retries and a timeout"
 kubectl apply -f "$HERE/demo/routes.yaml" >/dev/null
 kubectl -n plexus-demo rollout status deployment/books-v2 --timeout 180s >/dev/null ||
@@ -141,7 +145,8 @@ Explore:
     kubectl -n plexus-demo get httproute books-canary -o yaml
     kubectl -n plexus-demo get server,authorizationpolicy,meshtlsauthentication
     bin/plexusctl authz deploy/books -n plexus-demo --from sa/load
-    bin/plexusctl check
+    bin/plexusctl check --proxy -n plexus-demo
+    bin/plexusctl upgrade                # a running mesh to this build (or: helm, deploy/charts/README.md)
     bin/plexusctl viz dashboard          # the dashboard, port-forwarded to localhost
     bin/plexusctl viz top deploy/web -n plexus-demo
     bin/plexusctl viz tap deploy/web -n plexus-demo --to deploy/books
