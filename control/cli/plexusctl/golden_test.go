@@ -128,3 +128,42 @@ func TestVersionClient(t *testing.T) {
 		t.Errorf("without a cluster: exit %d, stdout %q, stderr %q; want the client's version and the error", code, out, stderr)
 	}
 }
+
+// TestColour: colour on a terminal only, never with NO_COLOR, never on
+// /dev/null (a character device, not a terminal) or a pipe.
+func TestColour(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	noColor := func(k string) string {
+		if k == "NO_COLOR" {
+			return "1"
+		}
+		return ""
+	}
+	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminal: %v", err)
+	}
+	defer ptmx.Close()
+	if !Colour(ptmx, noEnv) {
+		t.Error("a terminal: no colour")
+	}
+	if Colour(ptmx, noColor) {
+		t.Error("a terminal with NO_COLOR: colour")
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	for name, f := range map[string]*os.File{"/dev/null": null, "a pipe": w} {
+		if Colour(f, noEnv) {
+			t.Errorf("%s: colour", name)
+		}
+	}
+}

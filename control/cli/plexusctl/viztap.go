@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/term"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -241,12 +242,15 @@ func tapError(err error, t viz.Target, ns string) error {
 		t, where, tapapi.Verb, t.Kind, tapapi.Subresource, tapapi.Group, err)
 }
 
-// isTerminal reports whether w is a terminal.
+// isTerminal reports whether w is a terminal (not merely a character
+// device, as /dev/null is).
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// Colour is whether to colour what goes to stdout: only on a terminal,
+// and never with NO_COLOR set (https://no-color.org).
+func Colour(stdout io.Writer, getenv func(string) string) bool {
+	return isTerminal(stdout) && getenv("NO_COLOR") == ""
 }

@@ -13,11 +13,8 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	colour := false
-	if fi, err := os.Stdout.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 && os.Getenv("NO_COLOR") == "" {
-		colour = true
-	}
-	code := plexusctl.Main(ctx, os.Args[1:], plexusctl.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Colour: colour})
+	code := plexusctl.Main(ctx, os.Args[1:], plexusctl.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		Colour: plexusctl.Colour(os.Stdout, os.Getenv)})
 	stop()
 	os.Exit(code)
 }
