@@ -3,14 +3,18 @@
 # tests, cached by commit in PREVIOUS_DIR: its plexusctl and plexus-cni in
 # bin/, and its images, tagged plexus.dev/NAME:prev, in images/. With the
 # local cluster up, it also imports those images into its containerd.
-# The build needs the commit in this clone's history.
+# The build needs the commit in this clone's history (exit code 3 when it
+# is not there).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 
 build() {
 	[ -f "$PREVIOUS_DIR/.complete" ] && return 0
-	git -C "$PLEXUS_ROOT" cat-file -e "$PREVIOUS_COMMIT^{commit}" 2>/dev/null ||
-		die "commit $PREVIOUS_COMMIT (PREVIOUS_COMMIT) is not in this clone's history"
+	# Exit code 3: this clone lacks the commit (a shallow clone).
+	git -C "$PLEXUS_ROOT" cat-file -e "$PREVIOUS_COMMIT^{commit}" 2>/dev/null || {
+		log "error: commit $PREVIOUS_COMMIT (PREVIOUS_COMMIT) is not in this clone's history"
+		exit 3
+	}
 	[ -x "$PLEXUS_ROOT/bin/imagebuild" ] || die "bin/imagebuild is missing: run make build"
 	log "building the previous Plexus ($PREVIOUS_COMMIT) into $PREVIOUS_DIR (cold: ~3 min on 2 cores)"
 	local tmp="$PREVIOUS_DIR.tmp" name
