@@ -144,7 +144,7 @@ func installCmd(g *globals, env Env) *cobra.Command {
 				return err
 			}
 			if !cfg.SkipGatewayAPICRDs {
-				omit, err := planGatewayAPI(ctx, g, env)
+				omit, err := planGatewayAPI(ctx, "install", g, env)
 				if err != nil {
 					return err
 				}
@@ -225,7 +225,7 @@ func upgradeCmd(g *globals, env Env) *cobra.Command {
 				return usageError{err: err}
 			}
 			if !cfg.SkipGatewayAPICRDs {
-				if cfg.OmitGatewayAPICRDs, err = planGatewayAPI(ctx, g, env); err != nil {
+				if cfg.OmitGatewayAPICRDs, err = planGatewayAPI(ctx, "upgrade", g, env); err != nil {
 					return err
 				}
 			}
@@ -240,7 +240,7 @@ const gatewayAPITimeout = 10 * time.Second
 // planGatewayAPI asks the cluster, if one is configured, which Gateway API
 // CRDs it has, prints install's notes on stderr and returns the CRDs to
 // leave out (control/cli/install's package doc has the rule).
-func planGatewayAPI(ctx context.Context, g *globals, env Env) ([]string, error) {
+func planGatewayAPI(ctx context.Context, command string, g *globals, env Env) ([]string, error) {
 	_, restCfg, _, err := connect(g)
 	var dyn dynamic.Interface
 	if err == nil {
@@ -257,7 +257,7 @@ func planGatewayAPI(ctx context.Context, g *globals, env Env) ([]string, error) 
 		return nil, err
 	}
 	for _, n := range plan.Notes {
-		fmt.Fprintf(env.Stderr, "plexusctl install: %s\n", n)
+		fmt.Fprintf(env.Stderr, "plexusctl %s: %s\n", command, n)
 	}
 	return plan.Omit, plan.Err
 }
