@@ -7,10 +7,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,17 +25,22 @@ const (
 	// CertWarnLeft warns about a proxy certificate with less than this
 	// left: proxies renew at 70 % of a 24 h lifetime, with 7 h left.
 	CertWarnLeft = 6 * time.Hour
-	// RedirectEventWindow is how far back the node agents' Events about
-	// pods without redirect rules count.
-	RedirectEventWindow = time.Hour
-	// maxScrapes bounds the proxies whose certificates one check reads.
-	maxScrapes = 100
+	// maxScrapes bounds the proxies whose certificates one check reads;
+	// scrapeTimeout bounds each read, scrapeWorkers read at once.
+	maxScrapes    = 100
+	scrapeTimeout = 5 * time.Second
+	scrapeWorkers = 8
 	// certMetric is the proxy's certificate expiry gauge.
 	certMetric = "identity_cert_expiration_timestamp_seconds"
 )
 
-// Redirect Events of the node agent (daemonset/repair).
-var redirectEvents = []string{"RedirectMissing", "RedirectRepairFailed"}
+// The node agent's Events about a pod's redirect rules (daemonset/repair's
+// reasons): the latest one of a running pod tells whether it has them.
+const (
+	reasonRepaired     = "RedirectRepaired"
+	reasonMissing      = "RedirectMissing"
+	reasonRepairFailed = "RedirectRepairFailed"
+)
 
 // Scraper returns one pod's proxy metrics text (stat.ProxyScraper).
 type Scraper func(ctx context.Context, namespace, pod string) ([]byte, error)
@@ -112,29 +117,53 @@ func (c Checker) proxyCertificates(ctx context.Context, meshed []corev1.Pod) Res
 		return Result{Name: name, Status: Warn, Detail: "not checked: no way to read the proxies' metrics"}
 	}
 	now := c.Now()
+	read := meshed[:min(len(meshed), maxScrapes)]
+	type reading struct {
+		v     float64
+		found bool
+		err   error
+	}
+	readings := make([]reading, len(read))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(scrapeWorkers, len(read)) {
+		wg.Go(func() {
+			for i := range next {
+				sctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
+				b, err := c.Scrape(sctx, read[i].Namespace, read[i].Name)
+				cancel()
+				r := reading{err: err}
+				if err == nil {
+					r.v, r.found = gauge(b, certMetric)
+				}
+				readings[i] = r
+			}
+		})
+	}
+	for i := range read {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 	var expired, soon, unknown []string
-	checked := 0
-	for _, p := range meshed {
-		if checked == maxScrapes {
-			break
-		}
-		checked++
+	checked := len(read)
+	for i, p := range read {
 		id := p.Namespace + "/" + p.Name
-		b, err := c.Scrape(ctx, p.Namespace, p.Name)
-		if err != nil {
-			unknown = append(unknown, fmt.Sprintf("%s (%v)", id, err))
-			continue
-		}
-		v, found := gauge(b, certMetric)
+		r := readings[i]
+		expiry := time.Unix(int64(r.v), 0)
 		switch {
-		case !found:
+		case r.err != nil:
+			unknown = append(unknown, fmt.Sprintf("%s (%v)", id, r.err))
+		case !r.found:
 			unknown = append(unknown, id+" (an older proxy: no "+certMetric+")")
-		case v == 0:
-			expired = append(expired, id+" (no certificate yet)")
-		case time.Unix(int64(v), 0).Before(now):
-			expired = append(expired, fmt.Sprintf("%s (expired %s ago)", id, now.Sub(time.Unix(int64(v), 0)).Round(time.Minute)))
-		case time.Unix(int64(v), 0).Sub(now) < CertWarnLeft:
-			soon = append(soon, fmt.Sprintf("%s (%s left)", id, time.Unix(int64(v), 0).Sub(now).Round(time.Minute)))
+		case r.v == 0 && !podReady(p):
+			unknown = append(unknown, id+" (starting: no certificate yet)")
+		case r.v == 0:
+			expired = append(expired, id+" (no certificate)")
+		case expiry.Before(now):
+			expired = append(expired, fmt.Sprintf("%s (expired %s ago)", id, now.Sub(expiry).Round(time.Minute)))
+		case expiry.Sub(now) < CertWarnLeft:
+			soon = append(soon, fmt.Sprintf("%s (%s left)", id, expiry.Sub(now).Round(time.Minute)))
 		}
 	}
 	switch {
@@ -157,11 +186,13 @@ func (c Checker) proxyCertificates(ctx context.Context, meshed []corev1.Pod) Res
 	return ok(name)
 }
 
-// redirects: no meshed pod that runs now was reported by its node agent
-// as running without its redirect rules (RedirectEventWindow).
+// redirects: no running meshed pod was last reported by its node agent
+// as running without its redirect rules. The agent reports a pod once;
+// the API server keeps Events an hour by default, so an older report is
+// not seen (the agent's log and plexus_node_repair metrics keep it).
 func (c Checker) redirects(ctx context.Context, ns string, meshed []corev1.Pod) Result {
 	const name = "data plane: meshed pods have their redirect rules"
-	events, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Pod,type=Warning"})
+	events, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Pod"})
 	if err != nil {
 		return fail(name, "", "listing Events: %v", err)
 	}
@@ -169,45 +200,54 @@ func (c Checker) redirects(ctx context.Context, ns string, meshed []corev1.Pod) 
 	for _, p := range meshed {
 		live[string(p.UID)] = true
 	}
-	since := c.Now().Add(-RedirectEventWindow)
-	bad := map[string]string{}
+	latest := map[string]corev1.Event{} // pod UID → its latest redirect Event
 	for _, e := range events.Items {
-		if !live[string(e.InvolvedObject.UID)] || !slices.Contains(redirectEvents, e.Reason) || lastSeen(e).Before(since) {
+		uid := string(e.InvolvedObject.UID)
+		switch e.Reason {
+		case reasonRepaired, reasonMissing, reasonRepairFailed:
+		default:
 			continue
 		}
-		bad[e.InvolvedObject.Namespace+"/"+e.InvolvedObject.Name] = e.Reason
-	}
-	if len(bad) == 0 {
-		return ok(name)
+		if prev, ok := latest[uid]; live[uid] && (!ok || lastSeen(e).After(lastSeen(prev))) {
+			latest[uid] = e
+		}
 	}
 	var names []string
-	for p, reason := range bad {
-		names = append(names, p+" ("+reason+")")
+	for _, e := range latest {
+		if e.Reason != reasonRepaired {
+			names = append(names, e.InvolvedObject.Namespace+"/"+e.InvolvedObject.Name+" ("+e.Reason+")")
+		}
 	}
-	sort.Strings(names)
+	if len(names) == 0 {
+		return ok(name)
+	}
 	return fail(name, "their traffic may bypass the proxy: see the node agent's log and kubectl describe pod; deleting the pod gives it rules again",
 		"%d pods: %s", len(names), listed(names))
 }
 
-// injectionPending: no running pod asks for the proxy without having it
-// (started before its namespace opted in, or while the injector was down).
+// injectionPending: no running pod the injector's webhook selects runs
+// without the proxy (started before its namespace opted in, or while the
+// injector was down). The webhook selects by label (deploy/plexus-control/
+// webhook.yaml): a namespace labelled plexus.dev/inject=enabled and a pod
+// not labelled disabled, or a pod labelled enabled; never kube-system or
+// plexus-system, nor host-network pods.
 func (c Checker) injectionPending(ctx context.Context, running []corev1.Pod) Result {
 	const name = "data plane: pods that ask for the proxy run it"
-	namespaces := map[string]*corev1.Namespace{}
+	nsEnabled := map[string]bool{}
+	seen := map[string]bool{}
 	var pending []string
 	for _, p := range running {
-		if p.Namespace == Namespace || p.Namespace == "kube-system" {
+		if p.Namespace == Namespace || p.Namespace == "kube-system" || p.Spec.HostNetwork || meshpod.IsMeshed(&p) {
 			continue
 		}
-		ns, seen := namespaces[p.Namespace]
-		if !seen {
-			got, err := c.Client.CoreV1().Namespaces().Get(ctx, p.Namespace, metav1.GetOptions{})
-			if err == nil {
-				ns = got
+		if !seen[p.Namespace] {
+			seen[p.Namespace] = true
+			if ns, err := c.Client.CoreV1().Namespaces().Get(ctx, p.Namespace, metav1.GetOptions{}); err == nil {
+				nsEnabled[p.Namespace] = ns.Labels[inject.AnnotationInject] == "enabled"
 			}
-			namespaces[p.Namespace] = ns
 		}
-		if d, err := inject.Decide(&p, ns); err == nil && d.Inject {
+		podSetting := p.Labels[inject.AnnotationInject]
+		if podSetting == "enabled" || nsEnabled[p.Namespace] && podSetting != "disabled" {
 			pending = append(pending, p.Namespace+"/"+p.Name)
 		}
 	}
@@ -216,6 +256,15 @@ func (c Checker) injectionPending(ctx context.Context, running []corev1.Pod) Res
 	}
 	return Result{Name: name, Status: Warn, Detail: fmt.Sprintf("%d pods without a proxy although injection is enabled: %s", len(pending), listed(pending)),
 		Hint: "restart them (kubectl rollout restart) so the injector adds the proxy"}
+}
+
+func podReady(p corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // gauge reads an unlabelled sample of the Prometheus text format.

@@ -15,11 +15,15 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/inject"
 	"github.com/plexus-mesh/plexus/control/meshpod"
+	"github.com/plexus-mesh/plexus/daemonset/repair"
 )
 
-func runningPod(ns, name, version string, meshed bool, annotations map[string]string) *corev1.Pod {
+func runningPod(ns, name, version string, meshed bool, labels map[string]string) *corev1.Pod {
+	if labels == nil {
+		labels = map[string]string{}
+	}
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name), Annotations: annotations, Labels: map[string]string{}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name), Labels: labels},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}},
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
 	}
@@ -47,7 +51,7 @@ func TestProxyChecks(t *testing.T) {
 			{Name: "injector", Args: []string{"injector", "--proxy-version=v2"}},
 		}}}},
 	}
-	shop := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Annotations: map[string]string{inject.AnnotationInject: "enabled"}}}
+	shop := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{inject.AnnotationInject: "enabled"}}}
 	good := runningPod("shop", "good", "v2", true, nil)
 	old := runningPod("shop", "old", "v1", true, nil)
 	bypass := runningPod("shop", "bypass", "v2", true, nil)
@@ -61,8 +65,9 @@ func TestProxyChecks(t *testing.T) {
 		return []byte(fmt.Sprintf("# TYPE %s gauge\n%s %d\n", certMetric, certMetric, expiry[pod].Unix())), nil
 	}
 	client := fake.NewClientset(injector, shop, good, old, bypass, pending, optedOut,
-		redirectEvent(bypass, "RedirectMissing", now.Add(-10*time.Minute)),
-		redirectEvent(good, "RedirectMissing", now.Add(-2*time.Hour)), // before the window
+		redirectEvent(bypass, "RedirectMissing", now.Add(-2*time.Hour)), // never repaired: still bypassing
+		redirectEvent(good, "RedirectRepairFailed", now.Add(-10*time.Minute)),
+		redirectEvent(good, "RedirectRepaired", now.Add(-5*time.Minute)), // repaired since
 	)
 	c := Checker{Client: client, Now: func() time.Time { return now }, Scrape: scrape}
 	rs := c.proxyChecks(context.Background(), "shop")
@@ -87,13 +92,34 @@ func TestProxyChecks(t *testing.T) {
 		t.Errorf("2 h left is not late: %q", rs[1].Detail)
 	}
 
-	// Healthy: one current proxy, its certificate fresh, no Events.
-	healthyClient := fake.NewClientset(injector, shop, good, optedOut)
+	// Healthy: one current proxy, its certificate fresh, no Events; a pod
+	// opted in by annotation only, which the webhook never selects, is
+	// not waiting for a proxy.
+	other := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "other", Annotations: map[string]string{inject.AnnotationInject: "enabled"}}}
+	annotated := runningPod("other", "annotated", "", false, nil)
+	healthyClient := fake.NewClientset(injector, shop, good, optedOut, other, annotated)
 	c = Checker{Client: healthyClient, Now: func() time.Time { return now }, Scrape: scrape}
-	for _, r := range c.proxyChecks(context.Background(), "shop") {
+	for _, r := range c.proxyChecks(context.Background(), "") {
 		if r.Status != OK {
 			t.Errorf("healthy: %s: %v %q", r.Name, r.Status, r.Detail)
 		}
+	}
+}
+
+// TestProxyCertificateStarting: no certificate yet warns on a pod that is
+// not ready, fails on one that is.
+func TestProxyCertificateStarting(t *testing.T) {
+	starting := runningPod("shop", "starting", "v2", true, nil)
+	ready := runningPod("shop", "ready", "v2", true, nil)
+	ready.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	c := Checker{Now: func() time.Time { return now }, Scrape: func(context.Context, string, string) ([]byte, error) {
+		return []byte(certMetric + " 0\n"), nil
+	}}
+	if r := c.proxyCertificates(context.Background(), []corev1.Pod{*starting}); r.Status != Warn || !strings.Contains(r.Detail, "starting") {
+		t.Errorf("starting: %v %q", r.Status, r.Detail)
+	}
+	if r := c.proxyCertificates(context.Background(), []corev1.Pod{*ready}); r.Status != Fail || !strings.Contains(r.Detail, "shop/ready (no certificate)") {
+		t.Errorf("ready: %v %q", r.Status, r.Detail)
 	}
 }
 
@@ -106,5 +132,13 @@ func TestProxyCertificateLate(t *testing.T) {
 	r := c.proxyCertificates(context.Background(), []corev1.Pod{*p})
 	if r.Status != Warn || !strings.Contains(r.Detail, "renew late: shop/late (1h0m0s left)") {
 		t.Errorf("%v %q", r.Status, r.Detail)
+	}
+}
+
+// TestRedirectReasonsAreTheAgents: the reasons read are those the node
+// agent writes.
+func TestRedirectReasonsAreTheAgents(t *testing.T) {
+	if reasonRepaired != repair.ReasonRepaired || reasonMissing != repair.ReasonMissing || reasonRepairFailed != repair.ReasonRepairFailed {
+		t.Error("check's redirect Event reasons differ from daemonset/repair's")
 	}
 }

@@ -124,7 +124,7 @@ func TestVersionClient(t *testing.T) {
 		t.Errorf("-o wide: exit %d, stderr %q", code, stderr)
 	}
 	code, out, stderr := runMain(t, "", "version", "--kubeconfig", filepath.Join(t.TempDir(), "nope"))
-	if code != ExitFail || !strings.Contains(out, "Client version: dev") || !strings.Contains(stderr, "kubeconfig") {
+	if code != ExitFail || out != "Client version: dev\n" || !strings.Contains(stderr, "kubeconfig") {
 		t.Errorf("without a cluster: exit %d, stdout %q, stderr %q; want the client's version and the error", code, out, stderr)
 	}
 }

@@ -102,6 +102,10 @@ resource; the message says what to run for help).`,
 // exit code.
 func Main(ctx context.Context, args []string, env Env) int {
 	cmd := root(&globals{}, env)
+	if err := singleDashLongFlag(cmd, args); err != nil {
+		fmt.Fprintf(env.Stderr, "plexusctl: %v (see plexusctl --help)\n", err)
+		return ExitUsage
+	}
 	cmd.SetArgs(args)
 	cmd.SetIn(env.Stdin)
 	cmd.SetOut(env.Stdout)
@@ -118,7 +122,7 @@ func Main(ctx context.Context, args []string, env Env) int {
 	case errors.As(err, &ue) && ue.quiet:
 		return ExitUsage
 	case errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command"):
-		fmt.Fprintf(env.Stderr, "%s: %v (see %s --help)\n", name, strings.ReplaceAll(err.Error(), "\n", " "), name)
+		fmt.Fprintf(env.Stderr, "%s: %s (see %s --help)\n", name, strings.Join(strings.Fields(err.Error()), " "), name)
 		return ExitUsage
 	case errors.Is(err, errReported):
 		return ExitFail
@@ -126,6 +130,33 @@ func Main(ctx context.Context, args []string, env Env) int {
 		fmt.Fprintf(env.Stderr, "%s: %v\n", name, err)
 		return ExitFail
 	}
+}
+
+// singleDashLongFlag refuses -kubeconfig, -namespace and the like, which
+// Go's flag package took and pflag reads as shorthands (-namespace: -n
+// "amespace").
+func singleDashLongFlag(cmd *cobra.Command, args []string) error {
+	long := map[string]bool{}
+	var walk func(*cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
+			fs.VisitAll(func(f *pflag.Flag) { long[f.Name] = len(f.Name) > 1 })
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(cmd)
+	for _, a := range args {
+		if a == "--" {
+			return nil
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && !strings.HasPrefix(a, "--") && long[name] {
+			return fmt.Errorf("%s: long flags take two dashes: --%s", a, strings.TrimPrefix(a, "-"))
+		}
+	}
+	return nil
 }
 
 // errReported is a failure whose details are already printed.
@@ -368,6 +399,9 @@ func statCmd(g *globals, env Env) *cobra.Command {
 			}
 			if err := tableOutput(g); err != nil {
 				return err
+			}
+			if err := (stat.Config{Resource: res, Namespace: "any", Window: *window}).Validate(); err != nil {
+				return usageError{err: err}
 			}
 			client, _, ns, err := connect(g)
 			if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
@@ -77,7 +78,6 @@ func versionCmd(g *globals, env Env) *cobra.Command {
 
 // fromCluster reads the control plane's and the proxies' versions.
 func (v *versions) fromCluster(ctx context.Context, g *globals) error {
-	v.asked = true
 	kube, _, _, err := connect(g)
 	if err != nil {
 		return err
@@ -86,14 +86,14 @@ func (v *versions) fromCluster(ctx context.Context, g *globals) error {
 	if err != nil {
 		return err
 	}
-	v.ControlPlane = cp
 	pods, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: inject.LabelProxyVersion})
 	if err != nil {
 		return fmt.Errorf("listing meshed pods: %w", err)
 	}
+	v.ControlPlane, v.asked = cp, true // the cluster answered
 	count := map[string]int{}
 	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
 			count[p.Labels[inject.LabelProxyVersion]]++
 		}
 	}
@@ -117,7 +117,7 @@ func controlPlaneVersions(ctx context.Context, kube kubernetes.Interface) (*cont
 	cp := &controlPlaneVersion{Components: map[string]string{}}
 	tags := map[string]bool{}
 	for _, d := range list.Items {
-		img := d.Spec.Template.Spec.Containers[0].Image
+		img, _, _ := strings.Cut(d.Spec.Template.Spec.Containers[0].Image, "@")
 		tag := "unknown"
 		if i := strings.LastIndex(img, ":"); i > strings.LastIndex(img, "/") {
 			tag = img[i+1:]

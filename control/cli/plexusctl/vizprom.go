@@ -4,12 +4,15 @@ package plexusctl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/plexus-mesh/plexus/control/cli/routes"
@@ -180,7 +183,8 @@ func vizStatCmd(g *globals, env Env) *cobra.Command {
 }
 
 // scrapeStat is plexusctl stat's measurement, over every namespace when
-// cfg.Namespace is "" (for deployments and pods).
+// cfg.Namespace is "" (for deployments and pods): the namespaces are
+// measured at once, and a name found in none of them is an error.
 func scrapeStat(ctx context.Context, kube kubernetes.Interface, cfg stat.Config, window time.Duration) ([]stat.Row, error) {
 	if window == 0 {
 		window = 5 * time.Second
@@ -193,29 +197,51 @@ func scrapeStat(ctx context.Context, kube kubernetes.Interface, cfg stat.Config,
 		}
 		return s.Run(ctx, cfg)
 	}
+	probe := cfg
+	probe.Namespace = "all"
+	if err := probe.Validate(); err != nil {
+		return nil, usageError{err: err}
+	}
 	nss, err := viz.Select(ctx, kube, viz.Namespaces, "", "")
 	if err != nil {
 		return nil, err
 	}
+	rows := make([][]stat.Row, len(nss))
+	errs := make([]error, len(nss))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i, n := range nss {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			one := cfg
+			one.Namespace = n.Name
+			rows[i], errs[i] = s.Run(ctx, one)
+		})
+	}
+	wg.Wait()
 	var all []stat.Row
-	for _, n := range nss {
-		one := cfg
-		one.Namespace = n.Name
-		rows, err := s.Run(ctx, one)
-		if err != nil && cfg.Name == "" {
-			return nil, err
+	for i := range nss {
+		if errs[i] != nil && !(cfg.Name != "" && errors.Is(errs[i], stat.ErrNotFound)) {
+			return nil, errs[i]
 		}
-		all = append(all, rows...)
+		all = append(all, rows[i]...)
+	}
+	if cfg.Name != "" && len(all) == 0 {
+		return nil, fmt.Errorf("%s %s %w in any namespace", cfg.Resource, cfg.Name, stat.ErrNotFound)
 	}
 	return all, nil
 }
 
 // selectRows keeps the rows of objects whose labels match selector.
 func selectRows(ctx context.Context, kube kubernetes.Interface, res stat.Resource, ns, selector string, rows []stat.Row) ([]stat.Row, error) {
+	if _, err := labels.Parse(selector); err != nil {
+		return nil, usagef("-l %q: %v", selector, err)
+	}
 	kind := map[stat.Resource]viz.Kind{stat.Namespaces: viz.Namespaces, stat.Deployments: viz.Deployments, stat.Pods: viz.Pods}[res]
 	objs, err := viz.Select(ctx, kube, kind, ns, selector)
 	if err != nil {
-		return nil, usageError{err: err}
+		return nil, err
 	}
 	keep := map[viz.Object]bool{}
 	for _, o := range objs {

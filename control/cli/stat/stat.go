@@ -99,6 +99,9 @@ type Config struct {
 	Window    time.Duration
 }
 
+// ErrNotFound: the object named is not there.
+var ErrNotFound = errors.New("not found")
+
 // Validate reports a setting that cannot be measured.
 func (c Config) Validate() error {
 	if _, err := ParseResource(string(c.Resource)); err != nil {
@@ -324,7 +327,7 @@ func (s Stat) Targets(ctx context.Context, cfg Config) ([]Target, error) {
 			gs = append(gs, newTarget(d.Namespace, d.Name, mine))
 		}
 		if cfg.Name != "" && len(gs) == 0 {
-			return nil, fmt.Errorf("deployment %s/%s not found", cfg.Namespace, cfg.Name)
+			return nil, fmt.Errorf("deployment %s/%s %w", cfg.Namespace, cfg.Name, ErrNotFound)
 		}
 		return gs, nil
 	default:
@@ -339,7 +342,7 @@ func (s Stat) Targets(ctx context.Context, cfg Config) ([]Target, error) {
 			}
 		}
 		if cfg.Name != "" && len(gs) == 0 {
-			return nil, fmt.Errorf("pod %s/%s not found (or not running)", cfg.Namespace, cfg.Name)
+			return nil, fmt.Errorf("pod %s/%s %w (or not running)", cfg.Namespace, cfg.Name, ErrNotFound)
 		}
 		return gs, nil
 	}
