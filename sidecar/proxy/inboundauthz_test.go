@@ -134,6 +134,9 @@ func TestInboundAuthorization(t *testing.T) {
 	} else {
 		io.Copy(io.Discard, res.Body)
 	}
+	// The plaintext clients above closed their connections; wait until the
+	// proxy has let go of them too, so only c is left to revoke.
+	waitPlaintextConns(t, in, port, 1)
 	in.Revoke(port, pols.set(t, port, policyOf("client-only", onlyClientPod)))
 	c.SetReadDeadline(time.Now().Add(time.Second))
 	if _, err := br.ReadByte(); err == nil || strings.Contains(err.Error(), "timeout") {
@@ -142,6 +145,30 @@ func TestInboundAuthorization(t *testing.T) {
 	mfs, _ = reg.Gather()
 	if n := sumSamples(mfs, "inbound_tcp_authz_terminate_total", map[string]string{"srv_name": "client-only"}); n != 1 {
 		t.Errorf("inbound_tcp_authz_terminate_total = %v, want 1", n)
+	}
+}
+
+// waitPlaintextConns waits until in tracks exactly n plaintext connections
+// to port.
+func waitPlaintextConns(t *testing.T, in *Proxy, port uint16, n int) {
+	t.Helper()
+	count := func() int {
+		in.inbound.mu.Lock()
+		defer in.inbound.mu.Unlock()
+		got := 0
+		for _, ic := range in.inbound.conns {
+			if ic.port == port && !ic.tls.On {
+				got++
+			}
+		}
+		return got
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for count() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the proxy tracks %d plaintext connections to port %d, want %d", count(), port, n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
