@@ -23,7 +23,7 @@ BINARIES := $(notdir $(COMMANDS))
 IMAGES := images/pause.tar images/testapp.tar images/demoapp.tar images/coredns.tar images/prometheus.tar \
 	$(filter-out images/plexus-cni.tar images/plexusctl.tar,$(BINARIES:%=images/%.tar))
 
-.PHONY: all build images deps cluster-up cluster-down test test-unit demo bench clean proto proto-check gateway-crds charts
+.PHONY: all build images deps cluster-up cluster-down test test-unit demo bench bench-cluster clean proto proto-check gateway-crds charts
 
 all: build
 
@@ -64,7 +64,7 @@ images/%.tar: bin/%
 	bin/imagebuild -tag plexus.dev/$*:dev -o $@ -file /$*=$< -entrypoint /$*
 
 ## deps: Debian packages, Kubernetes, CNI reference plugins, CoreDNS (cached by version);
-## deps-bench: the peer proxy (nginx) the mesh benchmark compares against
+## deps-bench: the peer proxies (nginx, HAProxy) the mesh benchmark compares against
 deps:
 	$(CLUSTER)/deps.sh
 deps-%:
@@ -88,6 +88,10 @@ test-unit:
 ## bench: every benchmark, with the local cluster for those that need it
 bench: deps deps-bench images
 	integration/bench.sh
+
+## bench-cluster: the mesh pod to pod on the local cluster, meshed against unmeshed
+bench-cluster: deps images
+	integration/bench-cluster.sh
 
 ## demo: the mesh end to end on the local cluster
 demo: cluster-up

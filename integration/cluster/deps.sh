@@ -10,7 +10,7 @@
 #   helm:    the Helm CLI, built from its Go module, for the charts' tests
 #   chromium: Debian's headless browser, for the dashboard's browser tests
 #            (integration/vizbrowser)
-#   bench:   the peer proxy the benchmark compares against (nginx)
+#   bench:   the peer proxies the benchmark compares against (nginx, HAProxy)
 #   proto:   protoc, for make proto
 # Usage: deps.sh [apt] [kube] [cni] [coredns] [prometheus] [helm] [chromium] [bench] [proto]
 #        (no argument: all but bench and proto)
@@ -48,7 +48,7 @@ apt_install() {
 }
 
 deps_apt() { apt_install $APT_PACKAGES; }
-deps_bench() { apt_install nginx-light; }
+deps_bench() { apt_install nginx-light haproxy; }
 deps_chromium() { apt_install chromium; }
 # libprotobuf-dev holds the well-known types (google/protobuf/timestamp.proto).
 deps_proto() { apt_install protobuf-compiler libprotobuf-dev; }

@@ -21,20 +21,24 @@ type Config struct {
 	Duration time.Duration // how long to send
 	Workers  int           // concurrent requests at most (keep-alive connections)
 	Client   *http.Client
+	// Do, if set, makes one request instead of a GET of URL with Client
+	// (HTTP/2, gRPC): worker is the calling worker's index, 0 to
+	// Workers-1, for state a worker keeps (a gRPC stream).
+	Do func(ctx context.Context, worker int) error
 }
 
 // Validate reports the first problem with c.
 func (c Config) Validate() error {
 	switch {
-	case c.URL == "":
-		return errors.New("loadgen: URL is required")
+	case c.Do == nil && c.URL == "":
+		return errors.New("loadgen: URL or Do is required")
 	case c.Rate <= 0:
 		return fmt.Errorf("loadgen: rate %d must be positive", c.Rate)
 	case c.Duration <= 0:
 		return fmt.Errorf("loadgen: duration %s must be positive", c.Duration)
 	case c.Workers <= 0:
 		return fmt.Errorf("loadgen: workers %d must be positive", c.Workers)
-	case c.Client == nil:
+	case c.Do == nil && c.Client == nil:
 		return errors.New("loadgen: client is required")
 	}
 	return nil
@@ -60,12 +64,12 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	var mu sync.Mutex
 	res := Result{Latencies: make([]time.Duration, 0, total)}
 	var wg sync.WaitGroup
-	for range c.Workers {
+	for w := range c.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for at := range due {
-				err := get(ctx, c.Client, c.URL)
+				err := c.do(ctx, w)
 				lat := time.Since(at)
 				mu.Lock()
 				if err != nil {
@@ -107,19 +111,20 @@ func Saturate(ctx context.Context, c Config) (float64, Result, error) {
 	if err := c.Validate(); err != nil {
 		return 0, Result{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.Duration)
-	defer cancel()
+	// Workers stop starting requests at the end and let the ones in
+	// flight finish: a request cut short by the clock is not an error.
 	var mu sync.Mutex
 	var res Result
 	var wg sync.WaitGroup
 	start := time.Now()
-	for range c.Workers {
+	end := start.Add(c.Duration)
+	for w := range c.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for ctx.Err() == nil {
+			for ctx.Err() == nil && time.Now().Before(end) {
 				t := time.Now()
-				err := get(ctx, c.Client, c.URL)
+				err := c.do(ctx, w)
 				mu.Lock()
 				switch {
 				case err == nil:
@@ -139,7 +144,16 @@ func Saturate(ctx context.Context, c Config) (float64, Result, error) {
 	return float64(len(res.Latencies)) / res.Elapsed.Seconds(), res, nil
 }
 
-func get(ctx context.Context, client *http.Client, url string) error {
+func (c Config) do(ctx context.Context, worker int) error {
+	if c.Do != nil {
+		return c.Do(ctx, worker)
+	}
+	return Get(ctx, c.Client, c.URL)
+}
+
+// Get is one GET of url whose whole body is read; any status but 200 is
+// an error.
+func Get(ctx context.Context, client *http.Client, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err

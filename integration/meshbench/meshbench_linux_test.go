@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -19,11 +20,15 @@ func TestRunSmoke(t *testing.T) {
 	if bin == "" {
 		t.Skip("PLEXUS_PROXY_BIN is not set (make test sets it to bin/plexus-proxy)")
 	}
-	if _, err := exec.LookPath("nginx"); err != nil {
-		t.Skip("nginx is not installed (make deps-bench)")
+	for _, peer := range peers {
+		if _, err := exec.LookPath(peer); err != nil {
+			t.Skipf("%s is not installed (make deps-bench)", peer)
+		}
 	}
+	// The proxies run as their own UID and read their tokens from dir.
 	dir := t.TempDir()
 	os.Chmod(dir, 0o755)
+	os.Chmod(filepath.Dir(dir), 0o755)
 	rep, err := Run(context.Background(), Config{
 		ProxyBin: bin, Rates: []int{200}, Duration: time.Second,
 		SaturateFor: 500 * time.Millisecond, Workers: 4, LogDir: dir,
@@ -31,20 +36,32 @@ func TestRunSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Rates) != 3 {
-		t.Fatalf("want 3 results (direct, plexus, nginx), got %+v", rep.Rates)
+	// direct and five pairs over HTTP/1.1; direct and plexus-mtls over
+	// h2c, gRPC unary and gRPC streaming.
+	if len(rep.Rates) != 12 {
+		t.Fatalf("want 12 results, got %d: %+v", len(rep.Rates), rep.Rates)
 	}
 	for _, r := range rep.Rates {
 		if r.Errors != 0 || r.Latency.Count != 200 {
-			t.Errorf("%s: %d ok, %d errors (%v), want 200 ok", r.Path, r.Latency.Count, r.Errors, r.FirstErr)
+			t.Errorf("%s %s: %d ok, %d errors (%v), want 200 ok", r.Path, r.Proto, r.Latency.Count, r.Errors, r.FirstErr)
 		}
 		if proxied := r.Path != "direct"; proxied != (r.SidecarCPU > 0) {
-			t.Errorf("%s: sidecar CPU %.3f: traffic did not take the expected path", r.Path, r.SidecarCPU)
+			t.Errorf("%s %s: sidecar CPU %.3f: traffic did not take the expected path", r.Path, r.Proto, r.SidecarCPU)
+		}
+	}
+	for _, tp := range rep.Throughput {
+		if tp.RPS <= 0 || tp.Errors != 0 {
+			t.Errorf("%s %s at saturation: %.0f req/s, %d errors (%v)", tp.Path, tp.Proto, tp.RPS, tp.Errors, tp.FirstErr)
 		}
 	}
 	for _, m := range rep.Memory {
-		if len(m.Plexus) != 2 || m.Plexus[0].RSS == 0 || len(m.Peer) != 2 || m.Peer[0].RSS == 0 {
-			t.Errorf("memory row %q incomplete: %+v", m.When, m)
+		if len(m.Pairs) != 5 {
+			t.Errorf("memory row %q has %d pairs, want 5", m.When, len(m.Pairs))
+		}
+		for _, p := range m.Pairs {
+			if len(p.Sides) != 2 || p.Sides[0].RSS == 0 || p.Sides[1].RSS == 0 {
+				t.Errorf("memory row %q: %s incomplete: %+v", m.When, p.Name, p.Sides)
+			}
 		}
 	}
 	for _, n := range []string{"meshbench-c-", "meshbench-s-"} {

@@ -3,6 +3,8 @@ package meshbench
 import (
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/plexus-mesh/plexus/integration/loadgen"
@@ -20,6 +22,7 @@ type Report struct {
 // RateResult is one path at one fixed rate.
 type RateResult struct {
 	Path       string
+	Proto      string // "HTTP/1.1", "h2c", "gRPC unary", "gRPC streaming"
 	Rate       int
 	Latency    loadgen.Summary
 	Errors     int
@@ -31,21 +34,28 @@ type RateResult struct {
 
 // Throughput is one path at saturation.
 type Throughput struct {
-	Path   string
-	RPS    float64
-	Errors int
+	Path     string
+	Proto    string
+	RPS      float64
+	Errors   int
+	FirstErr error
 }
 
-// MemoryRow is the sidecars' memory at one point of the run, client side
-// first. Before is the plexus-before pair's, if the run had one.
+// MemoryRow is every pair's memory at one point of the run.
 type MemoryRow struct {
-	When                 string
-	Plexus, Before, Peer []Usage
+	When  string
+	Pairs []PairUsage
+}
+
+// PairUsage is one pair's sidecars' usage, client side first.
+type PairUsage struct {
+	Name  string
+	Sides []Usage
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/float64(time.Millisecond)) }
 
-func mb(b int64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
+func mib(b int64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
 
 // added is a path's latency over the direct path's: "+0.123 ms (1.45x)".
 func added(got, direct time.Duration) string {
@@ -65,69 +75,164 @@ func ratio(a, b float64) string {
 
 func us(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Microsecond)) }
 
-// Markdown writes the report as Markdown tables.
+// Markdown writes the report as Markdown tables: latency per protocol,
+// the targets, throughput and memory.
 func (r *Report) Markdown(w io.Writer) {
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "%s\n\n", n)
 	}
-	fmt.Fprintf(w, "### Latency at fixed rates (HTTP/1.1 keep-alive, %s per cell, open loop)\n\n", r.Duration)
-	fmt.Fprintln(w, "| rate | path | p50 ms | p90 ms | p99 ms | max ms | errors | sidecar CPU | p50 over direct | p99 over direct |")
-	fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-	direct := map[int]loadgen.Summary{}
+	direct := map[[2]any]loadgen.Summary{}
+	var protos []string
 	for _, res := range r.Rates {
+		if !slices.Contains(protos, res.Proto) {
+			protos = append(protos, res.Proto)
+		}
 		if res.Path == "direct" {
-			direct[res.Rate] = res.Latency
+			direct[[2]any{res.Proto, res.Rate}] = res.Latency
 		}
 	}
-	for _, res := range r.Rates {
-		d := direct[res.Rate]
-		over50, over99 := "—", "—"
-		if res.Path != "direct" {
-			over50, over99 = added(res.Latency.P50, d.P50), added(res.Latency.P99, d.P99)
+	for _, proto := range protos {
+		fmt.Fprintf(w, "### %s: latency at fixed rates (%s per cell, open loop)\n\n", proto, r.Duration)
+		fmt.Fprintln(w, "| rate | path | p50 ms | p90 ms | p99 ms | max ms | errors | sidecar CPU | CPU/request µs | p50 over direct | p99 over direct |")
+		fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		for _, res := range r.Rates {
+			if res.Proto != proto {
+				continue
+			}
+			d := direct[[2]any{res.Proto, res.Rate}]
+			over50, over99, perReq := "—", "—", "—"
+			if res.Path != "direct" {
+				over50, over99, perReq = added(res.Latency.P50, d.P50), added(res.Latency.P99, d.P99), us(res.CPUPerRequest)
+			}
+			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %d | %.0f%% | %s | %s | %s |\n", res.Rate, res.Path,
+				ms(res.Latency.P50), ms(res.Latency.P90), ms(res.Latency.P99), ms(res.Latency.Max),
+				res.Errors, res.SidecarCPU*100, perReq, over50, over99)
 		}
-		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %d | %.0f%% | %s | %s |\n", res.Rate, res.Path,
-			ms(res.Latency.P50), ms(res.Latency.P90), ms(res.Latency.P99), ms(res.Latency.Max),
-			res.Errors, res.SidecarCPU*100, over50, over99)
+		fmt.Fprintln(w)
 	}
+	r.targets(w)
 	r.compareBuilds(w)
 	for _, res := range r.Rates {
 		if res.Errors > 0 {
-			fmt.Fprintf(w, "\n%s at %d req/s: %d errors, the first: %v\n", res.Path, res.Rate, res.Errors, res.FirstErr)
+			fmt.Fprintf(w, "\n%s %s at %d req/s: %d errors, the first: %v\n", res.Path, res.Proto, res.Rate, res.Errors, res.FirstErr)
 		}
 	}
 	fmt.Fprintln(w, "\n### Maximum throughput (closed loop)")
-	fmt.Fprintln(w, "\n| path | req/s | vs direct | errors |\n|---|---:|---:|---:|")
-	var directRPS float64
+	fmt.Fprintln(w, "\n| protocol | path | req/s | vs direct | errors |\n|---|---|---:|---:|---:|")
+	directRPS := map[string]float64{}
 	for _, t := range r.Throughput {
 		if t.Path == "direct" {
-			directRPS = t.RPS
+			directRPS[t.Proto] = t.RPS
 		}
 	}
 	for _, t := range r.Throughput {
-		fmt.Fprintf(w, "| %s | %.0f | %.2fx | %d |\n", t.Path, t.RPS, t.RPS/directRPS, t.Errors)
+		fmt.Fprintf(w, "| %s | %s | %.0f | %s | %d |\n", t.Proto, t.Path, t.RPS, ratio(t.RPS, directRPS[t.Proto]), t.Errors)
 	}
-	fmt.Fprintln(w, "\n### Sidecar memory (RSS / peak RSS in MB, client side + server side)")
-	if len(r.Memory) > 0 && len(r.Memory[0].Before) > 0 {
-		fmt.Fprintln(w, "\n| when | plexus client | plexus server | plexus-before client | plexus-before server | nginx client | nginx server |\n|---|---:|---:|---:|---:|---:|---:|")
-	} else {
-		fmt.Fprintln(w, "\n| when | plexus client | plexus server | nginx client | nginx server |\n|---|---:|---:|---:|---:|")
+	for _, t := range r.Throughput {
+		if t.Errors > 0 {
+			fmt.Fprintf(w, "\n%s %s at saturation: %d errors, the first: %v\n", t.Path, t.Proto, t.Errors, t.FirstErr)
+		}
 	}
+	fmt.Fprintln(w, "\n### Sidecar memory (PSS / peak RSS in MiB, client side + server side)")
+	fmt.Fprintln(w, "\nThe plexus-mtls pair also carries the h2c and gRPC cells of each rate; the other pairs carry HTTP/1.1 only.")
+	if len(r.Memory) == 0 {
+		return
+	}
+	fmt.Fprint(w, "\n| when |")
+	for _, p := range r.Memory[0].Pairs {
+		fmt.Fprintf(w, " %s client | %s server |", p.Name, p.Name)
+	}
+	fmt.Fprint(w, "\n|---|")
+	for range r.Memory[0].Pairs {
+		fmt.Fprint(w, "---:|---:|")
+	}
+	fmt.Fprintln(w)
 	for _, m := range r.Memory {
 		fmt.Fprintf(w, "| %s |", m.When)
-		for _, u := range append(append(append([]Usage{}, m.Plexus...), m.Before...), m.Peer...) {
-			fmt.Fprintf(w, " %s / %s |", mb(u.RSS), mb(u.PeakRSS))
+		for _, p := range m.Pairs {
+			for i := range 2 {
+				cell := "—"
+				if i < len(p.Sides) {
+					cell = mib(p.Sides[i].PSS) + " / " + mib(p.Sides[i].PeakRSS)
+				}
+				fmt.Fprintf(w, " %s |", cell)
+			}
 		}
 		fmt.Fprintln(w)
 	}
 }
 
-// compareBuilds writes, at each rate measured with a plexus-before build,
-// the plexus build's p50 and CPU per request over plexus-before's.
-func (r *Report) compareBuilds(w io.Writer) {
-	before := map[int]RateResult{}
+// protoHTTP1 names the HTTP/1.1 protocol in results.
+const protoHTTP1 = "HTTP/1.1"
+
+// DESIGN.md §6 targets for the mTLS pair over HTTP/1.1.
+const (
+	targetAddedP50 = 300 * time.Microsecond
+	targetAddedP99 = time.Millisecond
+)
+
+// targets writes, at each HTTP/1.1 rate, whether the plexus mTLS pair met
+// DESIGN.md §6: added p50 and p99 over direct, and ahead of each peer
+// mTLS pair on p50, p99 and CPU per request.
+func (r *Report) targets(w io.Writer) {
+	at := map[[2]any]RateResult{}
+	var rates []int
 	for _, res := range r.Rates {
-		if res.Path == "plexus-before" {
-			before[res.Rate] = res
+		if res.Proto != protoHTTP1 {
+			continue
+		}
+		at[[2]any{res.Path, res.Rate}] = res
+		if !slices.Contains(rates, res.Rate) {
+			rates = append(rates, res.Rate)
+		}
+	}
+	var lines []string
+	for _, rate := range rates {
+		m, ok := at[[2]any{"plexus-mtls", rate}]
+		d, okd := at[[2]any{"direct", rate}]
+		if !ok || !okd {
+			continue
+		}
+		p50, p99 := m.Latency.P50-d.Latency.P50, m.Latency.P99-d.Latency.P99
+		line := fmt.Sprintf("- %d req/s: plexus-mtls adds p50 %s (target ≤ %s, %s), p99 %s (target ≤ %s, %s)", rate,
+			msDelta(p50), msDelta(targetAddedP50), met(p50 <= targetAddedP50), msDelta(p99), msDelta(targetAddedP99), met(p99 <= targetAddedP99))
+		for _, peer := range []string{"nginx-mtls", "haproxy-mtls"} {
+			q, ok := at[[2]any{peer, rate}]
+			if !ok {
+				continue
+			}
+			line += fmt.Sprintf("; vs %s p50 %s, p99 %s, CPU/request %s", peer,
+				ratio(float64(m.Latency.P50), float64(q.Latency.P50)), ratio(float64(m.Latency.P99), float64(q.Latency.P99)),
+				ratio(float64(m.CPUPerRequest), float64(q.CPUPerRequest)))
+		}
+		lines = append(lines, line)
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "### Targets (DESIGN.md §6, HTTP/1.1, mTLS; ratios under 1.00x are ahead of the peer)")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, strings.Join(lines, "\n"))
+}
+
+func msDelta(d time.Duration) string {
+	return fmt.Sprintf("%+.3f ms", float64(d)/float64(time.Millisecond))
+}
+
+func met(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "MISSED"
+}
+
+// compareBuilds writes, at each rate and protocol measured with a -before
+// build, this build's p50 and CPU per request over the other's.
+func (r *Report) compareBuilds(w io.Writer) {
+	before := map[[3]any]RateResult{}
+	for _, res := range r.Rates {
+		if name, ok := strings.CutSuffix(res.Path, "-before"); ok {
+			before[[3]any{name, res.Proto, res.Rate}] = res
 		}
 	}
 	if len(before) == 0 {
@@ -135,8 +240,8 @@ func (r *Report) compareBuilds(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	for _, res := range r.Rates {
-		if b, ok := before[res.Rate]; ok && res.Path == "plexus" {
-			fmt.Fprintf(w, "- %d req/s: plexus / plexus-before: p50 %s, CPU/request %s (%s / %s µs)\n", res.Rate,
+		if b, ok := before[[3]any{res.Path, res.Proto, res.Rate}]; ok {
+			fmt.Fprintf(w, "- %s %d req/s: %s / %s-before: p50 %s, CPU/request %s (%s / %s µs)\n", res.Proto, res.Rate, res.Path, res.Path,
 				ratio(float64(res.Latency.P50), float64(b.Latency.P50)),
 				ratio(float64(res.CPUPerRequest), float64(b.CPUPerRequest)), us(res.CPUPerRequest), us(b.CPUPerRequest))
 		}

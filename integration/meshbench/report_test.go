@@ -8,33 +8,60 @@ import (
 	"github.com/plexus-mesh/plexus/integration/loadgen"
 )
 
-// TestMarkdownBaseline checks the lines a plexus-before build adds, and
-// that a run without one prints none of them.
+func row(path string, p50, p99, perRequest time.Duration) RateResult {
+	return RateResult{Path: path, Proto: protoHTTP1, Rate: 500, Latency: loadgen.Summary{P50: p50, P99: p99}, CPUPerRequest: perRequest}
+}
+
+// TestMarkdownBaseline checks the lines a -before build adds, and that a
+// run without one prints none of them.
 func TestMarkdownBaseline(t *testing.T) {
-	row := func(path string, p50, perRequest time.Duration) RateResult {
-		return RateResult{Path: path, Rate: 500, Latency: loadgen.Summary{P50: p50}, CPUPerRequest: perRequest}
-	}
+	ms := time.Millisecond
 	r := &Report{
-		Rates:  []RateResult{row("direct", time.Millisecond, 0), row("plexus", 1100*time.Microsecond, 40*time.Microsecond), row("nginx", time.Millisecond, 0)},
-		Memory: []MemoryRow{{When: "idle", Plexus: make([]Usage, 2), Peer: make([]Usage, 2)}},
+		Rates:  []RateResult{row("direct", ms, 2*ms, 0), row("plexus", 1100*time.Microsecond, 3*ms, 40*time.Microsecond), row("nginx", ms, 2*ms, 0)},
+		Memory: []MemoryRow{{When: "idle", Pairs: []PairUsage{{"plexus", make([]Usage, 2)}, {"nginx", make([]Usage, 2)}}}},
 	}
 	var out strings.Builder
 	r.Markdown(&out)
-	if strings.Contains(out.String(), "plexus-before") {
+	if strings.Contains(out.String(), "-before") {
 		t.Errorf("a run without a baseline mentions one:\n%s", out.String())
 	}
 
-	r.Rates = append(r.Rates, row("plexus-before", 1000*time.Microsecond, 50*time.Microsecond))
-	r.Memory[0].Before = make([]Usage, 2)
+	r.Rates = append(r.Rates, row("plexus-before", 1000*time.Microsecond, 3*ms, 50*time.Microsecond))
+	r.Memory[0].Pairs = append(r.Memory[0].Pairs, PairUsage{"plexus-before", make([]Usage, 2)})
 	out.Reset()
 	r.Markdown(&out)
 	for _, want := range []string{
-		"- 500 req/s: plexus / plexus-before: p50 1.10x, CPU/request 0.80x (40.0 / 50.0 µs)\n",
+		"- HTTP/1.1 500 req/s: plexus / plexus-before: p50 1.10x, CPU/request 0.80x (40.0 / 50.0 µs)\n",
 		"| 500 | plexus-before | 1.000 |",
 		"| plexus-before client | plexus-before server |",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("missing %q in:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestMarkdownTargets checks the target lines: met and missed, and the
+// ratios against each peer mTLS pair.
+func TestMarkdownTargets(t *testing.T) {
+	us := time.Microsecond
+	r := &Report{Rates: []RateResult{
+		row("direct", 500*us, 1000*us, 0),
+		row("plexus-mtls", 750*us, 1500*us, 60*us),
+		row("nginx-mtls", 1000*us, 3000*us, 120*us),
+		row("haproxy-mtls", 500*us, 1500*us, 30*us),
+	}}
+	var out strings.Builder
+	r.Markdown(&out)
+	want := "- 500 req/s: plexus-mtls adds p50 +0.250 ms (target ≤ +0.300 ms, met), p99 +0.500 ms (target ≤ +1.000 ms, met); " +
+		"vs nginx-mtls p50 0.75x, p99 0.50x, CPU/request 0.50x; vs haproxy-mtls p50 1.50x, p99 1.00x, CPU/request 2.00x\n"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("missing %q in:\n%s", want, out.String())
+	}
+	r.Rates[1].Latency.P50 = 900 * us
+	out.Reset()
+	r.Markdown(&out)
+	if !strings.Contains(out.String(), "p50 +0.400 ms (target ≤ +0.300 ms, MISSED)") {
+		t.Errorf("a missed p50 target is not reported:\n%s", out.String())
 	}
 }

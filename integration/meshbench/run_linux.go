@@ -1,13 +1,20 @@
 package meshbench
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"strings"
 	"time"
 
+	"github.com/plexus-mesh/plexus/control/spiffe"
 	"github.com/plexus-mesh/plexus/integration/loadgen"
 )
 
@@ -22,6 +29,9 @@ type Config struct {
 	Workers     int           // concurrent requests at most
 	LogDir      string        // sidecars' logs and config
 }
+
+// peers are the peer proxies' commands, each from Debian.
+var peers = []string{"nginx", "haproxy"}
 
 // Validate reports the first problem with c.
 func (c Config) Validate() error {
@@ -39,21 +49,33 @@ func (c Config) Validate() error {
 	if c.Duration <= 0 || c.Workers <= 0 || c.SaturateFor <= 0 {
 		return errors.New("meshbench: duration, saturate time and workers must be positive")
 	}
-	if _, err := exec.LookPath("nginx"); err != nil {
-		return fmt.Errorf("meshbench: the peer proxy nginx is not installed: %w", err)
+	for _, p := range peers {
+		if _, err := exec.LookPath(p); err != nil {
+			return fmt.Errorf("meshbench: the peer proxy %s is not installed (make deps-bench): %w", p, err)
+		}
 	}
 	return nil
 }
 
-// path is one way from the client to the server.
-type path struct {
+// pair is one pair of sidecars, client side first.
+type pair struct {
 	name     string
-	port     int
 	sidecars []*Sidecar
 	// start is set for a plexus pair that takes turns with the other
 	// build's pair (see turns_linux.go); last is its usage when last stopped.
 	start func() ([]*Sidecar, error)
 	last  []Usage
+	// check, if set, proves that the pair carried the last request to
+	// the port over mutual TLS.
+	check func(port int) error
+}
+
+// path is one way from the client to the server in one protocol.
+type path struct {
+	name  string
+	proto protocol
+	port  int
+	pair  *pair // nil for the direct path
 }
 
 // Run sets up the topology, measures every path at every rate and at
@@ -72,45 +94,54 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer stopServer()
-
-	var plexus []*Sidecar
-	if cfg.BaselineBin == "" {
-		plexus, err = startPair(func(netns string) (*Sidecar, error) { return StartPlexus(cfg.ProxyBin, netns, cfg.LogDir) }, topo)
-		if err != nil {
-			return nil, err
-		}
-		defer stopAll(plexus)
+	cp, err := startControlPlane(topo, cfg.LogDir)
+	if err != nil {
+		return nil, fmt.Errorf("the mTLS pair's control plane: %w", err)
 	}
-	peer, err := startPair(func(netns string) (*Sidecar, error) {
-		if netns == topo.ClientNetns {
-			return StartNginx(netns, peerOutbound, fmt.Sprintf("%s:%d", serverAddr.Addr(), portPeer), cfg.LogDir)
-		}
-		return StartNginx(netns, peerInbound, fmt.Sprintf("%s:%d", serverAddr.Addr(), portPeer), cfg.LogDir)
-	}, topo)
+	defer cp.Close()
+	certs, err := writePeerCerts(cfg.LogDir, cp.anchor, cp.issuer)
 	if err != nil {
 		return nil, err
 	}
-	defer stopAll(peer)
 
-	paths := []*path{{name: "direct", port: portDirect}, {name: "plexus", port: portPlexus, sidecars: plexus}, {name: "nginx", port: portPeer, sidecars: peer}}
+	pairs, err := startPairs(cfg, topo, cp, certs)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, p := range pairs {
+			if p.start == nil {
+				stopAll(p.sidecars)
+			}
+		}
+	}()
+	paths := meshPaths(pairs)
 	rep := &Report{Duration: cfg.Duration}
 	if cfg.BaselineBin != "" {
-		paths = takeTurns(cfg, topo, paths)
 		rep.Notes = append(rep.Notes, turnsNote(cfg))
 	}
-	client := topo.Client(cfg.Workers)
 	for _, p := range paths {
-		if err := p.in(client, func() error { return httpReady(ctx, client, URL(p.port)) }); err != nil {
-			return nil, fmt.Errorf("path %s does not work: %w", p.name, err)
+		err := p.in(topo, 1, func(do func(context.Context, int) error) error {
+			if err := do(ctx, 0); err != nil {
+				return err
+			}
+			if p.pair != nil && p.pair.check != nil {
+				return p.pair.check(p.port)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("path %s (%s) does not work: %w", p.name, p.proto.name, err)
 		}
 	}
 
-	rep.Memory = append(rep.Memory, memoryRow("idle", paths))
+	rep.Memory = append(rep.Memory, memoryRow("idle", pairs))
 	for i, rate := range cfg.Rates {
 		results := make([]RateResult, len(paths))
 		for _, j := range order(paths, i) {
-			err := paths[j].in(client, func() (err error) {
-				results[j], err = measure(ctx, cfg, client, paths[j], rate)
+			p := paths[j]
+			err := p.in(topo, cfg.Workers, func(do func(context.Context, int) error) (err error) {
+				results[j], err = measure(ctx, cfg, do, p, rate)
 				return err
 			})
 			if err != nil {
@@ -118,14 +149,21 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}
 		}
 		rep.Rates = append(rep.Rates, results...)
-		rep.Memory = append(rep.Memory, memoryRow(fmt.Sprintf("after %d req/s", rate), paths))
+		rep.Memory = append(rep.Memory, memoryRow(fmt.Sprintf("after %d req/s", rate), pairs))
 	}
 	rep.Throughput = make([]Throughput, len(paths))
 	for _, j := range order(paths, len(cfg.Rates)) {
 		p := paths[j]
-		err := p.in(client, func() error {
-			rps, res, err := loadgen.Saturate(ctx, loadgen.Config{URL: URL(p.port), Duration: cfg.SaturateFor, Workers: cfg.Workers, Client: client})
-			rep.Throughput[j] = Throughput{Path: p.name, RPS: rps, Errors: res.Errors}
+		err := p.in(topo, cfg.Workers, func(do func(context.Context, int) error) error {
+			// A pair taking turns starts cold: warm it as the fixed-rate
+			// cells are.
+			if cfg.Warmup > 0 {
+				if _, err := loadgen.Run(ctx, loadgen.Config{Do: do, Rate: cfg.Rates[0], Duration: cfg.Warmup, Workers: cfg.Workers}); err != nil {
+					return err
+				}
+			}
+			rps, res, err := loadgen.Saturate(ctx, loadgen.Config{Do: do, Duration: cfg.SaturateFor, Workers: cfg.Workers})
+			rep.Throughput[j] = Throughput{Path: p.name, Proto: p.proto.name, RPS: rps, Errors: res.Errors, FirstErr: res.FirstErr}
 			return err
 		})
 		if err != nil {
@@ -135,7 +173,138 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
-func startPair(start func(netns string) (*Sidecar, error), topo *Topology) ([]*Sidecar, error) {
+// startPairs starts every sidecar pair; with a baseline build the plexus
+// pairs are only set up to take turns.
+func startPairs(cfg Config, topo *Topology, cp *controlPlane, certs *PeerCerts) ([]*pair, error) {
+	upstream := func(port int) string { return fmt.Sprintf("%s:%d", serverAddr.Addr(), port) }
+	peer := func(start func(netns string, listen int, upstream string, inbound bool, certs *PeerCerts, logDir string) (*Sidecar, error),
+		certs *PeerCerts, out, in, port int) func() ([]*Sidecar, error) {
+		return func() ([]*Sidecar, error) {
+			return startPair(topo, func(netns string) (*Sidecar, error) {
+				if netns == topo.ClientNetns {
+					return start(netns, out, upstream(port), false, certs, cfg.LogDir)
+				}
+				return start(netns, in, upstream(port), true, certs, cfg.LogDir)
+			})
+		}
+	}
+	plain := plexusPair{outbound: plexusOutbound, inbound: plexusInbound, admin: 4191}
+	mtls := plexusPair{outbound: plexusMTLSOutbound, inbound: plexusMTLSInbound, admin: 4192, env: func(netns string) []string {
+		if netns == topo.ClientNetns {
+			return cp.Env(clientPod)
+		}
+		return cp.Env(serverPod)
+	}}
+	plexus := func(bin string, pp plexusPair) func() ([]*Sidecar, error) {
+		return func() ([]*Sidecar, error) {
+			return startPair(topo, func(netns string) (*Sidecar, error) { return StartPlexus(bin, netns, cfg.LogDir, pp) })
+		}
+	}
+	pairs := []*pair{
+		{name: "plexus", start: plexus(cfg.ProxyBin, plain)},
+		{name: "nginx", start: peer(StartNginx, nil, nginxOutbound, nginxInbound, portNginx)},
+		{name: "plexus-mtls", start: plexus(cfg.ProxyBin, mtls), check: meshTLSCheck(topo, mtls)},
+		{name: "nginx-mtls", start: peer(StartNginx, certs, nginxMTLSOutbound, nginxMTLSInbound, portNginxMTLS), check: refusesAnonymous(topo, certs, nginxMTLSInbound)},
+		{name: "haproxy-mtls", start: peer(StartHAProxy, certs, haproxyOutbound, haproxyInbound, portHAProxyMTLS), check: refusesAnonymous(topo, certs, haproxyInbound)},
+	}
+	if cfg.BaselineBin != "" {
+		pairs = append(pairs[:1], append([]*pair{{name: "plexus-before", start: plexus(cfg.BaselineBin, plain)}}, pairs[1:]...)...)
+		pairs = append(pairs[:4], append([]*pair{{name: "plexus-mtls-before", start: plexus(cfg.BaselineBin, mtls), check: meshTLSCheck(topo, mtls)}}, pairs[4:]...)...)
+	}
+	for i, p := range pairs {
+		if cfg.BaselineBin != "" && isPlexus(p.name) {
+			continue // started for each of its cells
+		}
+		ss, err := p.start()
+		if err != nil {
+			for _, q := range pairs[:i] {
+				stopAll(q.sidecars)
+			}
+			return nil, err
+		}
+		p.sidecars, p.start = ss, nil
+	}
+	return pairs, nil
+}
+
+// meshTLSCheck fails unless the server-side proxy of pp counted inbound
+// requests to port over mTLS from the client pod's identity.
+func meshTLSCheck(topo *Topology, pp plexusPair) func(port int) error {
+	id := fmt.Sprintf(`client_id="%s"`, spiffe.New(spiffe.DefaultTrustDomain, benchNamespace, clientPod.name))
+	return func(port int) error {
+		target := fmt.Sprintf(`target_addr="%s:%d"`, serverAddr.Addr(), port)
+		out, err := exec.Command("ip", "netns", "exec", topo.ServerNetns, "curl", "-fsS", fmt.Sprintf("http://127.0.0.1:%d/metrics", pp.admin)).Output()
+		if err != nil {
+			return fmt.Errorf("reading the server proxy's metrics: %w", err)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(line, "request_total{") && strings.Contains(line, `direction="inbound"`) &&
+				strings.Contains(line, `tls="true"`) && strings.Contains(line, id) && strings.Contains(line, target) {
+				return nil
+			}
+		}
+		return fmt.Errorf("the server proxy counted no inbound request to %s over mTLS with %s", target, id)
+	}
+}
+
+// refusesAnonymous fails unless a peer pair's inbound side, reached
+// without a client certificate, refuses the request.
+func refusesAnonymous(topo *Topology, certs *PeerCerts, inbound int) func(int) error {
+	return func(int) error {
+		anchors, err := os.ReadFile(certs.Anchors)
+		if err != nil {
+			return err
+		}
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(anchors)
+		conn, err := topo.dial(context.Background(), "tcp", fmt.Sprintf("%s:%d", serverAddr.Addr(), inbound))
+		if err != nil {
+			return err
+		}
+		tc := tls.Client(conn, &tls.Config{RootCAs: roots, ServerName: certs.ServerName, NextProtos: []string{"http/1.1"}})
+		defer tc.Close()
+		tc.SetDeadline(time.Now().Add(5 * time.Second))
+		// Under TLS 1.3 the client's handshake ends before the server
+		// judges its (missing) certificate: it must succeed, so that the
+		// refusal below is the server's verdict and not a bad setup.
+		if err := tc.Handshake(); err != nil {
+			return fmt.Errorf("TLS handshake with port %d: %w", inbound, err)
+		}
+		if _, err := io.WriteString(tc, "GET / HTTP/1.1\r\nHost: server\r\n\r\n"); err != nil {
+			return nil // refused
+		}
+		res, err := http.ReadResponse(bufio.NewReader(tc), nil)
+		if err != nil || res.StatusCode != http.StatusOK {
+			return nil // a TLS alert, or nginx's 400 "No required SSL certificate"
+		}
+		return fmt.Errorf("port %d answered a client without a certificate: %s", inbound, res.Status)
+	}
+}
+
+// meshPaths are the paths measured: every pair over HTTP/1.1, then h2c
+// and gRPC over the direct path and the Plexus mTLS pairs.
+func meshPaths(pairs []*pair) []*path {
+	port := map[string]int{"plexus": portPlexus, "plexus-before": portPlexus, "nginx": portNginx,
+		"plexus-mtls": portPlexusMTLS, "plexus-mtls-before": portPlexusMTLS, "nginx-mtls": portNginxMTLS, "haproxy-mtls": portHAProxyMTLS}
+	paths := []*path{{name: "direct", proto: http1, port: portDirect}}
+	for _, p := range pairs {
+		paths = append(paths, &path{name: p.name, proto: http1, port: port[p.name], pair: p})
+	}
+	for _, proto := range []struct {
+		p              protocol
+		direct, plexus int
+	}{{h2c, portDirectH2C, portPlexusH2C}, {grpcUnary, portDirectGRPC, portPlexusGRPC}, {grpcStreaming, portDirectGRPC, portPlexusGRPC}} {
+		paths = append(paths, &path{name: "direct", proto: proto.p, port: proto.direct})
+		for _, p := range pairs {
+			if p.name == "plexus-mtls" || p.name == "plexus-mtls-before" {
+				paths = append(paths, &path{name: p.name, proto: proto.p, port: proto.plexus, pair: p})
+			}
+		}
+	}
+	return paths
+}
+
+func startPair(topo *Topology, start func(netns string) (*Sidecar, error)) ([]*Sidecar, error) {
 	var pair []*Sidecar
 	for _, netns := range []string{topo.ClientNetns, topo.ServerNetns} {
 		s, err := start(netns)
@@ -154,29 +323,36 @@ func stopAll(ss []*Sidecar) {
 	}
 }
 
-func measure(ctx context.Context, cfg Config, client *http.Client, p *path, rate int) (RateResult, error) {
-	lc := loadgen.Config{URL: URL(p.port), Rate: rate, Duration: cfg.Warmup, Workers: cfg.Workers, Client: client}
+func measure(ctx context.Context, cfg Config, do func(context.Context, int) error, p *path, rate int) (RateResult, error) {
+	lc := loadgen.Config{Do: do, Rate: rate, Duration: cfg.Warmup, Workers: cfg.Workers}
 	if cfg.Warmup > 0 {
 		if _, err := loadgen.Run(ctx, lc); err != nil {
 			return RateResult{}, err
 		}
 	}
-	before := cpuOf(p.sidecars)
+	before := cpuOf(p.sidecars())
 	lc.Duration = cfg.Duration
 	res, err := loadgen.Run(ctx, lc)
 	if err != nil {
 		return RateResult{}, err
 	}
-	cpu := cpuOf(p.sidecars) - before
+	cpu := cpuOf(p.sidecars()) - before
 	var perRequest time.Duration
 	if n := len(res.Latencies) + res.Errors; n > 0 {
 		perRequest = cpu / time.Duration(n)
 	}
 	return RateResult{
-		Path: p.name, Rate: rate, Latency: loadgen.Summarize(res.Latencies),
+		Path: p.name, Proto: p.proto.name, Rate: rate, Latency: loadgen.Summarize(res.Latencies),
 		Errors: res.Errors, FirstErr: res.FirstErr,
 		SidecarCPU: float64(cpu) / float64(res.Elapsed), CPUPerRequest: perRequest,
 	}, nil
+}
+
+func (p *path) sidecars() []*Sidecar {
+	if p.pair == nil {
+		return nil
+	}
+	return p.pair.sidecars
 }
 
 func cpuOf(ss []*Sidecar) time.Duration {
@@ -189,23 +365,16 @@ func cpuOf(ss []*Sidecar) time.Duration {
 	return total
 }
 
-// memoryRow reads the sidecars' usage now, or for a pair taking turns,
+// memoryRow reads every pair's usage now, or for a pair taking turns,
 // when it was last stopped.
-func memoryRow(when string, paths []*path) MemoryRow {
+func memoryRow(when string, pairs []*pair) MemoryRow {
 	row := MemoryRow{When: when}
-	for _, p := range paths {
+	for _, p := range pairs {
 		us := p.last
 		if p.start == nil {
 			us = usageOf(p.sidecars)
 		}
-		switch p.name {
-		case "plexus":
-			row.Plexus = us
-		case "plexus-before":
-			row.Before = us
-		case "nginx":
-			row.Peer = us
-		}
+		row.Pairs = append(row.Pairs, PairUsage{Name: p.name, Sides: us})
 	}
 	return row
 }

@@ -21,25 +21,43 @@ type Sidecar struct {
 	log  string
 }
 
+// plexusPair is how one Plexus pair runs: its listeners and, for the
+// mTLS pair, the environment that gives each side its pod identity.
+type plexusPair struct {
+	outbound, inbound, admin int
+	// env is the extra environment of the side in netns (nil: none).
+	env func(netns string) []string
+}
+
 // StartPlexus runs a plexus-proxy binary in netns as the proxy UID, the
 // way the injector runs it, and waits until its admin server says ready.
-func StartPlexus(bin, netns, logDir string) (*Sidecar, error) {
-	s := &Sidecar{Name: "plexus-proxy@" + netns, log: filepath.Join(logDir, "plexus-"+netns+".log")}
+func StartPlexus(bin, netns, logDir string, pp plexusPair) (*Sidecar, error) {
+	s := &Sidecar{Name: fmt.Sprintf("plexus-proxy:%d@%s", pp.inbound, netns), log: filepath.Join(logDir, fmt.Sprintf("plexus-%d-%s.log", pp.inbound, netns))}
 	uid := strconv.Itoa(proxyUID)
 	s.cmd = exec.Command("ip", "netns", "exec", netns,
 		"setpriv", "--reuid", uid, "--regid", uid, "--clear-groups", bin)
-	s.cmd.Env = append(os.Environ(), "PLEXUS_PROXY_LOG_LEVEL=warn")
+	s.cmd.Env = append(os.Environ(), "PLEXUS_PROXY_LOG_LEVEL=warn",
+		fmt.Sprintf("PLEXUS_PROXY_OUTBOUND_PORT=%d", pp.outbound),
+		fmt.Sprintf("PLEXUS_PROXY_INBOUND_PORT=%d", pp.inbound),
+		fmt.Sprintf("PLEXUS_PROXY_ADMIN_PORT=%d", pp.admin))
+	if pp.env != nil {
+		s.cmd.Env = append(s.cmd.Env, pp.env(netns)...)
+	}
 	if err := s.start(); err != nil {
 		return nil, err
 	}
 	ready := func() error {
-		return exec.Command("ip", "netns", "exec", netns, "curl", "-fsS", "-o", "/dev/null", "http://127.0.0.1:4191/ready").Run()
+		return exec.Command("ip", "netns", "exec", netns, "curl", "-fsS", "-o", "/dev/null", fmt.Sprintf("http://127.0.0.1:%d/ready", pp.admin)).Run()
 	}
 	if err := waitFor(ready, s); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
+
+// peerCipher is the TLS 1.3 cipher suite the peers use: the one Go's TLS
+// picks between the Plexus proxies on a machine with AES instructions.
+const peerCipher = "TLS_AES_128_GCM_SHA256"
 
 var nginxConf = template.Must(template.New("nginx").Parse(`
 user {{.User}};
@@ -57,14 +75,41 @@ http {
     upstream backend {
         server {{.Upstream}};
         keepalive 256;
+        keepalive_requests 1000000;
+        keepalive_time 1h;
     }
     server {
+{{- if and .Certs .Inbound}}
+        listen {{.Listen}} ssl reuseport;
+        ssl_protocols TLSv1.3;
+        ssl_conf_command Ciphersuites {{.Cipher}};
+        ssl_certificate {{.Certs.ServerChain}};
+        ssl_certificate_key {{.Certs.ServerKey}};
+        ssl_client_certificate {{.Certs.Anchors}};
+        ssl_verify_client on;
+        ssl_verify_depth 3;
+{{- else}}
         listen {{.Listen}} reuseport;
+{{- end}}
         keepalive_requests 1000000;
         location / {
-            proxy_pass http://backend;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
+{{- if and .Certs (not .Inbound)}}
+            proxy_pass https://backend;
+            proxy_ssl_protocols TLSv1.3;
+            proxy_ssl_conf_command Ciphersuites {{.Cipher}};
+            proxy_ssl_certificate {{.Certs.ClientChain}};
+            proxy_ssl_certificate_key {{.Certs.ClientKey}};
+            proxy_ssl_trusted_certificate {{.Certs.Anchors}};
+            proxy_ssl_verify on;
+            proxy_ssl_verify_depth 3;
+            proxy_ssl_name {{.Certs.ServerName}};
+            proxy_ssl_server_name on;
+            proxy_ssl_session_reuse on;
+{{- else}}
+            proxy_pass http://backend;
+{{- end}}
         }
     }
 }
@@ -72,34 +117,90 @@ http {
 
 // StartNginx runs Debian's nginx in netns as an HTTP sidecar equivalent to
 // one side of the Plexus pair: it listens on listen and forwards over
-// pooled keep-alive connections to upstream.
-func StartNginx(netns string, listen int, upstream string, logDir string) (*Sidecar, error) {
-	dir, err := os.MkdirTemp(logDir, "nginx-")
+// pooled keep-alive connections to upstream. With certs, the pair speaks
+// mutual TLS between its sides: the inbound side requires a client
+// certificate from the anchors, the outbound side presents one and
+// verifies the server's chain and name.
+func StartNginx(netns string, listen int, upstream string, inbound bool, certs *PeerCerts, logDir string) (*Sidecar, error) {
+	return startPeer("nginx", nginxConf, netns, listen, upstream, inbound, certs, logDir,
+		func(conf string) []string { return []string{"nginx", "-c", conf, "-g", "daemon off;"} })
+}
+
+var haproxyConf = template.Must(template.New("haproxy").Parse(`
+global
+    nbthread 1
+    maxconn 4096
+    user {{.User}}
+    group {{.User}}
+    ssl-default-bind-options ssl-min-ver TLSv1.3
+    ssl-default-server-options ssl-min-ver TLSv1.3
+    ssl-default-bind-ciphersuites {{.Cipher}}
+    ssl-default-server-ciphersuites {{.Cipher}}
+defaults
+    mode http
+    option http-keep-alive
+    http-reuse always
+    timeout connect 5s
+    timeout client 60s
+    timeout server 60s
+    timeout http-keep-alive 60s
+frontend side
+{{- if .Inbound}}
+    bind :{{.Listen}} ssl crt {{.Certs.ServerPEM}} verify required ca-file {{.Certs.Anchors}} alpn http/1.1
+{{- else}}
+    bind :{{.Listen}}
+{{- end}}
+    default_backend upstream
+backend upstream
+{{- if .Inbound}}
+    server app {{.Upstream}} pool-max-conn 256
+{{- else}}
+    server peer {{.Upstream}} pool-max-conn 256 ssl verify required ca-file {{.Certs.Anchors}} crt {{.Certs.ClientPEM}} verifyhost {{.Certs.ServerName}} sni str({{.Certs.ServerName}}) alpn http/1.1
+{{- end}}
+`))
+
+// StartHAProxy runs Debian's HAProxy in netns as one side of a mutual-TLS
+// sidecar pair, configured as StartNginx's: one thread, keep-alive
+// connection reuse on both legs, the inbound side requiring a client
+// certificate, the outbound side verifying the server's chain and name.
+func StartHAProxy(netns string, listen int, upstream string, inbound bool, certs *PeerCerts, logDir string) (*Sidecar, error) {
+	return startPeer("haproxy", haproxyConf, netns, listen, upstream, inbound, certs, logDir,
+		func(conf string) []string { return []string{"haproxy", "-db", "-f", conf} })
+}
+
+// startPeer writes a peer proxy's configuration from conf into its own
+// directory, runs command in netns and waits until it listens.
+func startPeer(name string, conf *template.Template, netns string, listen int, upstream string, inbound bool, certs *PeerCerts, logDir string,
+	command func(confPath string) []string) (*Sidecar, error) {
+	dir, err := os.MkdirTemp(logDir, name+"-")
 	if err != nil {
 		return nil, err
 	}
 	os.Chmod(dir, 0o755)
-	var conf bytes.Buffer
-	err = nginxConf.Execute(&conf, map[string]any{"User": peerUser, "Dir": dir, "Upstream": upstream, "Listen": listen})
+	var b bytes.Buffer
+	err = conf.Execute(&b, map[string]any{"User": peerUser, "Dir": dir, "Upstream": upstream, "Listen": listen, "Inbound": inbound, "Certs": certs, "Cipher": peerCipher})
 	if err != nil {
 		return nil, err
 	}
-	confPath := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(confPath, conf.Bytes(), 0o644); err != nil {
+	confPath := filepath.Join(dir, name+".conf")
+	if err := os.WriteFile(confPath, b.Bytes(), 0o644); err != nil {
 		return nil, err
 	}
-	s := &Sidecar{Name: "nginx@" + netns, log: filepath.Join(dir, "stderr.log")}
-	s.cmd = exec.Command("ip", "netns", "exec", netns, "nginx", "-c", confPath, "-g", "daemon off;")
+	s := &Sidecar{Name: fmt.Sprintf("%s:%d@%s", name, listen, netns), log: filepath.Join(dir, "stderr.log")}
+	s.cmd = exec.Command("ip", append([]string{"netns", "exec", netns}, command(confPath)...)...)
 	if err := s.start(); err != nil {
 		return nil, err
 	}
-	listening := func() error {
-		return exec.Command("ip", "netns", "exec", netns, "sh", "-c", fmt.Sprintf("ss -Hltn 'sport = :%d' | grep -q LISTEN", listen)).Run()
-	}
-	if err := waitFor(listening, s); err != nil {
+	if err := waitFor(listening(netns, listen), s); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+func listening(netns string, port int) func() error {
+	return func() error {
+		return exec.Command("ip", "netns", "exec", netns, "sh", "-c", fmt.Sprintf("ss -Hltn 'sport = :%d' | grep -q LISTEN", port)).Run()
+	}
 }
 
 func (s *Sidecar) start() error {
@@ -151,8 +252,11 @@ func (s *Sidecar) Stop() {
 // Usage is what the sidecar's processes hold: resident memory now, peak
 // resident memory, and CPU time used so far.
 type Usage struct {
-	RSS, PeakRSS int64 // bytes
-	CPU          time.Duration
+	RSS, PeakRSS int64 // bytes, summed over the processes
+	// PSS is the proportional set size: shared pages (nginx's master and
+	// worker, the libraries) are divided among their processes.
+	PSS int64
+	CPU time.Duration
 }
 
 // Usage sums over the sidecar's process group (nginx master and workers).
@@ -169,6 +273,9 @@ func (s *Sidecar) Usage() (Usage, error) {
 		}
 		u.RSS += statusKB(status, "VmRSS:") * 1024
 		u.PeakRSS += statusKB(status, "VmHWM:") * 1024
+		if rollup, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid)); err == nil {
+			u.PSS += statusKB(rollup, "Pss:") * 1024
+		}
 		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
 			continue

@@ -1,12 +1,19 @@
 // Package meshbench measures the meshed path against the direct path and
-// against a peer proxy pair, in one run on one pair of network namespaces:
+// against peer proxy pairs, in one run on one pair of network namespaces:
 // a client namespace and a server namespace joined by a veth, with
 // iptables REDIRECT rules like those plexus-cni writes. Each path has its
-// own server port, so the three are measured side by side:
+// own server port, so all are measured side by side:
 //
-//	direct  client -> server:8080
-//	plexus  client -> [4140 plexus-proxy] -> [4143 plexus-proxy] -> server:8081
-//	peer    client -> [4240 nginx]        -> [4243 nginx]        -> server:8082
+//	direct        client -> server:8080
+//	plexus        client -> [4140 plexus-proxy] -> [4143 plexus-proxy] -> server:8081
+//	nginx         client -> [4240 nginx]        -> [4243 nginx]        -> server:8082
+//	plexus-mtls   client -> [4150 plexus-proxy] =mTLS=> [4153 plexus-proxy] -> server:8083
+//	nginx-mtls    client -> [4250 nginx]        =mTLS=> [4253 nginx]        -> server:8084
+//	haproxy-mtls  client -> [4260 haproxy]      =mTLS=> [4263 haproxy]      -> server:8085
+//
+// and for HTTP/2: h2c on 8090 (direct) and 8091 (plexus-mtls), gRPC on
+// 8092 (direct) and 8093 (plexus-mtls). The mTLS pair talks to the real
+// identity and destination services (controlplane_linux.go).
 package meshbench
 
 import (
@@ -26,22 +33,47 @@ var (
 	serverAddr = netip.MustParsePrefix("10.251.0.2/24")
 )
 
-// Ports of the three paths on the server, and the proxies' listeners.
+// Ports of the paths on the server, and the sidecars' listeners.
 const (
-	portDirect = 8080
-	portPlexus = 8081
-	portPeer   = 8082
+	portDirect      = 8080
+	portPlexus      = 8081
+	portNginx       = 8082
+	portPlexusMTLS  = 8083
+	portNginxMTLS   = 8084
+	portHAProxyMTLS = 8085
+	portDirectH2C   = 8090
+	portPlexusH2C   = 8091
+	portDirectGRPC  = 8092
+	portPlexusGRPC  = 8093
 
-	plexusOutbound = 4140
-	plexusInbound  = 4143
-	peerOutbound   = 4240
-	peerInbound    = 4243
+	plexusOutbound     = 4140
+	plexusInbound      = 4143
+	plexusMTLSOutbound = 4150
+	plexusMTLSInbound  = 4153
+	nginxOutbound      = 4240
+	nginxInbound       = 4243
+	nginxMTLSOutbound  = 4250
+	nginxMTLSInbound   = 4253
+	haproxyOutbound    = 4260
+	haproxyInbound     = 4263
 
 	proxyUID = 2102
-	// peerUser runs the peer proxy's workers; their own connections are
+	// peerUser runs the peer proxies' workers; their own connections are
 	// exempt from redirection as the Plexus proxy's UID is.
 	peerUser = "www-data"
 )
+
+// redirects are the server ports each pair of sidecar listeners takes:
+// {server port, outbound listener, inbound listener}.
+var redirects = [][3]int{
+	{portPlexus, plexusOutbound, plexusInbound},
+	{portNginx, nginxOutbound, nginxInbound},
+	{portPlexusMTLS, plexusMTLSOutbound, plexusMTLSInbound},
+	{portPlexusH2C, plexusMTLSOutbound, plexusMTLSInbound},
+	{portPlexusGRPC, plexusMTLSOutbound, plexusMTLSInbound},
+	{portNginxMTLS, nginxMTLSOutbound, nginxMTLSInbound},
+	{portHAProxyMTLS, haproxyOutbound, haproxyInbound},
+}
 
 // Topology is the pair of namespaces.
 type Topology struct {
@@ -96,24 +128,26 @@ func (t *Topology) setUp() error {
 // clientRules redirect the client's outbound connections to the sidecar of
 // each path, exempting the sidecars' own connections.
 func clientRules() string {
-	return fmt.Sprintf(`*nat
-:MESHBENCH_OUTPUT - [0:0]
--A OUTPUT -p tcp -j MESHBENCH_OUTPUT
--A MESHBENCH_OUTPUT -m owner --uid-owner %d -j RETURN
--A MESHBENCH_OUTPUT -m owner --uid-owner %s -j RETURN
--A MESHBENCH_OUTPUT -p tcp --dport %d -j REDIRECT --to-ports %d
--A MESHBENCH_OUTPUT -p tcp --dport %d -j REDIRECT --to-ports %d
-COMMIT
-`, proxyUID, peerUser, portPlexus, plexusOutbound, portPeer, peerOutbound)
+	var b strings.Builder
+	fmt.Fprintf(&b, "*nat\n:MESHBENCH_OUTPUT - [0:0]\n-A OUTPUT -p tcp -j MESHBENCH_OUTPUT\n")
+	fmt.Fprintf(&b, "-A MESHBENCH_OUTPUT -m owner --uid-owner %d -j RETURN\n", proxyUID)
+	fmt.Fprintf(&b, "-A MESHBENCH_OUTPUT -m owner --uid-owner %s -j RETURN\n", peerUser)
+	for _, r := range redirects {
+		fmt.Fprintf(&b, "-A MESHBENCH_OUTPUT -p tcp --dport %d -j REDIRECT --to-ports %d\n", r[0], r[1])
+	}
+	b.WriteString("COMMIT\n")
+	return b.String()
 }
 
 // serverRules redirect inbound connections to each path's server sidecar.
 func serverRules() string {
-	return fmt.Sprintf(`*nat
--A PREROUTING -p tcp --dport %d -j REDIRECT --to-ports %d
--A PREROUTING -p tcp --dport %d -j REDIRECT --to-ports %d
-COMMIT
-`, portPlexus, plexusInbound, portPeer, peerInbound)
+	var b strings.Builder
+	b.WriteString("*nat\n")
+	for _, r := range redirects {
+		fmt.Fprintf(&b, "-A PREROUTING -p tcp --dport %d -j REDIRECT --to-ports %d\n", r[0], r[2])
+	}
+	b.WriteString("COMMIT\n")
+	return b.String()
 }
 
 func restore(netns, rules string) error {

@@ -70,7 +70,7 @@ func parseLoad(args []string) (*loadConfig, error) {
 	c := &loadConfig{}
 	var headers headerList
 	fs.IntVar(&c.n, "n", 1, "number of requests (without -rate)")
-	fs.Float64Var(&c.rate, "rate", 0, "requests per second, for -duration (instead of -n)")
+	fs.Float64Var(&c.rate, "rate", 0, "requests per second, for -duration (instead of -n); latency then counts from when each request was due")
 	fs.DurationVar(&c.duration, "duration", 0, "how long to send at -rate")
 	fs.IntVar(&c.concurrency, "c", 1, "concurrent workers, each with its own keep-alive connection")
 	fs.StringVar(&c.method, "X", http.MethodGet, "HTTP method")
@@ -194,6 +194,12 @@ func load(args []string) error {
 		go func() {
 			for i := range work {
 				samples[i] = send(w, i)
+				if c.rate > 0 {
+					// Open loop: a request sent late (every worker was
+					// busy) counts its wait, from when it was due.
+					late := samples[i].StartUnixNano - start.Add(at(i)).UnixNano()
+					samples[i].MS += float64(max(late, 0)/1000) / 1000
+				}
 			}
 			done <- struct{}{}
 		}()
