@@ -24,8 +24,7 @@ phase() {
 "$HERE/cluster/down.sh" >/dev/null
 sysctls_before=$(mktemp)
 for k in $CLUSTER_SYSCTLS; do echo "$k=$(sysctl -n "$k")"; done >"$sysctls_before"
-export PLEXUS_CLUSTER_STATE_DIR=$STATE_DIR PLEXUS_CLUSTER_RUN_DIR=$RUN_DIR
-export PLEXUS_CLUSTER_NODE_IP=$NODE_IP PLEXUS_CLUSTER_BRIDGE=$BRIDGE
+export_test_env
 export PLEXUS_CLUSTER_SYSCTLS_BEFORE=$sysctls_before
 
 trap '"$HERE/cluster/down.sh" >/dev/null 2>&1 || true; rm -f "$sysctls_before"' EXIT
@@ -33,11 +32,6 @@ trap '"$HERE/cluster/down.sh" >/dev/null 2>&1 || true; rm -f "$sysctls_before"' 
 "$HERE/cluster/up.sh" >/dev/null
 phase "cluster-up"
 
-export PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN PLEXUS_KUBECTL=$KUBE_BIN/kubectl PLEXUS_CNI_REF_PLUGINS=$CNI_REF_BIN
-export PLEXUS_KUBE_BIN=$KUBE_BIN PLEXUS_HELM=$HELM_BIN
-export PLEXUS_CLUSTER_CNI_CONF_DIR=$CNI_CONF_DIR PLEXUS_CLUSTER_CNI_BIN_DIR=$CNI_BIN_DIR PLEXUS_CNI_BIN=$PLEXUS_ROOT/bin/plexus-cni
-export PLEXUS_PROXY_BIN=$PLEXUS_ROOT/bin/plexus-proxy PLEXUS_NODE_BIN=$PLEXUS_ROOT/bin/plexus-node
-export PLEXUS_CONTROL_BIN=$PLEXUS_ROOT/bin/plexus-control PLEXUSCTL_BIN=$PLEXUS_ROOT/bin/plexusctl
 go vet ./...
 rc=0
 go test -count=1 -timeout 30m ./... || rc=$?

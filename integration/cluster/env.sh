@@ -59,3 +59,15 @@ COMPONENTS="etcd kube-apiserver kube-controller-manager kube-scheduler container
 
 log() { printf '[cluster] %s\n' "$*" >&2; }
 die() { printf '[cluster] error: %s\n' "$*" >&2; exit 1; }
+
+# export_test_env exports what the Go tests read to reach the local cluster
+# and the binaries under test (make test, make bench-cluster).
+export_test_env() {
+	export PLEXUS_CLUSTER_STATE_DIR=$STATE_DIR PLEXUS_CLUSTER_RUN_DIR=$RUN_DIR
+	export PLEXUS_CLUSTER_NODE_IP=$NODE_IP PLEXUS_CLUSTER_BRIDGE=$BRIDGE
+	export PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN PLEXUS_KUBECTL=$KUBE_BIN/kubectl PLEXUS_CNI_REF_PLUGINS=$CNI_REF_BIN
+	export PLEXUS_KUBE_BIN=$KUBE_BIN PLEXUS_HELM=$HELM_BIN
+	export PLEXUS_CLUSTER_CNI_CONF_DIR=$CNI_CONF_DIR PLEXUS_CLUSTER_CNI_BIN_DIR=$CNI_BIN_DIR PLEXUS_CNI_BIN=$PLEXUS_ROOT/bin/plexus-cni
+	export PLEXUS_PROXY_BIN=$PLEXUS_ROOT/bin/plexus-proxy PLEXUS_NODE_BIN=$PLEXUS_ROOT/bin/plexus-node
+	export PLEXUS_CONTROL_BIN=$PLEXUS_ROOT/bin/plexus-control PLEXUSCTL_BIN=$PLEXUS_ROOT/bin/plexusctl
+}

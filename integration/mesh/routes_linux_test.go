@@ -692,7 +692,7 @@ type loadResult struct {
 	Statuses map[string]int
 	Errors   map[string]int
 	Servers  map[string]int
-	Latency  struct{ Min, P50, P99, Max float64 } `json:"latency_ms"`
+	Latency  struct{ Min, P50, P90, P99, Max float64 } `json:"latency_ms"`
 	First    struct {
 		Status string
 		Header http.Header
