@@ -27,10 +27,15 @@ IMAGES := images/pause.tar images/testapp.tar images/demoapp.tar images/coredns.
 
 all: build
 
+# grpcnotrace leaves out gRPC's optional x/net/trace pages: they pull in
+# text/template, whose reflection keeps every exported method in the
+# binary (the proxy: 2.3 MB smaller, and that much less of it resident).
+BUILD_TAGS ?= grpcnotrace
+
 ## build: static binaries of our commands and test tools in bin/
 build:
 	@mkdir -p bin
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X github.com/plexus-mesh/plexus/control/version.Version=$(VERSION)' -o bin/ ./integration/cmd/... $(COMMANDS:%=./%)
+	CGO_ENABLED=0 $(GO) build -tags '$(BUILD_TAGS)' -trimpath -ldflags '-s -w -X github.com/plexus-mesh/plexus/control/version.Version=$(VERSION)' -o bin/ ./integration/cmd/... $(COMMANDS:%=./%)
 
 ## images: docker-archive tarballs in images/ for the local cluster
 images: build deps-coredns deps-prometheus

@@ -69,8 +69,14 @@ func Handler(opts Options) http.Handler {
 		enc.SetIndent("", "  ")
 		enc.Encode(state)
 	})
+	if debugHandlers != nil {
+		debugHandlers(mux)
+	}
 	return mux
 }
+
+// debugHandlers adds the profiling endpoints of a -tags pprof build.
+var debugHandlers func(*http.ServeMux)
 
 func fromLoopback(r *http.Request) bool {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
