@@ -3,8 +3,10 @@
 #   1. every Go benchmark of the module: hot-path micro-benchmarks, and those
 #      that need the local cluster's apiserver and the CNI reference plugins
 #      (CNI ADD latency), in Go's format (compare runs with benchstat);
-#   2. meshbench: direct vs the Plexus proxy pair vs an nginx pair at fixed
-#      rates, maximum throughput and sidecar memory, as Markdown tables.
+#   2. meshbench: direct vs the Plexus proxy pair (plaintext and mesh mTLS)
+#      vs an nginx pair and nginx and HAProxy mutual-TLS pairs, HTTP/1.1, h2c and
+#      gRPC, at fixed rates, maximum throughput and sidecar memory, as
+#      Markdown tables.
 # Brings the cluster up if it is not running, and takes it down again
 # afterwards in that case.
 set -euo pipefail
