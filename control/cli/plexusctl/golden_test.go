@@ -1,8 +1,6 @@
 package plexusctl
 
 import (
-	"bytes"
-	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,30 +8,9 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"github.com/plexus-mesh/plexus/control/cli/internal/goldentest"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
-
-// golden compares got with testdata/name, or writes it with -update.
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	p := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatalf("%v (go test -update writes it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (go test -update rewrites it); got:\n%s", p, got)
-	}
-}
 
 // commandPaths lists every command but help, as its words after plexusctl.
 func commandPaths(c *cobra.Command, prefix []string) [][]string {
@@ -68,7 +45,7 @@ func TestHelpGolden(t *testing.T) {
 			if _, short, _ := runMain(t, "", append(p, "-h")...); short != out {
 				t.Errorf("-h and --help differ")
 			}
-			golden(t, filepath.Join("help", name+".golden"), []byte(out))
+			goldentest.Golden(t, filepath.Join("help", name+".golden"), []byte(out))
 		})
 	}
 }
@@ -81,7 +58,7 @@ func TestCompletionGolden(t *testing.T) {
 			if code != ExitOK || stderr != "" || !strings.Contains(out, "plexusctl") {
 				t.Fatalf("exit %d, stderr %q", code, stderr)
 			}
-			golden(t, filepath.Join("completion", shell+".golden"), []byte(out))
+			goldentest.Golden(t, filepath.Join("completion", shell+".golden"), []byte(out))
 			if shell == "bash" {
 				cmd := exec.Command("bash", "-n")
 				cmd.Stdin = strings.NewReader(out)
@@ -117,7 +94,7 @@ func TestVersionClient(t *testing.T) {
 		if code != ExitOK || stderr != "" {
 			t.Fatalf("%v: exit %d, stderr %q", tc.args, code, stderr)
 		}
-		golden(t, tc.file, []byte(out))
+		goldentest.Golden(t, tc.file, []byte(out))
 	}
 	code, _, stderr := runMain(t, "", "version", "--client", "-o", "wide")
 	if code != ExitUsage || !strings.Contains(stderr, `unknown output format "wide"`) {

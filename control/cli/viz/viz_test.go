@@ -24,7 +24,7 @@ import (
 	policyv1alpha1 "github.com/plexus-mesh/plexus/control/api/policy/v1alpha1"
 	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
 	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy/inboundpolicytest"
-	"github.com/plexus-mesh/plexus/control/cli/viz/viztest"
+	"github.com/plexus-mesh/plexus/control/cli/internal/goldentest"
 	"github.com/plexus-mesh/plexus/control/destination"
 	"github.com/plexus-mesh/plexus/deploy"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
@@ -105,12 +105,12 @@ func TestInstallOrderAndUninstall(t *testing.T) {
 	if err := (Renderer{Manifests: fakeViz}).Install(&out); err != nil {
 		t.Fatal(err)
 	}
-	viztest.Golden(t, "install.yaml", out.Bytes())
+	goldentest.Golden(t, "install.yaml", out.Bytes())
 	out.Reset()
 	if err := (Renderer{Manifests: fakeViz}).Uninstall(&out); err != nil {
 		t.Fatal(err)
 	}
-	viztest.Golden(t, "uninstall.yaml", out.Bytes())
+	goldentest.Golden(t, "uninstall.yaml", out.Bytes())
 
 	bad := fstest.MapFS{"plexus-viz/a.yaml": {Data: []byte("apiVersion: v1\nmetadata: {name: x}\n")}}
 	if err := (Renderer{Manifests: bad}).Install(&out); err == nil || !strings.Contains(err.Error(), "a.yaml document 1 has no kind") {
@@ -194,7 +194,7 @@ func TestAllowScrapes(t *testing.T) {
 	if err := AllowScrapes(&out, cfg); err != nil {
 		t.Fatal(err)
 	}
-	viztest.Golden(t, "allow-scrapes.yaml", out.Bytes())
+	goldentest.Golden(t, "allow-scrapes.yaml", out.Bytes())
 
 	objs := []any{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}}
 	for _, u := range decodeAll(t, out.Bytes()) {

@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/plexus-mesh/plexus/control/cli/internal/goldentest"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 	"github.com/plexus-mesh/plexus/control/cli/viz"
-	"github.com/plexus-mesh/plexus/control/cli/viz/viztest"
 	"github.com/plexus-mesh/plexus/control/vizquery"
 )
 
@@ -48,7 +48,7 @@ func TestRender(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	viztest.Golden(t, "render.txt", out.Bytes())
+	goldentest.Golden(t, "render.txt", out.Bytes())
 	if err := Render(&out, nil, "xml", false); err == nil {
 		t.Error("format xml: no error")
 	}

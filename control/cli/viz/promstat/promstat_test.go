@@ -12,11 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/plexus-mesh/plexus/control/cli/internal/goldentest"
 	"github.com/plexus-mesh/plexus/control/cli/meshstats"
 	"github.com/plexus-mesh/plexus/control/cli/routes"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 	"github.com/plexus-mesh/plexus/control/cli/viz"
-	"github.com/plexus-mesh/plexus/control/cli/viz/viztest"
 	"github.com/plexus-mesh/plexus/control/meshpod"
 	"github.com/plexus-mesh/plexus/control/vizquery"
 )
@@ -98,7 +98,7 @@ func TestStatDeployments(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	viztest.Golden(t, "deployments.txt", out.Bytes())
+	goldentest.Golden(t, "deployments.txt", out.Bytes())
 }
 
 func TestStatAllNamespacesAndOne(t *testing.T) {
@@ -159,7 +159,7 @@ func TestRoutes(t *testing.T) {
 	if err := routes.Render(&out, rows, stat.FormatWide); err != nil {
 		t.Fatal(err)
 	}
-	viztest.Golden(t, "routes.txt", out.Bytes())
+	goldentest.Golden(t, "routes.txt", out.Bytes())
 	for target, want := range map[viz.Target]vizquery.Filter{
 		{Kind: viz.Pods, Name: "web-1"}:       {Namespace: "shop", Pod: "web-1"},
 		{Kind: viz.Namespaces, Name: "other"}: {Namespace: "other"},

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/control/api/tapapi"
-	"github.com/plexus-mesh/plexus/control/cli/viz/viztest"
+	"github.com/plexus-mesh/plexus/control/cli/internal/goldentest"
 )
 
 func intp(i int) *int { return &i }
@@ -65,7 +65,7 @@ func TestLinesGolden(t *testing.T) {
 		} else if notes.Len() > 0 {
 			t.Errorf("json: notes %q, want every event on stdout", notes.String())
 		}
-		viztest.Golden(t, name, []byte(got))
+		goldentest.Golden(t, name, []byte(got))
 	}
 }
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/control/api/tapapi"
-	"github.com/plexus-mesh/plexus/control/cli/viz/viztest"
+	"github.com/plexus-mesh/plexus/control/cli/internal/goldentest"
 )
 
 func intp(i int) *int { return &i }
@@ -124,7 +124,7 @@ func TestRender(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	viztest.Golden(t, "render.txt", []byte(all.String()))
+	goldentest.Golden(t, "render.txt", []byte(all.String()))
 }
 
 // fakeTap sends evs, one batch per receive on step (acknowledged on ack,
@@ -187,7 +187,7 @@ func TestSessionTerminal(t *testing.T) {
 	if !strings.HasPrefix(got, clearScreen) {
 		t.Error("the first draw does not clear the screen")
 	}
-	viztest.Golden(t, "terminal.txt", []byte(strings.ReplaceAll(got, clearScreen, "<CLEAR>")))
+	goldentest.Golden(t, "terminal.txt", []byte(strings.ReplaceAll(got, clearScreen, "<CLEAR>")))
 }
 
 func TestSessionPlain(t *testing.T) {
@@ -198,7 +198,7 @@ func TestSessionPlain(t *testing.T) {
 	if n := strings.Count(got, "SOURCE"); n != 3 {
 		t.Errorf("%d tables, want 3 (two ticks with news, the end)", n)
 	}
-	viztest.Golden(t, "plain.txt", []byte(got))
+	goldentest.Golden(t, "plain.txt", []byte(got))
 
 	// Without ticks (--limit): one table, at the end.
 	var out bytes.Buffer

@@ -1,6 +1,6 @@
-// Package viztest holds what the tests of plexusctl viz share: golden
-// files under testdata/, rewritten with go test -update.
-package viztest
+// Package goldentest compares the CLI's output with golden files under
+// testdata/, rewritten with go test -update.
+package goldentest
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ func Golden(t testing.TB, name string, got []byte) {
 	}
 	want, err := os.ReadFile(p)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v (go test -update writes it)", err)
 	}
 	if !bytes.Equal(got, want) {
 		t.Errorf("%s differs (go test -update rewrites it):\n%s", p, got)
