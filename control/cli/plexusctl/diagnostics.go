@@ -106,21 +106,8 @@ func diagPolicyCmd(g *globals, env Env) *cobra.Command {
 			if *port > 65535 {
 				return usagef("--port %d: want 1-65535", *port)
 			}
-			clients, _, ns, err := connectPolicy(g)
-			if err != nil {
-				return err
-			}
-			cfg := authz.Config{Kind: authz.Pod, Name: name, Namespace: ns, Port: uint16(*port), ControlPlaneNamespace: check.Namespace}
-			if err := cfg.Validate(); err != nil {
-				return usageError{err: err}
-			}
-			ctx, cancel := context.WithTimeout(ctx, *timeout)
-			defer cancel()
-			report, err := authz.Authz{Clients: clients}.Run(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			return authz.Render(env.Stdout, report, g.output)
+			cfg := authz.Config{Kind: authz.Pod, Name: name, Port: uint16(*port), ControlPlaneNamespace: check.Namespace}
+			return runAuthz(ctx, g, env, cfg, *timeout)
 		}
 	})
 }

@@ -7,12 +7,10 @@
 package plexusctl
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -21,12 +19,8 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	gateway "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
-	"github.com/plexus-mesh/plexus/control/cli/authz"
 	"github.com/plexus-mesh/plexus/control/cli/check"
-	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
 	"github.com/plexus-mesh/plexus/control/cli/install"
 	"github.com/plexus-mesh/plexus/control/cli/optin"
 	"github.com/plexus-mesh/plexus/control/cli/profile"
@@ -463,78 +457,6 @@ func profileCmd(g *globals, env Env) *cobra.Command {
 				return usagef("want profile --template SERVICE [-n NAMESPACE]")
 			}
 			return profile.Template(env.Stdout, profile.Params{Service: pos[0], Namespace: namespace(g), ClusterDomain: *clusterDomain})
-		}
-	})
-}
-
-// connectPolicy is connect with the clients inbound policies are read
-// with.
-func connectPolicy(g *globals) (inboundpolicy.Clients, *rest.Config, string, error) {
-	client, restCfg, ns, err := connect(g)
-	if err != nil {
-		return inboundpolicy.Clients{}, nil, "", err
-	}
-	dyn, err := dynamic.NewForConfig(restCfg)
-	if err != nil {
-		return inboundpolicy.Clients{}, nil, "", fmt.Errorf("kubernetes client: %w", err)
-	}
-	gw, err := gateway.NewForConfig(restCfg)
-	if err != nil {
-		return inboundpolicy.Clients{}, nil, "", fmt.Errorf("Gateway API client: %w", err)
-	}
-	return inboundpolicy.Clients{Kube: client, Dynamic: dyn, Gateway: gw}, restCfg, ns, nil
-}
-
-func authzCmd(g *globals, env Env) *cobra.Command {
-	return leaf("authz (deploy|sts|ds|pod)/NAME", "inbound policy of each port of a workload: authz deploy/NAME [--from sa/NAME [--from-ip ADDR]] [-o json]", func(fs *pflag.FlagSet) runFunc {
-		from := fs.String("from", "", "evaluate this client on every port: sa/NAME (service account in --from-namespace), a spiffe:// ID, or unauthenticated")
-		fromNS := fs.String("from-namespace", "", "namespace of --from sa/NAME (default: the workload's)")
-		fromIP := fs.String("from-ip", "", "the client's address (default: unknown; each authorization's networks are shown as a condition)")
-		port := fs.Uint("port", 0, "show only this port, declared by the pod or not (default: every TCP port its containers declare)")
-		timeout := fs.Duration("timeout", 30*time.Second, "give up on the API server after this long")
-		return func(ctx context.Context, pos []string) error {
-			kind, name, err := authz.ParseTarget(pos)
-			if err != nil {
-				return usagef("%v: want authz (deploy|sts|ds|pod)/NAME or KIND NAME", err)
-			}
-			if err := tableOutput(g); err != nil {
-				return err
-			}
-			if *port > 65535 {
-				return usagef("--port %d: want 1-65535", *port)
-			}
-			cfg := authz.Config{Kind: kind, Name: name, Port: uint16(*port), ControlPlaneNamespace: check.Namespace}
-			if *from != "" {
-				if cfg.From, err = authz.ParseFrom(*from, cmp.Or(*fromNS, namespace(g))); err != nil {
-					return usageError{err: err}
-				}
-			} else if *fromNS != "" {
-				return usagef("--from-namespace needs --from")
-			}
-			if *fromIP != "" {
-				if *from == "" {
-					return usagef("--from-ip needs --from")
-				}
-				if cfg.FromAddr, err = netip.ParseAddr(*fromIP); err != nil {
-					return usagef("--from-ip: %v", err)
-				}
-				cfg.FromAddr = cfg.FromAddr.Unmap()
-			}
-			clients, _, ns, err := connectPolicy(g)
-			if err != nil {
-				return err
-			}
-			cfg.Namespace = ns
-			if err := cfg.Validate(); err != nil {
-				return usageError{err: err}
-			}
-			ctx, cancel := context.WithTimeout(ctx, *timeout)
-			defer cancel()
-			report, err := authz.Authz{Clients: clients}.Run(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			return authz.Render(env.Stdout, report, g.output)
 		}
 	})
 }
