@@ -200,11 +200,7 @@ func TestHelmInstall(t *testing.T) {
 		if err != nil {
 			t.Fatalf("plexusctl uninstall: %v\n%s", err, deletions)
 		}
-		file := filepath.Join(t.TempDir(), "delete.yaml")
-		if err := os.WriteFile(file, []byte(deletions), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		c.Kubectl(t, "delete", "--ignore-not-found", "--wait=false", "-f", file)
+		c.Kubectl(t, "delete", "--ignore-not-found", "--wait=false", "-f", yamlFile(t, deletions))
 		must("uninstall", "plexus-crds", "--namespace", "default", "--wait", "--timeout=3m")
 		if got, _ := os.ReadFile(primary); !bytes.Equal(got, original) {
 			t.Errorf("conflist after uninstall differs from before install:\n--- before\n%s\n--- after\n%s", original, got)

@@ -79,12 +79,8 @@ func TestPlexusctlUpgradeUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the previous plexusctl install: %v\n%s", err, manifests)
 	}
-	file := filepath.Join(t.TempDir(), "install.yaml")
-	if err := os.WriteFile(file, []byte(manifests), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { removeMesh(t, c, ctl, env) })
-	c.Kubectl(t, "apply", "--server-side", "-f", file)
+	c.Kubectl(t, "apply", "--server-side", "-f", yamlFile(t, manifests))
 	waitCheck(t, prevctl)
 
 	// What an earlier version shipped and this one does not (a
