@@ -2,19 +2,16 @@ package install
 
 import (
 	"bytes"
-	"flag"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/plexus-mesh/plexus/control/cli/internal/goldentest"
 	"github.com/plexus-mesh/plexus/deploy"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // fixedNow is the stub clock of the golden tests.
 var fixedNow = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -107,19 +104,7 @@ func TestGolden(t *testing.T) {
 	for name, cfg := range goldenCases() {
 		t.Run(name, func(t *testing.T) {
 			got := abbreviate(t, render(t, cfg))
-			golden := filepath.Join("testdata", name+".golden.yaml")
-			if *update {
-				if err := os.WriteFile(golden, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("output differs from %s (go test -update rewrites it); got:\n%s", golden, got)
-			}
+			goldentest.Golden(t, name+".golden.yaml", got)
 		})
 	}
 }

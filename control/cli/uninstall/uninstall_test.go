@@ -3,10 +3,7 @@ package uninstall
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -24,10 +21,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/plexus-mesh/plexus/control/cli/install"
+	"github.com/plexus-mesh/plexus/control/cli/internal/goldentest"
 	"github.com/plexus-mesh/plexus/deploy"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 var renderer = install.Renderer{Manifests: deploy.Manifests}
 
@@ -215,23 +211,6 @@ func agentDaemonSet(t *testing.T, cfg install.Config) *appsv1.DaemonSet {
 	return nil
 }
 
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("output differs from %s (go test -update rewrites it); got:\n%s", path, got)
-	}
-}
-
 func TestDeleteOrder(t *testing.T) {
 	c := newCluster(t, []string{"n1", "n2"}, agentDaemonSet(t, install.DefaultConfig()))
 	c.controller = func(*appsv1.DaemonSet) {
@@ -306,7 +285,7 @@ func TestPrintGolden(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, progress)
 	}
-	golden(t, "print.golden.yaml", []byte(out))
+	goldentest.Golden(t, "print.golden.yaml", []byte(out))
 	for _, call := range c.log() {
 		if strings.HasPrefix(call, "delete ") && call != "delete daemonsets plexus-node" {
 			t.Errorf("print mode deleted more than the node agent: %s", call)
@@ -338,7 +317,7 @@ func TestCleanupAdoptsTheAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "cleanup-k3s.golden.yaml", b)
+	goldentest.Golden(t, "cleanup-k3s.golden.yaml", b)
 	if strings.Contains(string(b), "/opt/cni/bin") || strings.Contains(string(b), "plexus.dev/plexus-node") {
 		t.Errorf("the cleanup kept a default the agent does not use:\n%s", b)
 	}
