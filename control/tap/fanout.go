@@ -40,7 +40,7 @@ func dialProxy(certs mtls.CertSource) DialFunc {
 
 // fanOut taps each meshed running pod of ps and writes their events to
 // out until ctx ends or the tap's limit is reached.
-func (h *Handler) fanOut(ctx context.Context, w http.ResponseWriter, ps []corev1.Pod, req tapapi.Request, dsts []string) {
+func (h *Handler) fanOut(ctx context.Context, w http.ResponseWriter, ps []corev1.Pod, req tapapi.Request, dsts, srcs []string) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	out := newEventWriter(w, cancel)
@@ -77,12 +77,7 @@ func (h *Handler) fanOut(ctx context.Context, w http.ResponseWriter, ps []corev1
 		return
 	}
 	defer h.streams.Add(-int32(len(targets)))
-	obs := &tappb.ObserveRequest{MaxRps: req.MaxRPS / float64(len(targets)),
-		Filter: &tappb.Filter{Direction: req.Direction, Method: req.Method, Authority: req.Authority,
-			PathPrefix: req.PathPrefix, Route: req.Route, DestinationAddrs: dsts}}
-	if req.Limit > 0 {
-		obs.Limit = uint32(req.Limit)
-	}
+	obs := observeRequest(req, dsts, srcs, len(targets))
 	var left atomic.Int64
 	left.Store(int64(req.Limit))
 	var wg sync.WaitGroup
@@ -96,6 +91,20 @@ func (h *Handler) fanOut(ctx context.Context, w http.ResponseWriter, ps []corev1
 		}()
 	}
 	wg.Wait()
+}
+
+// observeRequest is what a tap asks of each of its pods' proxies: its
+// filter, and its share of the tap's events per second in requests (the
+// proxies admit whole requests).
+func observeRequest(req tapapi.Request, dsts, srcs []string, pods int) *tappb.ObserveRequest {
+	obs := &tappb.ObserveRequest{MaxRps: req.MaxEventRate / tapapi.EventsPerRequest / float64(pods),
+		RedactHeaders: req.RedactHeaders,
+		Filter: &tappb.Filter{Direction: req.Direction, Method: req.Method, Authority: req.Authority,
+			PathPrefix: req.PathPrefix, Route: req.Route, DestinationAddrs: dsts, SourceAddrs: srcs}}
+	if req.Limit > 0 {
+		obs.Limit = uint32(req.Limit)
+	}
+	return obs
 }
 
 // tapPod streams one pod's events; left counts down the tap's limit

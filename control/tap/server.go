@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"sync/atomic"
 
+	"golang.org/x/net/http/httpguts"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -25,18 +26,19 @@ import (
 
 // Limits of the service.
 const (
-	// DefaultMaxRPS is a tap's requests per second over all its pods
-	// when it asks for none; MaxRPS is the most it may ask for.
-	DefaultMaxRPS = 100
-	MaxRPS        = 1000
 	// MaxTaps bounds the taps served at once; more are answered 429.
 	MaxTaps = 50
 	// MaxProxyStreams bounds the streams to proxies of all open taps
 	// (each tap has one per pod): beyond it a tap is refused.
 	MaxProxyStreams = 500
-	// MaxDestinations bounds the addresses a tap's "to" filter resolves
-	// to (the proxies take at most 64 KiB of filter).
-	MaxDestinations = 1000
+	// MaxPeerAddrs bounds the addresses a tap's "to" or "from" filter
+	// resolves to: the proxies take at most 64 KiB of request, and both
+	// ends' IPv6 addresses and the headers to redact fit in it.
+	MaxPeerAddrs = 700
+	// MaxRedactHeaders bounds the headers a tap asks to redact, and
+	// MaxHeaderName their names.
+	MaxRedactHeaders = 32
+	MaxHeaderName    = 64
 	// maxBody bounds a tap request's body.
 	maxBody = 64 << 10
 )
@@ -142,7 +144,7 @@ func (h *Handler) tap(w http.ResponseWriter, r *http.Request, user User, t targe
 		writeStatus(w, code, why, err.Error())
 		return
 	}
-	dsts, err := destinationAddrs(ctx, h.o.Kube, req)
+	dsts, srcs, err := peerAddrs(ctx, h.o.Kube, req)
 	if err != nil {
 		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
 		return
@@ -152,7 +154,7 @@ func (h *Handler) tap(w http.ResponseWriter, r *http.Request, user User, t targe
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	http.NewResponseController(w).Flush()
-	h.fanOut(ctx, w, ps, req, dsts)
+	h.fanOut(ctx, w, ps, req, dsts, srcs)
 }
 
 // validate checks a tap request's values.
@@ -162,14 +164,22 @@ func validate(r *tapapi.Request) error {
 	default:
 		return fmt.Errorf("direction %q: want inbound, outbound or empty", r.Direction)
 	}
-	if r.MaxRPS < 0 || r.MaxRPS > MaxRPS || r.MaxRPS != r.MaxRPS {
-		return fmt.Errorf("maxRps %v: want 0 (%d) to %d", r.MaxRPS, DefaultMaxRPS, MaxRPS)
+	if r.MaxEventRate < 0 || r.MaxEventRate > tapapi.MaxEventRate || r.MaxEventRate != r.MaxEventRate {
+		return fmt.Errorf("maxEventsPerSecond %v: want 0 (%d) to %d", r.MaxEventRate, tapapi.DefaultMaxEventRate, tapapi.MaxEventRate)
 	}
 	if r.Limit < 0 {
 		return fmt.Errorf("limit %d: want 0 (none) or more", r.Limit)
 	}
-	if r.MaxRPS == 0 {
-		r.MaxRPS = DefaultMaxRPS
+	if len(r.RedactHeaders) > MaxRedactHeaders {
+		return fmt.Errorf("redactHeaders: %d names, want at most %d", len(r.RedactHeaders), MaxRedactHeaders)
+	}
+	for _, h := range r.RedactHeaders {
+		if !httpguts.ValidHeaderFieldName(h) || len(h) > MaxHeaderName {
+			return fmt.Errorf("redactHeaders: %q is not a header name of at most %d bytes", h, MaxHeaderName)
+		}
+	}
+	if r.MaxEventRate == 0 {
+		r.MaxEventRate = tapapi.DefaultMaxEventRate
 	}
 	return nil
 }

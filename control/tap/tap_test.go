@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -99,7 +100,12 @@ func newFixture(t *testing.T) *fixture {
 	}
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "demo"},
 		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}}}
-	kube := fake.NewSimpleClientset(pod, dep)
+	// load-1, of deployment load, is a source to filter on.
+	load := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "load-1", Namespace: "demo", Labels: map[string]string{"app": "load"}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.1.1.7"}}
+	loadDep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "load", Namespace: "demo"},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "load"}}}}
+	kube := fake.NewSimpleClientset(pod, dep, load, loadDep)
 	f := &fixture{front: front, hub: hub}
 	kube.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		sar := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview)
@@ -162,11 +168,20 @@ func TestTapThroughTheService(t *testing.T) {
 		ra.Namespace != "demo" || ra.Group != tapapi.Group || last.Groups[0] != "devs" || last.Extra["scopes/x"][0] != "s" {
 		t.Errorf("review = %+v", last)
 	}
-	if res := f.post(t, ctx, &apiServer, "alice", path, tapapi.Request{Direction: "sideways"}); res.StatusCode != http.StatusBadRequest {
-		t.Errorf("bad direction: %d, want 400", res.StatusCode)
+	for name, bad := range map[string]tapapi.Request{
+		"direction":     {Direction: "sideways"},
+		"rate":          {MaxEventRate: tapapi.MaxEventRate + 1},
+		"redact header": {RedactHeaders: []string{"x api key"}},
+		"from":          {FromNamespace: "demo", FromResource: "secrets", FromName: "x"},
+	} {
+		if res := f.post(t, ctx, &apiServer, "alice", path, bad); res.StatusCode != http.StatusBadRequest {
+			t.Errorf("bad %s: %d, want 400", name, res.StatusCode)
+		}
 	}
 
-	res = f.post(t, ctx, &apiServer, "alice", path, tapapi.Request{PathPrefix: "/books", Limit: 1, MaxRPS: 1000})
+	// From deploy/load only, with x-api-key redacted.
+	res = f.post(t, ctx, &apiServer, "alice", path, tapapi.Request{PathPrefix: "/books", Limit: 1, MaxEventRate: 3000,
+		FromNamespace: "demo", FromResource: "deployments", FromName: "load", RedactHeaders: []string{"X-Api-Key"}})
 	if res.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(res.Body)
 		t.Fatalf("alice: %d %s", res.StatusCode, b)
@@ -175,9 +190,10 @@ func TestTapThroughTheService(t *testing.T) {
 		for ctx.Err() == nil && !f.hub.Active() {
 			time.Sleep(10 * time.Millisecond)
 		}
-		for _, p := range []string{"/votes", "/books/1"} {
-			tp := f.hub.Start(&sidecartap.Info{Direction: "inbound", Method: "GET", Path: p, Authority: "web",
-				Source: netip.MustParseAddrPort("10.1.1.1:0"), Destination: netip.MustParseAddrPort("127.0.0.1:8080")})
+		for _, r := range []struct{ path, source string }{{"/votes", "10.1.1.7:40000"}, {"/books/0", "10.1.1.1:40000"}, {"/books/1", "10.1.1.7:40000"}} {
+			tp := f.hub.Start(&sidecartap.Info{Direction: "inbound", Method: "GET", Path: r.path, Authority: "web",
+				Source: netip.MustParseAddrPort(r.source), Destination: netip.MustParseAddrPort("127.0.0.1:8080"),
+				Headers: func(fn func(name, value string)) { fn("X-Api-Key", "secret"); fn("Accept", "*/*") }})
 			tp.Response(200)
 			tp.End(200, "", "", 42)
 		}
@@ -198,11 +214,31 @@ func TestTapThroughTheService(t *testing.T) {
 	if start.Type != tapapi.RequestStart || start.Path != "/books/1" || start.Pod != "web-1" || start.Namespace != "demo" || start.ID != "web-1:1" {
 		t.Errorf("start = %+v", start)
 	}
+	want := []tapapi.Header{{Name: "x-api-key", Value: tapapi.Redacted}, {Name: "accept", Value: "*/*"}}
+	if !slices.Equal(start.Headers, want) {
+		t.Errorf("headers = %v, want %v", start.Headers, want)
+	}
 	if evs[1].Type != tapapi.ResponseStart || evs[1].Status != 200 {
 		t.Errorf("response = %+v", evs[1])
 	}
 	if end.Type != tapapi.ResponseEnd || end.ResponseBytes != 42 || end.DurationMs <= 0 {
 		t.Errorf("end = %+v", end)
+	}
+}
+
+// TestObserveRequest: a tap's events per second become each proxy's share
+// in requests, and its filter reaches the proxies whole.
+func TestObserveRequest(t *testing.T) {
+	req := tapapi.Request{Direction: "inbound", Method: "GET", Authority: "web", PathPrefix: "/b", Route: "books",
+		RedactHeaders: []string{"x-api-key"}, MaxEventRate: 120, Limit: 7}
+	obs := observeRequest(req, []string{"10.0.0.1"}, []string{"10.0.0.2"}, 4)
+	if obs.MaxRps != 10 || obs.Limit != 7 || !slices.Equal(obs.RedactHeaders, req.RedactHeaders) {
+		t.Errorf("rate, limit, redaction = %v, %d, %v; want 10 requests/s per pod (120 events/s, 3 a request, 4 pods), 7, [x-api-key]", obs.MaxRps, obs.Limit, obs.RedactHeaders)
+	}
+	f := obs.Filter
+	if f.Direction != "inbound" || f.Method != "GET" || f.Authority != "web" || f.PathPrefix != "/b" || f.Route != "books" ||
+		!slices.Equal(f.DestinationAddrs, []string{"10.0.0.1"}) || !slices.Equal(f.SourceAddrs, []string{"10.0.0.2"}) {
+		t.Errorf("filter = %v", f)
 	}
 }
 

@@ -174,21 +174,32 @@ func podAddr(p *corev1.Pod) (netip.Addr, bool) {
 	return a, err == nil
 }
 
-// destinationAddrs resolves a tap's "to" filter to the addresses its
-// outbound requests go to: the pods' IPs, and a Service's cluster IPs.
-func destinationAddrs(ctx context.Context, kube kubernetes.Interface, r tapapi.Request) ([]string, error) {
-	if r.ToNamespace == "" && r.ToResource == "" {
+// peerAddrs resolves a tap's "to" and "from" filters to the addresses its
+// requests go to and come from (nil: any).
+func peerAddrs(ctx context.Context, kube kubernetes.Interface, r tapapi.Request) (dsts, srcs []string, err error) {
+	dsts, err = endAddrs(ctx, kube, "to", r.ToNamespace, r.ToResource, r.ToName)
+	if err != nil {
+		return nil, nil, err
+	}
+	srcs, err = endAddrs(ctx, kube, "from", r.FromNamespace, r.FromResource, r.FromName)
+	return dsts, srcs, err
+}
+
+// endAddrs resolves one end of a tap's filter (field names it in errors)
+// to addresses: the pods' IPs, and for a destination Service its cluster
+// IPs, which outbound requests are addressed to.
+func endAddrs(ctx context.Context, kube kubernetes.Interface, field, ns, resource, name string) ([]string, error) {
+	if ns == "" && resource == "" {
 		return nil, nil
 	}
-	ns := r.ToNamespace
 	if ns == "" {
-		return nil, fmt.Errorf("toResource %q needs toNamespace", r.ToResource)
+		return nil, fmt.Errorf("%sResource %q needs %sNamespace", field, resource, field)
 	}
-	t := target{namespace: ns, resource: r.ToResource, name: r.ToName}
+	t := target{namespace: ns, resource: resource, name: name}
 	if t.resource == "" || t.resource == "namespaces" {
 		t = target{namespace: ns, resource: "namespaces", name: ns}
 	} else if !slices.Contains(tapapi.Resources, t.resource) || t.name == "" {
-		return nil, fmt.Errorf("toResource %q toName %q: want one of %s and a name", r.ToResource, r.ToName, strings.Join(tapapi.Resources, ", "))
+		return nil, fmt.Errorf("%sResource %q %sName %q: want one of %s and a name", field, resource, field, name, strings.Join(tapapi.Resources, ", "))
 	}
 	ps, err := pods(ctx, kube, t)
 	if err != nil {
@@ -200,7 +211,7 @@ func destinationAddrs(ctx context.Context, kube kubernetes.Interface, r tapapi.R
 			out = append(out, a.String())
 		}
 	}
-	if t.resource == "services" {
+	if t.resource == "services" && field == "to" {
 		s, err := kube.CoreV1().Services(ns).Get(ctx, t.name, metav1.GetOptions{})
 		if err != nil {
 			return nil, err
@@ -211,8 +222,8 @@ func destinationAddrs(ctx context.Context, kube kubernetes.Interface, r tapapi.R
 			}
 		}
 	}
-	if len(out) > MaxDestinations {
-		return nil, fmt.Errorf("the destination %s %s/%s has %d addresses; a tap filters on at most %d: name a smaller one", t.resource, ns, t.name, len(out), MaxDestinations)
+	if len(out) > MaxPeerAddrs {
+		return nil, fmt.Errorf("%s %s %s/%s has %d addresses; a tap filters on at most %d: name a smaller one", field, t.resource, ns, t.name, len(out), MaxPeerAddrs)
 	}
 	if len(out) == 0 {
 		out = []string{"0.0.0.0"} // nothing to match: no event, rather than every one

@@ -175,7 +175,7 @@ func (s *Server) tapStream(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	_ = send("start", map[string]string{"target": t.Resource + "/" + t.Name, "namespace": t.Namespace})
-	req := tapapi.Request{Direction: t.Direction, Method: t.Method, PathPrefix: t.PathPrefix, MaxRPS: s.cfg.TapMaxRPS}
+	req := tapapi.Request{Direction: t.Direction, Method: t.Method, PathPrefix: t.PathPrefix, MaxEventRate: s.cfg.TapMaxEventRate}
 	err = s.src.Tap(ctx, t.Namespace, t.Resource, t.Name, req, func(ev tapapi.Event) error { return send("tap", ev) })
 	reason := "the tap ended"
 	switch {

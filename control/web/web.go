@@ -37,10 +37,11 @@ type Config struct {
 	// SparklineSpan and SparklineStep shape the sparklines.
 	SparklineSpan, SparklineStep time.Duration
 	// MaxTapStreams bounds the live taps served at once; TapMaxDuration
-	// ends each; TapMaxRPS is asked of the tap service (0: its default).
-	MaxTapStreams  int
-	TapMaxDuration time.Duration
-	TapMaxRPS      float64
+	// ends each; TapMaxEventRate, in events per second, is asked of the
+	// tap service (0: its default).
+	MaxTapStreams   int
+	TapMaxDuration  time.Duration
+	TapMaxEventRate float64
 	// QueryTimeout bounds the queries behind one page.
 	QueryTimeout time.Duration
 }
@@ -81,8 +82,8 @@ func (c Config) Validate() error {
 	if c.MaxTapStreams < 1 {
 		errs = append(errs, fmt.Errorf("max tap streams %d: want at least 1", c.MaxTapStreams))
 	}
-	if c.TapMaxRPS < 0 {
-		errs = append(errs, fmt.Errorf("tap max RPS %g: want 0 (the tap service's default) or more", c.TapMaxRPS))
+	if c.TapMaxEventRate < 0 || c.TapMaxEventRate > tapapi.MaxEventRate {
+		errs = append(errs, fmt.Errorf("tap max event rate %g: want 0 (the tap service's default) to %d", c.TapMaxEventRate, tapapi.MaxEventRate))
 	}
 	return errors.Join(errs...)
 }

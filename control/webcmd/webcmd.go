@@ -77,7 +77,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs.StringVar(&cfg.Web.AllowedHosts, "allowed-hosts", "", "regular expression of further Host names the dashboard answers to (matched whole, any port), besides localhost, 127.0.0.1 and [::1]")
 	fs.IntVar(&cfg.Web.MaxTapStreams, "max-tap-streams", cfg.Web.MaxTapStreams, "live taps served at once")
 	fs.DurationVar(&cfg.Web.TapMaxDuration, "tap-max-duration", cfg.Web.TapMaxDuration, "a live tap ends after this long")
-	fs.Float64Var(&cfg.Web.TapMaxRPS, "tap-max-rps", cfg.Web.TapMaxRPS, "requests per second a live tap asks the tap service for (0: its default)")
+	fs.Float64Var(&cfg.Web.TapMaxEventRate, "tap-max-rate", cfg.Web.TapMaxEventRate, "events per second a live tap asks the tap service for (0: its default)")
 	fs.DurationVar(&cfg.Web.Window, "window", cfg.Web.Window, "range golden metrics are rated over")
 	fs.BoolVar(&cfg.NodeImageMode, "node-image-mode", false, "the CNI plugin is baked into the node images: skip the DaemonSet check")
 	fs.TextVar(&cfg.LogLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")

@@ -462,8 +462,33 @@ func vizTap(t *testing.T, c *clustertest.Cluster, ctl plexusctl) {
 		t.Error("the filtered tap saw no request")
 	}
 
+	// The CLI's --from: a tap of the namespace's inbound requests from
+	// web sees only books' and votes' proxies (web's own inbound requests
+	// come from load).
+	out, err := ctl("viz", "tap", "ns/"+demoNamespace, "--direction", "inbound", "--from", "deploy/web", "--limit", "4", "-o", "json")
+	if err != nil {
+		t.Fatalf("plexusctl viz tap --from: %v\n%s", err, out)
+	}
+	n = 0
+	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+		var e tapapi.Event
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("plexusctl viz tap -o json: %q: %v", line, err)
+		}
+		if e.Type != tapapi.RequestStart {
+			continue
+		}
+		n++
+		if e.Source.WorkloadName != "web" || strings.HasPrefix(e.Pod, "web-") {
+			t.Errorf("tap --from deploy/web let through a request from %+v to pod %s", e.Source, e.Pod)
+		}
+	}
+	if n == 0 {
+		t.Errorf("tap --from deploy/web saw no request:\n%s", out)
+	}
+
 	// The CLI: live lines with method, path, status and latency.
-	out, err := ctl("viz", "tap", "deploy/web", "-n", demoNamespace, "--path", "/books", "--limit", "3")
+	out, err = ctl("viz", "tap", "deploy/web", "-n", demoNamespace, "--path", "/books", "--limit", "3")
 	if err != nil {
 		t.Fatalf("plexusctl viz tap: %v\n%s", err, out)
 	}

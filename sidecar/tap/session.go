@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/plexus-mesh/plexus/control/api/tapapi"
 	"github.com/plexus-mesh/plexus/control/api/tappb"
 )
 
@@ -46,7 +47,7 @@ func newSession(req *tappb.ObserveRequest) (*session, error) {
 	}
 	s := &session{filter: f, redact: map[string]bool{}, queue: make(chan *tappb.TapEvent, QueueLen),
 		limit: uint64(req.GetLimit()), done: make(chan struct{}), rate: rate, tokens: min(rate, 1) + rate/10}
-	for _, h := range alwaysRedacted {
+	for _, h := range tapapi.AlwaysRedacted {
 		s.redact[h] = true
 	}
 	for _, h := range req.GetRedactHeaders() {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/plexus-mesh/plexus/control/api/tapapi"
 	"github.com/plexus-mesh/plexus/control/api/tappb"
 )
 
@@ -42,10 +43,7 @@ const (
 )
 
 // Redacted replaces the value of a redacted header.
-const Redacted = "REDACTED"
-
-// alwaysRedacted are the headers whose values no tap ever sees.
-var alwaysRedacted = []string{"authorization", "cookie", "proxy-authorization"}
+const Redacted = tapapi.Redacted
 
 // Info is what the pipeline knows of a request at its start.
 type Info struct {

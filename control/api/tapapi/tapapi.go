@@ -45,11 +45,17 @@ func Path(ns, resource, name string) string {
 type Request struct {
 	// Direction is "inbound", "outbound" or "" (both).
 	Direction string `json:"direction,omitempty"`
-	// To narrows outbound requests to a destination: a namespace and
-	// optionally a resource in it, as in the path ("deployments", "web").
+	// To narrows requests to those going to a destination: a namespace
+	// and optionally a resource in it, as in the path ("deployments",
+	// "web"); a Service's cluster IPs count as its.
 	ToNamespace string `json:"toNamespace,omitempty"`
 	ToResource  string `json:"toResource,omitempty"`
 	ToName      string `json:"toName,omitempty"`
+	// From narrows requests to those coming from a source's pods, named
+	// as To is.
+	FromNamespace string `json:"fromNamespace,omitempty"`
+	FromResource  string `json:"fromResource,omitempty"`
+	FromName      string `json:"fromName,omitempty"`
 	// Method is an HTTP method (exact); Authority, a :authority or Host
 	// (exact); PathPrefix, a prefix of the path; Route, the name of the
 	// route the request matched.
@@ -57,13 +63,31 @@ type Request struct {
 	Authority  string `json:"authority,omitempty"`
 	PathPrefix string `json:"pathPrefix,omitempty"`
 	Route      string `json:"route,omitempty"`
-	// MaxRPS bounds the requests observed per second over all the
-	// tapped pods (0: the service's default, 100); it is split across
-	// the pods.
-	MaxRPS float64 `json:"maxRps,omitempty"`
+	// RedactHeaders names headers whose values the events must not show,
+	// besides those always redacted (AlwaysRedacted).
+	RedactHeaders []string `json:"redactHeaders,omitempty"`
+	// MaxEventRate bounds the events per second over all the tapped
+	// pods (0: DefaultMaxEventRate), split across the pods. Each request
+	// yields EventsPerRequest events, and is observed whole or not at
+	// all.
+	MaxEventRate float64 `json:"maxEventsPerSecond,omitempty"`
 	// Limit ends the tap after this many requests (0: no limit).
 	Limit int `json:"limit,omitempty"`
 }
+
+// Rates of a tap, in events per second.
+const (
+	// DefaultMaxEventRate is a tap's rate when it asks for none;
+	// MaxEventRate, the most it may ask for.
+	DefaultMaxEventRate = 100
+	MaxEventRate        = 3000
+	// EventsPerRequest is what one request yields: RequestStart,
+	// ResponseStart and ResponseEnd.
+	EventsPerRequest = 3
+)
+
+// AlwaysRedacted are the headers whose values no tap ever sees.
+var AlwaysRedacted = []string{"authorization", "cookie", "proxy-authorization"}
 
 // Event types.
 const (

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -162,7 +163,8 @@ func (f *fakeTapAPI) start(t *testing.T) *httptest.Server {
 func TestVizTapAndTop(t *testing.T) {
 	api := &fakeTapAPI{}
 	kc := kubeconfig(t, api.start(t).URL)
-	code, out, stderr := runMain(t, "", "viz", "tap", "deploy/web", "--kubeconfig", kc, "--method", "GET", "--path", "/books", "--to", "deploy/books", "--max-rps", "50")
+	code, out, stderr := runMain(t, "", "viz", "tap", "deploy/web", "--kubeconfig", kc, "--method", "GET", "--path", "/books", "--to", "deploy/books", "--max-rate", "150",
+		"--from", "deploy/load", "--from-namespace", "traffic", "--route", "books-get", "--redact-header", "x-api-key", "--redact-header", "x-token")
 	if code != ExitOK {
 		t.Fatalf("tap: exit %d: %s", code, stderr)
 	}
@@ -171,8 +173,9 @@ func TestVizTapAndTop(t *testing.T) {
 		lines[1] != "rsp id=web-1:0 proxy=in src=10.0.0.1:4000 dst=10.0.0.2:8080 tls=true :status=200 latency=1500µs" {
 		t.Errorf("tap lines:\n%s", out)
 	}
-	want := tapapi.Request{Method: "GET", PathPrefix: "/books", MaxRPS: 50, ToNamespace: "shop", ToResource: "deployments", ToName: "books"}
-	if api.taps[0] != "POST /apis/tap.plexus.dev/v1alpha1/watch/namespaces/shop/deployments/web/tap" || api.bodies[0] != want {
+	want := tapapi.Request{Method: "GET", PathPrefix: "/books", Route: "books-get", MaxEventRate: 150, RedactHeaders: []string{"x-api-key", "x-token"},
+		ToNamespace: "shop", ToResource: "deployments", ToName: "books", FromNamespace: "traffic", FromResource: "deployments", FromName: "load"}
+	if api.taps[0] != "POST /apis/tap.plexus.dev/v1alpha1/watch/namespaces/shop/deployments/web/tap" || !reflect.DeepEqual(api.bodies[0], want) {
 		t.Errorf("tapped %s with %+v, want %+v", api.taps[0], api.bodies[0], want)
 	}
 
@@ -186,8 +189,8 @@ func TestVizTapAndTop(t *testing.T) {
 	if code != ExitOK || strings.Count(out, "DESTINATION") != 1 || !strings.Contains(strings.Join(strings.Fields(out), " "), "web-1 GET /books 3 2ms 2ms 2ms 100.00%") {
 		t.Errorf("top: exit %d, %s\n%s", code, stderr, out)
 	}
-	if api.bodies[2].Limit != 3 {
-		t.Errorf("top asked for limit %d", api.bodies[2].Limit)
+	if api.bodies[2].Limit != 3 || api.bodies[2].MaxEventRate != tapapi.DefaultMaxEventRate {
+		t.Errorf("top asked for limit %d at %v events/s, want 3 at the default %d", api.bodies[2].Limit, api.bodies[2].MaxEventRate, tapapi.DefaultMaxEventRate)
 	}
 }
 

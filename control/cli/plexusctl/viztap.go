@@ -26,57 +26,73 @@ import (
 
 // tapFlags are the filters of tap and top.
 type tapFlags struct {
-	to, toNamespace                    string
-	method, path, authority, direction string
-	maxRPS                             float64
-	limit                              int
+	to, toNamespace, from, fromNamespace      string
+	method, path, authority, route, direction string
+	redact                                    []string
+	maxRate                                   float64
+	limit                                     int
 }
 
 func (t *tapFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&t.to, "to", "", "only outbound requests to this resource: KIND/NAME (deploy/books), or ns/NAME")
+	fs.StringVar(&t.to, "to", "", "only requests to this resource: KIND/NAME (deploy/books), or ns/NAME")
 	fs.StringVar(&t.toNamespace, "to-namespace", "", "namespace of --to (default: the tapped resource's)")
+	fs.StringVar(&t.from, "from", "", "only requests from this resource's pods: KIND/NAME (deploy/load), or ns/NAME")
+	fs.StringVar(&t.fromNamespace, "from-namespace", "", "namespace of --from (default: the tapped resource's)")
 	fs.StringVar(&t.method, "method", "", "only requests with this HTTP method")
 	fs.StringVar(&t.path, "path", "", "only requests whose path starts with this")
 	fs.StringVar(&t.authority, "authority", "", "only requests with this :authority (Host)")
+	fs.StringVar(&t.route, "route", "", "only requests that matched this route (the route_name of viz routes)")
 	fs.StringVar(&t.direction, "direction", "", "only inbound or outbound requests (default both)")
-	fs.Float64Var(&t.maxRPS, "max-rps", 0, "requests per second to observe, over all tapped pods (default: the tap service's, 100)")
+	fs.StringArrayVar(&t.redact, "redact-header", nil, "hide this header's value too (repeatable; authorization, cookie and proxy-authorization always are)")
+	fs.Float64Var(&t.maxRate, "max-rate", 0, fmt.Sprintf("events per second to receive over all tapped pods, %d per request (default %d)", tapapi.EventsPerRequest, tapapi.DefaultMaxEventRate))
 	fs.IntVar(&t.limit, "limit", 0, "stop after this many requests (default: run until Ctrl-C)")
 }
 
 // request is the tap request of t for objects in ns.
 func (t tapFlags) request(ns string) (tapapi.Request, error) {
-	r := tapapi.Request{Method: t.method, PathPrefix: t.path, Authority: t.authority, Direction: t.direction, MaxRPS: t.maxRPS, Limit: t.limit}
+	r := tapapi.Request{Method: t.method, PathPrefix: t.path, Authority: t.authority, Route: t.route, Direction: t.direction,
+		RedactHeaders: t.redact, MaxEventRate: t.maxRate, Limit: t.limit}
 	switch t.direction {
 	case "", "inbound", "outbound":
 	default:
 		return r, fmt.Errorf("--direction %q: want inbound or outbound", t.direction)
 	}
-	if t.maxRPS < 0 || t.limit < 0 {
-		return r, errors.New("--max-rps and --limit must not be negative")
+	if t.maxRate < 0 || t.maxRate > tapapi.MaxEventRate || t.limit < 0 {
+		return r, fmt.Errorf("--max-rate must be 0 to %d and --limit not negative", tapapi.MaxEventRate)
 	}
-	if t.to == "" {
-		if t.toNamespace != "" {
-			r.ToNamespace = t.toNamespace
-		}
-		return r, nil
+	if r.MaxEventRate == 0 {
+		r.MaxEventRate = tapapi.DefaultMaxEventRate
 	}
-	to, err := viz.ParseTarget([]string{t.to}, true)
+	var err error
+	if r.ToNamespace, r.ToResource, r.ToName, err = tapEnd("--to", t.to, t.toNamespace, ns); err != nil {
+		return r, err
+	}
+	r.FromNamespace, r.FromResource, r.FromName, err = tapEnd("--from", t.from, t.fromNamespace, ns)
+	return r, err
+}
+
+// tapEnd resolves --to or --from (flag) and its namespace flag to the
+// namespace, resource and name of the request's filter; ns is the tapped
+// resource's namespace.
+func tapEnd(flag, arg, argNS, ns string) (namespace, resource, name string, err error) {
+	if arg == "" {
+		return argNS, "", "", nil
+	}
+	end, err := viz.ParseTarget([]string{arg}, true)
 	if err != nil {
-		return r, fmt.Errorf("--to %q: %w", t.to, err)
+		return "", "", "", fmt.Errorf("%s %q: %w", flag, arg, err)
 	}
-	if !to.Kind.Tappable() {
-		return r, fmt.Errorf("--to %q: %s cannot be a destination", t.to, to.Kind)
+	if !end.Kind.Tappable() {
+		return "", "", "", fmt.Errorf("%s %q: %s cannot be filtered on", flag, arg, end.Kind)
 	}
-	r.ToNamespace = t.toNamespace
-	if r.ToNamespace == "" {
-		r.ToNamespace = ns
+	namespace = argNS
+	if namespace == "" {
+		namespace = ns
 	}
-	if to.Kind == viz.Namespaces {
-		r.ToNamespace = to.Name
-	} else {
-		r.ToResource, r.ToName = string(to.Kind), to.Name
+	if end.Kind == viz.Namespaces {
+		return end.Name, "", "", nil
 	}
-	return r, nil
+	return namespace, string(end.Kind), end.Name, nil
 }
 
 // tapTargets resolves tap's arguments to the objects to tap.
@@ -188,7 +204,7 @@ const plainTopInterval = 5 * time.Second
 
 // tapStreams taps every object at once, feeding one callback (called
 // from several goroutines: it must lock); --limit counts requests over
-// them all, and --max-rps is shared among them.
+// them all, and --max-rate is shared among them.
 func tapStreams(cfg *rest.Config, kind viz.Kind, objs []viz.Object, tf tapFlags) func(context.Context, func(tapapi.Event) error) error {
 	return func(ctx context.Context, fn func(tapapi.Event) error) error {
 		ctx, cancel := context.WithCancel(ctx)
@@ -217,7 +233,7 @@ func tapStreams(cfg *rest.Config, kind viz.Kind, objs []viz.Object, tf tapFlags)
 				ns = o.Name
 			}
 			req, _ := tf.request(ns) // checked before
-			req.MaxRPS /= float64(len(objs))
+			req.MaxEventRate /= float64(len(objs))
 			wg.Go(func() {
 				if errs[i] = tapclient.Stream(ctx, cfg, ns, resource, o.Name, req, each); errs[i] != nil {
 					cancel()

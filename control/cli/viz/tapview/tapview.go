@@ -46,7 +46,7 @@ func (p Printer) Print(ev tapapi.Event) error {
 	}
 	switch ev.Type {
 	case tapapi.Dropped:
-		_, err := fmt.Fprintf(p.Notes, "%s/%s dropped %d events: the tap reads slower than the traffic comes (narrow the filter or lower --max-rps)\n", ev.Namespace, ev.Pod, ev.Count)
+		_, err := fmt.Fprintf(p.Notes, "%s/%s dropped %d events: the tap reads slower than the traffic comes (narrow the filter or lower --max-rate)\n", ev.Namespace, ev.Pod, ev.Count)
 		return err
 	case tapapi.Error:
 		_, err := fmt.Fprintf(p.Notes, "%s/%s could not be tapped: %s\n", ev.Namespace, ev.Pod, ev.Message)
