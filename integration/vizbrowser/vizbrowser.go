@@ -75,6 +75,7 @@ type WorkloadRow struct {
 	Cells       map[string]string `json:"cells"`
 	SuccessRate *float64          `json:"-"` // 0..1
 	RPS         *float64          `json:"-"`
+	P50, P99    *float64          `json:"-"` // milliseconds
 }
 
 // Available says why Chromium cannot be run, or nil.
@@ -308,6 +309,8 @@ func (d *driver) checkWorkloads() error {
 	for i := range rows {
 		rows[i].SuccessRate = percent(rows[i].Cells["Success"])
 		rows[i].RPS = number(rows[i].Cells["RPS"])
+		rows[i].P50 = millis(rows[i].Cells["P50"])
+		rows[i].P99 = millis(rows[i].Cells["P99"])
 	}
 	d.res.Workloads = rows
 	return nil
@@ -406,6 +409,15 @@ func percent(s string) *float64 {
 	}
 	f /= 100
 	return &f
+}
+
+// millis reads "12 ms"; "-" as nil.
+func millis(s string) *float64 {
+	n, ok := strings.CutSuffix(s, " ms")
+	if !ok {
+		return nil
+	}
+	return number(n)
 }
 
 // number reads a plain figure; "-" as nil.

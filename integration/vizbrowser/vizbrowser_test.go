@@ -55,7 +55,7 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Errorf("workload rows %+v", res.Workloads)
 	}
 	for _, w := range res.Workloads {
-		if w.SuccessRate == nil || *w.SuccessRate != 0.995 || w.RPS == nil || *w.RPS != 10 {
+		if w.SuccessRate == nil || *w.SuccessRate != 0.995 || w.RPS == nil || *w.RPS != 10 || w.P50 == nil || *w.P50 != 3 || w.P99 == nil || *w.P99 != 19 {
 			t.Errorf("row %s: %+v", w.Workload, w.Cells)
 		}
 	}
