@@ -170,17 +170,22 @@ func cpuTime(b *testing.B, pid int) time.Duration {
 	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
-func rssMB(b testing.TB, pid int) float64 {
+func rssMB(b testing.TB, pid int) float64 { return procStatusMB(b, pid, "VmRSS:") }
+
+// procStatusMB reads a field of /proc/PID/status in kB (VmRSS:, VmHWM:)
+// as MB.
+func procStatusMB(b testing.TB, pid int, field string) float64 {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		b.Fatal(err)
 	}
 	for line := range strings.SplitSeq(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
 			return float64(kb) / 1024
 		}
 	}
+	b.Fatalf("/proc/%d/status has no %s", pid, field)
 	return 0
 }
 

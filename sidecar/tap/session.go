@@ -80,9 +80,18 @@ func (s *session) send(h *Hub, ev *tappb.TapEvent) {
 	case s.queue <- ev:
 		h.events.Inc()
 	default:
-		s.dropped.Add(1)
-		h.dropped.Inc()
+		s.drop(h, 1)
 	}
+}
+
+// full reports whether the queue has no room (a hint: the reader may take
+// an event at any time).
+func (s *session) full() bool { return len(s.queue) == cap(s.queue) }
+
+// drop counts n events dropped.
+func (s *session) drop(h *Hub, n int) {
+	s.dropped.Add(uint64(n))
+	h.dropped.Add(float64(n))
 }
 
 // finished counts a request that ended, closing done at the limit.

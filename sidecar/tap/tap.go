@@ -103,6 +103,12 @@ func (h *Hub) Start(info *Info) *Tapped {
 		if !s.filter.matches(info) || !s.admit(now) {
 			continue
 		}
+		if s.full() {
+			// The reader is behind: the request's events would all be
+			// dropped, so none is built.
+			s.drop(h, tapapi.EventsPerRequest)
+			continue
+		}
 		if t == nil {
 			t = &Tapped{start: now, info: info, hub: h}
 		}
