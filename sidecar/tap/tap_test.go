@@ -191,6 +191,15 @@ func TestSlowReaderDrops(t *testing.T) {
 	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 5<<20 {
 		t.Errorf("heap grew %d bytes for a stalled tapper, want under 5 MiB", grew)
 	}
+	// With the queue full, a request's events are not even built.
+	i := info("inbound", "GET", "/x")
+	if allocs := testing.AllocsPerRun(1000, func() {
+		tp := h.Start(i)
+		tp.Response(200)
+		tp.End(200, "", "", -1)
+	}); allocs != 0 {
+		t.Errorf("a request offered to a full session allocated %v times, want 0", allocs)
+	}
 }
 
 func TestMaxSessions(t *testing.T) {
