@@ -26,9 +26,14 @@ var funcs = template.FuncMap{
 		}
 		return strconv.FormatFloat(*f, 'f', 2, 64)
 	},
+	// ms shows a latency to a tenth of a millisecond under 10 ms (a
+	// meshed hop's p50 is under one), to the millisecond above.
 	"ms": func(f *float64) string {
-		if f == nil {
+		switch {
+		case f == nil:
 			return "-"
+		case *f < 10:
+			return strconv.FormatFloat(*f, 'f', 1, 64) + " ms"
 		}
 		return strconv.FormatFloat(*f, 'f', 0, 64) + " ms"
 	},

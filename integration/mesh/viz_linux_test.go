@@ -328,8 +328,7 @@ func vizDashboard(t *testing.T, c *clustertest.Cluster, ctl plexusctl) {
 // different windows (the dashboard the last minute from Prometheus, stat
 // 30 s from the proxies after it) of the demo's steady load, so success
 // rates may differ by 2 points, rates by 25 %, and latencies (the same
-// histogram buckets, interpolated; the dashboard shows whole
-// milliseconds) by half or 3 ms.
+// histogram buckets, interpolated) by half or 1 ms.
 func compareDashboard(t *testing.T, stats []stat.Row, rows []vizbrowser.WorkloadRow) []string {
 	t.Helper()
 	near := func(a, b, rel, abs float64) bool { return math.Abs(a-b) <= max(rel*max(a, b), abs) }
@@ -345,7 +344,7 @@ func compareDashboard(t *testing.T, stats []stat.Row, rows []vizbrowser.Workload
 			continue
 		}
 		compared = append(compared, s.Name)
-		t.Logf("%s: dashboard success %.4f, %.2f RPS, p50 %.0f ms, p99 %.0f ms; plexusctl stat %.4f, %.2f RPS, p50 %.1f ms, p99 %.1f ms",
+		t.Logf("%s: dashboard success %.4f, %.2f RPS, p50 %.1f ms, p99 %.1f ms; plexusctl stat %.4f, %.2f RPS, p50 %.1f ms, p99 %.1f ms",
 			s.Name, *w.SuccessRate, *w.RPS, *w.P50, *w.P99, *s.SuccessRate, *s.RPS, *s.LatencyP50, *s.LatencyP99)
 		for _, c := range []struct {
 			what      string
@@ -354,8 +353,8 @@ func compareDashboard(t *testing.T, stats []stat.Row, rows []vizbrowser.Workload
 		}{
 			{"success rate", *w.SuccessRate, *s.SuccessRate, 0, 0.02},
 			{"RPS", *w.RPS, *s.RPS, 0.25, 0},
-			{"p50 (ms)", *w.P50, *s.LatencyP50, 0.5, 3},
-			{"p99 (ms)", *w.P99, *s.LatencyP99, 0.5, 3},
+			{"p50 (ms)", *w.P50, *s.LatencyP50, 0.5, 1},
+			{"p99 (ms)", *w.P99, *s.LatencyP99, 0.5, 1},
 		} {
 			if !near(c.dash, c.cli, c.rel, c.abs) {
 				t.Errorf("%s: the dashboard shows %s %.4f, plexusctl stat %.4f", s.Name, c.what, c.dash, c.cli)
