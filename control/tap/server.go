@@ -118,14 +118,8 @@ func (h *Handler) tap(w http.ResponseWriter, r *http.Request, user User, t targe
 		writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, reason)
 		return
 	}
-	var req tapapi.Request
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
-		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "tap request body: "+err.Error())
-		return
-	}
-	if err := validate(&req); err != nil {
+	req, err := decodeRequest(r.Body)
+	if err != nil {
 		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
 		return
 	}
@@ -155,6 +149,18 @@ func (h *Handler) tap(w http.ResponseWriter, r *http.Request, user User, t targe
 	w.WriteHeader(http.StatusOK)
 	http.NewResponseController(w).Flush()
 	h.fanOut(ctx, w, ps, req, dsts, srcs)
+}
+
+// decodeRequest reads a tap request's body (empty: every default) and
+// checks its values.
+func decodeRequest(body io.Reader) (tapapi.Request, error) {
+	var req tapapi.Request
+	dec := json.NewDecoder(io.LimitReader(body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+		return req, fmt.Errorf("tap request body: %w", err)
+	}
+	return req, validate(&req)
 }
 
 // validate checks a tap request's values.
