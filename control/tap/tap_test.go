@@ -265,3 +265,55 @@ func TestDiscovery(t *testing.T) {
 		t.Errorf("discovery = %+v", l)
 	}
 }
+
+// TestPeerAddrs: a tap's ends resolve to the selected pods' IPs (by
+// namespace, resource and labels), a destination Service's cluster IPs,
+// and listed addresses; bad values are errors naming the field.
+func TestPeerAddrs(t *testing.T) {
+	pod := func(name, ip string, labels map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "demo", Labels: labels},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip}}
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "books", Namespace: "demo"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "books"}, ClusterIPs: []string{"10.96.0.10", "fd00::10"}}}
+	kube := fake.NewSimpleClientset(svc,
+		pod("books-1", "10.1.0.1", map[string]string{"app": "books", "track": "stable"}),
+		pod("books-2", "10.1.0.2", map[string]string{"app": "books", "track": "canary"}),
+		pod("votes-1", "10.1.0.3", map[string]string{"app": "votes"}))
+	ctx := context.Background()
+	for name, c := range map[string]struct {
+		req        tapapi.Request
+		dsts, srcs []string
+	}{
+		"nothing":            {tapapi.Request{}, nil, nil},
+		"a namespace":        {tapapi.Request{ToNamespace: "demo"}, []string{"10.1.0.1", "10.1.0.2", "10.1.0.3"}, nil},
+		"a service":          {tapapi.Request{ToNamespace: "demo", ToResource: "services", ToName: "books"}, []string{"10.1.0.1", "10.1.0.2", "10.96.0.10", "fd00::10"}, nil},
+		"a service as from":  {tapapi.Request{FromNamespace: "demo", FromResource: "services", FromName: "books"}, nil, []string{"10.1.0.1", "10.1.0.2"}},
+		"labels":             {tapapi.Request{FromNamespace: "demo", FromSelector: "app=books,track!=canary"}, nil, []string{"10.1.0.1"}},
+		"labels, none":       {tapapi.Request{ToNamespace: "demo", ToSelector: "app=nothing"}, []string{"0.0.0.0"}, nil},
+		"addresses":          {tapapi.Request{ToAddrs: []string{"10.2.0.1", "[fd00::1]:8080"}, FromAddrs: []string{"::ffff:10.2.0.9"}}, []string{"10.2.0.1", "[fd00::1]:8080"}, []string{"::ffff:10.2.0.9"}},
+		"addresses and pods": {tapapi.Request{ToAddrs: []string{"10.2.0.1"}, ToNamespace: "demo", ToSelector: "app=votes"}, []string{"10.2.0.1", "10.1.0.3"}, nil},
+	} {
+		dsts, srcs, err := peerAddrs(ctx, kube, c.req)
+		slices.Sort(dsts)
+		slices.Sort(c.dsts)
+		if err != nil || !slices.Equal(dsts, c.dsts) || !slices.Equal(srcs, c.srcs) {
+			t.Errorf("%s: %v, %v, %v; want %v, %v", name, dsts, srcs, err, c.dsts, c.srcs)
+		}
+	}
+	for name, c := range map[string]struct {
+		req  tapapi.Request
+		want string
+	}{
+		"bad address":        {tapapi.Request{FromAddrs: []string{"10.0.0.0/8"}}, `fromAddrs: "10.0.0.0/8" is neither an IP nor IP:port`},
+		"bad selector":       {tapapi.Request{ToNamespace: "demo", ToSelector: "app in (books"}, `toSelector "app in (books"`},
+		"selector, no ns":    {tapapi.Request{FromSelector: "app=books"}, "need fromNamespace"},
+		"unknown resource":   {tapapi.Request{ToNamespace: "demo", ToResource: "secrets", ToName: "x"}, `toResource "secrets"`},
+		"too many addresses": {tapapi.Request{ToAddrs: slices.Repeat([]string{"10.0.0.1"}, MaxPeerAddrs+1)}, "toAddrs: 701 addresses"},
+	} {
+		_, _, err := peerAddrs(ctx, kube, c.req)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error containing %q", name, err, c.want)
+		}
+	}
+}

@@ -177,29 +177,85 @@ func podAddr(p *corev1.Pod) (netip.Addr, bool) {
 // peerAddrs resolves a tap's "to" and "from" filters to the addresses its
 // requests go to and come from (nil: any).
 func peerAddrs(ctx context.Context, kube kubernetes.Interface, r tapapi.Request) (dsts, srcs []string, err error) {
-	dsts, err = endAddrs(ctx, kube, "to", r.ToNamespace, r.ToResource, r.ToName)
-	if err != nil {
+	to := end{field: "to", namespace: r.ToNamespace, resource: r.ToResource, name: r.ToName, selector: r.ToSelector, addrs: r.ToAddrs}
+	from := end{field: "from", namespace: r.FromNamespace, resource: r.FromResource, name: r.FromName, selector: r.FromSelector, addrs: r.FromAddrs}
+	if dsts, err = to.resolve(ctx, kube); err != nil {
 		return nil, nil, err
 	}
-	srcs, err = endAddrs(ctx, kube, "from", r.FromNamespace, r.FromResource, r.FromName)
+	srcs, err = from.resolve(ctx, kube)
 	return dsts, srcs, err
 }
 
-// endAddrs resolves one end of a tap's filter (field names it in errors)
-// to addresses: the pods' IPs, and for a destination Service its cluster
-// IPs, which outbound requests are addressed to.
-func endAddrs(ctx context.Context, kube kubernetes.Interface, field, ns, resource, name string) ([]string, error) {
-	if ns == "" && resource == "" {
+// end is one end of a tap's filter; field ("to", "from") names it in
+// errors.
+type end struct {
+	field                               string
+	namespace, resource, name, selector string
+	addrs                               []string
+}
+
+// resolve returns the end's addresses: the IPs of the pods it selects,
+// for a destination Service its cluster IPs too (which outbound requests
+// are addressed to), and the addresses it lists. nil: the end is not
+// set.
+func (e end) resolve(ctx context.Context, kube kubernetes.Interface) ([]string, error) {
+	out, err := e.listed()
+	if err != nil {
+		return nil, err
+	}
+	if e.namespace != "" || e.resource != "" || e.selector != "" {
+		pods, err := e.podAddrs(ctx, kube)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, pods...)
+	} else if out == nil {
 		return nil, nil
 	}
-	if ns == "" {
-		return nil, fmt.Errorf("%sResource %q needs %sNamespace", field, resource, field)
+	if len(out) > MaxPeerAddrs {
+		return nil, fmt.Errorf("%s: %d addresses; a tap filters on at most %d: name a smaller set", e.field, len(out), MaxPeerAddrs)
 	}
-	t := target{namespace: ns, resource: resource, name: name}
+	if len(out) == 0 {
+		out = []string{"0.0.0.0"} // nothing to match: no event, rather than every one
+	}
+	return out, nil
+}
+
+// listed checks the end's own addresses.
+func (e end) listed() ([]string, error) {
+	if len(e.addrs) > MaxPeerAddrs {
+		return nil, fmt.Errorf("%sAddrs: %d addresses, want at most %d", e.field, len(e.addrs), MaxPeerAddrs)
+	}
+	out := make([]string, 0, len(e.addrs))
+	for _, a := range e.addrs {
+		if ap, err := netip.ParseAddrPort(a); err == nil {
+			out = append(out, ap.String())
+		} else if ip, err := netip.ParseAddr(a); err == nil && ip.Zone() == "" {
+			out = append(out, ip.String())
+		} else {
+			return nil, fmt.Errorf("%sAddrs: %q is neither an IP nor IP:port", e.field, a)
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// podAddrs returns the IPs of the running pods the end selects.
+func (e end) podAddrs(ctx context.Context, kube kubernetes.Interface) ([]string, error) {
+	if e.namespace == "" {
+		return nil, fmt.Errorf("%sResource %q and %sSelector %q need %sNamespace", e.field, e.resource, e.field, e.selector, e.field)
+	}
+	sel, err := labels.Parse(e.selector)
+	if err != nil {
+		return nil, fmt.Errorf("%sSelector %q: %w", e.field, e.selector, err)
+	}
+	t := target{namespace: e.namespace, resource: e.resource, name: e.name}
 	if t.resource == "" || t.resource == "namespaces" {
-		t = target{namespace: ns, resource: "namespaces", name: ns}
+		t = target{namespace: e.namespace, resource: "namespaces", name: e.namespace}
 	} else if !slices.Contains(tapapi.Resources, t.resource) || t.name == "" {
-		return nil, fmt.Errorf("%sResource %q %sName %q: want one of %s and a name", field, resource, field, name, strings.Join(tapapi.Resources, ", "))
+		return nil, fmt.Errorf("%sResource %q %sName %q: want one of %s and a name", e.field, e.resource, e.field, e.name, strings.Join(tapapi.Resources, ", "))
 	}
 	ps, err := pods(ctx, kube, t)
 	if err != nil {
@@ -207,12 +263,12 @@ func endAddrs(ctx context.Context, kube kubernetes.Interface, field, ns, resourc
 	}
 	var out []string
 	for i := range ps {
-		if a, ok := podAddr(&ps[i]); ok {
+		if a, ok := podAddr(&ps[i]); ok && sel.Matches(labels.Set(ps[i].Labels)) {
 			out = append(out, a.String())
 		}
 	}
-	if t.resource == "services" && field == "to" {
-		s, err := kube.CoreV1().Services(ns).Get(ctx, t.name, metav1.GetOptions{})
+	if t.resource == "services" && e.field == "to" {
+		s, err := kube.CoreV1().Services(e.namespace).Get(ctx, t.name, metav1.GetOptions{})
 		if err != nil {
 			return nil, err
 		}
@@ -221,12 +277,6 @@ func endAddrs(ctx context.Context, kube kubernetes.Interface, field, ns, resourc
 				out = append(out, a.String())
 			}
 		}
-	}
-	if len(out) > MaxPeerAddrs {
-		return nil, fmt.Errorf("%s %s %s/%s has %d addresses; a tap filters on at most %d: name a smaller one", field, t.resource, ns, t.name, len(out), MaxPeerAddrs)
-	}
-	if len(out) == 0 {
-		out = []string{"0.0.0.0"} // nothing to match: no event, rather than every one
 	}
 	return out, nil
 }

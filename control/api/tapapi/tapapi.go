@@ -45,17 +45,23 @@ func Path(ns, resource, name string) string {
 type Request struct {
 	// Direction is "inbound", "outbound" or "" (both).
 	Direction string `json:"direction,omitempty"`
-	// To narrows requests to those going to a destination: a namespace
-	// and optionally a resource in it, as in the path ("deployments",
-	// "web"); a Service's cluster IPs count as its.
-	ToNamespace string `json:"toNamespace,omitempty"`
-	ToResource  string `json:"toResource,omitempty"`
-	ToName      string `json:"toName,omitempty"`
-	// From narrows requests to those coming from a source's pods, named
-	// as To is.
-	FromNamespace string `json:"fromNamespace,omitempty"`
-	FromResource  string `json:"fromResource,omitempty"`
-	FromName      string `json:"fromName,omitempty"`
+	// To narrows requests to those going to a destination: the pods of
+	// a namespace, optionally of a resource in it as in the path
+	// ("deployments", "web") and optionally those matching a label
+	// selector ("app=books,tier!=cache"); a Service's cluster IPs count
+	// as its. ToAddrs adds addresses (IP or IP:port) that match too.
+	ToNamespace string   `json:"toNamespace,omitempty"`
+	ToResource  string   `json:"toResource,omitempty"`
+	ToName      string   `json:"toName,omitempty"`
+	ToSelector  string   `json:"toSelector,omitempty"`
+	ToAddrs     []string `json:"toAddrs,omitempty"`
+	// From narrows requests to those coming from a source, named as To
+	// is (a Service's cluster IPs are never a source).
+	FromNamespace string   `json:"fromNamespace,omitempty"`
+	FromResource  string   `json:"fromResource,omitempty"`
+	FromName      string   `json:"fromName,omitempty"`
+	FromSelector  string   `json:"fromSelector,omitempty"`
+	FromAddrs     []string `json:"fromAddrs,omitempty"`
 	// Method is an HTTP method (exact); Authority, a :authority or Host
 	// (exact); PathPrefix, a prefix of the path; Route, the name of the
 	// route the request matched.

@@ -26,18 +26,29 @@ import (
 
 // tapFlags are the filters of tap and top.
 type tapFlags struct {
-	to, toNamespace, from, fromNamespace      string
+	to, from                                  tapEndFlags
 	method, path, authority, route, direction string
 	redact                                    []string
 	maxRate                                   float64
 	limit                                     int
 }
 
+// tapEndFlags name one end of the tap's requests: --to or --from.
+type tapEndFlags struct {
+	resource, namespace, selector string
+	addrs                         []string
+}
+
+func (e *tapEndFlags) register(fs *pflag.FlagSet, end, what, example string) {
+	fs.StringVar(&e.resource, end, "", fmt.Sprintf("only requests %s this resource's pods: KIND/NAME (%s), or ns/NAME", what, example))
+	fs.StringVar(&e.namespace, end+"-namespace", "", fmt.Sprintf("namespace of --%s and --%s-selector (default: the tapped resource's)", end, end))
+	fs.StringVar(&e.selector, end+"-selector", "", fmt.Sprintf("only requests %s pods with these labels (app=books,track!=canary)", what))
+	fs.StringArrayVar(&e.addrs, end+"-addr", nil, fmt.Sprintf("only requests %s this IP or IP:port (repeatable; added to the pods --%s and --%s-selector pick)", what, end, end))
+}
+
 func (t *tapFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&t.to, "to", "", "only requests to this resource: KIND/NAME (deploy/books), or ns/NAME")
-	fs.StringVar(&t.toNamespace, "to-namespace", "", "namespace of --to (default: the tapped resource's)")
-	fs.StringVar(&t.from, "from", "", "only requests from this resource's pods: KIND/NAME (deploy/load), or ns/NAME")
-	fs.StringVar(&t.fromNamespace, "from-namespace", "", "namespace of --from (default: the tapped resource's)")
+	t.to.register(fs, "to", "to", "deploy/books")
+	t.from.register(fs, "from", "from", "deploy/load")
 	fs.StringVar(&t.method, "method", "", "only requests with this HTTP method")
 	fs.StringVar(&t.path, "path", "", "only requests whose path starts with this")
 	fs.StringVar(&t.authority, "authority", "", "only requests with this :authority (Host)")
@@ -51,7 +62,8 @@ func (t *tapFlags) register(fs *pflag.FlagSet) {
 // request is the tap request of t for objects in ns.
 func (t tapFlags) request(ns string) (tapapi.Request, error) {
 	r := tapapi.Request{Method: t.method, PathPrefix: t.path, Authority: t.authority, Route: t.route, Direction: t.direction,
-		RedactHeaders: t.redact, MaxEventRate: t.maxRate, Limit: t.limit}
+		RedactHeaders: t.redact, MaxEventRate: t.maxRate, Limit: t.limit,
+		ToSelector: t.to.selector, ToAddrs: t.to.addrs, FromSelector: t.from.selector, FromAddrs: t.from.addrs}
 	switch t.direction {
 	case "", "inbound", "outbound":
 	default:
@@ -64,30 +76,29 @@ func (t tapFlags) request(ns string) (tapapi.Request, error) {
 		r.MaxEventRate = tapapi.DefaultMaxEventRate
 	}
 	var err error
-	if r.ToNamespace, r.ToResource, r.ToName, err = tapEnd("--to", t.to, t.toNamespace, ns); err != nil {
+	if r.ToNamespace, r.ToResource, r.ToName, err = t.to.resolve("--to", ns); err != nil {
 		return r, err
 	}
-	r.FromNamespace, r.FromResource, r.FromName, err = tapEnd("--from", t.from, t.fromNamespace, ns)
+	r.FromNamespace, r.FromResource, r.FromName, err = t.from.resolve("--from", ns)
 	return r, err
 }
 
-// tapEnd resolves --to or --from (flag) and its namespace flag to the
-// namespace, resource and name of the request's filter; ns is the tapped
-// resource's namespace.
-func tapEnd(flag, arg, argNS, ns string) (namespace, resource, name string, err error) {
-	if arg == "" {
-		return argNS, "", "", nil
+// resolve returns the namespace, resource and name of the request's
+// filter for the end named flag; ns is the tapped resource's namespace.
+func (e tapEndFlags) resolve(flag, ns string) (namespace, resource, name string, err error) {
+	namespace = e.namespace
+	if namespace == "" && (e.resource != "" || e.selector != "") {
+		namespace = ns
 	}
-	end, err := viz.ParseTarget([]string{arg}, true)
+	if e.resource == "" {
+		return namespace, "", "", nil
+	}
+	end, err := viz.ParseTarget([]string{e.resource}, true)
 	if err != nil {
-		return "", "", "", fmt.Errorf("%s %q: %w", flag, arg, err)
+		return "", "", "", fmt.Errorf("%s %q: %w", flag, e.resource, err)
 	}
 	if !end.Kind.Tappable() {
-		return "", "", "", fmt.Errorf("%s %q: %s cannot be filtered on", flag, arg, end.Kind)
-	}
-	namespace = argNS
-	if namespace == "" {
-		namespace = ns
+		return "", "", "", fmt.Errorf("%s %q: %s cannot be filtered on", flag, e.resource, end.Kind)
 	}
 	if end.Kind == viz.Namespaces {
 		return end.Name, "", "", nil
