@@ -12,16 +12,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"sync/atomic"
 
 	"golang.org/x/net/http/httpguts"
+	"google.golang.org/protobuf/proto"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/plexus-mesh/plexus/control/api/tapapi"
 	"github.com/plexus-mesh/plexus/sidecar/mtls"
+	sidecartap "github.com/plexus-mesh/plexus/sidecar/tap"
 )
 
 // Limits of the service.
@@ -32,9 +35,10 @@ const (
 	// (each tap has one per pod): beyond it a tap is refused.
 	MaxProxyStreams = 500
 	// MaxPeerAddrs bounds the addresses a tap's "to" or "from" filter
-	// resolves to: the proxies take at most 64 KiB of request, and both
-	// ends' IPv6 addresses and the headers to redact fit in it.
-	MaxPeerAddrs = 700
+	// resolves to, and MaxFilterString its other strings; what is sent
+	// to the proxies must also fit in their sidecartap.MaxRequestBytes.
+	MaxPeerAddrs    = 700
+	MaxFilterString = 1024
 	// MaxRedactHeaders bounds the headers a tap asks to redact, and
 	// MaxHeaderName their names.
 	MaxRedactHeaders = 32
@@ -143,6 +147,10 @@ func (h *Handler) tap(w http.ResponseWriter, r *http.Request, user User, t targe
 		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
 		return
 	}
+	if err := fitsProxies(req, dsts, srcs); err != nil {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
+		return
+	}
 	h.o.Log.Info("tap", "user", user.Name, "target", t.resource+"/"+t.name, "namespace", t.namespace, "pods", len(ps))
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Cache-Control", "no-store")
@@ -163,6 +171,16 @@ func decodeRequest(body io.Reader) (tapapi.Request, error) {
 	return req, validate(&req)
 }
 
+// fitsProxies checks that what a tap asks of the proxies fits in the
+// request they take.
+func fitsProxies(req tapapi.Request, dsts, srcs []string) error {
+	if n := proto.Size(observeRequest(req, dsts, srcs, 1)); n > sidecartap.MaxRequestBytes {
+		return fmt.Errorf("the tap's filter is %d bytes for the proxies (%d destination and %d source addresses), more than the %d they take: narrow --to or --from",
+			n, len(dsts), len(srcs), sidecartap.MaxRequestBytes)
+	}
+	return nil
+}
+
 // validate checks a tap request's values.
 func validate(r *tapapi.Request) error {
 	switch r.Direction {
@@ -170,11 +188,17 @@ func validate(r *tapapi.Request) error {
 	default:
 		return fmt.Errorf("direction %q: want inbound, outbound or empty", r.Direction)
 	}
-	if r.MaxEventRate < 0 || r.MaxEventRate > tapapi.MaxEventRate || r.MaxEventRate != r.MaxEventRate {
-		return fmt.Errorf("maxEventsPerSecond %v: want 0 (%d) to %d", r.MaxEventRate, tapapi.DefaultMaxEventRate, tapapi.MaxEventRate)
+	if r.MaxEventRate != 0 && !(r.MaxEventRate >= tapapi.MinEventRate && r.MaxEventRate <= tapapi.MaxEventRate) {
+		return fmt.Errorf("maxEventsPerSecond %v: want 0 (%d) or %g to %d", r.MaxEventRate, tapapi.DefaultMaxEventRate, tapapi.MinEventRate, tapapi.MaxEventRate)
 	}
-	if r.Limit < 0 {
-		return fmt.Errorf("limit %d: want 0 (none) or more", r.Limit)
+	if r.Limit < 0 || r.Limit > math.MaxUint32 {
+		return fmt.Errorf("limit %d: want 0 (none) to %d", r.Limit, uint32(math.MaxUint32))
+	}
+	for name, v := range map[string]string{"method": r.Method, "authority": r.Authority, "pathPrefix": r.PathPrefix, "route": r.Route,
+		"toSelector": r.ToSelector, "fromSelector": r.FromSelector} {
+		if len(v) > MaxFilterString {
+			return fmt.Errorf("%s: %d bytes, want at most %d", name, len(v), MaxFilterString)
+		}
 	}
 	if len(r.RedactHeaders) > MaxRedactHeaders {
 		return fmt.Errorf("redactHeaders: %d names, want at most %d", len(r.RedactHeaders), MaxRedactHeaders)

@@ -6,8 +6,10 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -171,6 +173,9 @@ func TestTapThroughTheService(t *testing.T) {
 	for name, bad := range map[string]tapapi.Request{
 		"direction":     {Direction: "sideways"},
 		"rate":          {MaxEventRate: tapapi.MaxEventRate + 1},
+		"tiny rate":     {MaxEventRate: 1e-320}, // would round to 0, the proxies' default
+		"limit":         {Limit: math.MaxUint32 + 1},
+		"path prefix":   {PathPrefix: "/" + strings.Repeat("x", MaxFilterString)},
 		"redact header": {RedactHeaders: []string{"x api key"}},
 		"from":          {FromNamespace: "demo", FromResource: "secrets", FromName: "x"},
 	} {
@@ -226,6 +231,27 @@ func TestTapThroughTheService(t *testing.T) {
 	}
 }
 
+// TestFitsProxies: a filter the proxies would refuse as too large is
+// refused before any is asked.
+func TestFitsProxies(t *testing.T) {
+	addrs := func(n int, format string) []string {
+		var out []string
+		for i := range n {
+			out = append(out, fmt.Sprintf(format, i))
+		}
+		return out
+	}
+	v6 := addrs(MaxPeerAddrs, "[fd00:1234:5678:9abc:def0:1234:5678:%04x]:65535")
+	if err := fitsProxies(tapapi.Request{}, v6, nil); err != nil {
+		t.Errorf("%d IPv6 destinations: %v", len(v6), err)
+	}
+	long := tapapi.Request{PathPrefix: strings.Repeat("p", MaxFilterString), Authority: strings.Repeat("a", MaxFilterString), Route: strings.Repeat("r", MaxFilterString)}
+	err := fitsProxies(long, v6, addrs(MaxPeerAddrs, "fd00:1234:5678:9abc:def0:1234:5678:%04x"))
+	if err == nil || !strings.Contains(err.Error(), "more than the 65536 they take") {
+		t.Errorf("both ends' IPv6 addresses and long strings: %v, want refused", err)
+	}
+}
+
 // TestObserveRequest: a tap's events per second become each proxy's share
 // in requests, and its filter reaches the proxies whole.
 func TestObserveRequest(t *testing.T) {
@@ -276,8 +302,12 @@ func TestPeerAddrs(t *testing.T) {
 	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "books", Namespace: "demo"},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "books"}, ClusterIPs: []string{"10.96.0.10", "fd00::10"}}}
+	dualStack := func(p *corev1.Pod, ip6 string) *corev1.Pod {
+		p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}, {IP: ip6}}
+		return p
+	}
 	kube := fake.NewSimpleClientset(svc,
-		pod("books-1", "10.1.0.1", map[string]string{"app": "books", "track": "stable"}),
+		dualStack(pod("books-1", "10.1.0.1", map[string]string{"app": "books", "track": "stable"}), "fd00:1::1"),
 		pod("books-2", "10.1.0.2", map[string]string{"app": "books", "track": "canary"}),
 		pod("votes-1", "10.1.0.3", map[string]string{"app": "votes"}))
 	ctx := context.Background()
@@ -286,10 +316,10 @@ func TestPeerAddrs(t *testing.T) {
 		dsts, srcs []string
 	}{
 		"nothing":            {tapapi.Request{}, nil, nil},
-		"a namespace":        {tapapi.Request{ToNamespace: "demo"}, []string{"10.1.0.1", "10.1.0.2", "10.1.0.3"}, nil},
-		"a service":          {tapapi.Request{ToNamespace: "demo", ToResource: "services", ToName: "books"}, []string{"10.1.0.1", "10.1.0.2", "10.96.0.10", "fd00::10"}, nil},
-		"a service as from":  {tapapi.Request{FromNamespace: "demo", FromResource: "services", FromName: "books"}, nil, []string{"10.1.0.1", "10.1.0.2"}},
-		"labels":             {tapapi.Request{FromNamespace: "demo", FromSelector: "app=books,track!=canary"}, nil, []string{"10.1.0.1"}},
+		"a namespace":        {tapapi.Request{ToNamespace: "demo"}, []string{"10.1.0.1", "fd00:1::1", "10.1.0.2", "10.1.0.3"}, nil},
+		"a service":          {tapapi.Request{ToNamespace: "demo", ToResource: "services", ToName: "books"}, []string{"10.1.0.1", "fd00:1::1", "10.1.0.2", "10.96.0.10", "fd00::10"}, nil},
+		"a service as from":  {tapapi.Request{FromNamespace: "demo", FromResource: "services", FromName: "books"}, nil, []string{"10.1.0.1", "fd00:1::1", "10.1.0.2"}},
+		"labels":             {tapapi.Request{FromNamespace: "demo", FromSelector: "app=books,track!=canary"}, nil, []string{"10.1.0.1", "fd00:1::1"}},
 		"labels, none":       {tapapi.Request{ToNamespace: "demo", ToSelector: "app=nothing"}, []string{"0.0.0.0"}, nil},
 		"addresses":          {tapapi.Request{ToAddrs: []string{"10.2.0.1", "[fd00::1]:8080"}, FromAddrs: []string{"::ffff:10.2.0.9"}}, []string{"10.2.0.1", "[fd00::1]:8080"}, []string{"::ffff:10.2.0.9"}},
 		"addresses and pods": {tapapi.Request{ToAddrs: []string{"10.2.0.1"}, ToNamespace: "demo", ToSelector: "app=votes"}, []string{"10.2.0.1", "10.1.0.3"}, nil},
@@ -297,6 +327,8 @@ func TestPeerAddrs(t *testing.T) {
 		dsts, srcs, err := peerAddrs(ctx, kube, c.req)
 		slices.Sort(dsts)
 		slices.Sort(c.dsts)
+		slices.Sort(srcs)
+		slices.Sort(c.srcs)
 		if err != nil || !slices.Equal(dsts, c.dsts) || !slices.Equal(srcs, c.srcs) {
 			t.Errorf("%s: %v, %v, %v; want %v, %v", name, dsts, srcs, err, c.dsts, c.srcs)
 		}
@@ -305,7 +337,9 @@ func TestPeerAddrs(t *testing.T) {
 		req  tapapi.Request
 		want string
 	}{
-		"bad address":        {tapapi.Request{FromAddrs: []string{"10.0.0.0/8"}}, `fromAddrs: "10.0.0.0/8" is neither an IP nor IP:port`},
+		"bad address":        {tapapi.Request{ToAddrs: []string{"10.0.0.0/8"}}, `toAddrs: "10.0.0.0/8" is not an IP or IP:port`},
+		"source port":        {tapapi.Request{FromAddrs: []string{"10.0.0.1:80"}}, `fromAddrs: "10.0.0.1:80" is not an IP (a source's port is not known)`},
+		"zone":               {tapapi.Request{ToAddrs: []string{"[fe80::1%eth0]:80"}}, `toAddrs: "[fe80::1%eth0]:80" is not an IP`},
 		"bad selector":       {tapapi.Request{ToNamespace: "demo", ToSelector: "app in (books"}, `toSelector "app in (books"`},
 		"selector, no ns":    {tapapi.Request{FromSelector: "app=books"}, "need fromNamespace"},
 		"unknown resource":   {tapapi.Request{ToNamespace: "demo", ToResource: "secrets", ToName: "x"}, `toResource "secrets"`},

@@ -165,6 +165,22 @@ func tapPort(p *corev1.Pod) int32 {
 	return 0
 }
 
+// podIPs are a pod's IPs, every family.
+func podIPs(p *corev1.Pod) []string {
+	var out []string
+	for _, ip := range p.Status.PodIPs {
+		if a, err := netip.ParseAddr(ip.IP); err == nil {
+			out = append(out, a.String())
+		}
+	}
+	if len(out) == 0 {
+		if a, err := netip.ParseAddr(p.Status.PodIP); err == nil {
+			out = append(out, a.String())
+		}
+	}
+	return out
+}
+
 // podAddr is a running pod's IP.
 func podAddr(p *corev1.Pod) (netip.Addr, bool) {
 	if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
@@ -221,20 +237,28 @@ func (e end) resolve(ctx context.Context, kube kubernetes.Interface) ([]string, 
 	return out, nil
 }
 
-// listed checks the end's own addresses.
+// listed checks the end's own addresses: IPs, or for a destination
+// IP:ports too (the proxies know a client's address but not its port).
 func (e end) listed() ([]string, error) {
 	if len(e.addrs) > MaxPeerAddrs {
 		return nil, fmt.Errorf("%sAddrs: %d addresses, want at most %d", e.field, len(e.addrs), MaxPeerAddrs)
 	}
+	want := "an IP or IP:port"
+	if e.field == "from" {
+		want = "an IP (a source's port is not known)"
+	}
 	out := make([]string, 0, len(e.addrs))
 	for _, a := range e.addrs {
-		if ap, err := netip.ParseAddrPort(a); err == nil {
-			out = append(out, ap.String())
-		} else if ip, err := netip.ParseAddr(a); err == nil && ip.Zone() == "" {
-			out = append(out, ip.String())
-		} else {
-			return nil, fmt.Errorf("%sAddrs: %q is neither an IP nor IP:port", e.field, a)
+		var ip netip.Addr
+		if ap, err := netip.ParseAddrPort(a); err == nil && e.field == "to" {
+			ip = ap.Addr()
+		} else if ip, err = netip.ParseAddr(a); err != nil {
+			ip = netip.Addr{}
 		}
+		if !ip.IsValid() || ip.Zone() != "" {
+			return nil, fmt.Errorf("%sAddrs: %q is not %s", e.field, a, want)
+		}
+		out = append(out, a)
 	}
 	if len(out) == 0 {
 		return nil, nil
@@ -263,8 +287,8 @@ func (e end) podAddrs(ctx context.Context, kube kubernetes.Interface) ([]string,
 	}
 	var out []string
 	for i := range ps {
-		if a, ok := podAddr(&ps[i]); ok && sel.Matches(labels.Set(ps[i].Labels)) {
-			out = append(out, a.String())
+		if _, ok := podAddr(&ps[i]); ok && sel.Matches(labels.Set(ps[i].Labels)) {
+			out = append(out, podIPs(&ps[i])...) // both families of a dual-stack pod
 		}
 	}
 	if t.resource == "services" && e.field == "to" {

@@ -32,7 +32,7 @@ var funcs = template.FuncMap{
 		switch {
 		case f == nil:
 			return "-"
-		case *f < 10:
+		case *f < 9.95: // what rounds to 10.0 shows as 10
 			return strconv.FormatFloat(*f, 'f', 1, 64) + " ms"
 		}
 		return strconv.FormatFloat(*f, 'f', 0, 64) + " ms"

@@ -55,8 +55,7 @@ func openTap(t testing.TB, p *pod, ca *testpki.CA, req *tappb.ObserveRequest) ta
 // TestMeshTapStalledReader: a tap session whose reader is stalled while
 // the proxy serves 1,000 requests a second costs that proxy at most 5 MB
 // of peak RSS over the same load untapped; the excess events are dropped
-// and counted, and requests keep flowing. A session that reads sees the
-// requests.
+// and counted, and requests keep flowing.
 func TestMeshTapStalledReader(t *testing.T) {
 	m, dest, ca := newMTLSMeshCA(t, nil)
 	tgt := fmt.Sprintf("%s:8080", serverIP)
@@ -66,9 +65,10 @@ func TestMeshTapStalledReader(t *testing.T) {
 	go srv.Serve(m.server.listen(t, ":8080"))
 	defer srv.Close()
 	const rate = 1000
-	load := func(what string, d time.Duration) {
+	load := func(what string, d time.Duration) int {
 		r := pacedLoad(t, m.client, "http://"+tgt+"/tapped", rate, d)
 		t.Logf("%s: %d requests in %.1f s (%.0f/s; %d could not start on time)", what, r.done, r.elapsed.Seconds(), float64(r.done)/r.elapsed.Seconds(), r.skipped)
+		return r.done
 	}
 	pid := m.server.cmd.Process.Pid
 	// A tap of one request, opened and closed, so that the tap's code is
@@ -102,15 +102,15 @@ func TestMeshTapStalledReader(t *testing.T) {
 	if rs := ev.GetRequestStart(); rs == nil || rs.Path != "/tapped" || ev.Direction != "inbound" || ev.SourceIdentity != clientPodID.String() {
 		t.Fatalf("first tap event = %v", ev)
 	}
-	load("tapped, reader stalled", 10*time.Second)
+	done := load("tapped, reader stalled", 10*time.Second)
 	after := procStatusMB(t, pid, "VmHWM:")
 	events := sumSamples(m.server.scrapeTB(t), "tap_events_total", nil)
 	dropped := sumSamples(m.server.scrapeTB(t), "tap_events_dropped_total", nil) - dropped0
 	t.Logf("server proxy peak RSS %.1f MB untapped, %.1f MB with the stalled tap; %v events queued, %v dropped", before, after, events, dropped)
-	// 10,000 requests are 30,000 events; the session's queue and the
-	// stream's flow-control windows hold a few hundred.
-	if dropped < 25000 {
-		t.Errorf("tap_events_dropped_total rose by %v after ~30,000 events to a stalled tapper, want most of them dropped", dropped)
+	// Each request is 3 events; the session's queue and the stream's
+	// flow-control windows hold about 1,200 of them.
+	if want := float64(3*done - 2000); dropped < want {
+		t.Errorf("tap_events_dropped_total rose by %v after %d requests (%d events) to a stalled tapper, want at least %v", dropped, done, 3*done, want)
 	}
 	if after-before > 5 {
 		t.Errorf("a stalled tapper raised the proxy's peak RSS by %.1f MB, want at most 5", after-before)
@@ -121,7 +121,7 @@ func TestMeshTapStalledReader(t *testing.T) {
 func resetPeakRSS(t *testing.T, pid int) {
 	t.Helper()
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
-		t.Fatalf("resetting the proxy's peak RSS: %v", err)
+		t.Skipf("cannot reset the proxy's peak RSS (Linux 4.0 or later): %v", err)
 	}
 }
 

@@ -47,7 +47,7 @@ func NewServer(o ServerOptions) *grpc.Server {
 	}
 	s := grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg)),
 		grpc.ConnectionTimeout(5*time.Second),
-		grpc.MaxRecvMsgSize(64<<10),
+		grpc.MaxRecvMsgSize(MaxRequestBytes),
 		grpc.MaxConcurrentStreams(MaxSessions),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}))
 	tappb.RegisterTapServer(s, &server{o: o})

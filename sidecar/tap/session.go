@@ -45,8 +45,10 @@ func newSession(req *tappb.ObserveRequest) (*session, error) {
 	case rate == 0:
 		rate = DefaultMaxRPS
 	}
+	// The bucket starts with one request (the first is seen at once,
+	// however low the rate) and a tenth of a second's burst.
 	s := &session{filter: f, redact: map[string]bool{}, queue: make(chan *tappb.TapEvent, QueueLen),
-		limit: uint64(req.GetLimit()), done: make(chan struct{}), rate: rate, tokens: min(rate, 1) + rate/10}
+		limit: uint64(req.GetLimit()), done: make(chan struct{}), rate: rate, tokens: min(1+rate/10, max(rate, 1))}
 	for _, h := range tapapi.AlwaysRedacted {
 		s.redact[h] = true
 	}

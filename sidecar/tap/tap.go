@@ -26,6 +26,8 @@ const (
 	// MaxSessions is how many sessions may be open at once; more are
 	// refused (RESOURCE_EXHAUSTED).
 	MaxSessions = 8
+	// MaxRequestBytes bounds a session's request (its filter).
+	MaxRequestBytes = 64 << 10
 	// QueueLen is how many events a session holds for a slow reader.
 	QueueLen = 256
 	// DefaultMaxRPS bounds a session's requests per second when it asks

@@ -160,6 +160,20 @@ func TestRateAndLimit(t *testing.T) {
 	if got := l.seq.Load(); got != 5 {
 		t.Errorf("limit 5: %d requests taken", got)
 	}
+	// However low the rate (a tap split across many pods), the first
+	// request is taken at once, and the next not before its time.
+	slow := NewHub(nil)
+	open(t, slow, &tappb.ObserveRequest{MaxRps: 0.01})
+	taken := 0
+	for range 100 {
+		if tp := slow.Start(info("inbound", "GET", "/")); tp != nil {
+			taken++
+			tp.End(200, "", "", -1)
+		}
+	}
+	if taken != 1 {
+		t.Errorf("max_rps 0.01: %d of 100 requests at once taken, want the first", taken)
+	}
 }
 
 // TestSlowReaderDrops: a session whose reader is gone keeps at most

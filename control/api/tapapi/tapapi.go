@@ -84,8 +84,9 @@ type Request struct {
 // Rates of a tap, in events per second.
 const (
 	// DefaultMaxEventRate is a tap's rate when it asks for none;
-	// MaxEventRate, the most it may ask for.
+	// MinEventRate and MaxEventRate, the least and most it may ask for.
 	DefaultMaxEventRate = 100
+	MinEventRate        = 0.01
 	MaxEventRate        = 3000
 	// EventsPerRequest is what one request yields: RequestStart,
 	// ResponseStart and ResponseEnd.

@@ -165,7 +165,7 @@ func TestVizTapAndTop(t *testing.T) {
 	kc := kubeconfig(t, api.start(t).URL)
 	code, out, stderr := runMain(t, "", "viz", "tap", "deploy/web", "--kubeconfig", kc, "--method", "GET", "--path", "/books", "--to", "deploy/books", "--max-rate", "150",
 		"--from", "deploy/load", "--from-namespace", "traffic", "--route", "books-get", "--redact-header", "x-api-key", "--redact-header", "x-token",
-		"--to-selector", "track=stable", "--from-addr", "10.0.0.9", "--from-addr", "10.0.0.10:80")
+		"--to-selector", "track=stable", "--from-addr", "10.0.0.9", "--from-addr", "10.0.0.10")
 	if code != ExitOK {
 		t.Fatalf("tap: exit %d: %s", code, stderr)
 	}
@@ -176,7 +176,7 @@ func TestVizTapAndTop(t *testing.T) {
 	}
 	want := tapapi.Request{Method: "GET", PathPrefix: "/books", Route: "books-get", MaxEventRate: 150, RedactHeaders: []string{"x-api-key", "x-token"},
 		ToNamespace: "shop", ToResource: "deployments", ToName: "books", ToSelector: "track=stable",
-		FromNamespace: "traffic", FromResource: "deployments", FromName: "load", FromAddrs: []string{"10.0.0.9", "10.0.0.10:80"}}
+		FromNamespace: "traffic", FromResource: "deployments", FromName: "load", FromAddrs: []string{"10.0.0.9", "10.0.0.10"}}
 	if api.taps[0] != "POST /apis/tap.plexus.dev/v1alpha1/watch/namespaces/shop/deployments/web/tap" || !reflect.DeepEqual(api.bodies[0], want) {
 		t.Errorf("tapped %s with %+v, want %+v", api.taps[0], api.bodies[0], want)
 	}

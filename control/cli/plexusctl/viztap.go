@@ -43,7 +43,11 @@ func (e *tapEndFlags) register(fs *pflag.FlagSet, end, what, example string) {
 	fs.StringVar(&e.resource, end, "", fmt.Sprintf("only requests %s this resource's pods: KIND/NAME (%s), or ns/NAME", what, example))
 	fs.StringVar(&e.namespace, end+"-namespace", "", fmt.Sprintf("namespace of --%s and --%s-selector (default: the tapped resource's)", end, end))
 	fs.StringVar(&e.selector, end+"-selector", "", fmt.Sprintf("only requests %s pods with these labels (app=books,track!=canary)", what))
-	fs.StringArrayVar(&e.addrs, end+"-addr", nil, fmt.Sprintf("only requests %s this IP or IP:port (repeatable; added to the pods --%s and --%s-selector pick)", what, end, end))
+	addr := "IP or IP:port"
+	if end == "from" {
+		addr = "IP" // a source's port is not known
+	}
+	fs.StringArrayVar(&e.addrs, end+"-addr", nil, fmt.Sprintf("only requests %s this %s (repeatable; added to the pods --%s and --%s-selector pick)", what, addr, end, end))
 }
 
 func (t *tapFlags) register(fs *pflag.FlagSet) {
@@ -69,8 +73,8 @@ func (t tapFlags) request(ns string) (tapapi.Request, error) {
 	default:
 		return r, fmt.Errorf("--direction %q: want inbound or outbound", t.direction)
 	}
-	if t.maxRate < 0 || t.maxRate > tapapi.MaxEventRate || t.limit < 0 {
-		return r, fmt.Errorf("--max-rate must be 0 to %d and --limit not negative", tapapi.MaxEventRate)
+	if t.maxRate != 0 && !(t.maxRate >= tapapi.MinEventRate && t.maxRate <= tapapi.MaxEventRate) || t.limit < 0 {
+		return r, fmt.Errorf("--max-rate must be %g to %d and --limit not negative", tapapi.MinEventRate, tapapi.MaxEventRate)
 	}
 	if r.MaxEventRate == 0 {
 		r.MaxEventRate = tapapi.DefaultMaxEventRate
@@ -244,7 +248,7 @@ func tapStreams(cfg *rest.Config, kind viz.Kind, objs []viz.Object, tf tapFlags)
 				ns = o.Name
 			}
 			req, _ := tf.request(ns) // checked before
-			req.MaxEventRate /= float64(len(objs))
+			req.MaxEventRate = max(req.MaxEventRate/float64(len(objs)), tapapi.MinEventRate)
 			wg.Go(func() {
 				if errs[i] = tapclient.Stream(ctx, cfg, ns, resource, o.Name, req, each); errs[i] != nil {
 					cancel()
