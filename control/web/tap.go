@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
+
 	"github.com/plexus-mesh/plexus/control/api/tapapi"
 )
 
@@ -24,7 +26,10 @@ var errStreamClosed = errors.New("the tap stream is closed")
 type tapTarget struct {
 	Namespace, Resource, Name string
 	Method, PathPrefix        string
-	Direction                 string
+	Authority, Direction      string
+	// From and To are label selectors of the requests' sources and
+	// destinations, pods in the tapped namespace.
+	From, To string
 }
 
 // Directions offered by the filter.
@@ -34,6 +39,7 @@ func parseTapTarget(q url.Values) (tapTarget, error) {
 	t := tapTarget{
 		Namespace: q.Get("namespace"), Resource: q.Get("resource"), Name: q.Get("name"),
 		Method: strings.ToUpper(q.Get("method")), PathPrefix: q.Get("path"), Direction: q.Get("direction"),
+		Authority: q.Get("authority"), From: q.Get("from"), To: q.Get("to"),
 	}
 	if t.Resource == "" {
 		t.Resource = "namespaces"
@@ -62,18 +68,40 @@ func parseTapTarget(q url.Values) (tapTarget, error) {
 	if !slices.Contains(tapDirections, t.Direction) {
 		errs = append(errs, fmt.Errorf("direction %q: want inbound, outbound or empty", t.Direction))
 	}
+	if len(t.Authority) > 1024 || strings.ContainsAny(t.Authority, " /") {
+		errs = append(errs, fmt.Errorf("authority %q: want a host or host:port", t.Authority))
+	}
+	for what, sel := range map[string]string{"from": t.From, "to": t.To} {
+		if _, err := labels.Parse(sel); err != nil || len(sel) > 1024 {
+			errs = append(errs, fmt.Errorf("%s %q: want a label selector (app=books,track!=canary)", what, sel))
+		}
+	}
 	return t, errors.Join(errs...)
 }
 
 // Query is t as the query string of the tap page and stream.
 func (t tapTarget) Query() string {
 	q := url.Values{"namespace": {t.Namespace}, "resource": {t.Resource}}
-	for k, v := range map[string]string{"name": t.Name, "method": t.Method, "path": t.PathPrefix, "direction": t.Direction} {
+	for k, v := range map[string]string{"name": t.Name, "method": t.Method, "path": t.PathPrefix, "direction": t.Direction,
+		"authority": t.Authority, "from": t.From, "to": t.To} {
 		if v != "" {
 			q.Set(k, v)
 		}
 	}
 	return q.Encode()
+}
+
+// request is the tap request of t at rate events per second.
+func (t tapTarget) request(rate float64) tapapi.Request {
+	r := tapapi.Request{Direction: t.Direction, Method: t.Method, PathPrefix: t.PathPrefix, Authority: t.Authority,
+		MaxEventRate: rate, ToSelector: t.To, FromSelector: t.From}
+	if t.To != "" {
+		r.ToNamespace = t.Namespace
+	}
+	if t.From != "" {
+		r.FromNamespace = t.Namespace
+	}
+	return r
 }
 
 type tapBody struct {
@@ -175,7 +203,7 @@ func (s *Server) tapStream(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	_ = send("start", map[string]string{"target": t.Resource + "/" + t.Name, "namespace": t.Namespace})
-	req := tapapi.Request{Direction: t.Direction, Method: t.Method, PathPrefix: t.PathPrefix, MaxEventRate: s.cfg.TapMaxEventRate}
+	req := t.request(s.cfg.TapMaxEventRate)
 	err = s.src.Tap(ctx, t.Namespace, t.Resource, t.Name, req, func(ev tapapi.Event) error { return send("tap", ev) })
 	reason := "the tap ended"
 	switch {

@@ -69,6 +69,7 @@ func TestPages(t *testing.T) {
 		{"/namespaces/empty/topology", []string{`id="no-edges"`}},
 		{"/tap", []string{`id="tap-form"`, "Choose what to tap"}},
 		{"/tap?namespace=plexus-demo&resource=deployments&name=web&method=get&path=/books", []string{`data-stream="/api/tap?method=GET&amp;name=web&amp;namespace=plexus-demo&amp;path=%2Fbooks&amp;resource=deployments"`, `value="/books"`, `<option selected>deployments</option>`}},
+		{"/tap?namespace=plexus-demo&resource=deployments&name=web&from=app%3Dload", []string{`data-stream="/api/tap?from=app%3Dload&amp;name=web&amp;namespace=plexus-demo&amp;resource=deployments"`, `name="from" value="app=load"`}},
 		{"/controlplane", []string{`id="checks"`, "All checks passed.", `class="check warn"`, "✔ Prometheus 3.16.0 answers"}},
 		{"/static/app.css", []string{"svg.topology"}},
 		{"/static/tap.js", []string{"EventSource"}},
@@ -140,6 +141,8 @@ func TestSecurityHeadersOnEveryResponse(t *testing.T) {
 		{"", "/nowhere", 404},
 		{"", "/namespaces/Bad_Name", 400},
 		{"", "/api/tap?namespace=x&resource=pods&name=../../secrets", 400},
+		{"", "/api/tap?namespace=x&from=app+in+(load", 400},
+		{"", "/api/tap?namespace=x&authority=a/b", 400},
 		{"evil.example.com", "/", 403},
 		{"", "/tap?namespace=plexus-demo", 200},
 	} {
@@ -256,7 +259,7 @@ func TestTapStream(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+"/api/tap?namespace=plexus-demo&resource=deployments&name=web&method=post&path=/books&direction=inbound", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+"/api/tap?namespace=plexus-demo&resource=deployments&name=web&method=post&path=/books&direction=inbound&authority=books:8080&from=app%3Dload&to=app%3Dbooks", nil)
 	res, err := ts.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -265,7 +268,8 @@ func TestTapStream(t *testing.T) {
 	if ct := res.Header.Get("Content-Type"); ct != "text/event-stream" || res.Header.Get("Content-Security-Policy") == "" {
 		t.Fatalf("Content-Type %q, headers %v", ct, res.Header)
 	}
-	if r := <-got; r.Method != "POST" || r.PathPrefix != "/books" || r.Direction != "inbound" {
+	if r := <-got; r.Method != "POST" || r.PathPrefix != "/books" || r.Direction != "inbound" || r.Authority != "books:8080" ||
+		r.FromNamespace != "plexus-demo" || r.FromSelector != "app=load" || r.ToNamespace != "plexus-demo" || r.ToSelector != "app=books" {
 		t.Errorf("tap request %+v", r)
 	}
 	// A second tap while the first runs is over the limit of one.

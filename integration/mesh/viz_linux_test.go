@@ -304,7 +304,10 @@ func vizDashboard(t *testing.T, c *clustertest.Cluster, ctl plexusctl) {
 	}
 	res, err := vizbrowser.Run(ctx, vizbrowser.Config{BaseURL: base, Namespace: demoNamespace, Workload: "Deployment/web",
 		MinWorkloads: 4, Edges: [][2]string{{"load", "web"}, {"web", "books"}, {"web", "votes"}},
-		TapWithin: 30 * time.Second, TapRows: 3, ArtifactsDir: filepath.Join(dir, "dashboard")})
+		// Filtered to requests from load: web's own outbound requests,
+		// from web, must not show.
+		TapWithin: 30 * time.Second, TapRows: 3, TapFrom: "app=load", TapFromWorkload: demoNamespace + "/load",
+		ArtifactsDir: filepath.Join(dir, "dashboard")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,6 +47,9 @@ type Config struct {
 	// TapWithin is how long the tap view may take to show TapRows rows.
 	TapWithin time.Duration
 	TapRows   int
+	// TapFrom, a label selector, filters the tap view's sources; every
+	// row's From must then be TapFromWorkload ("namespace/name").
+	TapFrom, TapFromWorkload string
 	// ArtifactsDir receives a PNG screenshot of each page.
 	ArtifactsDir string
 	// Chromium is the browser's path (default DefaultChromium).
@@ -208,6 +211,9 @@ func (d *driver) pages() []pageCheck {
 	ns := url.PathEscape(d.cfg.Namespace)
 	kind, name, _ := strings.Cut(d.cfg.Workload, "/")
 	tap := url.Values{"namespace": {d.cfg.Namespace}, "resource": {strings.ToLower(kind) + "s"}, "name": {name}}
+	if d.cfg.TapFrom != "" {
+		tap.Set("from", d.cfg.TapFrom)
+	}
 	return []pageCheck{
 		{"namespaces", "/", func() error {
 			return d.waitCount(fmt.Sprintf(`#namespaces tr.row[data-namespace=%q]`, d.cfg.Namespace), 1)
@@ -348,6 +354,20 @@ func (d *driver) checkTap() error {
 	if err != nil {
 		status, _ := chromedp.Run(d.ctx, chromedp.Evaluate[string](`(document.getElementById('tap-status') || {}).textContent || ''`))
 		return fmt.Errorf("want %d tap rows with a response within %s (status line %q): %w", d.cfg.TapRows, d.cfg.TapWithin, status, err)
+	}
+	if d.cfg.TapFromWorkload == "" {
+		return nil
+	}
+	froms, err := chromedp.Run(d.ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#tap-rows tr.tap-row')).map(function (tr) {
+		return tr.children[3].textContent;
+	})`))
+	if err != nil {
+		return fmt.Errorf("reading the tap rows' sources: %w", err)
+	}
+	for _, f := range froms {
+		if f != d.cfg.TapFromWorkload {
+			return fmt.Errorf("the tap view filtered on from %q shows a request from %q (want only %q)", d.cfg.TapFrom, f, d.cfg.TapFromWorkload)
+		}
 	}
 	return nil
 }

@@ -46,7 +46,10 @@ func TestDashboardInChromium(t *testing.T) {
 		Edges:        webtest.MeshedEdges,
 		TapWithin:    10 * time.Second,
 		TapRows:      3,
-		ArtifactsDir: dir,
+		// The fake tap's requests all come from load.
+		TapFrom:         "app=load",
+		TapFromWorkload: webtest.Namespace + "/load",
+		ArtifactsDir:    dir,
 	})
 	if err != nil {
 		t.Fatal(err)
