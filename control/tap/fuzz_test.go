@@ -9,6 +9,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/plexus-mesh/plexus/control/api/tapapi"
+	sidecartap "github.com/plexus-mesh/plexus/sidecar/tap"
 )
 
 // FuzzDecodeRequest: any body is refused with an error or yields a
@@ -53,7 +54,7 @@ func FuzzDecodeRequest(f *testing.F) {
 			t.Errorf("accepted %d headers to redact", len(req.RedactHeaders))
 		}
 		for _, h := range req.RedactHeaders {
-			if !httpguts.ValidHeaderFieldName(h) || len(h) > MaxHeaderName || strings.ContainsAny(h, " \r\n") {
+			if !httpguts.ValidHeaderFieldName(h) || len(h) > sidecartap.MaxName || strings.ContainsAny(h, " \r\n") {
 				t.Errorf("accepted %q to redact", h)
 			}
 		}

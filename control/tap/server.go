@@ -35,14 +35,12 @@ const (
 	// (each tap has one per pod): beyond it a tap is refused.
 	MaxProxyStreams = 500
 	// MaxPeerAddrs bounds the addresses a tap's "to" or "from" filter
-	// resolves to, and MaxFilterString its other strings; what is sent
-	// to the proxies must also fit in their sidecartap.MaxRequestBytes.
-	MaxPeerAddrs    = 700
-	MaxFilterString = 1024
-	// MaxRedactHeaders bounds the headers a tap asks to redact, and
-	// MaxHeaderName their names.
+	// resolves to; what is sent to the proxies must also fit in their
+	// sidecartap.MaxRequestBytes.
+	MaxPeerAddrs = 700
+	// MaxRedactHeaders bounds the headers a tap asks to redact (each
+	// name at most the proxies' sidecartap.MaxName).
 	MaxRedactHeaders = 32
-	MaxHeaderName    = 64
 	// maxBody bounds a tap request's body.
 	maxBody = 64 << 10
 )
@@ -188,7 +186,7 @@ func validate(r *tapapi.Request) error {
 	default:
 		return fmt.Errorf("direction %q: want inbound, outbound or empty", r.Direction)
 	}
-	if r.MaxEventRate != 0 && !(r.MaxEventRate >= tapapi.MinEventRate && r.MaxEventRate <= tapapi.MaxEventRate) {
+	if !tapapi.ValidEventRate(r.MaxEventRate) {
 		return fmt.Errorf("maxEventsPerSecond %v: want 0 (%d) or %g to %d", r.MaxEventRate, tapapi.DefaultMaxEventRate, tapapi.MinEventRate, tapapi.MaxEventRate)
 	}
 	if r.Limit < 0 || r.Limit > math.MaxUint32 {
@@ -196,16 +194,16 @@ func validate(r *tapapi.Request) error {
 	}
 	for name, v := range map[string]string{"method": r.Method, "authority": r.Authority, "pathPrefix": r.PathPrefix, "route": r.Route,
 		"toSelector": r.ToSelector, "fromSelector": r.FromSelector} {
-		if len(v) > MaxFilterString {
-			return fmt.Errorf("%s: %d bytes, want at most %d", name, len(v), MaxFilterString)
+		if len(v) > tapapi.MaxFilterString {
+			return fmt.Errorf("%s: %d bytes, want at most %d", name, len(v), tapapi.MaxFilterString)
 		}
 	}
 	if len(r.RedactHeaders) > MaxRedactHeaders {
 		return fmt.Errorf("redactHeaders: %d names, want at most %d", len(r.RedactHeaders), MaxRedactHeaders)
 	}
 	for _, h := range r.RedactHeaders {
-		if !httpguts.ValidHeaderFieldName(h) || len(h) > MaxHeaderName {
-			return fmt.Errorf("redactHeaders: %q is not a header name of at most %d bytes", h, MaxHeaderName)
+		if !httpguts.ValidHeaderFieldName(h) || len(h) > sidecartap.MaxName {
+			return fmt.Errorf("redactHeaders: %q is not a header name of at most %d bytes", h, sidecartap.MaxName)
 		}
 	}
 	if r.MaxEventRate == 0 {

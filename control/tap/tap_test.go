@@ -175,7 +175,7 @@ func TestTapThroughTheService(t *testing.T) {
 		"rate":          {MaxEventRate: tapapi.MaxEventRate + 1},
 		"tiny rate":     {MaxEventRate: 1e-320}, // would round to 0, the proxies' default
 		"limit":         {Limit: math.MaxUint32 + 1},
-		"path prefix":   {PathPrefix: "/" + strings.Repeat("x", MaxFilterString)},
+		"path prefix":   {PathPrefix: "/" + strings.Repeat("x", tapapi.MaxFilterString)},
 		"redact header": {RedactHeaders: []string{"x api key"}},
 		"from":          {FromNamespace: "demo", FromResource: "secrets", FromName: "x"},
 	} {
@@ -245,7 +245,7 @@ func TestFitsProxies(t *testing.T) {
 	if err := fitsProxies(tapapi.Request{}, v6, nil); err != nil {
 		t.Errorf("%d IPv6 destinations: %v", len(v6), err)
 	}
-	long := tapapi.Request{PathPrefix: strings.Repeat("p", MaxFilterString), Authority: strings.Repeat("a", MaxFilterString), Route: strings.Repeat("r", MaxFilterString)}
+	long := tapapi.Request{PathPrefix: strings.Repeat("p", tapapi.MaxFilterString), Authority: strings.Repeat("a", tapapi.MaxFilterString), Route: strings.Repeat("r", tapapi.MaxFilterString)}
 	err := fitsProxies(long, v6, addrs(MaxPeerAddrs, "fd00:1234:5678:9abc:def0:1234:5678:%04x"))
 	if err == nil || !strings.Contains(err.Error(), "more than the 65536 they take") {
 		t.Errorf("both ends' IPv6 addresses and long strings: %v, want refused", err)

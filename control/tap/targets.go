@@ -215,17 +215,17 @@ type end struct {
 // are addressed to), and the addresses it lists. nil: the end is not
 // set.
 func (e end) resolve(ctx context.Context, kube kubernetes.Interface) ([]string, error) {
-	out, err := e.listed()
-	if err != nil {
+	if err := e.checkAddrs(); err != nil {
 		return nil, err
 	}
+	out := slices.Clone(e.addrs)
 	if e.namespace != "" || e.resource != "" || e.selector != "" {
 		pods, err := e.podAddrs(ctx, kube)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, pods...)
-	} else if out == nil {
+	} else if len(out) == 0 {
 		return nil, nil
 	}
 	if len(out) > MaxPeerAddrs {
@@ -237,33 +237,28 @@ func (e end) resolve(ctx context.Context, kube kubernetes.Interface) ([]string, 
 	return out, nil
 }
 
-// listed checks the end's own addresses: IPs, or for a destination
+// checkAddrs checks the end's own addresses: IPs, or for a destination
 // IP:ports too (the proxies know a client's address but not its port).
-func (e end) listed() ([]string, error) {
+func (e end) checkAddrs() error {
 	if len(e.addrs) > MaxPeerAddrs {
-		return nil, fmt.Errorf("%sAddrs: %d addresses, want at most %d", e.field, len(e.addrs), MaxPeerAddrs)
+		return fmt.Errorf("%sAddrs: %d addresses, want at most %d", e.field, len(e.addrs), MaxPeerAddrs)
 	}
 	want := "an IP or IP:port"
 	if e.field == "from" {
 		want = "an IP (a source's port is not known)"
 	}
-	out := make([]string, 0, len(e.addrs))
 	for _, a := range e.addrs {
-		var ip netip.Addr
-		if ap, err := netip.ParseAddrPort(a); err == nil && e.field == "to" {
+		ip, err := netip.ParseAddr(a)
+		if err != nil && e.field == "to" {
+			var ap netip.AddrPort
+			ap, err = netip.ParseAddrPort(a)
 			ip = ap.Addr()
-		} else if ip, err = netip.ParseAddr(a); err != nil {
-			ip = netip.Addr{}
 		}
-		if !ip.IsValid() || ip.Zone() != "" {
-			return nil, fmt.Errorf("%sAddrs: %q is not %s", e.field, a, want)
+		if err != nil || ip.Zone() != "" {
+			return fmt.Errorf("%sAddrs: %q is not %s", e.field, a, want)
 		}
-		out = append(out, a)
 	}
-	if len(out) == 0 {
-		return nil, nil
-	}
-	return out, nil
+	return nil
 }
 
 // podAddrs returns the IPs of the running pods the end selects.

@@ -62,17 +62,17 @@ func parseTapTarget(q url.Values) (tapTarget, error) {
 			break
 		}
 	}
-	if t.PathPrefix != "" && !strings.HasPrefix(t.PathPrefix, "/") || len(t.PathPrefix) > 1024 {
+	if t.PathPrefix != "" && !strings.HasPrefix(t.PathPrefix, "/") || len(t.PathPrefix) > tapapi.MaxFilterString {
 		errs = append(errs, fmt.Errorf("path prefix %q: want a path starting with /", t.PathPrefix))
 	}
 	if !slices.Contains(tapDirections, t.Direction) {
 		errs = append(errs, fmt.Errorf("direction %q: want inbound, outbound or empty", t.Direction))
 	}
-	if len(t.Authority) > 1024 || strings.ContainsAny(t.Authority, " /") {
+	if len(t.Authority) > tapapi.MaxFilterString || strings.ContainsAny(t.Authority, " /") {
 		errs = append(errs, fmt.Errorf("authority %q: want a host or host:port", t.Authority))
 	}
 	for what, sel := range map[string]string{"from": t.From, "to": t.To} {
-		if _, err := labels.Parse(sel); err != nil || len(sel) > 1024 {
+		if _, err := labels.Parse(sel); err != nil || len(sel) > tapapi.MaxFilterString {
 			errs = append(errs, fmt.Errorf("%s %q: want a label selector (app=books,track!=canary)", what, sel))
 		}
 	}

@@ -82,8 +82,8 @@ func (c Config) Validate() error {
 	if c.MaxTapStreams < 1 {
 		errs = append(errs, fmt.Errorf("max tap streams %d: want at least 1", c.MaxTapStreams))
 	}
-	if c.TapMaxEventRate < 0 || c.TapMaxEventRate > tapapi.MaxEventRate {
-		errs = append(errs, fmt.Errorf("tap max event rate %g: want 0 (the tap service's default) to %d", c.TapMaxEventRate, tapapi.MaxEventRate))
+	if !tapapi.ValidEventRate(c.TapMaxEventRate) {
+		errs = append(errs, fmt.Errorf("tap max event rate %g: want 0 (the tap service's default) or %g to %d", c.TapMaxEventRate, tapapi.MinEventRate, tapapi.MaxEventRate))
 	}
 	return errors.Join(errs...)
 }

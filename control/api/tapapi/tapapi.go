@@ -93,6 +93,16 @@ const (
 	EventsPerRequest = 3
 )
 
+// ValidEventRate reports whether a tap may ask for rate: 0 (the default)
+// or MinEventRate to MaxEventRate.
+func ValidEventRate(rate float64) bool {
+	return rate == 0 || rate >= MinEventRate && rate <= MaxEventRate
+}
+
+// MaxFilterString bounds each string of a Request's filter (method,
+// authority, path prefix, route, selectors).
+const MaxFilterString = 1024
+
 // AlwaysRedacted are the headers whose values no tap ever sees.
 var AlwaysRedacted = []string{"authorization", "cookie", "proxy-authorization"}
 

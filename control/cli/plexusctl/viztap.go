@@ -73,7 +73,7 @@ func (t tapFlags) request(ns string) (tapapi.Request, error) {
 	default:
 		return r, fmt.Errorf("--direction %q: want inbound or outbound", t.direction)
 	}
-	if t.maxRate != 0 && !(t.maxRate >= tapapi.MinEventRate && t.maxRate <= tapapi.MaxEventRate) || t.limit < 0 {
+	if !tapapi.ValidEventRate(t.maxRate) || t.limit < 0 {
 		return r, fmt.Errorf("--max-rate must be %g to %d and --limit not negative", tapapi.MinEventRate, tapapi.MaxEventRate)
 	}
 	if r.MaxEventRate == 0 {
