@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/api/tappb"
 	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/integration/loadgen"
 	"github.com/plexus-mesh/plexus/sidecar/internal/destinationtest"
 	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
 	"github.com/plexus-mesh/plexus/sidecar/mtls"
@@ -65,10 +64,22 @@ func TestMeshTapStalledReader(t *testing.T) {
 	go srv.Serve(m.server.listen(t, ":8080"))
 	defer srv.Close()
 	const rate = 1000
+	// Open loop, one connection per worker; every response must be a 200.
+	const workers = 32
+	clients := make([]*http.Client, workers)
+	for i := range clients {
+		clients[i] = m.client.httpClient(false)
+	}
+	url := "http://" + tgt + "/tapped"
 	load := func(what string, d time.Duration) int {
-		r := pacedLoad(t, m.client, "http://"+tgt+"/tapped", rate, d)
-		t.Logf("%s: %d requests in %.1f s (%.0f/s; %d could not start on time)", what, r.done, r.elapsed.Seconds(), float64(r.done)/r.elapsed.Seconds(), r.skipped)
-		return r.done
+		r, err := loadgen.Run(context.Background(), loadgen.Config{Rate: rate, Duration: d, Workers: workers,
+			Do: func(ctx context.Context, w int) error { return loadgen.Get(ctx, clients[w], url) }})
+		if err != nil || r.Errors > 0 {
+			t.Errorf("%s: %v; %d requests failed, the first: %v", what, err, r.Errors, r.FirstErr)
+		}
+		s := loadgen.Summarize(r.Latencies)
+		t.Logf("%s: %d requests in %.1f s (%.0f/s), p99 %s from when each was due", what, len(r.Latencies), r.Elapsed.Seconds(), float64(len(r.Latencies))/r.Elapsed.Seconds(), s.P99)
+		return len(r.Latencies)
 	}
 	pid := m.server.cmd.Process.Pid
 	// A tap of one request, opened and closed, so that the tap's code is
@@ -123,56 +134,4 @@ func resetPeakRSS(t *testing.T, pid int) {
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
 		t.Skipf("cannot reset the proxy's peak RSS (Linux 4.0 or later): %v", err)
 	}
-}
-
-// pacedResult is what pacedLoad did.
-type pacedResult struct {
-	done, skipped int
-	elapsed       time.Duration
-}
-
-// pacedLoad sends GET url from p at rate requests per second for d, open
-// loop: each request is due at its time whatever the others do, taken by
-// one of 32 workers with a connection each; a request no worker can take
-// within 100 ms of its time is skipped and counted. Every response must
-// be a 200.
-func pacedLoad(t *testing.T, p *pod, url string, rate int, d time.Duration) pacedResult {
-	t.Helper()
-	jobs := make(chan time.Time, rate/10)
-	var done atomic.Int64
-	var wg sync.WaitGroup
-	for range 32 {
-		c := p.httpClient(false)
-		wg.Go(func() {
-			for range jobs {
-				res, err := c.Get(url)
-				if err != nil {
-					t.Error(err)
-					continue
-				}
-				io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-				if res.StatusCode != http.StatusOK {
-					t.Errorf("status %d", res.StatusCode)
-					continue
-				}
-				done.Add(1)
-			}
-		})
-	}
-	var r pacedResult
-	start := time.Now()
-	n := int(d.Seconds() * float64(rate))
-	for i := range n {
-		time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(rate))))
-		select {
-		case jobs <- time.Now():
-		default:
-			r.skipped++
-		}
-	}
-	close(jobs)
-	wg.Wait()
-	r.done, r.elapsed = int(done.Load()), time.Since(start)
-	return r
 }
