@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"time"
 
@@ -31,6 +32,13 @@ import (
 	"github.com/plexus-mesh/plexus/control/vizquery"
 	"github.com/plexus-mesh/plexus/control/web"
 )
+
+// DefaultAddr is where the dashboard listens: the pod's loopback, which
+// only a port-forward reaches (plexusctl viz dashboard). On any other
+// address any pod that can reach it reads every namespace's metrics and
+// live requests with the dashboard's rights: its Host check keeps out
+// browsers (DNS rebinding), not clients, who choose their own Host.
+const DefaultAddr = "127.0.0.1:8084"
 
 // Config is the subcommand's configuration.
 type Config struct {
@@ -69,7 +77,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	cfg := Config{Web: web.DefaultConfig()}
 	fs := flag.NewFlagSet("web", flag.ContinueOnError)
 	fs.SetOutput(output)
-	fs.StringVar(&cfg.Addr, "addr", ":8084", "listen address of the dashboard")
+	fs.StringVar(&cfg.Addr, "addr", DefaultAddr, "listen address of the dashboard; keep it on loopback (reached by port-forward): its pages and live tap carry the dashboard's cluster-wide rights, unauthenticated")
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", ":9994", "admin listen address (/metrics, /ready, /live); empty: none")
 	fs.StringVar(&cfg.PrometheusURL, "prometheus-url", vizquery.DefaultURL, "the viz extension's Prometheus")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
@@ -169,6 +177,9 @@ func serve(ctx context.Context, cfg Config, h http.Handler, log *slog.Logger) er
 		admin := &http.Server{Handler: adminhttp.Handler(reg), ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, admin)
 		go func() { errc <- admin.Serve(adminLis) }()
+	}
+	if ap, err := netip.ParseAddrPort(lis.Addr().String()); err != nil || !ap.Addr().IsLoopback() {
+		log.Warn("the dashboard listens beyond loopback: any client that reaches it reads every namespace's metrics and live requests with its rights", "addr", lis.Addr().String())
 	}
 	log.Info("serving", "addr", lis.Addr().String(), "admin_addr", cfg.AdminAddr, "prometheus", cfg.PrometheusURL,
 		"allowed_hosts", cfg.Web.AllowedHosts, "max_tap_streams", cfg.Web.MaxTapStreams)

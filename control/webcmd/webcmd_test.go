@@ -17,7 +17,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Addr != ":8084" || cfg.PrometheusURL != vizquery.DefaultURL || vizquery.DefaultURL != "http://plexus-prometheus.plexus-viz.svc:9090" ||
+	if cfg.Addr != "127.0.0.1:8084" || cfg.PrometheusURL != vizquery.DefaultURL || vizquery.DefaultURL != "http://plexus-prometheus.plexus-viz.svc:9090" ||
 		cfg.Web.ControlNamespace != "plexus-system" || cfg.Kubeconfig != "" || cfg.Web.MaxTapStreams != 4 {
 		t.Errorf("defaults %+v", cfg)
 	}

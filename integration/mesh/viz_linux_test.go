@@ -27,6 +27,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 
 	"github.com/plexus-mesh/plexus/control/api/tapapi"
@@ -68,6 +69,7 @@ func TestViz(t *testing.T) {
 	t.Run("prometheus", func(t *testing.T) { vizPrometheus(t, c, ctl, failing) })
 	t.Run("edges-and-top", func(t *testing.T) { vizEdgesTop(t, ctl) })
 	t.Run("dashboard", func(t *testing.T) { vizDashboard(t, c, ctl) })
+	t.Run("dashboard-unreachable-from-pods", func(t *testing.T) { vizDashboardClosed(t, c) })
 	t.Run("diagnostics", func(t *testing.T) { diagnostics(t, ctl) })
 }
 
@@ -609,6 +611,50 @@ func vizTapPort(t *testing.T, c *clustertest.Cluster) {
 		} else {
 			t.Logf("%s: refused: %v", name, err)
 		}
+	}
+}
+
+// vizDashboardClosed: the dashboard's pages and live tap carry its
+// service account's cluster-wide rights, so nothing but a port-forward
+// may reach them. A client on the pod network (as any pod is) that forges
+// Host: localhost gets no page and no tap, neither at the pod's address
+// nor through a Service; the admin port (health and Go metrics) answers.
+func vizDashboardClosed(t *testing.T, c *clustertest.Cluster) {
+	ctx := clustertest.Context(t, time.Minute)
+	ps, err := c.Client.CoreV1().Pods(vizNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=plexus-web"})
+	if err != nil || len(ps.Items) == 0 {
+		t.Fatalf("dashboard pods: %v", err)
+	}
+	ip := ps.Items[0].Status.PodIP
+	client := &http.Client{Timeout: 5 * time.Second}
+	get := func(url string) (int, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		req.Host = "localhost"
+		res, err := client.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		res.Body.Close()
+		return res.StatusCode, nil
+	}
+	for _, path := range []string{"/", "/api/tap?namespace=" + demoNamespace + "&resource=deployments&name=web", "/namespaces/" + demoNamespace} {
+		if code, err := get("http://" + net.JoinHostPort(ip, "8084") + path); err == nil {
+			t.Errorf("GET %s at the dashboard pod's address with a forged Host: %d, want no connection", path, code)
+		} else {
+			t.Logf("GET %s at %s: %v", path, ip, err)
+		}
+	}
+	svcs, err := c.Client.CoreV1().Services(vizNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range svcs.Items {
+		if len(s.Spec.Selector) > 0 && labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(ps.Items[0].Labels)) {
+			t.Errorf("Service %s selects the dashboard's pods", s.Name)
+		}
+	}
+	if code, err := get("http://" + net.JoinHostPort(ip, "9994") + "/ready"); err != nil || code != http.StatusOK {
+		t.Errorf("the dashboard's admin port /ready: %d %v, want 200", code, err)
 	}
 }
 
