@@ -167,6 +167,9 @@ func Patch(pod *corev1.Pod, ns *corev1.Namespace, cfg Config) ([]Op, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkProxyIDs(&pod.Spec, s.redirect.ProxyUID, s.redirect.ProxyGID); err != nil {
+		return nil, err
+	}
 	s.inboundPorts = declaredPorts(pod)
 	s.tap = !declares(pod, TapPort)
 	var p patch

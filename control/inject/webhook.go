@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/control/admissionhttp"
 )
 
@@ -51,13 +52,33 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 // denied with the reason.
 func (w *Webhook) review(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	allow := &admissionv1.AdmissionResponse{Allowed: true}
-	if req.Kind.Kind != "Pod" || req.Operation != admissionv1.Create {
+	if req.Kind.Kind != "Pod" {
+		w.count("skipped")
+		return allow
+	}
+	creating := req.Operation == admissionv1.Create && req.SubResource == ""
+	addingEphemeral := req.Operation == admissionv1.Update && req.SubResource == "ephemeralcontainers"
+	if !creating && !addingEphemeral {
 		w.count("skipped")
 		return allow
 	}
 	var pod corev1.Pod
 	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
 		return w.deny(req, fmt.Errorf("decoding the pod: %w", err))
+	}
+	if hasProxy(&pod) {
+		// Meshed already (a debug container added to a meshed pod, or a
+		// pod injected before admission): nothing to inject, but its
+		// containers must not run as the proxy.
+		if err := checkMeshedPod(&pod); err != nil {
+			return w.deny(req, err)
+		}
+		w.count("skipped")
+		return allow
+	}
+	if addingEphemeral {
+		w.count("skipped")
+		return allow
 	}
 	ns, err := w.Namespace(req.Namespace)
 	if err != nil {
@@ -85,6 +106,16 @@ func (w *Webhook) review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 	w.Log.Info("injected", "namespace", req.Namespace, "pod", podName(&pod), "reason", d.Reason)
 	pt := admissionv1.PatchTypeJSONPatch
 	return &admissionv1.AdmissionResponse{Allowed: true, Patch: raw, PatchType: &pt}
+}
+
+// checkMeshedPod checks a pod that already runs the proxy with the UID
+// and GID its (admitted, fixed) annotations give the proxy.
+func checkMeshedPod(pod *corev1.Pod) error {
+	redirect, err := podconfig.FromAnnotations(podconfig.Defaults(), pod.Annotations)
+	if err != nil {
+		return err
+	}
+	return checkProxyIDs(&pod.Spec, redirect.ProxyUID, redirect.ProxyGID)
 }
 
 func (w *Webhook) deny(req *admissionv1.AdmissionRequest, err error) *admissionv1.AdmissionResponse {

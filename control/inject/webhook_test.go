@@ -41,12 +41,17 @@ func testWebhook(t *testing.T) (*httptest.Server, *Metrics) {
 
 func postReview(t *testing.T, url, ns string, pod *corev1.Pod) *admissionv1.AdmissionResponse {
 	t.Helper()
+	return postReviewOf(t, url, ns, admissionv1.Create, "", pod)
+}
+
+func postReviewOf(t *testing.T, url, ns string, op admissionv1.Operation, subresource string, pod *corev1.Pod) *admissionv1.AdmissionResponse {
+	t.Helper()
 	raw, _ := json.Marshal(pod)
 	review := admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
 		Request: &admissionv1.AdmissionRequest{
 			UID: types.UID("uid-1"), Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
-			Operation: admissionv1.Create, Namespace: ns, Object: runtime.RawExtension{Raw: raw},
+			Operation: op, SubResource: subresource, Namespace: ns, Object: runtime.RawExtension{Raw: raw},
 		},
 	}
 	body, _ := json.Marshal(review)
@@ -124,5 +129,85 @@ func TestWebhookRejectsGarbage(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.Reviews.WithLabelValues("error")); got != 3 {
 		t.Errorf("reviews{result=error} = %v, want 3", got)
+	}
+}
+
+// A container other than the proxy that would run as the proxy's UID or
+// GID (its own or the pod's securityContext) is refused, naming it: the
+// redirect rules exempt those IDs. Debug containers added to a meshed
+// pod are checked too; other pods' are not the injector's business.
+func TestWebhookRefusesProxyIDs(t *testing.T) {
+	srv, m := testWebhook(t)
+	id := func(v int64) *int64 { return &v }
+	pod := func(mod func(*corev1.Pod)) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: corev1.PodSpec{
+			InitContainers: []corev1.Container{{Name: "setup", Image: "x"}},
+			Containers:     []corev1.Container{{Name: "app", Image: "x"}, {Name: "side", Image: "x"}}}}
+		mod(p)
+		return p
+	}
+	refused := []struct {
+		name, want string
+		pod        *corev1.Pod
+	}{
+		{"container UID", `container "app" runs as UID 2102`, pod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: id(2102)}
+		})},
+		{"container GID", `container "side" runs as GID 2102`, pod(func(p *corev1.Pod) {
+			p.Spec.Containers[1].SecurityContext = &corev1.SecurityContext{RunAsUser: id(1000), RunAsGroup: id(2102)}
+		})},
+		{"init container", `init container "setup" runs as UID 2102 and GID 2102`, pod(func(p *corev1.Pod) {
+			p.Spec.InitContainers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: id(2102), RunAsGroup: id(2102)}
+		})},
+		{"pod default", `container "side" runs as UID 2102`, pod(func(p *corev1.Pod) {
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: id(2102)}
+			p.Spec.InitContainers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: id(1000)}
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: id(1000)}
+		})},
+		{"configured proxy UID", `container "app" runs as UID 3000`, pod(func(p *corev1.Pod) {
+			p.Annotations = map[string]string{"config.plexus.dev/proxy-uid": "3000"}
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: id(3000)}
+		})},
+	}
+	for _, tc := range refused {
+		resp := postReview(t, srv.URL, "shop", tc.pod)
+		if resp.Allowed || resp.Result == nil || !strings.Contains(resp.Result.Message, tc.want) {
+			t.Errorf("%s: want refused naming %q, got %+v", tc.name, tc.want, resp.Result)
+		}
+	}
+	allowed := pod(func(p *corev1.Pod) {
+		p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: id(2102), RunAsGroup: id(2102), FSGroup: id(2102), SupplementalGroups: []int64{2102}}
+		for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+			for i := range cs {
+				cs[i].SecurityContext = &corev1.SecurityContext{RunAsUser: id(1000), RunAsGroup: id(1000)}
+			}
+		}
+	})
+	if resp := postReview(t, srv.URL, "shop", allowed); !resp.Allowed {
+		t.Errorf("containers overriding the pod's IDs (and the proxy GID only as fsGroup): refused %+v", resp.Result)
+	}
+
+	// A meshed pod gaining a debug container as the proxy: refused; the
+	// same container in an unmeshed pod: not the mesh's business.
+	meshed := pod(func(p *corev1.Pod) {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: ContainerName, Image: "proxy",
+			SecurityContext: &corev1.SecurityContext{RunAsUser: id(2102), RunAsGroup: id(2102)}})
+		p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+			Name: "debugger", Image: "x", SecurityContext: &corev1.SecurityContext{RunAsUser: id(2102)}}}}
+	})
+	resp := postReviewOf(t, srv.URL, "shop", admissionv1.Update, "ephemeralcontainers", meshed)
+	if resp.Allowed || !strings.Contains(resp.Result.Message, `ephemeral container "debugger" runs as UID 2102`) {
+		t.Errorf("debug container as the proxy's UID in a meshed pod: %+v", resp.Result)
+	}
+	unmeshed := meshed.DeepCopy()
+	unmeshed.Spec.Containers = unmeshed.Spec.Containers[:2]
+	if resp := postReviewOf(t, srv.URL, "shop", admissionv1.Update, "ephemeralcontainers", unmeshed); !resp.Allowed {
+		t.Errorf("debug container in an unmeshed pod: refused %+v", resp.Result)
+	}
+	if resp := postReviewOf(t, srv.URL, "shop", admissionv1.Create, "", meshed); resp.Allowed {
+		t.Errorf("a pod created with the proxy already in it, and an app as its UID: allowed")
+	}
+	if got := testutil.ToFloat64(m.Reviews.WithLabelValues("rejected")); got != float64(len(refused)+2) {
+		t.Errorf("reviews{result=rejected} = %v, want %d", got, len(refused)+2)
 	}
 }

@@ -66,6 +66,36 @@ func TestInjector(t *testing.T) {
 		}
 	})
 
+	t.Run("an app as the proxy's UID or GID is refused naming it", func(t *testing.T) {
+		ns := c.Namespace(t, "inject-ids", meshLabels)
+		ctx := clustertest.Context(t, time.Minute)
+		for _, tc := range []struct {
+			name, want string
+			sc         *corev1.SecurityContext
+		}{
+			{"uid", `container "app" runs as UID 2102`, &corev1.SecurityContext{RunAsUser: ptr(int64(2102))}},
+			{"gid", `container "app" runs as GID 2102`, &corev1.SecurityContext{RunAsUser: ptr(int64(1000)), RunAsGroup: ptr(int64(2102))}},
+		} {
+			spec := podSpec("default", "serve", ":8080")
+			spec.Containers[0].SecurityContext = tc.sc
+			_, err := c.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "as-proxy-" + tc.name}, Spec: spec}, metav1.CreateOptions{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("a pod whose app runs as the proxy's %s: %v; want a refusal naming %s", tc.name, err, tc.want)
+			}
+		}
+		// A debug container added to a meshed pod, as the proxy's UID.
+		pod, err := c.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "meshed"}, Spec: podSpec("default", "serve", ":8080")}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod.Spec.EphemeralContainers = append(pod.Spec.EphemeralContainers, corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+			Name: "debugger", Image: testappImage, ImagePullPolicy: corev1.PullNever, SecurityContext: &corev1.SecurityContext{RunAsUser: ptr(int64(2102))}}})
+		_, err = c.Client.CoreV1().Pods(ns).UpdateEphemeralContainers(ctx, pod.Name, pod, metav1.UpdateOptions{})
+		if err == nil || !strings.Contains(err.Error(), `ephemeral container "debugger" runs as UID 2102`) {
+			t.Errorf("a debug container as the proxy's UID in a meshed pod: %v; want a refusal naming it", err)
+		}
+	})
+
 	t.Run("injector down: opted-in namespaces refused, others unaffected", func(t *testing.T) {
 		optedIn := c.Namespace(t, "inject-down", meshLabels)
 		other := c.Namespace(t, "not-meshed", nil)
