@@ -1,9 +1,8 @@
 package authz
 
 import (
-	"strings"
-
 	"github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/sidecar/pathnorm"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
 
@@ -19,6 +18,11 @@ type Decision struct {
 	DryRun bool
 	// NoRoute: the port has routes and none matches the request (404).
 	NoRoute bool
+	// InvalidPath: the port has routes and the request's path is
+	// ambiguous or badly encoded (pathnorm), so which route it is on
+	// depends on the application: refused (400), whatever the policy's
+	// mode. Denied is set too.
+	InvalidPath string
 	// RateLimited: allowed, but over the port's rate limit (429); set by
 	// the caller after Admit.
 	RateLimited bool
@@ -50,10 +54,10 @@ func (p *Policy) Request(c *Client, req *routes.Request) Decision {
 	if p.routes == nil {
 		return p.decide(c, defaultRoute, nil)
 	}
-	if ambiguousPath(req.Target) {
-		// The application may resolve it to another route's path than
-		// the one it matches here (/public/../admin): not authorized.
-		return Decision{Denied: true}
+	if why := invalidPath(req.Target); why != "" {
+		// The application may read it as another route's path than the
+		// one it matches here (/public/../admin, /admin;x).
+		return Decision{Denied: true, InvalidPath: why}
 	}
 	rule, ok := p.routes.Match(req)
 	if !ok {
@@ -127,19 +131,12 @@ func IsProbeRoute(ref *destinationpb.ResourceRef) bool {
 	return ref.GetKind() == "default" && ref.GetName() == "probe" && ref.GetGroup() == ""
 }
 
-// ambiguousPath reports whether target's path could name another path
-// once an application normalizes it: dot segments, encoded dots, slashes
-// or backslashes, a backslash, or an empty segment.
-func ambiguousPath(target string) bool {
-	path, _, _ := strings.Cut(target, "?")
-	if strings.Contains(path, "//") || strings.Contains(path, "\\") {
-		return true
+// invalidPath returns why target, put in normal form, is refused where
+// routes decide (pathnorm), or "".
+func invalidPath(target string) string {
+	t, err := pathnorm.Target(target)
+	if err != nil {
+		return pathnorm.InvalidEncoding
 	}
-	for _, seg := range strings.Split(path, "/") {
-		if seg == "." || seg == ".." {
-			return true
-		}
-	}
-	lower := strings.ToLower(path)
-	return strings.Contains(lower, "%2e") || strings.Contains(lower, "%2f") || strings.Contains(lower, "%5c")
+	return pathnorm.Ambiguous(t)
 }

@@ -34,6 +34,7 @@ const (
 	ReasonAttemptTimeout  = "attempt-timeout"         // 504: the route's per-attempt (retry) timeout passed
 	ReasonResponseTimeout = "route-response-timeout"  // 504: the route's response timeout passed
 	ReasonIdleTimeout     = "idle-timeout"            // 504: the route's idle timeout passed
+	ReasonInvalidPath     = "invalid-path"            // 400: the path is badly encoded, or ambiguous where routes tell paths apart (pathnorm)
 )
 
 // errPeerNotReached: the endpoint's own proxy (a meshed peer) answered
@@ -88,6 +89,13 @@ var errRateLimited = &routeError{status: http.StatusTooManyRequests, reason: Rea
 
 // errDraining: the proxy is shutting down and forwards nothing new.
 var errDraining = &routeError{status: http.StatusServiceUnavailable, reason: ReasonDraining, msg: "the proxy is shutting down; the request was not forwarded"}
+
+// invalidPath: the request's path is badly encoded, or ambiguous
+// (pathnorm.Ambiguous names why) where routes or policy tell paths apart.
+func invalidPath(why string) error {
+	return &routeError{status: http.StatusBadRequest, reason: ReasonInvalidPath,
+		msg: "the request's path is " + why + ": an application may read it as another path than the one routes and policy would decide on; send it in normal form (no ;-parameters, dot or empty segments, encoded / or \\, or double encoding)"}
+}
 
 // errNoRoute: the destination has routes and none matches the request.
 var errNoRoute = &routeError{status: http.StatusNotFound, reason: ReasonNoRoute, msg: "no route matches the request"}

@@ -114,8 +114,9 @@ func (hc *h1conn) next() (ok, handOff bool) {
 	}
 	hc.fill(&hc.head)
 	hc.p.route(context.Background(), &hc.x, &hc.req)
-	if !hc.x.plain() {
-		// Filters, timeouts or retries: net/http's engine serves them.
+	if !hc.x.plain() || hc.x.routeErr == nil && hc.req.Path != string(hc.head.target) {
+		// Filters, timeouts or retries, or a path to forward in normal
+		// form (pathnorm): net/http's engine serves them.
 		return false, true
 	}
 	// A body must keep coming; the head's deadline no longer applies.

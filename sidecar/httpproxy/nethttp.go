@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
+	"github.com/plexus-mesh/plexus/sidecar/pathnorm"
 )
 
 // The net/http engine: the HTTP/1 requests the fast path hands off, and
@@ -46,12 +47,17 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// after answering, as the RFC requires.
 		w.Header().Set("Connection", "close")
 	}
+	target := req.Path
 	var x exchange
 	err := p.begin(r.Context(), &x, req, nil)
 	defer x.end()
 	if err != nil {
 		p.answerHTTP(w, r, x.fail(err))
 		return
+	}
+	if req.Path != target {
+		// Forward the path in the normal form decided on.
+		pathnorm.SetURL(r.URL, req.Path)
 	}
 	upgrade := ""
 	if r.ProtoMajor == 1 {

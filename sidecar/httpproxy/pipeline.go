@@ -11,6 +11,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/sidecar/balance"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
+	"github.com/plexus-mesh/plexus/sidecar/pathnorm"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
 	"github.com/plexus-mesh/plexus/sidecar/tap"
 )
@@ -69,12 +70,29 @@ type exchange struct {
 // applies and which backend takes the request. The HTTP/1 fast path runs
 // it before begin, to hand requests whose rule needs more than a backend
 // choice (Rule.Plain) to the net/http engine.
+//
+// It first puts the request's path in normal form (pathnorm), which is
+// what routes, policy and the tap see and what is forwarded; a path
+// badly encoded, or ambiguous where the routes tell paths apart, is
+// refused (400 invalid-path).
 func (p *Proxy) route(ctx context.Context, x *exchange, req *Request) {
 	*x = exchange{p: p, req: req, endpoint: Endpoint{Addr: req.Dst}, routed: true}
+	norm, err := pathnorm.Target(req.Path)
+	if err != nil {
+		x.routeErr = invalidPath(pathnorm.InvalidEncoding)
+		return
+	}
+	req.Path = norm
 	if p.opts.Routes == nil {
 		return
 	}
 	t := p.opts.Routes(ctx, req.Dst)
+	if t.PathSensitive() {
+		if why := pathnorm.Ambiguous(norm); why != "" {
+			x.routeErr = invalidPath(why)
+			return
+		}
+	}
 	rq := routes.Request{Method: req.Method, Authority: req.Authority, Target: req.Path, Header: req.Header, GRPC: req.GRPC}
 	rule, ok := t.Match(&rq)
 	if !ok {
@@ -118,6 +136,8 @@ func (p *Proxy) begin(ctx context.Context, x *exchange, req *Request, series *me
 	err := x.routeErr
 	if err == nil && p.opts.Authorize != nil {
 		switch d := p.opts.Authorize(req); {
+		case d.InvalidPath != "":
+			err = invalidPath(d.InvalidPath)
 		case d.NoRoute:
 			err = errNoRoute
 		case !d.Allowed:

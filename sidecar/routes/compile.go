@@ -12,6 +12,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/sidecar/balance"
+	"github.com/plexus-mesh/plexus/sidecar/pathnorm"
 )
 
 // RuleError is one rule (Rule -1: a whole route) that Compile dropped.
@@ -71,6 +72,7 @@ func Compile(p *destinationpb.OutboundPolicy) (*Table, error) {
 			route.Rules = append(route.Rules, rule)
 			for _, m := range ms {
 				entries = append(entries, entry{rule: rule, m: m})
+				c.table.pathSensitive = c.table.pathSensitive || m.tellsPathsApart()
 			}
 		}
 	}
@@ -242,6 +244,11 @@ func (c *compiler) rule(route *Route, ri, index int, pr *destinationpb.OutboundR
 	return rule, ms, nil
 }
 
+// tellsPathsApart reports whether m's outcome can depend on the path.
+func (m *match) tellsPathsApart() bool {
+	return m.kind != pathPrefix || m.path != "" || m.cond != nil
+}
+
 func compileMatch(pm *destinationpb.RouteMatch) (*match, error) {
 	m := &match{kind: pathPrefix, rawPrefix: "/", method: pm.GetMethod()}
 	switch path := pm.GetPath(); {
@@ -249,9 +256,10 @@ func compileMatch(pm *destinationpb.RouteMatch) (*match, error) {
 		m.kind, m.rawPrefix = pathNone, ""
 	case path == nil:
 	case path.Kind == destinationpb.PathMatch_EXACT:
-		m.kind, m.path, m.rawPrefix = pathExact, path.Value, ""
+		// Compared as an application reads paths: decoded (pathnorm).
+		m.kind, m.path, m.rawPrefix = pathExact, pathnorm.Decode(path.Value), ""
 	case path.Kind == destinationpb.PathMatch_PREFIX:
-		m.path, m.rawPrefix = strings.TrimRight(path.Value, "/"), path.Value
+		m.path, m.rawPrefix = strings.TrimRight(pathnorm.Decode(path.Value), "/"), path.Value
 		if !strings.HasPrefix(path.Value, "/") {
 			return nil, fmt.Errorf("path prefix %q does not start with /", path.Value)
 		}

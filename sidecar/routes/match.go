@@ -2,6 +2,8 @@ package routes
 
 import (
 	"strings"
+
+	"github.com/plexus-mesh/plexus/sidecar/pathnorm"
 )
 
 // entry is one (rule, match) pair of the table.
@@ -150,9 +152,14 @@ func (c *condition) eval(method, path string) bool {
 }
 
 // Match returns the rule for r, or ok=false when no route matches (the
-// caller answers 404). It sets r.MatchedPrefix. It does not allocate.
+// caller answers 404). It sets r.MatchedPrefix. Paths are compared as an
+// application reads them, decoded ("/users%3AbatchGet" is
+// "/users:batchGet"); the proxy has refused the spellings whose decoding
+// could move a segment boundary (pathnorm.Ambiguous) where paths decide.
+// It allocates only to decode a path with a "%".
 func (t *Table) Match(r *Request) (rule *Rule, ok bool) {
 	path, query := splitTarget(r.Target)
+	path = pathnorm.Decode(path)
 	r.MatchedPrefix = ""
 	if t.hosts == nil && !t.profile {
 		return scan(t.ordered, r, path, query)

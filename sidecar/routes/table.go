@@ -27,7 +27,14 @@ type Table struct {
 	hosts *hostIndex
 	// profile: first match in the listed order, hostnames checked per entry.
 	profile bool
+	// pathSensitive: some match tells paths apart (anything but a prefix
+	// of "/"), so an ambiguous path is refused (PathSensitive).
+	pathSensitive bool
 }
+
+// PathSensitive reports whether the table's matches tell paths apart:
+// the proxy then refuses a request whose path is ambiguous (pathnorm).
+func (t *Table) PathSensitive() bool { return t.pathSensitive }
 
 // Route is one route of the policy.
 type Route struct {
