@@ -47,6 +47,7 @@ func Handler(opts Options) http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("POST /shutdown", func(w http.ResponseWriter, r *http.Request) {
 		if !fromLoopback(r) {
+			w.Header().Set("Connection", "close")
 			http.Error(w, "shutdown is only accepted from localhost", http.StatusForbidden)
 			return
 		}
@@ -57,6 +58,7 @@ func Handler(opts Options) http.Handler {
 		if !fromLoopback(r) {
 			// Who a pod talks to, and how each peer fares, is not for
 			// anyone who can reach the admin port.
+			w.Header().Set("Connection", "close")
 			http.Error(w, "endpoints are only served to localhost", http.StatusForbidden)
 			return
 		}

@@ -41,6 +41,8 @@ const (
 	EnvResponseHeaderTimeout = "PLEXUS_PROXY_RESPONSE_HEADER_TIMEOUT"
 	EnvWriteTimeout          = "PLEXUS_PROXY_WRITE_TIMEOUT"
 	EnvMaxInformational      = "PLEXUS_PROXY_MAX_1XX_RESPONSES"
+	EnvAdminMaxConnections   = "PLEXUS_PROXY_ADMIN_MAX_CONNECTIONS"
+	EnvAdminIdleTimeout      = "PLEXUS_PROXY_ADMIN_IDLE_TIMEOUT"
 )
 
 // Inbound policies (annotation config.plexus.dev/inbound-policy).
@@ -75,6 +77,16 @@ const (
 	// transport applies on the requests the fast path hands off.
 	DefaultMaxInformational = 5
 	maxInformational        = 100
+
+	// DefaultAdminMaxConnections bounds the connections of the admin
+	// port, and apart from it those of the redirect probe port: enough for
+	// the kubelet's probes, a Prometheus and a few port-forwards (an idle
+	// HTTP/1 connection costs about 20 KB).
+	DefaultAdminMaxConnections = 64
+	// DefaultAdminIdleTimeout closes an admin or probe connection that
+	// sends no request for this long (longer than the kubelet's 10 s
+	// probe period, so its keep-alive connections are reused).
+	DefaultAdminIdleTimeout = 30 * time.Second
 )
 
 // Control-plane service accounts; with the control namespace and trust
@@ -162,6 +174,13 @@ type Config struct {
 	// MaxInformational bounds the interim (1xx) responses relayed for one
 	// request; one more is answered 502.
 	MaxInformational int
+	// AdminMaxConnections bounds the open connections of the admin port,
+	// and separately of the redirect probe port; one more is closed at
+	// once and counted (limit_exceeded_total{limit="connections"}).
+	AdminMaxConnections int
+	// AdminIdleTimeout closes an admin or probe connection idle for this
+	// long between requests.
+	AdminIdleTimeout time.Duration
 }
 
 // Default returns the configuration used when no variable is set.
@@ -189,6 +208,8 @@ func Default() Config {
 		ResponseHeaderTimeout: DefaultResponseHeaderTimeout,
 		WriteTimeout:          DefaultWriteTimeout,
 		MaxInformational:      DefaultMaxInformational,
+		AdminMaxConnections:   DefaultAdminMaxConnections,
+		AdminIdleTimeout:      DefaultAdminIdleTimeout,
 	}
 }
 
@@ -245,6 +266,7 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	dur(EnvBodyIdleTimeout, &c.BodyIdleTimeout)
 	dur(EnvResponseHeaderTimeout, &c.ResponseHeaderTimeout)
 	dur(EnvWriteTimeout, &c.WriteTimeout)
+	dur(EnvAdminIdleTimeout, &c.AdminIdleTimeout)
 	if v, ok := get(EnvLogLevel); ok {
 		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
 			errs = append(errs, fmt.Errorf("%s=%q: want debug, info, warn or error: %w", EnvLogLevel, v, err))
@@ -281,6 +303,7 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	count(EnvCores, "cores", &c.Cores)
 	count(EnvMaxConnections, "connections", &c.MaxConnections)
 	count(EnvMaxInformational, "responses", &c.MaxInformational)
+	count(EnvAdminMaxConnections, "connections", &c.AdminMaxConnections)
 	if err := c.tapFromEnv(get); err != nil {
 		errs = append(errs, err)
 	}
@@ -326,6 +349,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConnections < 1 {
 		errs = append(errs, fmt.Errorf("%s: want at least 1, got %d", EnvMaxConnections, c.MaxConnections))
+	}
+	if c.AdminMaxConnections < 1 {
+		errs = append(errs, fmt.Errorf("%s: want at least 1, got %d", EnvAdminMaxConnections, c.AdminMaxConnections))
+	}
+	if c.AdminIdleTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("%s: want a positive duration, got %s", EnvAdminIdleTimeout, c.AdminIdleTimeout))
 	}
 	if c.MaxInformational < 0 || c.MaxInformational > maxInformational {
 		errs = append(errs, fmt.Errorf("%s: want 0 to %d, got %d", EnvMaxInformational, maxInformational, c.MaxInformational))

@@ -17,7 +17,7 @@ import (
 // reaches the probe paths its probe route names, and nothing else.
 func TestAdminObeysPolicy(t *testing.T) {
 	pols := &fixedPolicies{by: map[uint16]*authz.Policy{}}
-	h := authorizeAdmin(pols, 4191, metrics.New(prometheus.NewRegistry(), 10),
+	h := authorizeAdmin(pols, 4191, true, metrics.New(prometheus.NewRegistry(), 10),
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
 	get := func(path, from string) int {
 		r := httptest.NewRequest("GET", path, nil)
@@ -44,6 +44,21 @@ func TestAdminObeysPolicy(t *testing.T) {
 		if got := get(c.path, c.from); got != c.want {
 			t.Errorf("deny with a probe route: %s from %s = %d, want %d", c.path, c.from, got, c.want)
 		}
+	}
+	// An operator's port-forward (the pod's loopback) reads the metrics
+	// under deny; the probe port never lets loopback in by itself.
+	for _, from := range []string{"127.0.0.1", "[::1]"} {
+		if got := get("/metrics", from); got != 200 {
+			t.Errorf("deny: /metrics from %s = %d, want 200 (loopback)", from, got)
+		}
+	}
+	probePort := authorizeAdmin(pols, 4191, false, metrics.New(prometheus.NewRegistry(), 10),
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
+	r := httptest.NewRequest("GET", "/metrics", nil)
+	r.RemoteAddr = "127.0.0.1:40000"
+	w := httptest.NewRecorder()
+	if probePort.ServeHTTP(w, r); w.Code != 403 {
+		t.Errorf("deny, loopback not let in: /metrics from 127.0.0.1 = %d, want 403", w.Code)
 	}
 	pols.set(t, 4191, policyOf("all-unauthenticated", allUnauthenticated))
 	if got := get("/metrics", pod); got != 200 {

@@ -101,9 +101,12 @@ type Proxy struct {
 	servers  []*l7 // every HTTP server, for Shutdown
 	probe    *l7
 	probed   atomic.Bool
-	tlsConf  *tls.Config // inbound mesh mTLS; nil without identity
-	slots    map[string]*connSlots
-	inbound  inboundConns // live inbound connections, for revocation
+	// probeSlots bound the probe port's connections (which also hold
+	// their inbound slots).
+	probeSlots *connSlots
+	tlsConf    *tls.Config // inbound mesh mTLS; nil without identity
+	slots      map[string]*connSlots
+	inbound    inboundConns // live inbound connections, for revocation
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -210,12 +213,8 @@ func New(opts Options) *Proxy {
 		p.dirs[dir] = d
 	}
 	if opts.Config.RedirectProbePort != 0 && opts.Probe != nil {
-		p.probe = &l7{ln: newConnListener(), done: make(chan struct{}), server: &http.Server{
-			Handler:           opts.Probe,
-			ReadHeaderTimeout: opts.ReadHeaderTimeout,
-			MaxHeaderBytes:    MaxHeaderBytes,
-			ErrorLog:          slog.NewLogLogger(opts.Log.Handler(), slog.LevelDebug),
-		}}
+		p.probe = &l7{ln: newConnListener(), done: make(chan struct{}), server: adminServer(opts.Probe, cfg.AdminIdleTimeout, opts.Log)}
+		p.probeSlots = &connSlots{max: int64(max(cfg.AdminMaxConnections, 1))}
 		p.start(p.probe)
 	}
 	return p
@@ -331,9 +330,18 @@ func (p *Proxy) handle(c *net.TCPConn, dir string, release func()) {
 	if p.probe != nil && dir == metrics.Inbound && dst.Port() == p.opts.Config.RedirectProbePort {
 		p.probed.Store(true)
 		m.RedirectProbe()
-		if !p.probe.ln.push(raw) {
-			c.Close()
+		if !p.probeSlots.take() {
+			m.LimitExceeded(limitProbe, metrics.LimitConnections)
+			resetClose(c)
+			return
 		}
+		// The probe server closes it, giving back both its slots.
+		pc := &httpConn{Conn: raw, dst: dst, release: sync.OnceFunc(func() { p.probeSlots.give(); release() })}
+		if !p.probe.ln.push(pc) {
+			pc.Close()
+			return
+		}
+		handed = true
 		return
 	}
 	target := m.Target(dir, dst)

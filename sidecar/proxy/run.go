@@ -173,7 +173,7 @@ func Run(ctx context.Context, ro RunOptions) error {
 			r.WatchInbound([]uint16{cfg.RedirectProbePort})
 		}
 	}
-	popts := Options{Config: cfg, Metrics: m, Log: log, Probe: authorizeAdmin(pols, cfg.RedirectProbePort, m, adminHandler)}
+	popts := Options{Config: cfg, Metrics: m, Log: log, Probe: authorizeAdmin(pols, cfg.RedirectProbePort, false, m, adminHandler)}
 	if ident != nil {
 		popts.Certs = ident
 		if cfg.TapPort != 0 {
@@ -226,11 +226,8 @@ func Run(ctx context.Context, ro RunOptions) error {
 			}
 		}()
 	}
-	adminSrv := &http.Server{
-		Handler:           authorizeAdmin(pols, cfg.AdminPort, m, adminHandler),
-		ReadHeaderTimeout: 5 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
+	adminSrv := adminServer(authorizeAdmin(pols, cfg.AdminPort, true, m, adminHandler), cfg.AdminIdleTimeout, log)
+	lns[2] = capListener(lns[2], cfg.AdminMaxConnections, limitAdmin, m)
 	errc := make(chan error, 3)
 	go func() { errc <- p.Serve(lns[0], metrics.Inbound) }()
 	go func() { errc <- p.Serve(lns[1], metrics.Outbound) }()
