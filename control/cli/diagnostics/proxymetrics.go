@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/plexus-mesh/plexus/control/cli/portforward"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 	"github.com/plexus-mesh/plexus/control/meshpod"
 )
@@ -18,7 +20,7 @@ import (
 // it. Its fields are what tests replace.
 type ProxyMetrics struct {
 	// Stat finds the pods (its Client) and scrapes them (its Scrape,
-	// stat.ProxyScraper in production: the API server's pod proxy).
+	// PortForwardScraper in production).
 	Stat stat.Stat
 }
 
@@ -65,3 +67,28 @@ func (m ProxyMetrics) Run(ctx context.Context, w io.Writer, kind Kind, namespace
 	}
 	return errors.Join(errs...)
 }
+
+// PortForwardScraper scrapes a proxy's /metrics through a port-forward to
+// its admin port, as Linkerd's diagnostics do: the request arrives on the
+// pod's loopback, which the proxy serves whatever the pod's inbound
+// policy (a `deny` default included). It needs create on pods/portforward.
+func PortForwardScraper(d portforward.PodDialer) stat.Scraper {
+	return func(ctx context.Context, namespace, pod string) ([]byte, error) {
+		res, body, err := d.Get(ctx, namespace, pod, proxyAdminPort, "/metrics")
+		if err != nil {
+			return nil, fmt.Errorf("scraping %s/%s:%d/metrics: %w", namespace, pod, proxyAdminPort, err)
+		}
+		if res.StatusCode != http.StatusOK {
+			hint := ""
+			if res.StatusCode == http.StatusForbidden {
+				hint = " (its inbound policy refused a client on the pod's loopback: proxies before this version let loopback in only when a policy allows it; " +
+					"authorize the admin port for it, e.g. a Server for port 4191 with an AuthorizationPolicy naming a NetworkAuthentication of 127.0.0.1/32 and ::1/128, or restart the pod on a newer proxy)"
+			}
+			return nil, fmt.Errorf("scraping %s/%s:%d/metrics: %s%s: %.200s", namespace, pod, proxyAdminPort, res.Status, hint, body)
+		}
+		return body, nil
+	}
+}
+
+// proxyAdminPort is the proxy's admin port (DESIGN.md §2).
+const proxyAdminPort = 4191

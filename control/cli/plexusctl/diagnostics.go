@@ -17,6 +17,7 @@ import (
 	"github.com/plexus-mesh/plexus/control/cli/diagnostics"
 	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
 	"github.com/plexus-mesh/plexus/control/cli/install"
+	"github.com/plexus-mesh/plexus/control/cli/portforward"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 )
 
@@ -28,20 +29,24 @@ func diagnosticsCmd(g *globals, env Env) *cobra.Command {
 }
 
 func diagProxyMetricsCmd(g *globals, env Env) *cobra.Command {
-	return leaf("proxy-metrics (po|deploy)/NAME", "a proxy's raw Prometheus metrics through the API server: proxy-metrics po/NAME (or deploy/NAME: every pod, each headed # POD NS/NAME)", func(fs *pflag.FlagSet) runFunc {
+	return leaf("proxy-metrics (po|deploy)/NAME", "a proxy's raw Prometheus metrics through a port-forward (under any inbound policy): proxy-metrics po/NAME (or deploy/NAME: every pod, each headed # POD NS/NAME)", func(fs *pflag.FlagSet) runFunc {
 		timeout := fs.Duration("timeout", 30*time.Second, "give up on the API server after this long")
 		return func(ctx context.Context, pos []string) error {
 			kind, name, err := diagnostics.ParseTarget(pos)
 			if err != nil {
 				return usagef("%v: want diagnostics proxy-metrics (po|deploy)/NAME or KIND NAME", err)
 			}
-			client, _, ns, err := connect(g)
+			client, restCfg, ns, err := connect(g)
+			if err != nil {
+				return err
+			}
+			dialer, err := portforward.NewPodDialer(restCfg)
 			if err != nil {
 				return err
 			}
 			ctx, cancel := context.WithTimeout(ctx, *timeout)
 			defer cancel()
-			m := diagnostics.ProxyMetrics{Stat: stat.Stat{Client: client, Scrape: stat.ProxyScraper(client)}}
+			m := diagnostics.ProxyMetrics{Stat: stat.Stat{Client: client, Scrape: diagnostics.PortForwardScraper(dialer)}}
 			return m.Run(ctx, env.Stdout, kind, ns, name)
 		}
 	})

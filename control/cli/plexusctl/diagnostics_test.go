@@ -6,10 +6,12 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/plexus-mesh/plexus/control/cli/portforward/portforwardtest"
 )
 
 // diagnosticsAPI is an API server with the Service shop/web (port 80 to
-// 8080, one meshed pod web-1 whose proxy serves metrics), the pod
+// 8080, one meshed pod web-1 whose proxy serves metrics by port-forward), the pod
 // shop/bare (not meshed), and destination's Deployment setting the trust
 // domain example.org; anything else is not found.
 func diagnosticsAPI(t *testing.T) string {
@@ -26,11 +28,17 @@ func diagnosticsAPI(t *testing.T) string {
 		"/apis/apps/v1/namespaces/plexus-system/deployments/plexus-destination": `{"kind":"Deployment","apiVersion":"apps/v1","metadata":{"name":"plexus-destination","namespace":"plexus-system"},
 			"spec":{"selector":{},"template":{"spec":{"containers":[{"name":"destination","args":["destination","--trust-domain=example.org"]}]}}}}`,
 	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/api/v1/namespaces/shop/pods/http:web-1:4191/proxy/metrics" {
+	// The proxy's admin port, reached by port-forward.
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" && r.Host == "localhost" {
 			fmt.Fprint(w, "request_total 1\n")
 			return
 		}
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	pf := &portforwardtest.APIServer{Target: proxy.Listener.Addr().String()}
+	srv := httptest.NewServer(pf.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		body, ok := objs[r.URL.Path]
 		if !ok {
@@ -38,7 +46,7 @@ func diagnosticsAPI(t *testing.T) string {
 			body = `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"not found","reason":"NotFound","code":404}`
 		}
 		fmt.Fprint(w, body)
-	}))
+	})))
 	t.Cleanup(srv.Close)
 	return kubeconfig(t, srv.URL)
 }

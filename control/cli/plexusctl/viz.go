@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"k8s.io/client-go/rest"
 
+	"github.com/plexus-mesh/plexus/control/cli/portforward"
 	"github.com/plexus-mesh/plexus/control/cli/viz"
 	"github.com/plexus-mesh/plexus/control/cli/viz/dashboard"
 	"github.com/plexus-mesh/plexus/deploy"
@@ -135,18 +135,10 @@ func vizDashboardCmd(g *globals, env Env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			// An HTTP/2 connection cannot be upgraded to a WebSocket.
-			h1 := rest.CopyConfig(restCfg)
-			h1.TLSClientConfig.NextProtos = []string{"http/1.1"}
-			hc, err := rest.HTTPClientFor(h1)
+			dialer, err := portforward.NewPodDialer(restCfg)
 			if err != nil {
-				return fmt.Errorf("HTTP client for the API server: %w", err)
+				return err
 			}
-			base, _, err := rest.DefaultServerUrlFor(h1)
-			if err != nil {
-				return fmt.Errorf("the API server's address: %w", err)
-			}
-			dialer := dashboard.PodDialer{HTTP: hc, BaseURL: strings.TrimSuffix(base.String(), "/")}
 			d := dashboard.Dashboard{Kube: kube, Dial: dialer.Dial, Out: env.Stdout, Err: env.Stderr, Browser: dashboard.SystemBrowser(os.Getenv)}
 			return d.Run(ctx, cfg)
 		}

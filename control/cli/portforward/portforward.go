@@ -1,6 +1,7 @@
-package dashboard
+package portforward
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -8,7 +9,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
+
+	"k8s.io/client-go/rest"
 )
 
 // PortForwardProtocol is the kubelet's WebSocket port-forward protocol:
@@ -154,3 +158,47 @@ func relay(ctx context.Context, local net.Conn, remote io.ReadWriteCloser) {
 	local.Close()
 	<-done
 }
+
+// NewPodDialer returns a PodDialer with cfg's credentials, speaking
+// HTTP/1.1 (an HTTP/2 connection cannot be upgraded to a WebSocket).
+func NewPodDialer(cfg *rest.Config) (PodDialer, error) {
+	h1 := rest.CopyConfig(cfg)
+	h1.TLSClientConfig.NextProtos = []string{"http/1.1"}
+	hc, err := rest.HTTPClientFor(h1)
+	if err != nil {
+		return PodDialer{}, fmt.Errorf("HTTP client for the API server: %w", err)
+	}
+	base, _, err := rest.DefaultServerUrlFor(h1)
+	if err != nil {
+		return PodDialer{}, fmt.Errorf("the API server's address: %w", err)
+	}
+	return PodDialer{HTTP: hc, BaseURL: strings.TrimSuffix(base.String(), "/")}, nil
+}
+
+// Get asks GET path of pod ns/name's port through a port-forward: the
+// request arrives on the pod's loopback, as from inside the pod.
+func (d PodDialer) Get(ctx context.Context, ns, pod string, port uint16, path string) (*http.Response, []byte, error) {
+	c, err := d.Dial(ctx, ns, pod, port)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", path); err != nil {
+		return nil, nil, fmt.Errorf("port-forward to %s/%s:%d: %w", ns, pod, port, err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("port-forward to %s/%s:%d: reading the answer to GET %s: %w", ns, pod, port, path, err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(res.Body, maxGetBody))
+	if err != nil {
+		return nil, nil, fmt.Errorf("port-forward to %s/%s:%d: reading the body of GET %s: %w", ns, pod, port, path, err)
+	}
+	return res, body, nil
+}
+
+// maxGetBody bounds what Get reads of an answer.
+const maxGetBody = 64 << 20

@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/plexus-mesh/plexus/control/cli/portforward"
 	"github.com/plexus-mesh/plexus/control/cli/viz"
 )
 
@@ -70,7 +71,7 @@ func (c Config) Validate() error {
 // Dashboard forwards. Its fields are what tests replace.
 type Dashboard struct {
 	Kube kubernetes.Interface
-	// Dial connects to a pod's port (PodDialer.Dial).
+	// Dial connects to a pod's port (portforward.PodDialer.Dial).
 	Dial     func(ctx context.Context, ns, pod string, port uint16) (io.ReadWriteCloser, error)
 	Out, Err io.Writer
 	// Browser opens a URL; nil when there is no browser to open.
@@ -119,7 +120,7 @@ func (d Dashboard) Run(ctx context.Context, cfg Config) error {
 		mu.Unlock()
 		return d.Dial(ctx, viz.Namespace, np, npt)
 	}
-	return Forward(ctx, ln, dial, func(err error) { fmt.Fprintf(d.Err, "plexusctl viz dashboard: %v\n", err) })
+	return portforward.Forward(ctx, ln, dial, func(err error) { fmt.Fprintf(d.Err, "plexusctl viz dashboard: %v\n", err) })
 }
 
 // URL is the dashboard's address as a browser should ask for it: the web

@@ -2,13 +2,10 @@ package dashboard
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -16,173 +13,15 @@ import (
 	"sync"
 	"testing"
 
-	"golang.org/x/net/websocket"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/plexus-mesh/plexus/control/cli/portforward"
+	"github.com/plexus-mesh/plexus/control/cli/portforward/portforwardtest"
 	"github.com/plexus-mesh/plexus/control/cli/viz"
 )
-
-// fakeAPIServer serves pods/portforward as the kubelet does (its
-// WebSocket protocol, on golang.org/x/net/websocket as the kubelet's
-// wsstream), relaying each forwarded connection to target (the pod's
-// port); refuse, when set, answers every forward on the error channel.
-type fakeAPIServer struct {
-	target string
-	refuse string
-	mu     sync.Mutex
-	paths  []string
-}
-
-func (f *fakeAPIServer) start(t *testing.T) *httptest.Server {
-	t.Helper()
-	ws := websocket.Server{
-		Handshake: func(cfg *websocket.Config, r *http.Request) error {
-			for _, p := range cfg.Protocol {
-				if p == PortForwardProtocol {
-					cfg.Protocol = []string{p}
-					return nil
-				}
-			}
-			return fmt.Errorf("protocols %v not supported", cfg.Protocol)
-		},
-		Handler: func(c *websocket.Conn) {
-			defer c.Close()
-			c.PayloadType = websocket.BinaryFrame
-			var port [2]byte
-			binary.LittleEndian.PutUint16(port[:], 8084)
-			_ = websocket.Message.Send(c, append([]byte{dataChannel}, port[:]...))
-			_ = websocket.Message.Send(c, append([]byte{errorChannel}, port[:]...))
-			if f.refuse != "" {
-				_ = websocket.Message.Send(c, append([]byte{errorChannel}, f.refuse...))
-				return
-			}
-			pod, err := net.Dial("tcp", f.target)
-			if err != nil {
-				return
-			}
-			defer pod.Close()
-			go func() {
-				buf := make([]byte, 70000)
-				for {
-					n, err := pod.Read(buf)
-					if n > 0 {
-						if websocket.Message.Send(c, append([]byte{dataChannel}, buf[:n]...)) != nil {
-							return
-						}
-					}
-					if err != nil {
-						c.Close()
-						return
-					}
-				}
-			}()
-			for {
-				var msg []byte
-				if err := websocket.Message.Receive(c, &msg); err != nil {
-					return
-				}
-				if len(msg) > 0 && msg[0] == dataChannel {
-					if _, err := pod.Write(msg[1:]); err != nil {
-						return
-					}
-				}
-			}
-		},
-	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		f.mu.Lock()
-		f.paths = append(f.paths, r.URL.RequestURI())
-		f.mu.Unlock()
-		if !strings.HasPrefix(r.URL.Path, "/api/v1/") || !strings.HasSuffix(r.URL.Path, "/portforward") {
-			http.Error(w, `{"kind":"Status","message":"forbidden"}`, http.StatusForbidden)
-			return
-		}
-		ws.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return srv
-}
-
-// echoServer answers each line with it upper-cased.
-func echoServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_, _ = io.Copy(c, upper{c})
-			}()
-		}
-	}()
-	return ln.Addr().String()
-}
-
-type upper struct{ r io.Reader }
-
-func (u upper) Read(p []byte) (int, error) {
-	n, err := u.r.Read(p)
-	copy(p, bytes.ToUpper(p[:n]))
-	return n, err
-}
-
-func TestPodDialerRelaysBothWays(t *testing.T) {
-	api := &fakeAPIServer{target: echoServer(t)}
-	srv := api.start(t)
-	d := PodDialer{HTTP: srv.Client(), BaseURL: srv.URL}
-	c, err := d.Dial(context.Background(), "plexus-viz", "web-1", 8084)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	// Messages below 126 bytes, below 64 KiB and above (in chunks).
-	for _, n := range []int{5, 300, 100_000} {
-		msg := bytes.Repeat([]byte("abcdefghij"), n/10)
-		go func() { _, _ = c.Write(msg) }()
-		got := make([]byte, len(msg))
-		if _, err := io.ReadFull(c, got); err != nil {
-			t.Fatalf("%d bytes: %v", n, err)
-		}
-		if !bytes.Equal(got, bytes.ToUpper(msg)) {
-			t.Fatalf("%d bytes: echo differs", n)
-		}
-	}
-	if got := api.paths[0]; got != "/api/v1/namespaces/plexus-viz/pods/web-1/portforward?ports=8084" {
-		t.Errorf("asked %s", got)
-	}
-}
-
-func TestPodDialerErrors(t *testing.T) {
-	api := &fakeAPIServer{refuse: "error forwarding port 8084 to pod web-1: connection refused"}
-	srv := api.start(t)
-	d := PodDialer{HTTP: srv.Client(), BaseURL: srv.URL}
-	c, err := d.Dial(context.Background(), "plexus-viz", "web-1", 8084)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = c.Read(make([]byte, 10))
-	if err == nil || !strings.Contains(err.Error(), "plexus-viz/web-1:8084: error forwarding port 8084 to pod web-1: connection refused") {
-		t.Errorf("read: %v", err)
-	}
-	// A refused upgrade (RBAC, say) names the status and the answer.
-	d.BaseURL = srv.URL + "/elsewhere"
-	_, err = d.Dial(context.Background(), "plexus-viz", "web-1", 8084)
-	var ue *UpgradeError
-	if !errors.As(err, &ue) || ue.Status != http.StatusForbidden || !strings.Contains(err.Error(), "403 Forbidden") {
-		t.Errorf("refused upgrade: %v", err)
-	}
-}
 
 func webDeployment() *appsv1.Deployment {
 	return &appsv1.Deployment{
@@ -214,13 +53,13 @@ func TestDashboard(t *testing.T) {
 		fmt.Fprintf(w, "dashboard for %s", r.Host)
 	}))
 	defer web.Close()
-	api := &fakeAPIServer{target: web.Listener.Addr().String()}
-	srv := api.start(t)
+	api := &portforwardtest.APIServer{Target: web.Listener.Addr().String()}
+	srv := api.Start(t)
 	kube := fake.NewClientset(webDeployment(), webPod("web-a", true, 8090), webPod("web-0", false, 8090), webPod("web-b", true, 8090))
 	var mu sync.Mutex
 	var dialed []string
 	gone := "web-a"
-	pd := PodDialer{HTTP: srv.Client(), BaseURL: srv.URL}
+	pd := portforward.PodDialer{HTTP: srv.Client(), BaseURL: srv.URL}
 	outR, outW := io.Pipe()
 	opened := make(chan string, 1)
 	d := Dashboard{
