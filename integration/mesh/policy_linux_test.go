@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -125,6 +126,27 @@ func TestPolicy(t *testing.T) {
 	t.Run("revocation: deleting the AuthorizationPolicy closes a's keep-alive connections within 1s", p.revocation)
 	t.Run("control plane down: policies kept, a new pod fail-closed and not ready, with the reason", p.controlPlaneDown)
 	t.Run("probes: every server pod became Ready and stayed Ready", p.probes)
+	t.Run("locked down, still operable: under deny a proxy's metrics are refused to others and read by plexusctl diagnostics", p.lockedDown)
+}
+
+// lockedDown: a pod of the default-deny namespace whose admin port no
+// Server selects refuses its metrics to a client from outside the pod
+// (the API server's pod proxy), and an operator still reads them with
+// plexusctl diagnostics proxy-metrics (a port-forward: the pod's loopback).
+func (p *authzTest) lockedDown(t *testing.T) {
+	ctl := newPlexusctl(t, p.c)
+	deploy(t, p.c, p.ns, "locked", 1, meshed, podSpec("locked", "serve", ":8080"))
+	p.c.WaitDeploymentReady(t, p.ns, "locked", 3*time.Minute)
+	pod := pods(t, p.c, p.ns, "locked")[0]
+	ctx := clustertest.Context(t, 30*time.Second)
+	raw, err := p.c.Client.CoreV1().Pods(p.ns).ProxyGet("http", pod.Name, "4191", "/metrics", nil).DoRaw(ctx)
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("the admin port of a pod under deny answered the API server's proxy: %v %.200s", err, raw)
+	}
+	out, err := ctl("diagnostics", "proxy-metrics", "po/"+pod.Name, "-n", p.ns)
+	if err != nil || !strings.Contains(out, "inbound_http_authz_deny_total") && !strings.Contains(out, "process_start_time_seconds") {
+		t.Errorf("plexusctl diagnostics proxy-metrics under deny: %v\n%.500s", err, out)
+	}
 }
 
 // The annotations the test sets.
