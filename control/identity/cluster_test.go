@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -18,10 +19,11 @@ import (
 	"github.com/plexus-mesh/plexus/control/spiffe"
 )
 
-// serve runs an identity server for ns on loopback and returns its address.
-func serve(t *testing.T, client kubernetes.Interface, ns string) (*identity.Server, string) {
+// serve runs an identity server for ns on loopback, with the reserved
+// namespaces given, and returns its address.
+func serve(t *testing.T, client kubernetes.Interface, ns string, reserved ...string) (*identity.Server, string) {
 	t.Helper()
-	srv, err := identity.New(identity.Config{TrustDomain: "cluster.local", Namespace: ns},
+	srv, err := identity.New(identity.Config{TrustDomain: "cluster.local", Namespace: ns, ReservedNamespaces: reserved},
 		identity.Deps{Client: client, Metrics: prometheus.NewRegistry(), Log: identitytest.Log(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +69,11 @@ func waitRefused(t *testing.T, c *certify.Client) error {
 func TestRealAPIServer(t *testing.T) {
 	k := identitytest.RealAPIServer(t)
 	ns := k.Namespace(t, "plexus-identity-test")
-	k.GrantIdentityRBAC(t, ns, identity.DefaultServiceAccount, identity.DefaultSecretName)
+	// A tenant's namespace standing in for plexus-viz (the real one is
+	// the cluster's): reserved, so its service accounts are certified only
+	// once declared.
+	tapNS := k.Namespace(t, "tap-tenant")
+	k.GrantIdentityRBAC(t, ns, identity.DefaultServiceAccount, identity.DefaultSecretName, identity.DeclarationName(tapNS))
 	serverClient := k.As(t, k.ServiceAccount(t, ns, identity.DefaultServiceAccount))
 
 	anchor, err := pki.NewAnchor(pki.CAOptions{TrustDomain: "cluster.local"})
@@ -86,7 +92,7 @@ func TestRealAPIServer(t *testing.T) {
 	if _, err := secrets.Create(context.Background(), secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	srv, addr := serve(t, serverClient, ns)
+	srv, addr := serve(t, serverClient, ns, tapNS)
 	identitytest.Eventually(t, 30*time.Second, "identity server ready", srv.Ready)
 	anchors := x509.NewCertPool()
 	anchors.AddCert(anchor.Cert)
@@ -123,6 +129,21 @@ func TestRealAPIServer(t *testing.T) {
 		if err := waitRefused(t, db); !strings.Contains(err.Error(), "PermissionDenied") {
 			t.Errorf("Ready = %v, want PermissionDenied", err)
 		}
+	})
+
+	t.Run("reserved namespace: refused until declared", func(t *testing.T) {
+		tapID := spiffe.New("cluster.local", tapNS, "plexus-tap")
+		token := k.ServiceAccount(t, tapNS, "plexus-tap", identity.DefaultAudience)
+		tenant := startClient(t, addr, serverID, tapID, token, anchors)
+		if err := waitRefused(t, tenant); !strings.Contains(err.Error(), "PermissionDenied") || !strings.Contains(err.Error(), "reserved") {
+			t.Errorf("Ready = %v, want PermissionDenied naming the reserved namespace", err)
+		}
+		decl := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: identity.DeclarationName(tapNS)}, Data: map[string]string{"namespace": tapNS}}
+		if _, err := k.Admin.CoreV1().ConfigMaps(ns).Create(context.Background(), decl, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		declared := startClient(t, addr, serverID, tapID, token, anchors)
+		identitytest.Eventually(t, 30*time.Second, "the declared namespace's certificate", declared.Ready)
 	})
 
 	t.Run("issuer rotation", func(t *testing.T) {

@@ -38,6 +38,9 @@ type Config struct {
 	CertLifetime   time.Duration // lifetime of issued leaves
 	ClockSkew      time.Duration // NotBefore backdating
 	Audience       string        // the token audience required
+	// ReservedNamespaces: their service accounts are certified only
+	// while an extension declares them (reserved.go); nil: none.
+	ReservedNamespaces []string
 }
 
 // WithDefaults returns c with zero fields set to their defaults.

@@ -19,6 +19,12 @@ var (
 	ErrTokenReviewFailed = errors.New("TokenReview failed")
 	ErrIssuerNotLoaded   = errors.New("issuer not loaded")
 	ErrIssue             = errors.New("signing failed")
+	// ErrReservedNamespace: the identity's namespace is reserved for an
+	// extension that is not installed (reserved.go).
+	ErrReservedNamespace = errors.New("identity in a reserved namespace")
+	// ErrReservedCheckFailed: whether the extension is installed could
+	// not be read.
+	ErrReservedCheckFailed = errors.New("reserved namespace check failed")
 )
 
 // classify is the one place that maps the service's errors to a gRPC code
@@ -37,6 +43,10 @@ func classify(err error) (codes.Code, string) {
 		return codes.Unauthenticated, "wrong_audience"
 	case errors.Is(err, ErrIdentityMismatch):
 		return codes.PermissionDenied, "identity_mismatch"
+	case errors.Is(err, ErrReservedNamespace):
+		return codes.PermissionDenied, "reserved_namespace"
+	case errors.Is(err, ErrReservedCheckFailed):
+		return codes.Unavailable, "reserved_check_failed"
 	case errors.Is(err, ErrTokenReviewFailed):
 		return codes.Unavailable, "token_review_failed"
 	case errors.Is(err, ErrIssuerNotLoaded):
@@ -52,7 +62,7 @@ func classify(err error) (codes.Code, string) {
 
 // rejectReasons are the reason labels classify can return, pre-created at zero.
 var rejectReasons = []string{"invalid_identity", "invalid_csr", "csr_mismatch", "unauthenticated", "wrong_audience",
-	"identity_mismatch", "token_review_failed", "issuer_not_loaded", "canceled", "deadline_exceeded", "internal"}
+	"identity_mismatch", "reserved_namespace", "reserved_check_failed", "token_review_failed", "issuer_not_loaded", "canceled", "deadline_exceeded", "internal"}
 
 // grpcError converts err to a gRPC status error and returns its reason label.
 func grpcError(err error) (error, string) {

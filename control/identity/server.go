@@ -129,6 +129,9 @@ func (s *Server) certify(ctx context.Context, req *identitypb.CertifyRequest) (*
 	if err := s.review(ctx, req.GetToken(), id); err != nil {
 		return nil, id, err
 	}
+	if err := s.checkReserved(ctx, id); err != nil {
+		return nil, id, err
+	}
 	l := s.issuer.Load()
 	if l == nil {
 		return nil, id, s.Ready()

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,11 +41,18 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&cfg.TrustDomain, "trust-domain", spiffe.DefaultTrustDomain, "trust domain of the identities issued")
 	fs.DurationVar(&cfg.CertLifetime, "cert-lifetime", identity.DefaultCertLifetime, "lifetime of issued certificates")
 	fs.DurationVar(&cfg.ClockSkew, "clock-skew", identity.DefaultClockSkew, "NotBefore backdating of issued certificates")
+	reserved := fs.String("reserved-namespaces", strings.Join(identity.DefaultReservedNamespaces, ","),
+		"comma-separated namespaces whose service accounts are certified only while a Plexus extension declares them (a ConfigMap plexus-extension-NS in --namespace)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("identity: unexpected arguments %v", fs.Args())
+	}
+	for _, ns := range strings.Split(*reserved, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			cfg.ReservedNamespaces = append(cfg.ReservedNamespaces, ns)
+		}
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {

@@ -270,9 +270,10 @@ func (k *Kube) Kubeconfig(t testing.TB, token string) string {
 }
 
 // GrantIdentityRBAC gives ns/sa exactly what the identity service needs:
-// create TokenReviews (cluster-wide), and get, list and watch its issuer
-// Secret (by name) in ns. deploy/ should grant the same.
-func (k *Kube) GrantIdentityRBAC(t *testing.T, ns, sa, secret string) {
+// create TokenReviews (cluster-wide), get, list and watch its issuer
+// Secret (by name) in ns, and get the declarations (by name) of the
+// reserved namespaces given. deploy/ should grant the same.
+func (k *Kube) GrantIdentityRBAC(t *testing.T, ns, sa, secret string, declarations ...string) {
 	t.Helper()
 	ctx := context.Background()
 	rbac := k.Admin.RbacV1()
@@ -296,8 +297,10 @@ func (k *Kube) GrantIdentityRBAC(t *testing.T, ns, sa, secret string) {
 	t.Cleanup(func() { rbac.ClusterRoleBindings().Delete(context.Background(), crb.Name, metav1.DeleteOptions{}) })
 	if _, err := rbac.Roles(ns).Create(ctx, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: "plexus-identity"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"},
-			ResourceNames: []string{secret}, Verbs: []string{"get", "list", "watch"}}},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{secret}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: append([]string{"none"}, declarations...), Verbs: []string{"get"}},
+		},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
