@@ -176,9 +176,18 @@ func (p *pod) httpClient(h2 bool) *http.Client {
 	return &http.Client{Transport: tr, Timeout: 15 * time.Second}
 }
 
+// adminClient is httpClient without keep-alive, for one request to a
+// proxy's admin port: each call's idle connection would otherwise hold
+// one of the port's 64 slots until the proxy closes it.
+func (p *pod) adminClient() *http.Client {
+	c := p.httpClient(false)
+	c.Transport.(*http.Transport).DisableKeepAlives = true
+	return c
+}
+
 func (p *pod) admin(method, path string) (int, error) {
 	req, _ := http.NewRequest(method, "http://127.0.0.1:4191"+path, nil)
-	res, err := p.httpClient(false).Do(req)
+	res, err := p.adminClient().Do(req)
 	if err != nil {
 		return 0, err
 	}
@@ -193,7 +202,7 @@ func (p *pod) scrape(t *testing.T) []*dto.MetricFamily { return p.scrapeTB(t) }
 // scrapeTB is scrape for tests and benchmarks.
 func (p *pod) scrapeTB(t testing.TB) []*dto.MetricFamily {
 	t.Helper()
-	res, err := p.httpClient(false).Get("http://127.0.0.1:4191/metrics")
+	res, err := p.adminClient().Get("http://127.0.0.1:4191/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

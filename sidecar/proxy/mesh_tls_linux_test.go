@@ -614,7 +614,7 @@ func (p *pod) adminBody(path string) (int, string, error) {
 }
 
 func (p *pod) getBody(hostPath string) (int, string, error) {
-	res, err := p.httpClient(false).Get("http://" + hostPath)
+	res, err := p.adminClient().Get("http://" + hostPath)
 	if err != nil {
 		return 0, "", err
 	}
