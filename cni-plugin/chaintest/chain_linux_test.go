@@ -101,6 +101,9 @@ func TestChain(t *testing.T) {
 		rec.listen(t, server.ns, "tcp6", ":8080", "server:8080/v6")
 		rec.listen(t, web.ns, "tcp6", ":4140", "web:outbound/v6")
 		rec.listen(t, web.ns, "tcp6", ":4143", "web:inbound/v6")
+		rec.listen(t, web.ns, "tcp6", ":4191", "web:admin/v6")
+		rec.listen(t, web.ns, "tcp6", ":9002", "web:9002/v6")
+		rec.listen(t, web.ns, "tcp6", ":8080", "web:8080/v6")
 	}
 	ap := func(a netip.Addr, port uint16) netip.AddrPort { return netip.AddrPortFrom(a, port) }
 	none := netip.AddrPort{}
@@ -108,14 +111,16 @@ func TestChain(t *testing.T) {
 	// Every "is not redirected" case below is only meaningful if the rules
 	// exist, so this is checked first and stops the test.
 	out := natSave(t, web.ns, false)
-	for _, want := range []string{":PLEXUS_INBOUND", ":PLEXUS_OUTPUT", "-j PLEXUS_INBOUND", "-j PLEXUS_OUTPUT", "--to-ports 4140", "--to-ports 4143"} {
+	for _, want := range []string{":PLEXUS_INBOUND", ":PLEXUS_OUTPUT", "-j PLEXUS_INBOUND", "-j PLEXUS_OUTPUT", "--to-ports 4140", "--to-ports 4143",
+		"-s 127.0.0.6/32 -o lo", "! -d 127.0.0.0/8 -o lo -m owner --uid-owner 2102"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("the meshed pod's IPv4 nat table lacks %q:\n%s", want, out)
 		}
 	}
 	if e.dualStack {
 		out6 := natSave(t, web.ns, true)
-		if !strings.Contains(out6, "-d "+skippedDst6+"/128") || !strings.Contains(out6, "--to-ports 4140") || strings.Contains(out6, skippedDst) {
+		if !strings.Contains(out6, "-d "+skippedDst6+"/128") || !strings.Contains(out6, "--to-ports 4140") || strings.Contains(out6, skippedDst) ||
+			!strings.Contains(out6, "-s ::1/128 -o lo") || !strings.Contains(out6, "! -d ::1/128 -o lo -m owner --uid-owner 2102") {
 			t.Fatalf("the meshed pod's IPv6 nat table has the wrong rules:\n%s", out6)
 		}
 	}
@@ -178,12 +183,75 @@ func TestChain(t *testing.T) {
 		expectArrival(t, rec, "in-v6", "web:inbound/v6", in, func() error { return dial(server.ns, in, "in-v6") })
 	})
 
+	// A pod calling itself through a Service: its proxy's connection to
+	// its own address leaves by lo and never passes PREROUTING.
+	inboundSource := netip.MustParseAddr("127.0.0.6")
+	t.Run("proxy UID to the pod's own address goes to inbound with the original destination", func(t *testing.T) {
+		dst := ap(web.v4, 8080)
+		expectArrival(t, rec, "self-2102", "web:inbound", dst, func() error { return dialFrom(web.ns, 2102, 2102, netip.Addr{}, dst, "self-2102") })
+	})
+	t.Run("proxy UID from the inbound source reaches the app", func(t *testing.T) {
+		dst := ap(web.v4, 8080)
+		expectArrival(t, rec, "inbound-src", "web:8080", none, func() error { return dialFrom(web.ns, 2102, 2102, inboundSource, dst, "inbound-src") })
+	})
+	t.Run("another UID to the pod's own address is not redirected", func(t *testing.T) {
+		dst := ap(web.v4, 8080)
+		expectArrival(t, rec, "self-1000", "web:8080", none, func() error { return dialAs(web.ns, 1000, 1000, dst, "self-1000") })
+	})
+	t.Run("proxy GID alone to the pod's own address is not redirected", func(t *testing.T) {
+		dst := ap(web.v4, 8080)
+		expectArrival(t, rec, "self-gid", "web:8080", none, func() error { return dialAs(web.ns, 1000, 2102, dst, "self-gid") })
+	})
+	t.Run("proxy UID to loopback is not redirected", func(t *testing.T) {
+		dst := ap(netip.MustParseAddr("127.0.0.1"), 8080)
+		expectArrival(t, rec, "self-lo", "web:8080", none, func() error { return dialFrom(web.ns, 2102, 2102, netip.Addr{}, dst, "self-lo") })
+	})
+	t.Run("proxy UID to the pod's own skipped inbound port and admin port is not redirected", func(t *testing.T) {
+		skip := ap(web.v4, 9002)
+		expectArrival(t, rec, "self-9002", "web:9002", none, func() error { return dialFrom(web.ns, 2102, 2102, netip.Addr{}, skip, "self-9002") })
+		admin := ap(web.v4, 4191)
+		expectArrival(t, rec, "self-admin", "web:admin", none, func() error { return dialFrom(web.ns, 2102, 2102, netip.Addr{}, admin, "self-admin") })
+	})
+	t.Run("IPv6 self-call rules", func(t *testing.T) {
+		if !e.dualStack {
+			t.Skip("IPv6 is disabled on this machine")
+		}
+		dst := ap(web.v6, 8080)
+		expectArrival(t, rec, "self-2102-v6", "web:inbound/v6", dst, func() error { return dialFrom(web.ns, 2102, 2102, netip.Addr{}, dst, "self-2102-v6") })
+		expectArrival(t, rec, "inbound-src-v6", "web:8080/v6", none, func() error {
+			return dialFrom(web.ns, 2102, 2102, netip.MustParseAddr("::1"), dst, "inbound-src-v6")
+		})
+		expectArrival(t, rec, "self-1000-v6", "web:8080/v6", none, func() error { return dialFrom(web.ns, 1000, 1000, netip.Addr{}, dst, "self-1000-v6") })
+		lo := ap(netip.MustParseAddr("::1"), 8080)
+		expectArrival(t, rec, "self-lo-v6", "web:8080/v6", none, func() error { return dialFrom(web.ns, 2102, 2102, netip.Addr{}, lo, "self-lo-v6") })
+		skip := ap(web.v6, 9002)
+		expectArrival(t, rec, "self-9002-v6", "web:9002/v6", none, func() error { return dialFrom(web.ns, 2102, 2102, netip.Addr{}, skip, "self-9002-v6") })
+		admin := ap(web.v6, 4191)
+		expectArrival(t, rec, "self-admin-v6", "web:admin/v6", none, func() error { return dialFrom(web.ns, 2102, 2102, netip.Addr{}, admin, "self-admin-v6") })
+	})
+
 	t.Run("CHECK passes on intact rules", func(t *testing.T) {
 		if err := e.check(web); err != nil {
 			t.Fatalf("CHECK meshed pod: %v", err)
 		}
 		if err := e.check(server); err != nil {
 			t.Fatalf("CHECK non-meshed pod: %v", err)
+		}
+	})
+	t.Run("a proxy without the inbound source gets no self-call rules", func(t *testing.T) {
+		e.createPodWithProxyEnv("old-proxy", true, nil, nil)
+		old := e.mustAddPod("old-proxy", e.chain)
+		for _, v6 := range []bool{false, true} {
+			if v6 && !e.dualStack {
+				continue
+			}
+			out := natSave(t, old.ns, v6)
+			if !strings.Contains(out, "plexus/proxy-uid") || strings.Contains(out, "plexus/self-call") || strings.Contains(out, "plexus/inbound-to-app") {
+				t.Errorf("pod injected before the inbound source (v6=%v): want the rules without the self-call ones:\n%s", v6, out)
+			}
+		}
+		if err := e.check(old); err != nil {
+			t.Fatalf("CHECK: %v", err)
 		}
 	})
 	t.Run("a repeated ADD replaces the rules without duplicates", func(t *testing.T) {

@@ -25,6 +25,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 )
 
 const (
@@ -44,6 +46,9 @@ const (
 var pluginDir string
 
 func TestMain(m *testing.M) {
+	if v, ok := os.LookupEnv(envDialHelper); ok {
+		os.Exit(dialHelper(v)) // a child of dialFrom
+	}
 	code := func() int {
 		if os.Geteuid() == 0 && os.Getenv(envRefPlugins) != "" && os.Getenv(envKubeconfig) != "" {
 			dir, err := os.MkdirTemp("", "plexus-cni-bin-")
@@ -291,8 +296,21 @@ func (e *env) writeForwardedKubeconfig(cfg *clientcmdapi.Config, addr, path stri
 }
 
 // createPod creates a pod object that no scheduler places and so no kubelet
-// runs.
+// runs. A meshed pod's proxy has the environment the injector gives it
+// that the plugin reads: the inbound source, which gates the self-call
+// rules.
 func (e *env) createPod(name string, meshed bool, annotations map[string]string) {
+	e.t.Helper()
+	var proxyEnv []corev1.EnvVar
+	if meshed {
+		proxyEnv = []corev1.EnvVar{{Name: podconfig.EnvInboundSource, Value: podconfig.DefaultInboundSource}}
+	}
+	e.createPodWithProxyEnv(name, meshed, annotations, proxyEnv)
+}
+
+// createPodWithProxyEnv is createPod with the proxy's environment given
+// (nil: a proxy injected before the inbound source existed).
+func (e *env) createPodWithProxyEnv(name string, meshed bool, annotations map[string]string, proxyEnv []corev1.EnvVar) {
 	e.t.Helper()
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.namespace, Annotations: annotations},
@@ -303,7 +321,7 @@ func (e *env) createPod(name string, meshed bool, annotations map[string]string)
 	}
 	if meshed {
 		always := corev1.ContainerRestartPolicyAlways
-		p.Spec.InitContainers = []corev1.Container{{Name: "plexus-proxy", Image: "registry.invalid/proxy", RestartPolicy: &always}}
+		p.Spec.InitContainers = []corev1.Container{{Name: "plexus-proxy", Image: "registry.invalid/proxy", RestartPolicy: &always, Env: proxyEnv}}
 	}
 	created, err := e.kube.CoreV1().Pods(e.namespace).Create(context.Background(), p, metav1.CreateOptions{})
 	if err != nil {

@@ -5,9 +5,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -266,6 +269,72 @@ func dialAs(n ns.NetNS, uid, gid uint32, dst netip.AddrPort, token string) error
 		}
 		return nil
 	})
+}
+
+// envDialHelper makes the test binary dial once and exit (TestMain):
+// "uid gid source destination token", source "-" for none.
+const envDialHelper = "PLEXUS_CHAINTEST_DIAL"
+
+// dialFrom connects from inside n as uid/gid from source src (none when
+// invalid), as the proxy's inbound side dials the application. bash
+// cannot bind a source, so a child of the test binary does it: started as
+// root from a thread in n, it drops to uid/gid itself (dialHelper), which
+// also spares uid access to the test binary's directory.
+func dialFrom(n ns.NetNS, uid, gid uint32, src netip.Addr, dst netip.AddrPort, token string) error {
+	source := "-"
+	if src.IsValid() {
+		source = src.String()
+	}
+	return n.Do(func(ns.NetNS) error {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d %d %s %s %s", envDialHelper, uid, gid, source, dst, token))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("dial helper as %d from %s: %w: %s", uid, source, err, out)
+		}
+		if string(out) != "ok" {
+			return errors.New("unexpected answer " + string(out))
+		}
+		return nil
+	})
+}
+
+// dialHelper is the child of dialFrom: it takes the IDs, dials, sends the
+// token, prints the 2-byte answer and returns the exit code.
+func dialHelper(arg string) int {
+	f := strings.Fields(arg)
+	if len(f) != 5 {
+		fmt.Fprintf(os.Stderr, "%s=%q: want uid gid source destination token\n", envDialHelper, arg)
+		return 2
+	}
+	uid, err1 := strconv.Atoi(f[0])
+	gid, err2 := strconv.Atoi(f[1])
+	if err := errors.Join(err1, err2, syscall.Setgroups(nil), syscall.Setgid(gid), syscall.Setuid(uid)); err != nil {
+		fmt.Fprintln(os.Stderr, "dropping to", f[0], f[1], err)
+		return 3
+	}
+	d := net.Dialer{Timeout: 3 * time.Second}
+	if f[2] != "-" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(f[2])}
+	}
+	c, err := d.Dial("tcp", f[3])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	buf := make([]byte, 2)
+	if _, err := c.Write([]byte(f[4])); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if _, err := io.ReadFull(c, buf); err != nil {
+		fmt.Fprintln(os.Stderr, "reading the answer:", err)
+		return 1
+	}
+	fmt.Print(string(buf))
+	return 0
 }
 
 func unmount(n ns.NetNS) error {

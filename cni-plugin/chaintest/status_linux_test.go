@@ -104,7 +104,8 @@ func TestLegacyBackend(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("iptables-legacy-save: %v %s", err, out)
 	}
-	if !strings.Contains(string(out), "--dport 443 -m comment --comment \"plexus/skip-outbound-ports\"") {
+	if !strings.Contains(string(out), "--dport 443 -m comment --comment \"plexus/skip-outbound-ports\"") ||
+		!strings.Contains(string(out), "! -d 127.0.0.0/8 -o lo -m owner --uid-owner 2102 -m comment --comment \"plexus/self-call\" -j PLEXUS_INBOUND") {
 		t.Fatalf("legacy tables lack our rules:\n%s", out)
 	}
 	if err := e.check(p); err != nil {

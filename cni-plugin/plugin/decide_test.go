@@ -136,6 +136,83 @@ func TestDecidePodAdmittedSettings(t *testing.T) {
 	}
 }
 
+// withInboundSource gives the proxy container the inbound source the
+// injector sets (v) after its admitted settings.
+func withInboundSource(v string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		withAdmitted(nil)(p)
+		proxy := &p.Spec.InitContainers[len(p.Spec.InitContainers)-1]
+		proxy.Env = append(proxy.Env, corev1.EnvVar{Name: podconfig.EnvInboundSource, Value: v})
+	}
+}
+
+// TestDecidePodInboundSource: the self-call rules are gated per pod on
+// the proxy's own environment, so a pod whose proxy predates them keeps
+// (and is compared against) the rules it has, while a new pod's missing
+// ones are drift.
+func TestDecidePodInboundSource(t *testing.T) {
+	conf := &NetConf{Kubeconfig: "/k"}
+	fams := []rules.Family{rules.IPv4, rules.IPv6}
+	decide := func(mutate func(*corev1.Pod)) Decision {
+		t.Helper()
+		d, err := DecidePod(conf, asPod(t, pod("app", "web-1", nil, mutate)))
+		if err != nil || !d.Mesh {
+			t.Fatalf("DecidePod = %+v, %v", d, err)
+		}
+		return d
+	}
+	saved := func(d Decision) map[rules.Family]rules.State {
+		t.Helper()
+		sets, err := Want(d, fams)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := map[rules.Family]rules.State{}
+		for _, rs := range sets {
+			st[rs.Family] = rules.Saved(rs)
+		}
+		return st
+	}
+
+	old := decide(withAdmitted(nil))
+	if old.Config.InboundSource != nil {
+		t.Fatalf("proxy without %s: inbound source %v", podconfig.EnvInboundSource, old.Config.InboundSource)
+	}
+	gated := decide(withInboundSource(podconfig.DefaultInboundSource))
+	if got := fmt.Sprint(gated.Config.InboundSource); got != "[127.0.0.6 ::1]" {
+		t.Fatalf("inbound source %s, want [127.0.0.6 ::1]", got)
+	}
+	oldRules, newRules := saved(old), saved(gated)
+	if err := Diff(old, fams, oldRules); err != nil {
+		t.Errorf("old proxy, old rules: %v", err)
+	}
+	if err := Diff(old, fams, newRules); err == nil || !strings.Contains(err.Error(), "unexpected") || !strings.Contains(err.Error(), "plexus/self-call") {
+		t.Errorf("old proxy with the self-call rules (its inbound dials would loop): %v, want them unexpected", err)
+	}
+	if err := Diff(gated, fams, newRules); err != nil {
+		t.Errorf("new proxy, new rules: %v", err)
+	}
+	err := Diff(gated, fams, oldRules)
+	if err == nil || !strings.Contains(err.Error(), "missing   -A PLEXUS_OUTPUT -s 127.0.0.6/32 -o lo") || !strings.Contains(err.Error(), "missing   -A PLEXUS_OUTPUT -s ::1/128 -o lo") {
+		t.Errorf("new proxy with old rules: %v, want both families' rules missing", err)
+	}
+
+	if d := decide(withInboundSource("")); d.Config.InboundSource != nil {
+		t.Errorf("empty %s: inbound source %v", podconfig.EnvInboundSource, d.Config.InboundSource)
+	}
+	other := decide(func(p *corev1.Pod) {
+		withAdmitted(nil)(p)
+		p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: podconfig.EnvInboundSource, Value: podconfig.DefaultInboundSource}}
+	})
+	if other.Config.InboundSource != nil {
+		t.Errorf("variable on the app container counted: %v", other.Config.InboundSource)
+	}
+	_, err = DecidePod(conf, asPod(t, pod("app", "web-1", nil, withInboundSource("::6"))))
+	if err == nil || errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "app/web-1") || !strings.Contains(err.Error(), podconfig.EnvInboundSource) {
+		t.Errorf("malformed inbound source: err = %v, want one naming the pod and %s", err, podconfig.EnvInboundSource)
+	}
+}
+
 func TestFamilies(t *testing.T) {
 	for _, tc := range []struct {
 		ips  []string

@@ -166,7 +166,9 @@ var ErrInvalidConfig = errors.New("invalid plugin config")
 // Decision carries its settings: the plugin config, then the redirect
 // annotations the pod was admitted with (redirectAnnotations: recorded in
 // the proxy's environment, so a later change of the pod's annotations
-// changes nothing). A malformed setting is an error naming the pod; an
+// changes nothing), and the inbound source its proxy binds (inboundSource,
+// also from the environment: the self-call rules exist only for a proxy
+// that binds it). A malformed setting is an error naming the pod; an
 // unusable plugin config wraps ErrInvalidConfig.
 func DecidePod(conf *NetConf, pod *Pod) (Decision, error) {
 	if reason := skippedByName(conf, pod.Namespace, pod.Name); reason != "" {
@@ -185,6 +187,9 @@ func DecidePod(conf *NetConf, pod *Pod) (Decision, error) {
 	}
 	cfg, err := podconfig.FromAnnotations(base, annotations)
 	if err != nil {
+		return Decision{}, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	if cfg.InboundSource, err = inboundSource(pod); err != nil {
 		return Decision{}, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return Decision{Mesh: true, Reason: "pod has a " + ProxyContainerName + " container", Config: cfg}, nil

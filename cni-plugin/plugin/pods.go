@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -108,6 +109,28 @@ func redirectAnnotations(p *Pod) (map[string]string, error) {
 		}
 	}
 	return p.Annotations, nil
+}
+
+// inboundSource returns the addresses a meshed pod's proxy dials its
+// application from (podconfig.EnvInboundSource, a literal the injector
+// sets), nil for a proxy that does not bind them (injected before the
+// variable existed, or no proxy container). As the kubelet does, the last
+// of repeated variables counts.
+func inboundSource(p *Pod) ([]netip.Addr, error) {
+	c := proxyContainer(p)
+	if c == nil {
+		return nil, nil
+	}
+	for i := len(c.Env) - 1; i >= 0; i-- {
+		if c.Env[i].Name == podconfig.EnvInboundSource {
+			a, err := podconfig.ParseInboundSource(c.Env[i].Value)
+			if err != nil {
+				return nil, fmt.Errorf("container %s: %w", ProxyContainerName, err)
+			}
+			return a, nil
+		}
+	}
+	return nil, nil
 }
 
 // PodGetter reads one pod.

@@ -51,6 +51,14 @@ type Config struct {
 	// OpaquePorts is parsed and validated for the proxy; it does not change
 	// the redirect rules (opaque traffic is still redirected).
 	OpaquePorts []PortRange
+	// InboundSource are the loopback addresses, at most one per IP family,
+	// the proxy's inbound side dials the application from
+	// (EnvInboundSource; not an annotation). For a family that has one,
+	// the rules RETURN connections from it on lo and send the proxy's
+	// other connections to the pod's own addresses (a pod calling itself
+	// through a Service) to the inbound chain. Empty: a proxy that does
+	// not bind, and neither rule.
+	InboundSource []netip.Addr
 }
 
 // Defaults returns the configuration of a pod with no annotations.
@@ -96,7 +104,7 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	return nil
+	return validInboundSource(c.InboundSource)
 }
 
 // AnnotationError names the annotation whose value could not be used.

@@ -105,7 +105,17 @@ func Build(c podconfig.Config, fam Family) (RuleSet, error) {
 	}
 	in(tcp, "redirect-inbound", []string{"REDIRECT", "--to-ports", strconv.Itoa(int(c.InboundPort))})
 
-	out([]string{"-m", "owner", "--uid-owner", strconv.FormatUint(uint64(c.ProxyUID), 10)}, "proxy-uid", ret)
+	uid := strconv.FormatUint(uint64(c.ProxyUID), 10)
+	if src, ok := c.InboundSourceOf(fam == IPv6); ok {
+		// A pod calling itself through a Service: its proxy's connection
+		// to its own address leaves by lo and never passes PREROUTING, so
+		// it is sent through the inbound chain here (the admin port and
+		// inbound skips return as for any caller). The inbound side's own
+		// dials to the application are bound to src, and return first.
+		out([]string{"-s", netip.PrefixFrom(src, src.BitLen()).String(), "-o", "lo"}, "inbound-to-app", ret)
+		out([]string{"!", "-d", loopback(fam).String(), "-o", "lo", "-m", "owner", "--uid-owner", uid}, "self-call", []string{ChainInbound})
+	}
+	out([]string{"-m", "owner", "--uid-owner", uid}, "proxy-uid", ret)
 	out([]string{"-m", "owner", "--gid-owner", strconv.FormatUint(uint64(c.ProxyGID), 10)}, "proxy-gid", ret)
 	out([]string{"-o", "lo"}, "loopback", ret)
 	for _, r := range c.SkipOutboundPorts {
@@ -116,6 +126,14 @@ func Build(c podconfig.Config, fam Family) (RuleSet, error) {
 	}
 	out(tcp, "redirect-outbound", []string{"REDIRECT", "--to-ports", strconv.Itoa(int(c.OutboundPort))})
 	return rs, nil
+}
+
+// loopback is the family's loopback network.
+func loopback(fam Family) netip.Prefix {
+	if fam == IPv6 {
+		return netip.MustParsePrefix("::1/128")
+	}
+	return netip.MustParsePrefix("127.0.0.0/8")
 }
 
 // PortRangeOf is the range holding just port p.

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"flag"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -31,10 +32,15 @@ func golden(t *testing.T, name, got string) {
 	}
 }
 
+// mustConfig is the config of a pod injected with annotations and the
+// injector's inbound source (podconfig.DefaultInboundSource).
 func mustConfig(t *testing.T, annotations map[string]string) podconfig.Config {
 	t.Helper()
 	c, err := podconfig.FromAnnotations(podconfig.Defaults(), annotations)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if c.InboundSource, err = podconfig.ParseInboundSource(podconfig.DefaultInboundSource); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -45,27 +51,30 @@ func TestRenderGolden(t *testing.T) {
 		name        string
 		annotations map[string]string
 		family      Family
+		oldProxy    bool // injected before the inbound source: no self-call rules
 	}{
-		{"defaults", nil, IPv4},
-		{"defaults-ipv6", nil, IPv6},
+		{"defaults", nil, IPv4, false},
+		{"defaults-ipv6", nil, IPv6, false},
+		{"no-inbound-source", nil, IPv4, true},
+		{"no-inbound-source-ipv6", nil, IPv6, true},
 		{"port-ranges", map[string]string{
 			podconfig.AnnotationSkipInboundPorts:  "25, 443,8000-8100",
 			podconfig.AnnotationSkipOutboundPorts: "3306,9000-9999",
-		}, IPv4},
+		}, IPv4, false},
 		{"subnets", map[string]string{
 			podconfig.AnnotationSkipInboundSubnets:  "10.1.2.3/8,192.168.0.1,fd00::/8",
 			podconfig.AnnotationSkipOutboundSubnets: "10.96.0.0/12,2001:db8::/32",
-		}, IPv4},
+		}, IPv4, false},
 		{"subnets-ipv6", map[string]string{
 			podconfig.AnnotationSkipInboundSubnets:  "10.1.2.3/8,192.168.0.1,fd00::/8",
 			podconfig.AnnotationSkipOutboundSubnets: "10.96.0.0/12,2001:db8::/32",
-		}, IPv6},
+		}, IPv6, false},
 		{"custom-ports-uid", map[string]string{
 			podconfig.AnnotationInboundPort:  "15006",
 			podconfig.AnnotationOutboundPort: "15001",
 			podconfig.AnnotationAdminPort:    "15020",
 			podconfig.AnnotationProxyUID:     "1337",
-		}, IPv4},
+		}, IPv4, false},
 		{"every-annotation", map[string]string{
 			podconfig.AnnotationSkipInboundPorts:    "22",
 			podconfig.AnnotationSkipOutboundPorts:   "25,587",
@@ -76,11 +85,15 @@ func TestRenderGolden(t *testing.T) {
 			podconfig.AnnotationInboundPort:         "5143",
 			podconfig.AnnotationOutboundPort:        "5140",
 			podconfig.AnnotationAdminPort:           "5191",
-		}, IPv4},
+		}, IPv4, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			rs, err := Build(mustConfig(t, tc.annotations), tc.family)
+			c := mustConfig(t, tc.annotations)
+			if tc.oldProxy {
+				c.InboundSource = nil
+			}
+			rs, err := Build(c, tc.family)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -126,8 +139,8 @@ func TestParseSaveAndCompare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Hooks) != 2 || len(st.Chains[ChainInbound]) != 2 || len(st.Chains[ChainOutput]) != 5 {
-		t.Fatalf("parsed state %+v does not hold the 2 hooks and 2+5 rules (the filter table must be ignored)", st)
+	if len(st.Hooks) != 2 || len(st.Chains[ChainInbound]) != 2 || len(st.Chains[ChainOutput]) != 7 {
+		t.Fatalf("parsed state %+v does not hold the 2 hooks and 2+7 rules (the filter table must be ignored; the self-call jump to %s is a rule, not a hook)", st, ChainInbound)
 	}
 	if err := Compare(&rs, st); err != nil {
 		t.Fatalf("identical tables compare unequal: %v", err)
@@ -152,7 +165,8 @@ func TestParseSaveAndCompare(t *testing.T) {
 		t.Fatalf("want an 'unexpected' line, got %v", err)
 	}
 
-	// Same rules, wrong order.
+	// Same rules, wrong order (the inbound source's RETURN after the
+	// self-call jump would loop the inbound side's dials).
 	swapped := rs
 	swapped.Rules = append([]Rule(nil), rs.Rules...)
 	swapped.Rules[2], swapped.Rules[3] = swapped.Rules[3], swapped.Rules[2]
@@ -178,7 +192,7 @@ func TestParseSaveAndCompare(t *testing.T) {
 }
 
 func TestRenderDeleteGolden(t *testing.T) {
-	rs, err := Build(podconfig.Defaults(), IPv4)
+	rs, err := Build(mustConfig(t, nil), IPv4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,5 +230,69 @@ func TestSavedIsWhatIptablesSaveShows(t *testing.T) {
 	}
 	if got := Saved(rs); !reflect.DeepEqual(got, parsed) {
 		t.Errorf("Saved(rs) = %+v\nparsed save = %+v", got, parsed)
+	}
+}
+
+// TestSelfCallRules: the two rules of a proxy with an inbound source come
+// first in the output chain, in that order, per family; a family without
+// a source, and a proxy without one, get neither.
+func TestSelfCallRules(t *testing.T) {
+	lines := func(rs RuleSet, chain string) []string {
+		var out []string
+		for _, r := range rs.Rules {
+			if r.Chain == chain {
+				out = append(out, r.Line())
+			}
+		}
+		return out
+	}
+	want := map[Family][2]string{
+		IPv4: {
+			`-A PLEXUS_OUTPUT -s 127.0.0.6/32 -o lo -m comment --comment "plexus/inbound-to-app" -j RETURN`,
+			`-A PLEXUS_OUTPUT ! -d 127.0.0.0/8 -o lo -m owner --uid-owner 3000 -m comment --comment "plexus/self-call" -j PLEXUS_INBOUND`,
+		},
+		IPv6: {
+			`-A PLEXUS_OUTPUT -s ::1/128 -o lo -m comment --comment "plexus/inbound-to-app" -j RETURN`,
+			`-A PLEXUS_OUTPUT ! -d ::1/128 -o lo -m owner --uid-owner 3000 -m comment --comment "plexus/self-call" -j PLEXUS_INBOUND`,
+		},
+	}
+	c := mustConfig(t, map[string]string{podconfig.AnnotationProxyUID: "3000"})
+	for _, fam := range []Family{IPv4, IPv6} {
+		rs, err := Build(c, fam)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := lines(rs, ChainOutput)
+		if len(out) < 3 || out[0] != want[fam][0] || out[1] != want[fam][1] || !strings.Contains(out[2], "plexus/proxy-uid") {
+			t.Errorf("%s output chain starts\n  %s\nwant\n  %s\n  %s\nthen proxy-uid", fam, strings.Join(out, "\n  "), want[fam][0], want[fam][1])
+		}
+	}
+
+	// Only an IPv4 source: IPv6 keeps the old rules.
+	v4only := c
+	v4only.InboundSource = []netip.Addr{netip.MustParseAddr("127.0.0.6")}
+	old := c
+	old.InboundSource = nil
+	for _, fam := range []Family{IPv4, IPv6} {
+		got, err := Build(v4only, fam)
+		if err != nil {
+			t.Fatal(err)
+		}
+		none, err := Build(old, fam)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fam == IPv6 && !reflect.DeepEqual(got, none) {
+			t.Errorf("IPv6 rules with only an IPv4 source differ from those without a source:\n%s", RenderApply(got, State{}))
+		}
+		if n := strings.Count(RenderApply(none, State{}), "self-call") + strings.Count(RenderApply(none, State{}), "inbound-to-app"); n != 0 {
+			t.Errorf("%s rules without an inbound source have %d self-call rules", fam, n)
+		}
+	}
+
+	bad := c
+	bad.InboundSource = []netip.Addr{netip.MustParseAddr("::6")}
+	if _, err := Build(bad, IPv6); err == nil || !strings.Contains(err.Error(), "not a loopback address") {
+		t.Errorf("Build with inbound source ::6: %v, want a loopback error", err)
 	}
 }

@@ -17,7 +17,7 @@ import (
 // repair, which decides as the plugin does) builds the rules from, also
 // after the pod's annotations were edited: the namespace's settings
 // copied at admission and the pod's own, whatever the annotations say
-// now.
+// now; and the inbound source the proxy is given.
 func TestPluginReadsAdmittedSettings(t *testing.T) {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Annotations: map[string]string{
 		podconfig.AnnotationSkipOutboundPorts: "3306",
@@ -59,9 +59,13 @@ func TestPluginReadsAdmittedSettings(t *testing.T) {
 		}
 		admitted := decide(injected)
 		// The admitted settings are the annotations, plus the tap port
-		// skipped inbound (tap.go).
+		// skipped inbound (tap.go), and the inbound source the proxy binds,
+		// which gives the pod the self-call rules.
 		want, err := podconfig.FromAnnotations(podconfig.Defaults(), admittedRedirect(injected.Annotations))
 		if err != nil {
+			t.Fatal(err)
+		}
+		if want.InboundSource, err = podconfig.ParseInboundSource(podconfig.DefaultInboundSource); err != nil {
 			t.Fatal(err)
 		}
 		if !reflect.DeepEqual(admitted, want) {

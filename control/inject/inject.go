@@ -245,6 +245,10 @@ func (c Config) container(s settings) corev1.Container {
 		// the redirect settings as admitted, which the pod's annotations
 		// (mutable) cannot change later.
 		{Name: podconfig.EnvAdmitted, Value: podconfig.EncodeAdmitted(s.admitted())},
+		// For the proxy, the CNI plugin and the repair: the proxy dials the
+		// application from these addresses, and only then may the plugin
+		// write the pod's self-call rules.
+		{Name: podconfig.EnvInboundSource, Value: podconfig.DefaultInboundSource},
 		{Name: "PLEXUS_PROXY_TAP_PORT", Value: s.tapPort()},
 	}
 	if v, ok := s.annotations[podconfig.AnnotationOpaquePorts]; ok {

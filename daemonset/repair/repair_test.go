@@ -249,6 +249,39 @@ func TestSyncReplacesWrongRules(t *testing.T) {
 	}
 }
 
+// TestSyncSelfCallRulesFollowTheProxy: the self-call rules are gated on
+// the proxy's environment (podconfig.EnvInboundSource). A pod whose proxy
+// predates them is correct with the rules it has (an agent upgraded
+// before the pods reports no drift and writes nothing that would loop
+// their inbound dials); a pod whose proxy binds the inbound source but
+// got its rules from an older plugin is repaired to have them.
+func TestSyncSelfCallRulesFollowTheProxy(t *testing.T) {
+	old := meshedPod()
+	h := newHarness(t, Apply, old)
+	h.tables.state["/run/netns/cni-5"] = defaultSets(t, rules.IPv4)
+	if got, err := h.r.Sync(context.Background(), old); err != nil || got != Correct {
+		t.Fatalf("old proxy with the old rules: Sync = %s, %v; want correct", got, err)
+	}
+
+	gated := meshedPod(func(p *corev1.Pod) {
+		p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: podconfig.EnvInboundSource, Value: podconfig.DefaultInboundSource}}
+	})
+	h = newHarness(t, Apply, gated)
+	h.tables.state["/run/netns/cni-5"] = defaultSets(t, rules.IPv4)
+	for i, want := range []Outcome{Applied, Correct} {
+		if got, err := h.r.Sync(context.Background(), gated); err != nil || got != want {
+			t.Fatalf("new proxy with the old rules: Sync #%d = %s, %v; want %s", i, got, err, want)
+		}
+	}
+	out := h.tables.state["/run/netns/cni-5"][rules.IPv4].Chains[rules.ChainOutput]
+	if len(out) < 2 || !strings.Contains(out[0], "-s 127.0.0.6/32 -o lo") || !strings.Contains(out[1], "-j "+rules.ChainInbound) {
+		t.Errorf("repaired output chain %q, want the inbound source's RETURN and the self-call jump first", out)
+	}
+	if evs := h.events(t); len(evs) != 1 || evs[0].Reason != ReasonRepaired || !strings.Contains(evs[0].Message, "different") {
+		t.Errorf("events %+v, want one saying the rules were different", evs)
+	}
+}
+
 func TestSyncApplyFailure(t *testing.T) {
 	pod := meshedPod()
 	h := newHarness(t, Apply, pod)

@@ -28,8 +28,30 @@ func container(name string, args ...string) corev1.Container {
 }
 
 // fakeProxy stands in for the sidecar: it answers on the proxy's outbound
-// and inbound ports and says which port took the connection.
-func fakeProxy() corev1.Container { return container("plexus-proxy", "serve", ":4140", ":4143") }
+// and inbound ports and says which port took the connection. It has the
+// inbound source the injector gives the proxy, so its pod gets the
+// self-call rules (injectedRules).
+func fakeProxy() corev1.Container {
+	c := container("plexus-proxy", "serve", ":4140", ":4143")
+	c.Env = []corev1.EnvVar{{Name: podconfig.EnvInboundSource, Value: podconfig.DefaultInboundSource}}
+	return c
+}
+
+// injectedRules are the IPv4 rules of a pod injected with the defaults:
+// with the self-call rules.
+func injectedRules(t *testing.T) rules.RuleSet {
+	t.Helper()
+	c := podconfig.Defaults()
+	var err error
+	if c.InboundSource, err = podconfig.ParseInboundSource(podconfig.DefaultInboundSource); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := rules.Build(c, rules.IPv4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
 
 // TestKubeletRunsPlexusCNI has the real kubelet and containerd run
 // plexus-cni as the last plugin of the primary conflist, then checks each
@@ -87,10 +109,7 @@ func TestKubeletRunsPlexusCNI(t *testing.T) {
 	}))
 
 	t.Run("rules", func(t *testing.T) {
-		want, err := rules.Build(podconfig.Defaults(), rules.IPv4)
-		if err != nil {
-			t.Fatal(err)
-		}
+		want := injectedRules(t)
 		tables := plugin.NewNetnsTables(xtables.Auto, 10*time.Second, slog.New(slog.DiscardHandler))
 		for _, p := range []*corev1.Pod{meshed, nativePod, plain} {
 			state, err := tables.Current(ctx, clustercni.PodNetns(t, string(p.UID)), []rules.Family{rules.IPv4})

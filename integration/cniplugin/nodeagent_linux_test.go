@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
 	"github.com/plexus-mesh/plexus/daemonset/install"
@@ -304,10 +303,7 @@ func checkMeshedPod(t *testing.T, c *clustertest.Cluster, ns, name string) {
 		t.Fatalf("creating pod %s: %v", name, err)
 	}
 	pod := waitRunning(t, c, ns, name)
-	want, err := rules.Build(podconfig.Defaults(), rules.IPv4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := injectedRules(t)
 	tables := plugin.NewNetnsTables(xtables.Auto, 10*time.Second, slog.New(slog.DiscardHandler))
 	state, err := tables.Current(ctx, clustercni.PodNetns(t, string(pod.UID)), []rules.Family{rules.IPv4})
 	if err != nil {
@@ -369,10 +365,7 @@ func TestNodeAgentRepairsPodStartedBeforeIt(t *testing.T) {
 	ready := time.Now()
 	t.Logf("agent ready %v after the DaemonSet was applied", ready.Sub(applied).Round(time.Millisecond))
 
-	want, err := rules.Build(podconfig.Defaults(), rules.IPv4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := injectedRules(t)
 	clustertest.WaitFor(t, 30*time.Second, "the pod's default redirect rules", func(ctx context.Context) (bool, error) {
 		st, err := current(ctx)
 		if err == nil {

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,10 +25,11 @@ import (
 // TestMeshMTLS runs the control plane from deploy/ and meshed workloads
 // whose traffic the CNI plugin redirects, and proves on the real cluster:
 // meshed pods talk mTLS (the wire carries only TLS records, metrics name
-// both identities), a plain client still reaches a meshed server, scaling
-// spreads requests, a deleted endpoint leaves the proxies within 1 s, the
-// proxies ride out destination and identity outages, and a rotated issuer
-// keeps old and new certificates valid.
+// both identities), a plain client still reaches a meshed server, a pod
+// reaches itself through its Service over mTLS, scaling spreads requests,
+// a deleted endpoint leaves the proxies within 1 s, the proxies ride out
+// destination and identity outages, and a rotated issuer keeps old and
+// new certificates valid.
 func TestMeshMTLS(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to capture packets in a pod's network namespace")
@@ -82,6 +84,10 @@ func TestMeshMTLS(t *testing.T) {
 		wantSeries(t, out, "request_total", `direction="outbound"`, `tls="true"`, `server_id="`+serverID+`"`)
 		// For the record (targets are checked by benchmarks, not here).
 		t.Logf("proxy RSS in a real pod: server %s, client %s", rss(in), rss(out))
+	})
+
+	t.Run("a pod reaches itself through its Service", func(t *testing.T) {
+		selfCalls(t, c, ns)
 	})
 
 	t.Run("scaling 1 to 3 spreads requests", func(t *testing.T) {
@@ -167,6 +173,99 @@ func TestMeshMTLS(t *testing.T) {
 			t.Errorf("after rotation: answers from %v, errors %v", hosts, errs)
 		}
 	})
+}
+
+// selfCalls runs two replicas of a Service whose pods call that Service,
+// each with a server listening on its pod IP only: the balancer sends
+// about half of each pod's requests to the pod itself. Its proxy's mTLS
+// connection to its own address leaves by lo, so only the self-call rule
+// brings it to the inbound side, which dials the server from the inbound
+// source. No request may fail, both replicas answer each pod, and every
+// answer a pod's server gave was counted at its inbound side as mTLS from
+// the workload's own identity (none in plaintext).
+func selfCalls(t *testing.T, c *clustertest.Cluster, ns string) {
+	t.Helper()
+	const name = "selfcall"
+	url := "http://" + name + "." + ns + ".svc.cluster.local/"
+	spec := podSpec(name, "poll", "-interval=50ms", "-new-conn", url)
+	spec.Containers = append(spec.Containers, corev1.Container{
+		Name: "server", Image: testappImage, ImagePullPolicy: corev1.PullNever,
+		Args: []string{"serve", "$(POD_IP):8080"},
+		Env:  []corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}},
+	})
+	deploy(t, c, ns, name, 2, meshed, spec)
+	service(t, c, ns, name, 8080)
+	c.WaitDeploymentReady(t, ns, name, 3*time.Minute)
+	ps := pods(t, c, ns, name)
+	if len(ps) != 2 {
+		t.Fatalf("%d running %s pods, want 2", len(ps), name)
+	}
+	bothAnswer := func(lines []pollLine) bool {
+		hosts, _ := servedBy(lines)
+		return hosts[ps[0].Name] > 0 && hosts[ps[1].Name] > 0
+	}
+	clustertest.WaitFor(t, time.Minute, "each pod answered by both replicas, itself among them", func(context.Context) (bool, error) {
+		return bothAnswer(pollLog(t, c, ns, ps[0].Name)) && bothAnswer(pollLog(t, c, ns, ps[1].Name)), nil
+	})
+	from := time.Now()
+	time.Sleep(3 * time.Second)
+
+	served := map[string]int{} // answers per serving pod, over every log
+	for _, p := range ps {
+		lines := pollLog(t, c, ns, p.Name)
+		hosts, _ := servedBy(lines)
+		for h, n := range hosts {
+			served[h] += n
+		}
+		recent := since(lines, from)
+		_, errs := servedBy(recent)
+		if len(errs) != 0 {
+			t.Errorf("%s: %d of %d requests failed once both replicas answered: %v", p.Name, len(errs), len(recent), errs)
+		}
+		if !bothAnswer(recent) || len(recent) < 20 {
+			hosts, _ := servedBy(recent)
+			t.Errorf("%s: %d answers in 3s, by %v; want both replicas", p.Name, len(recent), hosts)
+		}
+	}
+	// Read after the logs: the counters are at least what the logs show.
+	id := "spiffe://" + trustDomain + "/ns/" + ns + "/sa/" + name
+	for _, p := range ps {
+		m := proxyMetrics(t, c, ns, p.Name)
+		target := `target_addr="` + net.JoinHostPort(p.Status.PodIP, "8080") + `"`
+		mtls := sumSeries(t, m, "request_total", `direction="inbound"`, target, `tls="true"`, `client_id="`+id+`"`)
+		plain := sumSeries(t, m, "request_total", `direction="inbound"`, target, `tls="false"`)
+		if plain != 0 || mtls < float64(served[p.Name]) {
+			t.Errorf("%s inbound: %v requests over mTLS from %s and %v in plaintext; want all of the %d its server answered (its own and its peer's) over mTLS",
+				p.Name, mtls, id, plain, served[p.Name])
+		}
+		wantSeries(t, m, "request_total", `direction="outbound"`, `tls="true"`, `server_id="`+id+`"`)
+	}
+	c.Kubectl(t, "-n", ns, "scale", "deployment/"+name, "--replicas=0") // no load on the subtests after
+}
+
+// sumSeries sums the samples of metric whose lines carry every label.
+func sumSeries(t *testing.T, metrics, name string, labels ...string) float64 {
+	t.Helper()
+	var sum float64
+	for _, l := range strings.Split(metrics, "\n") {
+		if !strings.HasPrefix(l, name+"{") {
+			continue
+		}
+		all := true
+		for _, want := range labels {
+			all = all && strings.Contains(l, want)
+		}
+		if !all {
+			continue
+		}
+		f := strings.Fields(l)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("sample %q: %v", l, err)
+		}
+		sum += v
+	}
+	return sum
 }
 
 // waitAnswers waits until pod's poll log has n successful answers.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -181,6 +182,9 @@ type Config struct {
 	// AdminIdleTimeout closes an admin or probe connection idle for this
 	// long between requests.
 	AdminIdleTimeout time.Duration
+	// InboundSource are the addresses the inbound side dials the
+	// application from (inboundsource.go); none: the kernel's choice.
+	InboundSource []netip.Addr
 }
 
 // Default returns the configuration used when no variable is set.
@@ -305,6 +309,9 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	count(EnvMaxInformational, "responses", &c.MaxInformational)
 	count(EnvAdminMaxConnections, "connections", &c.AdminMaxConnections)
 	if err := c.tapFromEnv(get); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.inboundSourceFromEnv(get); err != nil {
 		errs = append(errs, err)
 	}
 	return c, errors.Join(errs...)

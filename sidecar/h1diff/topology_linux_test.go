@@ -52,7 +52,7 @@ func newTopology(t *testing.T) *topology {
 	tp := &topology{client: netnstest.New(t, "h1c"), server: netnstest.New(t, "h1s")}
 	netnstest.Veth(t, tp.client, clientCIDR, tp.server, serverCIDR)
 	for _, ns := range []*netnstest.NS{tp.client, tp.server} {
-		ns.Restore(t, false, netnstest.MeshRules(inboundPort, outboundPort, adminPort, proxyUID))
+		ns.Restore(t, false, netnstest.MeshRules(t, false, inboundPort, outboundPort, adminPort, proxyUID))
 		startProxy(t, ns)
 	}
 	return tp
@@ -65,7 +65,7 @@ func startProxy(t *testing.T, ns *netnstest.NS) {
 	uid := strconv.Itoa(proxyUID)
 	cmd := exec.Command("ip", "netns", "exec", ns.Name,
 		"setpriv", "--reuid", uid, "--regid", uid, "--clear-groups", proxyBin)
-	cmd.Env = append(os.Environ(), "PLEXUS_PROXY_LOG_LEVEL=debug", "PLEXUS_PROXY_DETECT_TIMEOUT=500ms")
+	cmd.Env = append(os.Environ(), "PLEXUS_PROXY_LOG_LEVEL=debug", "PLEXUS_PROXY_DETECT_TIMEOUT=500ms", netnstest.InboundSourceEnv)
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {

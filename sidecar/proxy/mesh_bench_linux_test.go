@@ -63,8 +63,8 @@ func BenchmarkMeshHTTP1(b *testing.B) {
 			if v.name == "socat-pair" {
 				// A peer TCP relay pair under the same rules: the cost of two
 				// extra user-space hops on this machine.
-				socat(b, m.client, "4140")
-				socat(b, m.server, "4143")
+				socat(b, m.client, "4140", "")
+				socat(b, m.server, "4143", ",bind=127.0.0.6") // as the inbound proxy dials, or the self-call rule loops it
 			}
 			body := strings.Repeat("x", 1024)
 			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) })}
@@ -137,14 +137,15 @@ func proxyMallocs(b *testing.B, m *mesh, proxied bool) float64 {
 }
 
 // socat runs a fixed-destination TCP relay as UID 2102 in the pod, with
-// the mesh rules installed, listening on port.
-func socat(b *testing.B, p *pod, port string) {
+// the mesh rules installed, listening on port; opts are added to its
+// connect address.
+func socat(b *testing.B, p *pod, port, opts string) {
 	if _, err := exec.LookPath("socat"); err != nil {
 		b.Skip("socat not installed")
 	}
-	p.ns.Restore(b, false, netnstest.MeshRules(4143, 4140, 4191, proxyUID))
+	p.ns.Restore(b, false, netnstest.MeshRules(b, false, 4143, 4140, 4191, proxyUID))
 	cmd := p.ns.Command("setpriv", "--reuid=2102", "--regid=2102", "--clear-groups",
-		"socat", "TCP-LISTEN:"+port+",fork,reuseaddr", "TCP:"+serverIP+":8080,nodelay")
+		"socat", "TCP-LISTEN:"+port+",fork,reuseaddr", "TCP:"+serverIP+":8080,nodelay"+opts)
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}

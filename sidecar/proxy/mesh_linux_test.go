@@ -108,10 +108,6 @@ func startProxy(t testing.TB, ns *netnstest.NS, env ...string) *pod {
 // does not wait for it.
 func launchProxy(t testing.TB, ns *netnstest.NS, rules bool, env ...string) *pod {
 	t.Helper()
-	if rules {
-		ns.Restore(t, false, netnstest.MeshRules(4143, 4140, 4191, proxyUID))
-		ns.Restore(t, true, netnstest.MeshRules(4143, 4140, 4191, proxyUID))
-	}
 	p := &pod{ns: ns, logs: &syncBuffer{}, exit: make(chan error, 1)}
 	p.cmd = ns.Command(os.Args[0], "-test.run=^$")
 	p.cmd.Env = append(os.Environ(),
@@ -120,6 +116,11 @@ func launchProxy(t testing.TB, ns *netnstest.NS, rules bool, env ...string) *pod
 		"PLEXUS_PROXY_SHUTDOWN_GRACE=10s",
 		"PLEXUS_PROXY_LOG_LEVEL=debug",
 	)
+	if rules {
+		ns.Restore(t, false, netnstest.MeshRules(t, false, 4143, 4140, 4191, proxyUID))
+		ns.Restore(t, true, netnstest.MeshRules(t, true, 4143, 4140, 4191, proxyUID))
+		p.cmd.Env = append(p.cmd.Env, netnstest.InboundSourceEnv) // as the injector sets it with these rules
+	}
 	p.cmd.Env = append(p.cmd.Env, env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
@@ -230,6 +231,14 @@ const (
 	serverIP6 = "fd00:250:5::2"
 )
 
+// The addresses the inbound side dials the application from
+// (netnstest.InboundSourceEnv): the peer an application behind a proxy
+// sees, which only that proxy uses.
+const (
+	inboundSource  = "127.0.0.6"
+	inboundSource6 = "::1"
+)
+
 func newMesh(t testing.TB) *mesh {
 	return newTopology(t, true)
 }
@@ -250,7 +259,7 @@ func newTopology(t testing.TB, proxies bool, env ...string) *mesh {
 }
 
 // peerRecorder answers body and remembers the last client address it saw
-// (the server proxy's, when the mesh carried the request).
+// (the server proxy's inbound source, when the mesh carried the request).
 type peerRecorder struct {
 	body string
 	mu   sync.Mutex

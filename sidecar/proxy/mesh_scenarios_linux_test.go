@@ -27,7 +27,8 @@ import (
 // CNI plugin's redirect rules and a plexus-proxy process running as UID
 // 2102: client → (nat OUTPUT) → client proxy :4140 → veth → (nat
 // PREROUTING) → server proxy :4143 → server. Servers see the server
-// proxy's address as the peer, which proves both hops carried the traffic.
+// proxy's inbound source (127.0.0.6, ::1) as the peer, which proves both
+// hops carried the traffic.
 func TestMesh(t *testing.T) {
 	m := newMesh(t)
 	target := func(port int) string { return fmt.Sprintf("%s:%d", serverIP, port) }
@@ -82,8 +83,8 @@ func TestMesh(t *testing.T) {
 			}
 		}
 		mu.Lock()
-		if len(peers) != 1 || !peers[serverIP] || conns != 1 {
-			t.Errorf("server saw peers %v over %d connections; want only the server proxy (%s) over 1 pooled connection", peers, conns, serverIP)
+		if len(peers) != 1 || !peers[inboundSource] || conns != 1 {
+			t.Errorf("server saw peers %v over %d connections; want only the server proxy (%s) over 1 pooled connection", peers, conns, inboundSource)
 		}
 		mu.Unlock()
 		both(t, "request_total", map[string]string{"target_addr": target(8080)}, n)
@@ -109,8 +110,8 @@ func TestMesh(t *testing.T) {
 		if res.StatusCode != 200 || string(body) != "v6 ok" {
 			t.Fatalf("got %d %q", res.StatusCode, body)
 		}
-		if peer := rec.last(); peer != serverIP6 {
-			t.Errorf("server saw peer %s, want the server proxy %s", peer, serverIP6)
+		if peer := rec.last(); peer != inboundSource6 {
+			t.Errorf("server saw peer %s, want the server proxy %s", peer, inboundSource6)
 		}
 		both(t, "request_total", map[string]string{"target_addr": "[" + serverIP6 + "]:8086"}, 1)
 		both(t, "response_total", map[string]string{"target_addr": "[" + serverIP6 + "]:8086", "status_code": "200"}, 1)

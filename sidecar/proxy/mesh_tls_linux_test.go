@@ -280,8 +280,8 @@ func TestMeshMTLS(t *testing.T) {
 				t.Fatalf("got %d %q (%s)", res.StatusCode, b, res.Header.Get(httpproxy.ErrorHeader))
 			}
 		}
-		if peer := rec.last(); peer != serverIP {
-			t.Errorf("app saw peer %s, want the server proxy", peer)
+		if peer := rec.last(); peer != inboundSource {
+			t.Errorf("app saw peer %s, want the server proxy's inbound source %s", peer, inboundSource)
 		}
 		time.Sleep(100 * time.Millisecond) // let the capture drain
 		onlyTLS(t, "veth traffic on 8080", wire.wire(8080), "secret-request-path", "secret-response-body", "HTTP/1.1")

@@ -11,8 +11,8 @@ import (
 )
 
 // forwardOpaque dials dst (outbound with a resolver: an endpoint picked
-// for this connection, over mesh mTLS when it has an identity) and joins
-// it with src, whose metrics are mc.
+// for this connection, over mesh mTLS when it has an identity; inbound:
+// from the inbound source) and joins it with src, whose metrics are mc.
 func (p *Proxy) forwardOpaque(src net.Conn, mc *metrics.Conn, dir string, dst netip.AddrPort, target string) {
 	m := p.opts.Metrics
 	ctx, cancel := context.WithTimeout(context.Background(), ConnectTimeout)
@@ -32,7 +32,7 @@ func (p *Proxy) forwardOpaque(src net.Conn, mc *metrics.Conn, dir string, dst ne
 			id = pk.Identity
 		}
 	}
-	up, err := p.opts.Dial(ctx, addr)
+	up, err := p.dialer(dir)(ctx, addr)
 	var tl metrics.TLS
 	if err == nil && !id.IsZero() {
 		up, err = p.secure(ctx, up, id)

@@ -42,6 +42,10 @@ type Options struct {
 	OrigDst func(*net.TCPConn) (netip.AddrPort, error)
 	// Dial opens upstream connections; a plain net.Dialer when nil.
 	Dial func(ctx context.Context, dst netip.AddrPort) (net.Conn, error)
+	// DialInbound opens the inbound side's connections to the
+	// application; when nil, a dialer bound to Config.InboundSource
+	// (inbounddial.go), or Dial without one.
+	DialInbound func(ctx context.Context, dst netip.AddrPort) (net.Conn, error)
 	// Probe serves connections to Config.RedirectProbePort that arrive on
 	// the inbound listener (the admin handler, in Run). Unused when the
 	// port is 0.
@@ -134,14 +138,8 @@ func New(opts Options) *Proxy {
 			return d.DialContext(ctx, "tcp", dst.String())
 		}
 	}
-	dial := opts.Dial
-	opts.Dial = func(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
-		c, err := dial(ctx, dst)
-		if tc, ok := c.(*net.TCPConn); ok && err == nil {
-			return sockio.Wrap(tc), nil
-		}
-		return c, err
-	}
+	opts.Dial = sockioDial(opts.Dial)
+	opts.DialInbound = inboundDial(opts)
 	if opts.ReadHeaderTimeout == 0 {
 		opts.ReadHeaderTimeout = DefaultReadHeaderTimeout
 	}
@@ -167,7 +165,7 @@ func New(opts Options) *Proxy {
 			Direction:             dir,
 			Metrics:               opts.Metrics,
 			Log:                   opts.Log,
-			Dial:                  opts.Dial,
+			Dial:                  p.dialer(dir),
 			ConnectTimeout:        ConnectTimeout,
 			IdleConnTimeout:       min(PoolIdleTimeout, cfg.IdleTimeout),
 			MaxIdleConnsPerHost:   MaxIdleConnsPerHost,

@@ -11,6 +11,9 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
+	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 )
 
 // RequireRoot skips t unless it runs as root with ip and iptables available.
@@ -126,26 +129,37 @@ func Veth(t testing.TB, a *NS, aAddr string, b *NS, bAddr string) {
 	b.Run(t, "ip", "link", "set", "vb", "up")
 }
 
-// MeshRules returns iptables-restore input equivalent to what the CNI
-// plugin writes (DESIGN.md §3): PREROUTING → PLEXUS_INBOUND (admin port
-// returned, the rest redirected to inbound), OUTPUT → PLEXUS_OUTPUT (proxy
-// UID/GID and -o lo returned, the rest redirected to outbound).
-func MeshRules(inbound, outbound, admin, uid int) string {
-	return fmt.Sprintf(`*nat
-:PREROUTING ACCEPT [0:0]
-:INPUT ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-:POSTROUTING ACCEPT [0:0]
-:PLEXUS_INBOUND - [0:0]
-:PLEXUS_OUTPUT - [0:0]
--A PREROUTING -p tcp -m comment --comment "plexus/inbound" -j PLEXUS_INBOUND
--A OUTPUT -p tcp -m comment --comment "plexus/outbound" -j PLEXUS_OUTPUT
--A PLEXUS_INBOUND -p tcp --dport %[3]d -m comment --comment "plexus/admin" -j RETURN
--A PLEXUS_INBOUND -p tcp -m comment --comment "plexus/redirect-inbound" -j REDIRECT --to-ports %[1]d
--A PLEXUS_OUTPUT -m owner --uid-owner %[4]d -m comment --comment "plexus/proxy-uid" -j RETURN
--A PLEXUS_OUTPUT -m owner --gid-owner %[4]d -m comment --comment "plexus/proxy-gid" -j RETURN
--A PLEXUS_OUTPUT -o lo -m comment --comment "plexus/loopback" -j RETURN
--A PLEXUS_OUTPUT -p tcp -m comment --comment "plexus/redirect-outbound" -j REDIRECT --to-ports %[2]d
-COMMIT
-`, inbound, outbound, admin, uid)
+// InboundSourceEnv is the proxy environment the injector sets along with
+// the rules MeshRules writes (podconfig.EnvInboundSource). A proxy started
+// without it dials the application unbound, and the self-call rule would
+// send those dials back to its inbound side.
+const InboundSourceEnv = podconfig.EnvInboundSource + "=" + podconfig.DefaultInboundSource
+
+// MeshRules returns the iptables-restore input the CNI plugin writes
+// (rules.Build, DESIGN.md §3; IPv6 when v6) into a pod whose proxy has
+// these ports, runs as UID and GID uid, and binds the injector's inbound
+// source (InboundSourceEnv): PREROUTING → PLEXUS_INBOUND (admin port
+// returned, the rest redirected to inbound); OUTPUT → PLEXUS_OUTPUT (the
+// inbound source on lo returned, the proxy's connections to the pod's own
+// addresses sent to PLEXUS_INBOUND, proxy UID/GID and -o lo returned, the
+// rest redirected to outbound).
+func MeshRules(t testing.TB, v6 bool, inbound, outbound, admin, uid int) string {
+	t.Helper()
+	c := podconfig.Config{
+		InboundPort: uint16(inbound), OutboundPort: uint16(outbound), AdminPort: uint16(admin),
+		ProxyUID: uint32(uid), ProxyGID: uint32(uid),
+	}
+	var err error
+	if c.InboundSource, err = podconfig.ParseInboundSource(podconfig.DefaultInboundSource); err != nil {
+		t.Fatal(err)
+	}
+	fam := rules.IPv4
+	if v6 {
+		fam = rules.IPv6
+	}
+	rs, err := rules.Build(c, fam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rules.RenderApply(rs, rules.State{})
 }
