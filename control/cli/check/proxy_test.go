@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/plexus-mesh/plexus/control/inject"
@@ -29,9 +30,33 @@ func runningPod(ns, name, version string, meshed bool, labels map[string]string)
 	}
 	if meshed {
 		p.Labels[inject.LabelProxyVersion] = version
-		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: meshpod.ProxyContainerName})
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: meshpod.ProxyContainerName,
+			Env: []corev1.EnvVar{{Name: envRedirectProbe, Value: "4192"}},
+			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(4192)}}}})
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: meshpod.ProxyContainerName, Ready: true}}
 	}
 	return p
+}
+
+// TestRedirectsCheckOrSayTheyCouldNot: with no node agent reporting (as in
+// node-image mode), a pod whose proxy's redirect probe passes is proven;
+// one whose probe does not pass, or that has none, is named as not
+// checked, never passed.
+func TestRedirectsCheckOrSayTheyCouldNot(t *testing.T) {
+	proven := runningPod("shop", "proven", "v2", true, nil)
+	failing := runningPod("shop", "failing", "v2", true, nil)
+	failing.Status.ContainerStatuses[0].Ready = false
+	noProbe := runningPod("shop", "old", "v1", true, nil)
+	noProbe.Spec.Containers[1].ReadinessProbe.HTTPGet.Port = intstr.FromString("plexus-admin")
+	c := Checker{Client: fake.NewClientset(proven, failing, noProbe)}
+	r := c.redirects(context.Background(), "shop", []corev1.Pod{*proven, *failing, *noProbe})
+	if r.Status != Warn || !strings.Contains(r.Detail, "1 of 3 proven") || !strings.Contains(r.Detail, "shop/failing (its redirect probe is not passing yet)") ||
+		!strings.Contains(r.Detail, "shop/old (no redirect probe") {
+		t.Errorf("%v %q", r.Status, r.Detail)
+	}
+	if r := c.redirects(context.Background(), "shop", []corev1.Pod{*proven}); r.Status != OK || !strings.Contains(r.Detail, "1 of 1 proven") {
+		t.Errorf("proven only: %v %q", r.Status, r.Detail)
+	}
 }
 
 func redirectEvent(p *corev1.Pod, reason string, at time.Time) *corev1.Event {
