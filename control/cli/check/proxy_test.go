@@ -31,7 +31,7 @@ func runningPod(ns, name, version string, meshed bool, labels map[string]string)
 	if meshed {
 		p.Labels[inject.LabelProxyVersion] = version
 		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: meshpod.ProxyContainerName,
-			Env: []corev1.EnvVar{{Name: envRedirectProbe, Value: "4192"}},
+			Env:            []corev1.EnvVar{{Name: envRedirectProbe, Value: "4192"}},
 			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(4192)}}}})
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: meshpod.ProxyContainerName, Ready: true}}
 	}
