@@ -28,6 +28,14 @@ const (
 	DefaultClusterDomain = "cluster.local"
 	DefaultQueueSize     = 100
 	DefaultWorkers       = 2
+	// DefaultMaxStreamsPerIdentity bounds the open streams of one mesh
+	// identity: every proxy of a service account together (replicas
+	// share it), so it is sized for many replicas each following dozens
+	// of destinations.
+	DefaultMaxStreamsPerIdentity = 2000
+	// DefaultMaxLoopbackStreams bounds the open streams of every caller
+	// on destination's loopback together (port-forwards of operators).
+	DefaultMaxLoopbackStreams = 100
 	// DefaultInboundPolicy is the default inbound policy of the cluster
 	// (DESIGN.md §9).
 	DefaultInboundPolicy = policyv1alpha1.AllUnauthenticated
@@ -65,6 +73,19 @@ type Config struct {
 	// (else PermissionDenied). Only a server without TLS (tests) turns it
 	// off.
 	VerifyInboundCaller bool
+	// RequireCallerIdentity: StreamInterceptor refuses (Unauthenticated)
+	// a caller that presents no verified client certificate, unless it
+	// connects on loopback. Only a server without TLS (tests) turns it
+	// off; it then counts such callers' streams by address.
+	RequireCallerIdentity bool
+	// MaxStreamsPerIdentity bounds the streams open at once by one
+	// caller identity (or, without RequireCallerIdentity, one address
+	// without a certificate); StreamInterceptor refuses more with
+	// ResourceExhausted.
+	MaxStreamsPerIdentity int
+	// MaxLoopbackStreams bounds the streams open at once by all callers
+	// on loopback without a certificate together.
+	MaxLoopbackStreams int
 }
 
 // DefaultConfig returns the configuration with every default filled in.
@@ -78,6 +99,10 @@ func DefaultConfig() Config {
 		DefaultInboundPolicy: DefaultInboundPolicy,
 		ClusterNetworks:      DefaultClusterNetworks(),
 		VerifyInboundCaller:  true,
+
+		RequireCallerIdentity: true,
+		MaxStreamsPerIdentity: DefaultMaxStreamsPerIdentity,
+		MaxLoopbackStreams:    DefaultMaxLoopbackStreams,
 	}
 }
 
@@ -92,6 +117,12 @@ func (c Config) Validate() error {
 	}
 	if c.QueueSize < 1 {
 		errs = append(errs, fmt.Errorf("queue size %d: must be at least 1", c.QueueSize))
+	}
+	if c.MaxStreamsPerIdentity < 1 {
+		errs = append(errs, fmt.Errorf("max streams per identity %d: must be at least 1", c.MaxStreamsPerIdentity))
+	}
+	if c.MaxLoopbackStreams < 1 {
+		errs = append(errs, fmt.Errorf("max loopback streams %d: must be at least 1", c.MaxLoopbackStreams))
 	}
 	if c.Workers < 1 {
 		errs = append(errs, fmt.Errorf("workers %d: must be at least 1", c.Workers))

@@ -32,6 +32,18 @@ type PermissionError struct{ Reason string }
 
 func (e *PermissionError) Error() string { return "permission denied: " + e.Reason }
 
+// UnauthenticatedError is a caller that proved no identity destination
+// accepts.
+type UnauthenticatedError struct{ Reason string }
+
+func (e *UnauthenticatedError) Error() string { return "unauthenticated: " + e.Reason }
+
+// LimitError is a stream refused because its caller has as many open as
+// it may.
+type LimitError struct{ Reason string }
+
+func (e *LimitError) Error() string { return e.Reason }
+
 // ErrNoInbound is returned by GetInboundPolicy on a server that does not
 // watch inbound policies (WatchInbound).
 var ErrNoInbound = errors.New("this destination server does not serve inbound policies")
@@ -54,6 +66,8 @@ func grpcError(err error) error {
 		requestErr    *RequestError
 		notFoundErr   *NotFoundError
 		permissionErr *PermissionError
+		unauthErr     *UnauthenticatedError
+		limitErr      *LimitError
 	)
 	switch {
 	case errors.As(err, &pathErr), errors.As(err, &requestErr):
@@ -62,6 +76,10 @@ func grpcError(err error) error {
 		return status.Error(codes.NotFound, err.Error())
 	case errors.As(err, &permissionErr):
 		return status.Error(codes.PermissionDenied, err.Error())
+	case errors.As(err, &unauthErr):
+		return status.Error(codes.Unauthenticated, err.Error())
+	case errors.As(err, &limitErr):
+		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, ErrNoInbound):
 		return status.Error(codes.Unimplemented, err.Error())
 	case errors.Is(err, ErrNotReady):

@@ -2,8 +2,6 @@ package destination
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +15,6 @@ import (
 
 	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
 	policyv1alpha1 "github.com/plexus-mesh/plexus/control/api/policy/v1alpha1"
-	"github.com/plexus-mesh/plexus/control/pki"
 	"github.com/plexus-mesh/plexus/control/spiffe"
 )
 
@@ -78,40 +75,14 @@ func TestInboundPolicyFollowsChanges(t *testing.T) {
 // TestInboundPolicyCallerIdentity: only the pod's own proxy, proving its
 // service account over TLS, gets the pod's policy.
 func TestInboundPolicyCallerIdentity(t *testing.T) {
-	anchor, err := pki.NewAnchor(pki.CAOptions{TrustDomain: "cluster.local"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(anchor.Cert)
-	issuer, err := pki.NewIssuer([]*x509.Certificate{anchor.Cert}, anchor.Key, roots, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf := func(sa string) tls.Certificate {
-		id := spiffe.New("cluster.local", "ns", sa)
-		key, der, err := pki.NewCSR(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		csr, err := x509.ParseCertificateRequest(der)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cert, err := issuer.Issue(csr, pki.Leaf{ID: id, Lifetime: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}
-	}
-	serverCreds := credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{leaf("plexus-destination")},
-		ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: roots})
+	mesh := newTestPKI(t, "cluster.local")
+	serverCreds := mesh.serverCreds(t)
 	as := func(sa string) credentials.TransportCredentials {
-		cfg := &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true} // the server's identity is not what this test checks
-		if sa != "" {
-			cfg.Certificates = []tls.Certificate{leaf(sa)}
+		if sa == "" {
+			return presenting(nil)
 		}
-		return credentials.NewTLS(cfg)
+		cert := mesh.leaf(t, spiffe.New("cluster.local", "ns", sa))
+		return presenting(&cert)
 	}
 	c := startCluster(t, clusterOptions{crds: true, inbound: true, serverCreds: serverCreds, clientCreds: as("web")}, inboundPod(nil))
 
@@ -123,9 +94,14 @@ func TestInboundPolicyCallerIdentity(t *testing.T) {
 		contains string
 	}{
 		{"its own proxy", c.dst, &pb.InboundPolicyRequest{Namespace: "ns", Pod: "web", Port: 8080}, codes.OK, ""},
-		{"another service account", c.dial(as("a")), &pb.InboundPolicyRequest{Namespace: "ns", Pod: "web", Port: 8080}, codes.PermissionDenied, "the caller is spiffe://cluster.local/ns/ns/sa/a"},
+		// Another service account's pod, and a pod that does not exist, get
+		// the same answer: a proxy learns nothing of other pods by asking.
+		{"another service account", c.dial(as("a")), &pb.InboundPolicyRequest{Namespace: "ns", Pod: "web", Port: 8080}, codes.PermissionDenied,
+			"the inbound policy of pod ns/web is for that pod's own proxy only, and the caller spiffe://cluster.local/ns/ns/sa/a is not the identity of a pod of that name that destination knows"},
+		{"unknown pod", c.dst, &pb.InboundPolicyRequest{Namespace: "ns", Pod: "gone", Port: 8080}, codes.PermissionDenied,
+			"the inbound policy of pod ns/gone is for that pod's own proxy only, and the caller spiffe://cluster.local/ns/ns/sa/web is not the identity of a pod of that name that destination knows"},
+		{"another namespace's pod", c.dst, &pb.InboundPolicyRequest{Namespace: "other", Pod: "web", Port: 8080}, codes.PermissionDenied, "is not the identity of a pod of that name"},
 		{"no client certificate", c.dial(as("")), &pb.InboundPolicyRequest{Namespace: "ns", Pod: "web", Port: 8080}, codes.PermissionDenied, "no verified TLS client certificate"},
-		{"unknown pod", c.dst, &pb.InboundPolicyRequest{Namespace: "ns", Pod: "gone", Port: 8080}, codes.NotFound, "pod ns/gone"},
 		{"no port", c.dst, &pb.InboundPolicyRequest{Namespace: "ns", Pod: "web"}, codes.InvalidArgument, "port"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,6 +115,9 @@ func TestInboundPolicyCallerIdentity(t *testing.T) {
 				t.Errorf("got %v, want %v with %q", err, tc.code, tc.contains)
 			}
 		})
+	}
+	if got := metricValue(t, c.reg, refusedMetric, reasonNotOwnPod, rpcGetInboundPolicy); got != 3 {
+		t.Errorf("%s{reason=%s} = %v, want 3", refusedMetric, reasonNotOwnPod, got)
 	}
 }
 

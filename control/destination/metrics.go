@@ -18,6 +18,7 @@ type metrics struct {
 	streams  *prometheus.GaugeVec   // open streams, by rpc
 	updates  *prometheus.CounterVec // messages queued to streams, by rpc and kind
 	overflow *prometheus.CounterVec // streams ended by a full queue, by rpc
+	refused  *prometheus.CounterVec // streams refused to their caller, by rpc and reason
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -34,8 +35,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "plexus_destination_stream_overflow_total",
 			Help: "Destination streams ended because their update queue overflowed, by rpc.",
 		}, []string{"rpc"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plexus_destination_refused_streams_total",
+			Help: "Destination streams refused to their caller, by rpc and reason: no_client_certificate, invalid_identity, foreign_trust_domain (Unauthenticated), identity_stream_limit, loopback_stream_limit, address_stream_limit (ResourceExhausted), not_own_pod (PermissionDenied).",
+		}, []string{"rpc", "reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.streams, m.updates, m.overflow} {
+	for _, c := range []prometheus.Collector{m.streams, m.updates, m.overflow, m.refused} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -43,6 +43,7 @@ type routeCluster struct {
 	core *fake.Clientset
 	gw   *gwfake.Clientset
 	dyn  *dynfake.FakeDynamicClient
+	reg  *prometheus.Registry
 	dst  pb.DestinationClient
 	// dial opens another connection to the server.
 	dial func(credentials.TransportCredentials) pb.DestinationClient
@@ -74,6 +75,11 @@ type clusterOptions struct {
 	cfg *Config
 	// serverCreds and clientCreds, when set, secure the connection.
 	serverCreds, clientCreds credentials.TransportCredentials
+	// callers: the gRPC server has the server's StreamInterceptor.
+	callers bool
+	// peerAddr, when set, is the address connections come from (else
+	// bufconn's, which is no IP address).
+	peerAddr net.Addr
 }
 
 // startCluster runs a Server watching routes (and, with o.inbound,
@@ -132,7 +138,8 @@ func startCluster(t testing.TB, o clusterOptions, objs ...any) *routeCluster {
 	if o.cfg != nil {
 		cfg = *o.cfg
 	}
-	srv, err := New(cfg, c.core, prometheus.NewRegistry(), log)
+	c.reg = prometheus.NewRegistry()
+	srv, err := New(cfg, c.core, c.reg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,9 +172,16 @@ func startCluster(t testing.TB, o clusterOptions, objs ...any) *routeCluster {
 	if o.serverCreds != nil {
 		serverOpts = append(serverOpts, grpc.Creds(o.serverCreds))
 	}
+	if o.callers {
+		serverOpts = append(serverOpts, grpc.ChainStreamInterceptor(srv.StreamInterceptor()))
+	}
 	gs := grpc.NewServer(serverOpts...)
 	pb.RegisterDestinationServer(gs, srv)
-	go func() { _ = gs.Serve(lis) }()
+	var served net.Listener = lis
+	if o.peerAddr != nil {
+		served = fromAddr{lis, o.peerAddr}
+	}
+	go func() { _ = gs.Serve(served) }()
 	t.Cleanup(gs.Stop)
 	clientCreds := o.clientCreds
 	if clientCreds == nil {
@@ -185,6 +199,27 @@ func startCluster(t testing.TB, o clusterOptions, objs ...any) *routeCluster {
 	c.dst = c.dial(clientCreds)
 	return c
 }
+
+// fromAddr is a listener whose connections come from addr.
+type fromAddr struct {
+	net.Listener
+	addr net.Addr
+}
+
+func (l fromAddr) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return remoteAddrConn{c, l.addr}, nil
+}
+
+type remoteAddrConn struct {
+	net.Conn
+	addr net.Addr
+}
+
+func (c remoteAddrConn) RemoteAddr() net.Addr { return c.addr }
 
 // statusSubresource makes the fake Gateway API clientset treat status as
 // the API server does: an update of the status subresource changes only

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -25,6 +26,9 @@ type Server struct {
 	policies *policies
 	inbound  *inbound // nil until WatchInbound
 	synced   atomic.Bool
+	// callers counts the open streams of each caller (StreamInterceptor).
+	callers  *streamCounts
+	refusals *everyLog
 }
 
 // New builds a server watching the cluster through client. Its metrics are
@@ -43,7 +47,8 @@ func New(cfg Config, client kubernetes.Interface, reg prometheus.Registerer, log
 	}
 	pol := newPolicies(cfg, w, log)
 	w.serviceChanged = func() { pol.changed() }
-	return &Server{cfg: cfg, log: log, metrics: m, watcher: w, policies: pol}, nil
+	return &Server{cfg: cfg, log: log, metrics: m, watcher: w, policies: pol,
+		callers: newStreamCounts(), refusals: newEveryLog(log, time.Minute)}, nil
 }
 
 // WatchRoutes makes GetOutboundPolicy follow HTTPRoutes, GRPCRoutes and

@@ -102,6 +102,10 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 		cfg.Destination.ClusterNetworks = nets
 		return err
 	})
+	fs.IntVar(&cfg.Destination.MaxStreamsPerIdentity, "max-streams-per-identity", cfg.Destination.MaxStreamsPerIdentity,
+		"streams one mesh identity (every proxy of a service account together) may have open at once; more are refused with ResourceExhausted")
+	fs.IntVar(&cfg.Destination.MaxLoopbackStreams, "max-loopback-streams", cfg.Destination.MaxLoopbackStreams,
+		"streams all callers on loopback without a client certificate (port-forwards, e.g. plexusctl diagnostics endpoints) may have open at once together")
 	cfg.Identity.flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
@@ -138,11 +142,12 @@ func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) err
 		opts.ServerTLS = func() (*tls.Config, error) { return serverTLS(certs), nil }
 		opts.Ready = certs.Ready
 	}
-	if opts.ServerTLS == nil && cfg.Destination.VerifyInboundCaller {
+	if opts.ServerTLS == nil {
 		// Without TLS no caller proves an identity (its proxies have none
-		// either): checking would refuse every proxy its inbound policy.
+		// either): checking would refuse every proxy.
 		cfg.Destination.VerifyInboundCaller = false
-		log.Warn("no TLS: GetInboundPolicy cannot check that a caller is the pod's own proxy, and answers anyone")
+		cfg.Destination.RequireCallerIdentity = false
+		log.Warn("no TLS: destination cannot check callers' identities; it answers anyone (GetInboundPolicy too), bounding streams per address")
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -154,20 +159,15 @@ func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) err
 		return err
 	}
 
-	var grpcOpts []grpc.ServerOption
+	var tlsCfg *tls.Config
 	if opts.ServerTLS != nil {
-		tlsCfg, err := opts.ServerTLS()
-		if err != nil {
+		if tlsCfg, err = opts.ServerTLS(); err != nil {
 			return fmt.Errorf("server TLS configuration: %w", err)
 		}
-		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	} else {
 		log.Warn("no TLS configured: serving the Destination API in PLAINTEXT", "addr", cfg.Addr)
 	}
-	// Proxies ping every 30 s to notice a lost connection; allow it.
-	grpcOpts = append(grpcOpts, grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 20 * time.Second}))
-	gs := grpc.NewServer(grpcOpts...)
-	pb.RegisterDestinationServer(gs, srv)
+	gs := grpcServer(srv, tlsCfg)
 
 	lis, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -187,7 +187,8 @@ func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) err
 	log.Info("serving", "addr", lis.Addr().String(), "admin_addr", adminLis.Addr().String(),
 		"cluster_domain", cfg.Destination.ClusterDomain, "trust_domain", cfg.Destination.TrustDomain,
 		"default_inbound_policy", cfg.Destination.DefaultInboundPolicy, "cluster_networks", prefixList(cfg.Destination.ClusterNetworks),
-		"verify_inbound_caller", cfg.Destination.VerifyInboundCaller)
+		"verify_inbound_caller", cfg.Destination.VerifyInboundCaller, "require_caller_identity", cfg.Destination.RequireCallerIdentity,
+		"max_streams_per_identity", cfg.Destination.MaxStreamsPerIdentity, "max_loopback_streams", cfg.Destination.MaxLoopbackStreams)
 
 	var runErr error
 	select {
@@ -212,6 +213,23 @@ func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) err
 	defer done()
 	_ = admin.Shutdown(shutdownCtx)
 	return runErr
+}
+
+// grpcServer is the Destination API's gRPC server: over tlsCfg (nil:
+// plaintext), with srv's caller interceptor (identities, loopback, stream
+// bounds; see destination.Server.StreamInterceptor).
+func grpcServer(srv *destination.Server, tlsCfg *tls.Config) *grpc.Server {
+	opts := []grpc.ServerOption{
+		grpc.ChainStreamInterceptor(srv.StreamInterceptor()),
+		// Proxies ping every 30 s to notice a lost connection; allow it.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 20 * time.Second}),
+	}
+	if tlsCfg != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
+	gs := grpc.NewServer(opts...)
+	pb.RegisterDestinationServer(gs, srv)
+	return gs
 }
 
 // watchRoutes connects the server's route side (Gateway API routes,

@@ -27,6 +27,9 @@ func TestParseFlags(t *testing.T) {
 		cfg.Destination.QueueSize != 7 || cfg.Destination.TrustDomain != "td.example" || cfg.Kubeconfig != "" {
 		t.Errorf("parsed %+v", cfg)
 	}
+	if d := cfg.Destination; d.MaxStreamsPerIdentity != 2000 || d.MaxLoopbackStreams != 100 || !d.RequireCallerIdentity {
+		t.Errorf("caller defaults: %+v", d)
+	}
 	if d := cfg.Destination; d.DefaultInboundPolicy != "all-unauthenticated" || !d.VerifyInboundCaller ||
 		prefixList(d.ClusterNetworks) != "10.0.0.0/8,100.64.0.0/10,172.16.0.0/12,192.168.0.0/16,fd00::/8" {
 		t.Errorf("inbound defaults: %+v", d)
@@ -38,7 +41,16 @@ func TestParseFlags(t *testing.T) {
 	if d := cfg.Destination; d.DefaultInboundPolicy != "cluster-authenticated" || prefixList(d.ClusterNetworks) != "10.244.0.0/16,fd10::/64" {
 		t.Errorf("inbound flags: %+v", d)
 	}
+	cfg, err = ParseFlags([]string{"--max-streams-per-identity", "500", "--max-loopback-streams", "5"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cfg.Destination; d.MaxStreamsPerIdentity != 500 || d.MaxLoopbackStreams != 5 {
+		t.Errorf("caller flags: %+v", d)
+	}
 	for _, args := range [][]string{
+		{"--max-streams-per-identity", "0"},
+		{"--max-loopback-streams", "0"},
 		{"--default-inbound-policy", "allow"},
 		{"--cluster-networks", ""},
 		{"--cluster-networks", "10.0.0.1/8"},

@@ -63,7 +63,9 @@ func (c IdentityConfig) client(trustDomain string, log *slog.Logger) (*certify.C
 }
 
 // serverTLS serves the current certificate over TLS 1.3 and verifies the
-// client certificates proxies present against the anchors.
+// client certificates proxies present against the anchors. A caller may
+// connect without one: the stream interceptor (grpcServer) then refuses
+// its streams unless it is on loopback (a port-forward into this pod).
 func serverTLS(certs *certify.Client) *tls.Config {
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS13,

@@ -81,8 +81,12 @@ func diagnostics(t *testing.T, ctl plexusctl) {
 	if err != nil || !strings.Contains(out, "# POD "+demoNamespace+"/web-") || !strings.Contains(out, "response_total{") {
 		t.Errorf("plexusctl diagnostics proxy-metrics deploy/web: %v\n%.500s", err, out)
 	}
-	out, err = ctl("diagnostics", "endpoints", "books."+demoNamespace+":8080")
-	if err != nil || !strings.Contains(out, "spiffe://cluster.local/ns/"+demoNamespace+"/sa/books") || !strings.Contains(out, "1 endpoints published") {
+	// Asked of destination itself, through a port-forward to its pod
+	// (loopback: no client certificate), its identity verified.
+	out, err = ctl("diagnostics", "endpoints", "books."+demoNamespace+":8080", "--compare")
+	if err != nil || !strings.Contains(out, "spiffe://cluster.local/ns/"+demoNamespace+"/sa/books") ||
+		!strings.Contains(out, "1 endpoints published by destination (pod "+controlNamespace+"/plexus-destination-") ||
+		!strings.Contains(out, "destination and the EndpointSlices agree") {
 		t.Errorf("plexusctl diagnostics endpoints books: %v\n%s", err, out)
 	}
 }

@@ -1,7 +1,9 @@
 // Package diagnostics is plexusctl diagnostics: a proxy's raw metrics
-// fetched through the API server (ProxyMetrics), and the endpoints
-// destination gives a proxy for a service port, computed from the
-// Kubernetes API by destination's rules (Endpoints).
+// fetched through a port-forward (ProxyMetrics), and the endpoints
+// destination gives a proxy for a service port, asked of destination
+// through a port-forward as a proxy asks (Endpoints), with, for
+// comparison, what the EndpointSlices give by destination's rules
+// (SliceEndpoints).
 package diagnostics
 
 import (

@@ -4,23 +4,32 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 
 	"github.com/plexus-mesh/plexus/control/cli/stat"
+	"github.com/plexus-mesh/plexus/control/destination/destinationtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -220,7 +229,10 @@ func ep(ip, pod string, ready, serving, terminating *bool) discoveryv1.Endpoint 
 	return e
 }
 
-func shopEndpoints() *fake.Clientset {
+// shopObjects are the Service shop/web (and an ExternalName one), its
+// pods and EndpointSlices: ready, serving, terminating, not ready, of a
+// pod gone or finished, opaque, without a pod, and on another port.
+func shopObjects() []runtime.Object {
 	yes, no := ptr(true), ptr(false)
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
@@ -232,11 +244,14 @@ func shopEndpoints() *fake.Clientset {
 	}
 	opaque := pod("web-db", "", true, corev1.PodRunning)
 	opaque.Annotations = map[string]string{"config.plexus.dev/opaque-ports": "8080"}
+	owned := pod("web-b", "web", true, corev1.PodRunning)
+	owned.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-7c9d", Controller: ptr(true)}}
+	owned.Labels["pod-template-hash"] = "7c9d"
 	other := slice("web-other", 9090, ep("10.0.0.99", "", nil, nil, nil))
 	other.Ports[0].Name = ptr("metrics")
-	return fake.NewClientset(svc, ext,
+	return []runtime.Object{svc, ext,
 		pod("web-a", "web", true, corev1.PodRunning),
-		pod("web-b", "web", true, corev1.PodRunning),
+		owned,
 		pod("web-plain", "web", false, corev1.PodRunning),
 		pod("web-done", "web", true, corev1.PodSucceeded),
 		opaque,
@@ -250,11 +265,57 @@ func shopEndpoints() *fake.Clientset {
 		slice("web-2", 8080,
 			ep("10.0.0.7", "web-a", no, no, no),
 			ep("192.0.2.1", "", yes, yes, no)),
-		other)
+		other}
 }
 
+func shopEndpoints() *fake.Clientset { return fake.NewClientset(shopObjects()...) }
+
+// destinationPod is a ready destination pod in plexus-system.
+func destinationPod(name string, ready bool, grpcPort int32) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "plexus-system", Name: name, Labels: map[string]string{"app.kubernetes.io/name": "plexus-destination"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "destination", Ports: []corev1.ContainerPort{{Name: "grpc", ContainerPort: grpcPort}, {Name: "admin", ContainerPort: 9996}}}}},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}},
+	}
+	if ready {
+		p.Status.Conditions[0].Status = corev1.ConditionTrue
+	}
+	return p
+}
+
+func anchorsConfigMap(pem []byte) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "plexus-system", Name: TrustAnchorsConfigMap}, Data: map[string]string{TrustAnchorsKey: string(pem)}}
+}
+
+// askDestination is Endpoints asking a real destination server
+// (destinationtest, TLS, the caller interceptor) of the shop cluster:
+// the API holds the shop objects, destination's pods (the ready one,
+// plexus-destination-b, serving gRPC on 8086) and the anchors ConfigMap;
+// Dial reaches the server on loopback, as a port-forward does.
+func askDestination(t *testing.T, trustDomain string) (Endpoints, *destinationtest.Server) {
+	t.Helper()
+	dst := destinationtest.Start(t, trustDomain, nil, shopObjects()...)
+	objs := append(shopObjects(), destinationPod("plexus-destination-a", false, 8086), destinationPod("plexus-destination-b", true, 8086),
+		destinationPod("plexus-destination-c", true, 8087), anchorsConfigMap(dst.PKI.AnchorsPEM()))
+	e := Endpoints{
+		Client: fake.NewClientset(objs...),
+		Dial: func(ctx context.Context, ns, pod string, port uint16) (net.Conn, error) {
+			if ns != "plexus-system" || pod != "plexus-destination-b" || port != 8086 {
+				return nil, fmt.Errorf("dialed %s/%s:%d, want plexus-system/plexus-destination-b:8086", ns, pod, port)
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", dst.Addr)
+		},
+		ControlNamespace: "plexus-system", TrustDomain: trustDomain, ClusterDomain: "cluster.local",
+	}
+	return e, dst
+}
+
+// TestEndpoints asks a real destination server, through a loopback
+// connection without a client certificate, and renders its answer; with
+// Compare, the EndpointSlices computed by destination's rules agree.
 func TestEndpoints(t *testing.T) {
-	e := Endpoints{Client: shopEndpoints(), TrustDomain: "cluster.local", ClusterDomain: "cluster.local"}
+	e, dst := askDestination(t, "cluster.local")
 	r, err := e.Run(context.Background(), Authority{"web", "shop", 80})
 	if err != nil {
 		t.Fatal(err)
@@ -270,27 +331,108 @@ func TestEndpoints(t *testing.T) {
 		}
 		checkGolden(t, "endpoints-web."+format+".golden", out.String())
 	}
+	if got := openStreams(t, dst); got != 0 {
+		t.Errorf("destination still has %v streams open after Run returned", got)
+	}
 
-	for _, tc := range []struct {
-		a   Authority
-		err string
-	}{
-		{Authority{"nope", "shop", 80}, "service shop/nope not found"},
-		{Authority{"web", "shop", 53}, "service shop/web has no TCP port 53 (it has: 80); destination gives no endpoints"},
-		{Authority{"ext", "shop", 80}, "service shop/ext is of type ExternalName (example.org): destination does not resolve it, proxies use DNS"},
-	} {
-		if _, err := e.Run(context.Background(), tc.a); err == nil || err.Error() != tc.err {
-			t.Errorf("%+v: %v, want %q", tc.a, err, tc.err)
+	e.Compare = true
+	r, err = e.Run(context.Background(), Authority{"web", "shop", 80})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := r.Comparison; c == nil || c.Error != "" || len(c.OnlyDestination)+len(c.OnlySlices) > 0 {
+		t.Errorf("destination and the slices disagree: %+v", c)
+	}
+	for _, format := range []string{"table", "wide", "json"} {
+		var out bytes.Buffer
+		f := format
+		if f == "table" {
+			f = stat.FormatTable
+		}
+		if err := RenderEndpoints(&out, r, f); err != nil {
+			t.Fatal(err)
+		}
+		checkGolden(t, "endpoints-web-compare."+format+".golden", out.String())
+	}
+}
+
+// openStreams waits for destination's streams to end and returns how
+// many are open.
+func openStreams(t *testing.T, dst *destinationtest.Server) float64 {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		families, err := dst.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		open := 0.0
+		for _, f := range families {
+			if f.GetName() == "plexus_destination_streams" {
+				for _, m := range f.Metric {
+					open += m.GetGauge().GetValue()
+				}
+			}
+		}
+		if open == 0 || time.Now().After(deadline) {
+			return open
 		}
 	}
 }
 
-func TestEndpointsNone(t *testing.T) {
-	client := fake.NewClientset(&corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
-		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}},
-	})
-	r, err := Endpoints{Client: client, TrustDomain: "example.org", ClusterDomain: "cluster.local"}.Run(context.Background(), Authority{"web", "shop", 80})
+// TestEndpointsAnswers: what destination says of a service it does not
+// know, an ExternalName one, one without endpoints; and the comparison
+// when the slices cannot be read.
+func TestEndpointsAnswers(t *testing.T) {
+	e, _ := askDestination(t, "example.org")
+	for _, tc := range []struct {
+		a       Authority
+		compare bool
+		want    string
+	}{
+		{Authority{"nope", "shop", 80}, false, "nope.shop.svc.cluster.local:80: 0 endpoints published by destination (pod plexus-system/plexus-destination-b, trust domain example.org): it does not know the service (it does not exist, or is of type ExternalName, which proxies resolve by DNS)\n"},
+		{Authority{"ext", "shop", 80}, false, "ext.shop.svc.cluster.local:80: 0 endpoints published by destination (pod plexus-system/plexus-destination-b, trust domain example.org): it does not know the service"},
+		{Authority{"web", "shop", 53}, false, "web.shop.svc.cluster.local:53: 0 endpoints published by destination (pod plexus-system/plexus-destination-b, trust domain example.org)\n"},
+		{Authority{"nope", "shop", 80}, true, "\nfor comparison, the EndpointSlices by destination's rules (computed here from the API):\nservice shop/nope not found\n"},
+		{Authority{"web", "shop", 53}, true, "service shop/web has no TCP port 53 (it has: 80); destination gives no endpoints\n"},
+	} {
+		e.Compare = tc.compare
+		r, err := e.Run(context.Background(), tc.a)
+		if err != nil {
+			t.Errorf("%+v: %v", tc.a, err)
+			continue
+		}
+		var out bytes.Buffer
+		if err := RenderEndpoints(&out, r, ""); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), tc.want) {
+			t.Errorf("%+v: got\n%s\nwant it to contain %q", tc.a, out.String(), tc.want)
+		}
+	}
+}
+
+// TestEndpointsCompareDiffers: when the API says otherwise than
+// destination (here: the API lost pod web-b and has one more ready
+// endpoint), the comparison names the addresses.
+func TestEndpointsCompareDiffers(t *testing.T) {
+	e, dst := askDestination(t, "cluster.local")
+	var objs []runtime.Object
+	for _, o := range shopObjects() {
+		switch o := o.(type) {
+		case *corev1.Pod:
+			if o.Name == "web-b" {
+				continue
+			}
+		case *discoveryv1.EndpointSlice:
+			if o.Name == "web-2" {
+				o.Endpoints = append(o.Endpoints, ep("10.0.0.8", "", ptr(true), ptr(true), ptr(false)))
+			}
+		}
+		objs = append(objs, o)
+	}
+	e.Client = fake.NewClientset(append(objs, destinationPod("plexus-destination-b", true, 8086), anchorsConfigMap(dst.PKI.AnchorsPEM()))...)
+	e.Compare = true
+	r, err := e.Run(context.Background(), Authority{"web", "shop", 80})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,8 +440,42 @@ func TestEndpointsNone(t *testing.T) {
 	if err := RenderEndpoints(&out, r, ""); err != nil {
 		t.Fatal(err)
 	}
-	if want := "web.shop.svc.cluster.local:80: 0 endpoints published of 0 listed (trust domain example.org)\n"; out.String() != want {
-		t.Errorf("got %q, want %q", out.String(), want)
+	want := "destination and the EndpointSlices differ: destination sends 10.0.0.2:8080, which the slices do not publish; the slices publish 10.0.0.8:8080, which destination does not send"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("got\n%s\nwant it to contain %q", out.String(), want)
+	}
+}
+
+// TestEndpointsErrors: no ready destination pod, no trust anchors, a
+// destination that does not prove the expected identity, or not of the
+// anchors, are errors naming what is wrong.
+func TestEndpointsErrors(t *testing.T) {
+	e, _ := askDestination(t, "cluster.local")
+	ctx := context.Background()
+	web := Authority{"web", "shop", 80}
+
+	noPods := e
+	noPods.Client = fake.NewClientset(destinationPod("plexus-destination-a", false, 8086), anchorsConfigMap(nil))
+	if _, err := noPods.Run(ctx, web); err == nil || err.Error() != "no ready destination pod in plexus-system (1 pods match app.kubernetes.io/name=plexus-destination)" {
+		t.Errorf("no ready pod: %v", err)
+	}
+	noAnchors := e
+	noAnchors.Client = fake.NewClientset(destinationPod("plexus-destination-b", true, 8086))
+	if _, err := noAnchors.Run(ctx, web); err == nil || err.Error() != "the trust anchors (ConfigMap plexus-system/plexus-identity-trust-anchors, key ca-bundle.crt): not found" {
+		t.Errorf("no anchors: %v", err)
+	}
+	otherTD := e
+	otherTD.TrustDomain = "other.example"
+	if _, err := otherTD.Run(ctx, web); err == nil || !strings.Contains(err.Error(), "want spiffe://other.example/ns/plexus-system/sa/plexus-destination, got spiffe://cluster.local/ns/plexus-system/sa/plexus-destination") {
+		t.Errorf("another identity: %v", err)
+	}
+	otherMesh := e
+	otherMesh.Client = fake.NewClientset(destinationPod("plexus-destination-b", true, 8086), anchorsConfigMap(destinationtest.NewPKI(t, "cluster.local").AnchorsPEM()))
+	if _, err := otherMesh.Run(ctx, web); err == nil || !strings.Contains(err.Error(), "destination's certificate is not of the mesh's trust anchors") {
+		t.Errorf("another mesh's anchors: %v", err)
+	}
+	if _, err := e.Run(ctx, Authority{"web", "shop", 0}); status.Code(errors.Unwrap(err)) != codes.InvalidArgument {
+		t.Errorf("port 0: %v, want destination's InvalidArgument", err)
 	}
 }
 

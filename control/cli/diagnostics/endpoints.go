@@ -3,30 +3,55 @@ package diagnostics
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/plexus-mesh/plexus/control/destination"
-	"github.com/plexus-mesh/plexus/control/meshpod"
+	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/control/spiffe"
+)
+
+// What plexusctl install deploys, by which Endpoints finds destination
+// and its identity.
+const (
+	// DestinationSelector selects destination's pods.
+	DestinationSelector = "app.kubernetes.io/name=plexus-destination"
+	// DestinationServiceAccount is destination's service account: its
+	// identity is spiffe://TRUST_DOMAIN/ns/CONTROL_NAMESPACE/sa/plexus-destination.
+	DestinationServiceAccount = "plexus-destination"
+	// DestinationPort is destination's gRPC port when its pod names no
+	// container port grpc.
+	DestinationPort = 8086
+	// TrustAnchorsConfigMap and TrustAnchorsKey hold the mesh's trust
+	// anchors (PEM) in the control plane namespace.
+	TrustAnchorsConfigMap = "plexus-identity-trust-anchors"
+	TrustAnchorsKey       = "ca-bundle.crt"
 )
 
 // Authority is a service port as a proxy asks destination for it.
 type Authority struct {
 	Service, Namespace string
 	Port               uint16
+}
+
+// String is the authority as destination's path: SVC.NS.svc.DOMAIN:PORT.
+func (a Authority) String(clusterDomain string) string {
+	return fmt.Sprintf("%s.%s.svc.%s:%d", a.Service, a.Namespace, clusterDomain, a.Port)
 }
 
 // ParseAuthority reads SVC.NS:PORT or SVC.NS.svc.CLUSTER_DOMAIN:PORT (a
@@ -49,193 +74,273 @@ func ParseAuthority(s, clusterDomain string) (Authority, error) {
 	return Authority{Service: svc, Namespace: ns, Port: uint16(port)}, nil
 }
 
-// Endpoint is one address of an EndpointSlice of the service port, and
-// what destination makes of it.
+// Endpoint is one address destination sends a proxy.
 type Endpoint struct {
-	Address string `json:"address"` // IP:target port
-	// Published: destination sends it to proxies; Terminating ones get
-	// nothing new while any published one is not terminating.
-	Published   bool   `json:"published"`
-	Ready       bool   `json:"ready"` // unset in the slice counts as true
-	Serving     bool   `json:"serving"`
-	Terminating bool   `json:"terminating"`
-	Pod         string `json:"pod,omitempty"`
-	// Identity is the SPIFFE ID a proxy requires of the pod; empty when
-	// the pod is not meshed (the proxy then connects in plaintext).
+	Address string `json:"address"` // IP:port, the pod's port
+	// Identity is the SPIFFE ID the proxy requires of the endpoint; empty:
+	// none, the proxy connects in plaintext (a pod without a proxy).
 	Identity string `json:"identity,omitempty"`
-	Zone     string `json:"zone,omitempty"`
-	Node     string `json:"node,omitempty"`
-	Opaque   bool   `json:"opaque"` // the target port is in the pod's opaque-ports
-	Slice    string `json:"slice"`
-	// Note says why an endpoint is not published beyond its conditions.
-	Note string `json:"note,omitempty"`
+	Weight   uint32 `json:"weight"`
+	// ProtocolHint is opaque (the pod lists the port in its opaque-ports:
+	// the proxy forwards bytes) or h2; empty: none.
+	ProtocolHint string `json:"protocolHint,omitempty"`
+	// Terminating: the pod is draining; the proxy sends it nothing new
+	// while another endpoint is not terminating.
+	Terminating bool `json:"terminating"`
+	// Labels are the metric labels of the set and of the address (pod,
+	// owner_kind, owner_name, serviceaccount, zone, namespace, service).
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
-// EndpointsReport is what Endpoints.Run returns.
+// EndpointsReport is what Endpoints.Run returns: destination's first
+// answer to a proxy's Get.
 type EndpointsReport struct {
-	Authority   string     `json:"authority"` // SVC.NS.svc.DOMAIN:PORT
-	TrustDomain string     `json:"trustDomain"`
-	Opaque      bool       `json:"opaque"` // the service lists the port as opaque
-	Endpoints   []Endpoint `json:"endpoints"`
+	Authority string `json:"authority"` // SVC.NS.svc.DOMAIN:PORT
+	// Destination is the pod asked (namespace/name), which proved
+	// DestinationIdentity.
+	Destination         string `json:"destination"`
+	DestinationIdentity string `json:"destinationIdentity"`
+	TrustDomain         string `json:"trustDomain"`
+	// Exists: destination knows the service. False: it does not exist
+	// (in destination's cache), or is of type ExternalName (which proxies
+	// resolve by DNS); there are no endpoints.
+	Exists    bool       `json:"exists"`
+	Endpoints []Endpoint `json:"endpoints"`
+	// Comparison, with --compare: the same computed from the API.
+	Comparison *Comparison `json:"comparison,omitempty"`
 }
 
-// Endpoints computes from the Kubernetes API what destination's Get
-// streams for a service port. destination keeps its rules unexported
-// (control/destination/snapshots.go, endpoint.go); this follows them: a
-// slice endpoint is published when ready (or ready unset), or serving
-// and terminating, and its pod (if it names one) exists and has not
-// finished; a meshed pod's identity is
-// spiffe://TRUST_DOMAIN/ns/NS/sa/SA.
+// Comparison sets what the EndpointSlices say, by destination's rules
+// (SliceEndpoints), beside what destination said.
+type Comparison struct {
+	Slices *SliceReport `json:"slices,omitempty"`
+	// Error is why the slices could not be read (the service does not
+	// exist, say).
+	Error string `json:"error,omitempty"`
+	// OnlyDestination are addresses destination sent that the slices do
+	// not publish; OnlySlices the reverse. Both empty: they agree.
+	OnlyDestination []string `json:"onlyDestination,omitempty"`
+	OnlySlices      []string `json:"onlySlices,omitempty"`
+}
+
+// Endpoints asks destination what it tells a proxy about a service port,
+// as a proxy does (Get, its first answer), from a ready destination pod
+// through Dial (a port-forward: the connection arrives on the pod's
+// loopback, which destination answers without a client certificate). The
+// connection is TLS, destination proving its identity
+// (spiffe://TRUST_DOMAIN/ns/CONTROL_NAMESPACE/sa/plexus-destination)
+// against the trust anchors of the ConfigMap plexus-identity-trust-anchors.
 type Endpoints struct {
-	Client        kubernetes.Interface
-	TrustDomain   string
-	ClusterDomain string
+	Client kubernetes.Interface
+	// Dial connects to port of pod ns/name (portforward.PodDialer.DialConn).
+	Dial             func(ctx context.Context, ns, pod string, port uint16) (net.Conn, error)
+	ControlNamespace string
+	TrustDomain      string
+	ClusterDomain    string
+	// Compare also computes the endpoints from the EndpointSlices
+	// (SliceEndpoints) and sets them beside destination's.
+	Compare bool
 }
 
-// Run returns the endpoints of a, published ones first, then by address.
+// Run asks destination for a.
 func (e Endpoints) Run(ctx context.Context, a Authority) (*EndpointsReport, error) {
+	pod, port, err := e.destinationPod(ctx)
+	if err != nil {
+		return nil, err
+	}
+	roots, err := e.trustAnchors(ctx)
+	if err != nil {
+		return nil, err
+	}
+	want := spiffe.New(e.TrustDomain, e.ControlNamespace, DestinationServiceAccount)
 	r := &EndpointsReport{
-		Authority:   fmt.Sprintf("%s.%s.svc.%s:%d", a.Service, a.Namespace, e.ClusterDomain, a.Port),
-		TrustDomain: e.TrustDomain,
-		Endpoints:   []Endpoint{},
+		Authority:           a.String(e.ClusterDomain),
+		Destination:         pod.Namespace + "/" + pod.Name,
+		DestinationIdentity: want.String(),
+		TrustDomain:         e.TrustDomain,
+		Endpoints:           []Endpoint{},
 	}
-	what := fmt.Sprintf("service %s/%s", a.Namespace, a.Service)
-	svc, err := e.Client.CoreV1().Services(a.Namespace).Get(ctx, a.Service, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("%s not found", what)
+	conn, err := grpc.NewClient("passthrough:///"+DestinationServiceAccount,
+		grpc.WithTransportCredentials(credentials.NewTLS(serverTLS(roots, want))),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			return e.Dial(ctx, pod.Namespace, pod.Name, port)
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("destination client: %w", err)
 	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the stream
+	what := fmt.Sprintf("asking destination (pod %s, port %d, through a port-forward) for %s", r.Destination, port, r.Authority)
+	st, err := pb.NewDestinationClient(conn).Get(ctx, &pb.GetDestination{Path: r.Authority})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	if svc.Spec.Type == corev1.ServiceTypeExternalName {
-		return nil, fmt.Errorf("%s is of type ExternalName (%s): destination does not resolve it, proxies use DNS", what, svc.Spec.ExternalName)
-	}
-	r.Opaque = destination.OpaquePort(svc.Annotations, a.Port)
-	var svcPort *corev1.ServicePort
-	var ports []string
-	for i := range svc.Spec.Ports {
-		p := &svc.Spec.Ports[i]
-		if p.Protocol == "" || p.Protocol == corev1.ProtocolTCP {
-			ports = append(ports, strconv.Itoa(int(p.Port)))
-			if p.Port == int32(a.Port) {
-				svcPort = p
-			}
-		}
-	}
-	if svcPort == nil {
-		return nil, fmt.Errorf("%s has no TCP port %d (it has: %s); destination gives no endpoints", what, a.Port, cmp.Or(strings.Join(ports, ", "), "none"))
-	}
-	list, err := e.Client.DiscoveryV1().EndpointSlices(a.Namespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + a.Service})
+	u, err := st.Recv()
 	if err != nil {
-		return nil, fmt.Errorf("listing the EndpointSlices of %s: %w", what, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	pods := map[string]*corev1.Pod{}
-	for i := range list.Items {
-		s := &list.Items[i]
-		if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
-			continue
+	switch u := u.GetUpdate().(type) {
+	case *pb.Update_Add:
+		r.Exists = true
+		for _, wa := range u.Add.GetAddrs() {
+			r.Endpoints = append(r.Endpoints, endpointOf(u.Add.GetMetricLabels(), wa))
 		}
-		target, ok := destination.SlicePort(s, svcPort.Name)
-		if !ok {
-			continue
-		}
-		for j := range s.Endpoints {
-			eps, err := e.endpoints(ctx, pods, s, &s.Endpoints[j], target)
-			if err != nil {
-				return nil, err
-			}
-			r.Endpoints = append(r.Endpoints, eps...)
-		}
+	case *pb.Update_NoEndpoints:
+		r.Exists = u.NoEndpoints.GetExists()
+	default:
+		return nil, fmt.Errorf("%s: the first answer is %T, want an Add or NoEndpoints", what, u)
 	}
-	sortEndpoints(r.Endpoints)
+	slices.SortFunc(r.Endpoints, func(x, y Endpoint) int {
+		return cmp.Or(b2i(x.Terminating)-b2i(y.Terminating), compareAddr(x.Address, y.Address))
+	})
+	if e.Compare {
+		r.Comparison = e.compare(ctx, a, r)
+	}
 	return r, nil
 }
 
-// endpoints are the addresses of one slice endpoint.
-func (e Endpoints) endpoints(ctx context.Context, pods map[string]*corev1.Pod, s *discoveryv1.EndpointSlice, ep *discoveryv1.Endpoint, port uint16) ([]Endpoint, error) {
-	c := ep.Conditions
-	base := Endpoint{
-		Ready:       c.Ready == nil || *c.Ready,
-		Serving:     c.Serving != nil && *c.Serving,
-		Terminating: c.Terminating != nil && *c.Terminating,
-		Zone:        deref(ep.Zone),
-		Node:        deref(ep.NodeName),
-		Slice:       s.Name,
+// endpointOf is one address of an Add.
+func endpointOf(setLabels map[string]string, wa *pb.WeightedAddr) Endpoint {
+	ep := Endpoint{Weight: wa.GetWeight(), Terminating: wa.GetTerminating(), Identity: wa.GetTlsIdentity().GetSpiffeId()}
+	if ip, ok := netip.AddrFromSlice(wa.GetAddr().GetIp()); ok {
+		ep.Address = netip.AddrPortFrom(ip.Unmap(), uint16(wa.GetAddr().GetPort())).String()
+	} else {
+		ep.Address = fmt.Sprintf("%x:%d", wa.GetAddr().GetIp(), wa.GetAddr().GetPort())
 	}
-	base.Published, _ = destination.SliceEndpointState(c) // destination's rule
-	if ref := ep.TargetRef; ref != nil && ref.Kind == "Pod" {
-		ns := cmp.Or(ref.Namespace, s.Namespace)
-		base.Pod = ref.Name
-		pod, err := e.pod(ctx, pods, ns, ref.Name)
-		if err != nil {
-			return nil, err
-		}
-		switch {
-		case pod == nil:
-			base.Published, base.Note = false, "pod gone"
-		case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
-			base.Published, base.Note = false, "pod "+strings.ToLower(string(pod.Status.Phase))
-		default:
-			if meshpod.IsMeshed(pod) {
-				base.Identity = spiffe.New(e.TrustDomain, pod.Namespace, cmp.Or(pod.Spec.ServiceAccountName, "default")).String()
-			}
-			base.Opaque = destination.OpaquePort(pod.Annotations, port)
-		}
+	switch wa.GetProtocolHint().GetProtocol() {
+	case pb.ProtocolHint_OPAQUE:
+		ep.ProtocolHint = "opaque"
+	case pb.ProtocolHint_H2:
+		ep.ProtocolHint = "h2"
 	}
-	var out []Endpoint
-	for _, a := range ep.Addresses {
-		ip, err := netip.ParseAddr(a)
-		if err != nil {
-			continue
+	if len(setLabels)+len(wa.GetMetricLabels()) > 0 {
+		ep.Labels = maps.Clone(setLabels)
+		if ep.Labels == nil {
+			ep.Labels = map[string]string{}
 		}
-		one := base
-		one.Address = netip.AddrPortFrom(ip.Unmap(), port).String()
-		out = append(out, one)
+		maps.Copy(ep.Labels, wa.GetMetricLabels())
 	}
-	return out, nil
+	return ep
 }
 
-// pod gets a pod once per run; nil when it does not exist.
-func (e Endpoints) pod(ctx context.Context, cache map[string]*corev1.Pod, ns, name string) (*corev1.Pod, error) {
-	key := ns + "/" + name
-	if p, ok := cache[key]; ok {
-		return p, nil
+// destinationPod is a ready destination pod (by name, the first) and
+// its gRPC port.
+func (e Endpoints) destinationPod(ctx context.Context) (*corev1.Pod, uint16, error) {
+	list, err := e.Client.CoreV1().Pods(e.ControlNamespace).List(ctx, metav1.ListOptions{LabelSelector: DestinationSelector})
+	if err != nil {
+		return nil, 0, fmt.Errorf("listing destination's pods in %s: %w", e.ControlNamespace, err)
 	}
-	p, err := e.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	var ready []*corev1.Pod
+	for i := range list.Items {
+		if p := &list.Items[i]; p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podReady(p) {
+			ready = append(ready, p)
+		}
+	}
+	if len(ready) == 0 {
+		return nil, 0, fmt.Errorf("no ready destination pod in %s (%d pods match %s)", e.ControlNamespace, len(list.Items), DestinationSelector)
+	}
+	slices.SortFunc(ready, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	pod := ready[0]
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			if p.Name == "grpc" && p.ContainerPort > 0 && p.ContainerPort < 65536 {
+				return pod, uint16(p.ContainerPort), nil
+			}
+		}
+	}
+	return pod, DestinationPort, nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// trustAnchors reads the mesh's trust anchors.
+func (e Endpoints) trustAnchors(ctx context.Context) (*x509.CertPool, error) {
+	what := fmt.Sprintf("the trust anchors (ConfigMap %s/%s, key %s)", e.ControlNamespace, TrustAnchorsConfigMap, TrustAnchorsKey)
+	cm, err := e.Client.CoreV1().ConfigMaps(e.ControlNamespace).Get(ctx, TrustAnchorsConfigMap, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		p, err = nil, nil
+		return nil, fmt.Errorf("%s: not found", what)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("pod %s: %w", key, err)
+		return nil, fmt.Errorf("reading %s: %w", what, err)
 	}
-	cache[key] = p
-	return p, nil
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM([]byte(cm.Data[TrustAnchorsKey])) {
+		return nil, fmt.Errorf("%s: no PEM certificate", what)
+	}
+	return roots, nil
 }
 
-func sortEndpoints(eps []Endpoint) {
-	b2i := func(b bool) int {
-		if b {
-			return 1
+// serverTLS is the client side of a connection to destination: TLS 1.3,
+// the server's chain verified to roots and its leaf naming want; no
+// client certificate.
+func serverTLS(roots *x509.CertPool, want spiffe.ID) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		ServerName: want.ServiceAccount + "." + want.Namespace,
+		// The SAN is a URI, not a host name: the standard verification is
+		// replaced by VerifyConnection, never skipped.
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("destination presented no certificate")
+			}
+			inter := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				inter.AddCert(c)
+			}
+			chains, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+			if err != nil {
+				return fmt.Errorf("destination's certificate is not of the mesh's trust anchors: %w", err)
+			}
+			_, err = spiffe.VerifyPeer(chains, want)
+			return err
+		},
+	}
+}
+
+// compare computes a from the EndpointSlices and names the published
+// addresses destination and the slices disagree on.
+func (e Endpoints) compare(ctx context.Context, a Authority, r *EndpointsReport) *Comparison {
+	s, err := SliceEndpoints{Client: e.Client, TrustDomain: e.TrustDomain, ClusterDomain: e.ClusterDomain}.Run(ctx, a)
+	if err != nil {
+		return &Comparison{Error: err.Error()}
+	}
+	c := &Comparison{Slices: s}
+	fromDestination, fromSlices := map[string]bool{}, map[string]bool{}
+	for _, ep := range r.Endpoints {
+		fromDestination[ep.Address] = true
+	}
+	for _, ep := range s.Endpoints {
+		if ep.Published {
+			fromSlices[ep.Address] = true
 		}
-		return 0
 	}
-	slices.SortStableFunc(eps, func(x, y Endpoint) int {
-		return cmp.Or(b2i(y.Published)-b2i(x.Published), b2i(x.Terminating)-b2i(y.Terminating), compareAddr(x.Address, y.Address), strings.Compare(x.Slice, y.Slice))
-	})
+	for addr := range fromDestination {
+		if !fromSlices[addr] {
+			c.OnlyDestination = append(c.OnlyDestination, addr)
+		}
+	}
+	for addr := range fromSlices {
+		if !fromDestination[addr] {
+			c.OnlySlices = append(c.OnlySlices, addr)
+		}
+	}
+	slices.SortFunc(c.OnlyDestination, compareAddr)
+	slices.SortFunc(c.OnlySlices, compareAddr)
+	return c
 }
 
-func compareAddr(x, y string) int {
-	a, errA := netip.ParseAddrPort(x)
-	b, errB := netip.ParseAddrPort(y)
-	if err := errors.Join(errA, errB); err != nil {
-		return strings.Compare(x, y)
+func b2i(b bool) int {
+	if b {
+		return 1
 	}
-	return a.Compare(b)
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
+	return 0
 }

@@ -53,10 +53,11 @@ func diagProxyMetricsCmd(g *globals, env Env) *cobra.Command {
 }
 
 func diagEndpointsCmd(g *globals, env Env) *cobra.Command {
-	return leaf("endpoints SVC.NS:PORT", "what destination tells a proxy for SVC.NS:PORT, computed from the EndpointSlices by destination's rules (not asked of destination) [-o wide|json|yaml]", func(fs *pflag.FlagSet) runFunc {
-		trustDomain := fs.String("trust-domain", "", "trust domain of the identities (default: destination's, read from its Deployment like authz; "+install.DefaultConfig().TrustDomain+" without one)")
+	return leaf("endpoints SVC.NS:PORT", "what destination tells a proxy for SVC.NS:PORT, asked of a ready destination pod as a proxy asks (its first answer to Get), through a port-forward [--compare] [-o wide|json|yaml]", func(fs *pflag.FlagSet) runFunc {
+		trustDomain := fs.String("trust-domain", "", "trust domain of destination's identity (default: destination's, read from its Deployment like authz; "+install.DefaultConfig().TrustDomain+" without one)")
 		clusterDomain := fs.String("cluster-domain", install.DefaultClusterDomain, "the cluster's DNS domain")
-		timeout := fs.Duration("timeout", 30*time.Second, "give up on the API server after this long")
+		compare := fs.Bool("compare", false, "also compute the endpoints from the EndpointSlices by destination's rules, and name the addresses where they differ")
+		timeout := fs.Duration("timeout", 30*time.Second, "give up on the API server and destination after this long")
 		return func(ctx context.Context, pos []string) error {
 			if len(pos) != 1 {
 				return usagef("want diagnostics endpoints SVC.NS:PORT (or SVC.NS.svc.%s:PORT)", *clusterDomain)
@@ -68,7 +69,11 @@ func diagEndpointsCmd(g *globals, env Env) *cobra.Command {
 			if err := tableOutput(g); err != nil {
 				return err
 			}
-			client, _, _, err := connect(g)
+			client, restCfg, _, err := connect(g)
+			if err != nil {
+				return err
+			}
+			dialer, err := portforward.NewPodDialer(restCfg)
 			if err != nil {
 				return err
 			}
@@ -82,7 +87,8 @@ func diagEndpointsCmd(g *globals, env Env) *cobra.Command {
 				}
 				td = s.TrustDomain.Value
 			}
-			e := diagnostics.Endpoints{Client: client, TrustDomain: cmp.Or(td, install.DefaultConfig().TrustDomain), ClusterDomain: *clusterDomain}
+			e := diagnostics.Endpoints{Client: client, Dial: dialer.DialConn, ControlNamespace: check.Namespace,
+				TrustDomain: cmp.Or(td, install.DefaultConfig().TrustDomain), ClusterDomain: *clusterDomain, Compare: *compare}
 			report, err := e.Run(ctx, a)
 			if err != nil {
 				return err

@@ -28,12 +28,14 @@ const (
 // APIServer serves pods/portforward as the kubelet does (its
 // WebSocket protocol, on golang.org/x/net/websocket as the kubelet's
 // wsstream), relaying each forwarded connection to Target (the pod's
-// port); Refuse, when set, answers every forward on the error channel.
+// port), or to Targets["NAMESPACE/POD:PORT"] when it names the pod and
+// port; Refuse, when set, answers every forward on the error channel.
 type APIServer struct {
-	Target string
-	Refuse string
-	mu     sync.Mutex
-	paths  []string
+	Target  string
+	Targets map[string]string
+	Refuse  string
+	mu      sync.Mutex
+	paths   []string
 }
 
 // Paths are the request URIs the server was asked, in order.
@@ -75,7 +77,7 @@ func (f *APIServer) Wrap(rest http.Handler) http.Handler {
 				_ = websocket.Message.Send(c, append([]byte{errorChannel}, f.Refuse...))
 				return
 			}
-			pod, err := net.Dial("tcp", f.Target)
+			pod, err := net.Dial("tcp", f.target(c.Request()))
 			if err != nil {
 				return
 			}
@@ -118,6 +120,18 @@ func (f *APIServer) Wrap(rest http.Handler) http.Handler {
 		}
 		ws.ServeHTTP(w, r)
 	})
+}
+
+// target is where a forward asked by r goes.
+func (f *APIServer) target(r *http.Request) string {
+	// /api/v1/namespaces/NS/pods/POD/portforward?ports=PORT
+	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	if len(parts) == 7 {
+		if t, ok := f.Targets[parts[3]+"/"+parts[5]+":"+r.URL.Query().Get("ports")]; ok {
+			return t
+		}
+	}
+	return f.Target
 }
 
 // EchoServer answers each line with it upper-cased.
