@@ -98,7 +98,8 @@ func (h *Handler) fanOut(ctx context.Context, w http.ResponseWriter, ps []corev1
 // proxies admit whole requests).
 func observeRequest(req tapapi.Request, dsts, srcs []string, pods int) *tappb.ObserveRequest {
 	obs := &tappb.ObserveRequest{MaxRps: req.MaxEventRate / tapapi.EventsPerRequest / float64(pods),
-		RedactHeaders: req.RedactHeaders,
+		RedactHeaders: req.RedactHeaders, RedactQueryParams: req.RedactQueryParams,
+		ShowHeaders: req.ShowHeaders, ShowQueryParams: req.ShowQueryParams,
 		Filter: &tappb.Filter{Direction: req.Direction, Method: req.Method, Authority: req.Authority,
 			PathPrefix: req.PathPrefix, Route: req.Route, DestinationAddrs: dsts, SourceAddrs: srcs}}
 	if req.Limit > 0 {

@@ -3,6 +3,7 @@ package tap
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,8 +15,9 @@ import (
 
 // FuzzDecodeRequest: any body is refused with an error or yields a
 // request whose values are in range: a rate within the service's bounds,
-// header names to redact that are header names, no negative limit, a
-// known direction.
+// header names to redact or show that are header names (none always
+// redacted among those shown), query parameter names that are names, at
+// most MaxRedactionNames of each, no negative limit, a known direction.
 func FuzzDecodeRequest(f *testing.F) {
 	for _, seed := range []string{
 		``,
@@ -25,6 +27,9 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"maxEventsPerSecond":-1}`,
 		`{"maxEventsPerSecond":1e309}`,
 		`{"redactHeaders":["bad name"]}`,
+		`{"showHeaders":["x-api-key"],"redactQueryParams":["tenant"],"showQueryParams":["code"]}`,
+		`{"showHeaders":["Authorization"]}`,
+		`{"showQueryParams":["a=b"]}`,
 		`{"unknown":1}`,
 		`{"limit":-3}`,
 		`[1,2]`,
@@ -50,12 +55,24 @@ func FuzzDecodeRequest(f *testing.F) {
 		default:
 			t.Errorf("accepted direction %q", req.Direction)
 		}
-		if len(req.RedactHeaders) > MaxRedactHeaders {
-			t.Errorf("accepted %d headers to redact", len(req.RedactHeaders))
+		for _, names := range [][]string{req.RedactHeaders, req.ShowHeaders, req.RedactQueryParams, req.ShowQueryParams} {
+			if len(names) > MaxRedactionNames {
+				t.Errorf("accepted %d names to redact or show", len(names))
+			}
 		}
-		for _, h := range req.RedactHeaders {
+		for _, h := range append(slices.Clone(req.RedactHeaders), req.ShowHeaders...) {
 			if !httpguts.ValidHeaderFieldName(h) || len(h) > sidecartap.MaxName || strings.ContainsAny(h, " \r\n") {
-				t.Errorf("accepted %q to redact", h)
+				t.Errorf("accepted header %q to redact or show", h)
+			}
+		}
+		for _, h := range req.ShowHeaders {
+			if tapapi.IsAlwaysRedacted(h) {
+				t.Errorf("accepted to show %q", h)
+			}
+		}
+		for _, p := range append(slices.Clone(req.RedactQueryParams), req.ShowQueryParams...) {
+			if !tapapi.ValidQueryParamName(p) || len(p) > sidecartap.MaxName || strings.ContainsAny(p, " &;=\r\n") {
+				t.Errorf("accepted query parameter %q to redact or show", p)
 			}
 		}
 		// What was accepted encodes and decodes to itself.
@@ -67,7 +84,9 @@ func FuzzDecodeRequest(f *testing.F) {
 		if err != nil {
 			t.Errorf("re-decoding %s: %v", b, err)
 		}
-		if again.MaxEventRate != req.MaxEventRate || again.Limit != req.Limit || again.Direction != req.Direction {
+		if again.MaxEventRate != req.MaxEventRate || again.Limit != req.Limit || again.Direction != req.Direction ||
+			!slices.Equal(again.ShowHeaders, req.ShowHeaders) || !slices.Equal(again.ShowQueryParams, req.ShowQueryParams) ||
+			!slices.Equal(again.RedactQueryParams, req.RedactQueryParams) {
 			t.Errorf("re-decoded %+v, want %+v", again, req)
 		}
 	})

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"strings"
 	"sync/atomic"
 
 	"golang.org/x/net/http/httpguts"
@@ -38,9 +39,10 @@ const (
 	// resolves to; what is sent to the proxies must also fit in their
 	// sidecartap.MaxRequestBytes.
 	MaxPeerAddrs = 700
-	// MaxRedactHeaders bounds the headers a tap asks to redact (each
-	// name at most the proxies' sidecartap.MaxName).
-	MaxRedactHeaders = 32
+	// MaxRedactionNames bounds each of a tap's lists of names to redact
+	// or show (headers, query parameters; each name at most the proxies'
+	// sidecartap.MaxName).
+	MaxRedactionNames = sidecartap.MaxRedactionNames
 	// maxBody bounds a tap request's body.
 	maxBody = 64 << 10
 )
@@ -140,8 +142,17 @@ func (h *Handler) tap(w http.ResponseWriter, r *http.Request, user User, t targe
 		writeStatus(w, code, why, err.Error())
 		return
 	}
-	dsts, srcs, err := peerAddrs(ctx, h.o.Kube, req)
-	if err != nil {
+	dsts, srcs, err := peerAddrs(ctx, h.o.Kube, callerRights(h.o.Kube, user), t.namespace, req)
+	var notFound *notFoundError
+	var noReview *reviewError
+	switch {
+	case errors.As(err, &notFound):
+		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, err.Error())
+		return
+	case errors.As(err, &noReview):
+		writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, err.Error())
+		return
+	case err != nil:
 		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
 		return
 	}
@@ -198,12 +209,29 @@ func validate(r *tapapi.Request) error {
 			return fmt.Errorf("%s: %d bytes, want at most %d", name, len(v), tapapi.MaxFilterString)
 		}
 	}
-	if len(r.RedactHeaders) > MaxRedactHeaders {
-		return fmt.Errorf("redactHeaders: %d names, want at most %d", len(r.RedactHeaders), MaxRedactHeaders)
+	for _, l := range []struct {
+		field  string
+		names  []string
+		header bool
+	}{
+		{"redactHeaders", r.RedactHeaders, true}, {"showHeaders", r.ShowHeaders, true},
+		{"redactQueryParams", r.RedactQueryParams, false}, {"showQueryParams", r.ShowQueryParams, false},
+	} {
+		if len(l.names) > MaxRedactionNames {
+			return fmt.Errorf("%s: %d names, want at most %d", l.field, len(l.names), MaxRedactionNames)
+		}
+		for _, n := range l.names {
+			switch {
+			case l.header && (!httpguts.ValidHeaderFieldName(n) || len(n) > sidecartap.MaxName):
+				return fmt.Errorf("%s: %q is not a header name of at most %d bytes", l.field, n, sidecartap.MaxName)
+			case !l.header && (!tapapi.ValidQueryParamName(n) || len(n) > sidecartap.MaxName):
+				return fmt.Errorf("%s: %q is not a query parameter name of at most %d bytes (printable, without space, '&', ';' or '=')", l.field, n, sidecartap.MaxName)
+			}
+		}
 	}
-	for _, h := range r.RedactHeaders {
-		if !httpguts.ValidHeaderFieldName(h) || len(h) > sidecartap.MaxName {
-			return fmt.Errorf("redactHeaders: %q is not a header name of at most %d bytes", h, sidecartap.MaxName)
+	for _, n := range r.ShowHeaders {
+		if tapapi.IsAlwaysRedacted(n) {
+			return fmt.Errorf("showHeaders: %q: %s are always redacted, whatever a tap asks", n, strings.Join(tapapi.AlwaysRedacted, ", "))
 		}
 	}
 	if r.MaxEventRate == 0 {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
@@ -191,14 +192,17 @@ func podAddr(p *corev1.Pod) (netip.Addr, bool) {
 }
 
 // peerAddrs resolves a tap's "to" and "from" filters to the addresses its
-// requests go to and come from (nil: any).
-func peerAddrs(ctx context.Context, kube kubernetes.Interface, r tapapi.Request) (dsts, srcs []string, err error) {
+// requests go to and come from (nil: any). home is the tapped target's
+// namespace; in any other, an end is resolved only when may says that the
+// caller may read what it names (authz.go, "Filter rights"), and answered
+// as missing (notFoundError) when not.
+func peerAddrs(ctx context.Context, kube kubernetes.Interface, may rightsFunc, home string, r tapapi.Request) (dsts, srcs []string, err error) {
 	to := end{field: "to", namespace: r.ToNamespace, resource: r.ToResource, name: r.ToName, selector: r.ToSelector, addrs: r.ToAddrs}
 	from := end{field: "from", namespace: r.FromNamespace, resource: r.FromResource, name: r.FromName, selector: r.FromSelector, addrs: r.FromAddrs}
-	if dsts, err = to.resolve(ctx, kube); err != nil {
+	if dsts, err = to.resolve(ctx, kube, may, home); err != nil {
 		return nil, nil, err
 	}
-	srcs, err = from.resolve(ctx, kube)
+	srcs, err = from.resolve(ctx, kube, may, home)
 	return dsts, srcs, err
 }
 
@@ -214,13 +218,13 @@ type end struct {
 // for a destination Service its cluster IPs too (which outbound requests
 // are addressed to), and the addresses it lists. nil: the end is not
 // set.
-func (e end) resolve(ctx context.Context, kube kubernetes.Interface) ([]string, error) {
+func (e end) resolve(ctx context.Context, kube kubernetes.Interface, may rightsFunc, home string) ([]string, error) {
 	if err := e.checkAddrs(); err != nil {
 		return nil, err
 	}
 	out := slices.Clone(e.addrs)
 	if e.namespace != "" || e.resource != "" || e.selector != "" {
-		pods, err := e.podAddrs(ctx, kube)
+		pods, err := e.podAddrs(ctx, kube, may, home)
 		if err != nil {
 			return nil, err
 		}
@@ -261,8 +265,10 @@ func (e end) checkAddrs() error {
 	return nil
 }
 
-// podAddrs returns the IPs of the running pods the end selects.
-func (e end) podAddrs(ctx context.Context, kube kubernetes.Interface) ([]string, error) {
+// podAddrs returns the IPs of the running pods the end selects: first,
+// outside home, only if the caller may read them; a missing object, or one
+// the caller may not read, is the same notFoundError.
+func (e end) podAddrs(ctx context.Context, kube kubernetes.Interface, may rightsFunc, home string) ([]string, error) {
 	if e.namespace == "" {
 		return nil, fmt.Errorf("%sResource %q and %sSelector %q need %sNamespace", e.field, e.resource, e.field, e.selector, e.field)
 	}
@@ -276,7 +282,19 @@ func (e end) podAddrs(ctx context.Context, kube kubernetes.Interface) ([]string,
 	} else if !slices.Contains(tapapi.Resources, t.resource) || t.name == "" {
 		return nil, fmt.Errorf("%sResource %q %sName %q: want one of %s and a name", e.field, e.resource, e.field, e.name, strings.Join(tapapi.Resources, ", "))
 	}
+	if e.namespace != home {
+		ok, err := may(ctx, readsOf(t))
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, e.notFound(t)
+		}
+	}
 	ps, err := pods(ctx, kube, t)
+	if apierrors.IsNotFound(err) {
+		return nil, e.notFound(t)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -288,6 +306,9 @@ func (e end) podAddrs(ctx context.Context, kube kubernetes.Interface) ([]string,
 	}
 	if t.resource == "services" && e.field == "to" {
 		s, err := kube.CoreV1().Services(e.namespace).Get(ctx, t.name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, e.notFound(t)
+		}
 		if err != nil {
 			return nil, err
 		}

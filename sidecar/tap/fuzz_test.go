@@ -2,6 +2,7 @@ package tap
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -10,13 +11,17 @@ import (
 )
 
 // FuzzSession: any request a tapper sends is either refused with an
-// error or opens a session whose filter runs on any request.
+// error or opens a session whose filter runs on any request, and whose
+// events never carry an always-redacted header's value, nor a default
+// secret's that the request did not show.
 func FuzzSession(f *testing.F) {
 	f.Add("inbound", "GET", "web:80", "/x", "r", "10.0.0.1", "10.0.0.2:80", 10.0, uint32(3), "x-key")
 	f.Add("", "", "", "", "", "::1", "[::1]:1", 0.0, uint32(0), "")
 	f.Add("inbound", "GET", "h\xff", "/\xc3", "", "", "", 5.0, uint32(0), "x-\xfe")
 	f.Fuzz(func(t *testing.T, dir, method, authority, prefix, route, src, dst string, rps float64, limit uint32, redact string) {
+		// route is also a name to show, redact one to redact.
 		req := &tappb.ObserveRequest{MaxRps: rps, Limit: limit, RedactHeaders: []string{redact},
+			RedactQueryParams: []string{redact}, ShowHeaders: []string{route}, ShowQueryParams: []string{route},
 			Filter: &tappb.Filter{Direction: dir, Method: method, Authority: authority, PathPrefix: prefix, Route: route,
 				SourceAddrs: []string{src}, DestinationAddrs: []string{dst}}}
 		h := NewHub(nil)
@@ -25,12 +30,22 @@ func FuzzSession(f *testing.F) {
 			return
 		}
 		defer sub.Close()
-		tp := h.Start(&Info{Direction: dir, Method: method, Authority: authority, Path: prefix + "/y", Route: route,
+		tp := h.Start(&Info{Direction: dir, Method: method, Authority: authority, Path: prefix + "/y?access_token=tok-secret", Route: route,
 			Source: netip.MustParseAddrPort("10.0.0.1:0"), Destination: netip.MustParseAddrPort("10.0.0.2:80"),
 			Headers: func(fn func(string, string)) {
 				fn(redact, "secret")
+				fn("Authorization", "auth-secret")
+				fn("X-Api-Key", "key-secret")
 				fn(authority, prefix+route)
 			}})
+		// Whether the request shows x-api-key and access_token (names
+		// compare ignoring case, '-' and '_' alike; redacting wins).
+		same := func(a, b string) bool {
+			return strings.EqualFold(strings.ReplaceAll(a, "_", "-"), strings.ReplaceAll(b, "_", "-"))
+		}
+		showKey := same(route, "x-api-key") && !same(redact, "x-api-key")
+		showToken := same(route, "access_token") && !same(redact, "access_token") ||
+			strings.ContainsAny(prefix, "?") || strings.Contains(prefix, "tok-secret")
 		tp.Response(200)
 		tp.End(200, "0", "", 1)
 		for len(sub.Events()) > 0 {
@@ -48,6 +63,12 @@ func FuzzSession(f *testing.F) {
 				if hd.Value == "secret" && redact != "" {
 					t.Fatalf("header %q named for redaction carried its value", redact)
 				}
+				if hd.Name == "authorization" && hd.Value != Redacted || hd.Name == "x-api-key" && hd.Value == "key-secret" && !showKey {
+					t.Fatalf("header %s carried its value (shown: %q, redacted: %q)", hd.Name, route, redact)
+				}
+			}
+			if p := ev.GetRequestStart().GetPath(); strings.Contains(p, "tok-secret") && !showToken {
+				t.Fatalf("path %q carried access_token's value (shown: %q, redacted: %q)", p, route, redact)
 			}
 		}
 	})

@@ -15,7 +15,7 @@ import (
 // session is one tapper's subscription.
 type session struct {
 	filter filter
-	redact map[string]bool
+	redact *tapapi.Redaction
 	queue  chan *tappb.TapEvent
 	// dropped counts events dropped since the stream last reported it.
 	dropped atomic.Uint64
@@ -34,7 +34,11 @@ type session struct {
 }
 
 func newSession(req *tappb.ObserveRequest) (*session, error) {
-	f, err := compileFilter(req.GetFilter())
+	redact, err := compileRedaction(req)
+	if err != nil {
+		return nil, err
+	}
+	f, err := compileFilter(req.GetFilter(), redact)
 	if err != nil {
 		return nil, err
 	}
@@ -47,15 +51,32 @@ func newSession(req *tappb.ObserveRequest) (*session, error) {
 	}
 	// The bucket starts with one request (the first is seen at once,
 	// however low the rate) and a tenth of a second's burst.
-	s := &session{filter: f, redact: map[string]bool{}, queue: make(chan *tappb.TapEvent, QueueLen),
+	s := &session{filter: f, redact: redact, queue: make(chan *tappb.TapEvent, QueueLen),
 		limit: uint64(req.GetLimit()), done: make(chan struct{}), rate: rate, tokens: min(1+rate/10, max(rate, 1))}
-	for _, h := range tapapi.AlwaysRedacted {
-		s.redact[h] = true
-	}
-	for _, h := range req.GetRedactHeaders() {
-		s.redact[headerName(h)] = true
-	}
 	return s, nil
+}
+
+// compileRedaction is the session's redaction (tapapi.Redaction): the
+// defaults, widened and narrowed by the request's lists, each at most
+// MaxRedactionNames names of at most MaxName bytes.
+func compileRedaction(req *tappb.ObserveRequest) (*tapapi.Redaction, error) {
+	for _, l := range []struct {
+		field string
+		names []string
+	}{
+		{"redact_headers", req.GetRedactHeaders()}, {"show_headers", req.GetShowHeaders()},
+		{"redact_query_params", req.GetRedactQueryParams()}, {"show_query_params", req.GetShowQueryParams()},
+	} {
+		if len(l.names) > MaxRedactionNames {
+			return nil, errorf("%s: %d names, want at most %d", l.field, len(l.names), MaxRedactionNames)
+		}
+		for _, n := range l.names {
+			if len(n) > MaxName {
+				return nil, errorf("%s: a name of %d bytes, want at most %d", l.field, len(n), MaxName)
+			}
+		}
+	}
+	return tapapi.NewRedaction(req.GetRedactHeaders(), req.GetShowHeaders(), req.GetRedactQueryParams(), req.GetShowQueryParams()), nil
 }
 
 // admit takes a request within the session's rate and limit.
@@ -105,10 +126,13 @@ func (s *session) finished() {
 
 // requestStart builds a request-start event, every string valid UTF-8
 // (protobuf's rule: an invalid one would end the session) and bounded,
-// headers redacted.
+// headers and the query string's values redacted (tapapi.Redaction). The
+// path is cut before it is redacted, so that the work is bounded (a cut
+// name has no value left to show), and after, since a value replaced by
+// REDACTED may grow.
 func (s *session) requestStart(i *Info) *tappb.RequestStart {
 	rs := &tappb.RequestStart{Method: clip(i.Method, MaxName), Scheme: clip(i.Scheme, MaxName),
-		Authority: clip(i.Authority, MaxValue), Path: clip(i.Path, MaxValue), Route: clip(i.Route, MaxValue)}
+		Authority: clip(i.Authority, MaxValue), Path: clip(s.redact.Path(clip(i.Path, MaxValue)), MaxValue), Route: clip(i.Route, MaxValue)}
 	if i.Headers != nil {
 		budget := MaxHeaderBytes
 		i.Headers(func(name, value string) {
@@ -116,7 +140,7 @@ func (s *session) requestStart(i *Info) *tappb.RequestStart {
 				return
 			}
 			n := headerName(name)
-			if s.redact[n] {
+			if s.redact.Header(name) { // the whole name: a cut one may have lost its suffix
 				value = Redacted
 			} else {
 				value = clip(value, min(MaxHeaderValue, budget))
@@ -128,7 +152,7 @@ func (s *session) requestStart(i *Info) *tappb.RequestStart {
 	return rs
 }
 
-// headerName is the form of a header name in events and redaction.
+// headerName is the form of a header name in events.
 func headerName(n string) string { return strings.ToLower(clip(n, MaxName)) }
 
 // clip returns s as valid UTF-8 (invalid bytes replaced) and at most max

@@ -42,9 +42,13 @@ const (
 	MaxHeaderBytes = 4096
 	MaxName        = 64
 	MaxValue       = 1024
+	// MaxRedactionNames bounds each of a session's lists of names to
+	// redact or show (redact_headers, show_headers, redact_query_params,
+	// show_query_params); each name is at most MaxName bytes.
+	MaxRedactionNames = 32
 )
 
-// Redacted replaces the value of a redacted header.
+// Redacted replaces the value of a redacted header or query parameter.
 const Redacted = tapapi.Redacted
 
 // Info is what the pipeline knows of a request at its start.
@@ -244,6 +248,12 @@ func parseUint(s string) (uint32, bool) {
 type filter struct {
 	direction, method, authority, pathPrefix, route string
 	dst, src                                        []addrMatch
+	// redact is the session's redaction: a path prefix that reaches into
+	// the query string is matched against the path as the events show
+	// it, so that it cannot test a redacted value a character at a time.
+	redact *tapapi.Redaction
+	// prefixQuery is where pathPrefix's '?' is (-1: it has none).
+	prefixQuery int
 }
 
 type addrMatch struct {
@@ -255,9 +265,9 @@ func (m addrMatch) matches(a netip.AddrPort) bool {
 	return a.Addr().Unmap() == m.addr && (m.port == 0 || a.Port() == m.port)
 }
 
-func compileFilter(f *tappb.Filter) (filter, error) {
+func compileFilter(f *tappb.Filter, redact *tapapi.Redaction) (filter, error) {
 	c := filter{direction: f.GetDirection(), method: f.GetMethod(), authority: strings.ToLower(f.GetAuthority()),
-		pathPrefix: f.GetPathPrefix(), route: f.GetRoute()}
+		pathPrefix: f.GetPathPrefix(), route: f.GetRoute(), redact: redact, prefixQuery: strings.IndexByte(f.GetPathPrefix(), '?')}
 	switch c.direction {
 	case "", "inbound", "outbound":
 	default:
@@ -292,11 +302,22 @@ func (f *filter) matches(i *Info) bool {
 	case f.direction != "" && f.direction != i.Direction,
 		f.method != "" && f.method != i.Method,
 		f.authority != "" && !strings.EqualFold(f.authority, i.Authority),
-		f.pathPrefix != "" && !strings.HasPrefix(i.Path, f.pathPrefix),
+		f.pathPrefix != "" && !f.pathMatches(i.Path),
 		f.route != "" && f.route != i.Route:
 		return false
 	}
 	return anyMatch(f.dst, i.Destination) && anyMatch(f.src, i.Source)
+}
+
+// pathMatches reports whether path starts with the filter's prefix. A
+// prefix without '?' can only reach the path's part before the query, the
+// same in the redacted path; one with '?' is matched against the redacted
+// path (built only when the part before the query matches).
+func (f *filter) pathMatches(path string) bool {
+	if f.prefixQuery < 0 {
+		return strings.HasPrefix(path, f.pathPrefix)
+	}
+	return strings.HasPrefix(path, f.pathPrefix[:f.prefixQuery+1]) && strings.HasPrefix(f.redact.Path(path), f.pathPrefix)
 }
 
 func anyMatch(ms []addrMatch, a netip.AddrPort) bool {

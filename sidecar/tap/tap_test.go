@@ -334,3 +334,141 @@ func TestHostileRequestStrings(t *testing.T) {
 		t.Errorf("authority = %q", rs.Authority)
 	}
 }
+
+// startEvent offers one request to a session of req and returns its
+// request-start event (nil: not taken).
+func startEvent(t *testing.T, req *tappb.ObserveRequest, i *Info) *tappb.RequestStart {
+	t.Helper()
+	h := NewHub(nil)
+	if req.MaxRps == 0 {
+		req.MaxRps = 1000
+	}
+	s := open(t, h, req)
+	tp := h.Start(i)
+	if tp == nil {
+		return nil
+	}
+	tp.End(200, "", "", 0)
+	return (<-s.queue).GetRequestStart()
+}
+
+func headerMap(rs *tappb.RequestStart) map[string]string {
+	m := map[string]string{}
+	for _, hd := range rs.GetHeaders() {
+		m[hd.Name] = hd.Value
+	}
+	return m
+}
+
+// secretInfo is a request whose headers and query carry secrets.
+func secretInfo(path string) *Info {
+	return &Info{Direction: "inbound", Method: "GET", Path: path, Authority: "web",
+		Source: netip.MustParseAddrPort("10.0.0.1:0"), Destination: netip.MustParseAddrPort("10.0.0.2:8080"),
+		Headers: func(fn func(string, string)) {
+			fn("Authorization", "Bearer a")
+			fn("X-Api-Key", "k")
+			fn("X-Auth-Token", "t")
+			fn("X-Amz-Security-Token", "s")
+			fn("X-Goog-Api-Key", "g")
+			fn("X-Csrf-Token", "c")
+			fn("Set-Cookie", "sid=1")
+			fn("X-Client-Secret", "cs")
+			fn("X-Db-Password", "pw")
+			fn("X-Tenant", "acme")
+			fn(strings.Repeat("x", 100)+"-token", "long") // its name is cut in the event
+			fn("Accept", "text/plain")
+		}}
+}
+
+// TestDefaultRedaction: with no list from the tapper, headers and query
+// parameters that commonly carry secrets show as REDACTED; the rest, and
+// the parameters' names, as they are.
+func TestDefaultRedaction(t *testing.T) {
+	rs := startEvent(t, &tappb.ObserveRequest{}, secretInfo("/cb?code=abc&page=2&access_token=eyJ&X-Amz-Signature=f00&state=s"))
+	heads := headerMap(rs)
+	for _, n := range []string{"authorization", "x-api-key", "x-auth-token", "x-amz-security-token", "x-goog-api-key", "x-csrf-token",
+		"set-cookie", "x-client-secret", "x-db-password", headerName(strings.Repeat("x", 100) + "-token")} {
+		if heads[n] != Redacted {
+			t.Errorf("header %s = %q, want redacted by default", n, heads[n])
+		}
+	}
+	if heads["accept"] != "text/plain" || heads["x-tenant"] != "acme" {
+		t.Errorf("headers %v: accept and x-tenant should show", heads)
+	}
+	if want := "/cb?code=REDACTED&page=2&access_token=REDACTED&X-Amz-Signature=REDACTED&state=s"; rs.Path != want {
+		t.Errorf("path = %q, want %q", rs.Path, want)
+	}
+}
+
+// TestRedactionLists: a tapper widens the defaults (redact_headers,
+// redact_query_params) and narrows them (show_headers,
+// show_query_params), never to authorization, cookie or
+// proxy-authorization.
+func TestRedactionLists(t *testing.T) {
+	rs := startEvent(t, &tappb.ObserveRequest{RedactHeaders: []string{"X-Tenant"}, RedactQueryParams: []string{"Tenant"},
+		ShowHeaders:     []string{"x-api-key", "Authorization", "set-cookie"},
+		ShowQueryParams: []string{"code"}}, secretInfo("/cb?code=abc&tenant=acme&token=t"))
+	heads := headerMap(rs)
+	for n, want := range map[string]string{"x-tenant": Redacted, "x-api-key": "k", "set-cookie": "sid=1", "authorization": Redacted,
+		"x-auth-token": Redacted, "accept": "text/plain"} {
+		if heads[n] != want {
+			t.Errorf("header %s = %q, want %q", n, heads[n], want)
+		}
+	}
+	if want := "/cb?code=abc&tenant=REDACTED&token=REDACTED"; rs.Path != want {
+		t.Errorf("path = %q, want %q", rs.Path, want)
+	}
+	// Each list is bounded in names and their length.
+	many := make([]string, MaxRedactionNames+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("x-%d", i)
+	}
+	for name, req := range map[string]*tappb.ObserveRequest{
+		"redact_query_params": {RedactQueryParams: many}, "show_headers": {ShowHeaders: many},
+		"show_query_params": {ShowQueryParams: []string{strings.Repeat("p", MaxName+1)}}, "redact_headers": {RedactHeaders: many},
+	} {
+		if _, err := newSession(req); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s too long: %v, want refused", name, err)
+		}
+	}
+}
+
+// TestPathPrefixSeesRedactedPath: a path prefix cannot test a redacted
+// value (a character at a time): one that reaches into the query is
+// matched against the path as the events show it.
+func TestPathPrefixSeesRedactedPath(t *testing.T) {
+	path := "/cb?state=s&code=abc"
+	for prefix, want := range map[string]bool{
+		"/cb":                       true,
+		"/cb?state=s":               true,
+		"/cb?state=s&code=a":        false,
+		"/cb?state=s&code=abc":      false,
+		"/cb?state=s&code=REDACTED": true,
+		"/cb?state=t":               false,
+		"/db?":                      false,
+	} {
+		rs := startEvent(t, &tappb.ObserveRequest{Filter: &tappb.Filter{PathPrefix: prefix}}, secretInfo(path))
+		if (rs != nil) != want {
+			t.Errorf("prefix %q: taken %v, want %v", prefix, rs != nil, want)
+		}
+	}
+	// Shown, the value matches again.
+	if rs := startEvent(t, &tappb.ObserveRequest{Filter: &tappb.Filter{PathPrefix: "/cb?state=s&code=a"}, ShowQueryParams: []string{"code"}}, secretInfo(path)); rs == nil {
+		t.Error("a prefix into a shown parameter's value did not match")
+	}
+}
+
+// TestHostilePathRedaction: a long path is cut before it is redacted (the
+// work is bounded) and after (a redacted value grows), and no secret of
+// it is shown, cut or not.
+func TestHostilePathRedaction(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("/x?")
+	for b.Len() < 70_000 {
+		b.WriteString("k=a&token=secret&")
+	}
+	rs := startEvent(t, &tappb.ObserveRequest{}, &Info{Direction: "inbound", Path: b.String()})
+	if len(rs.Path) > MaxValue+len("…") || strings.Contains(rs.Path, "secret") || !strings.HasPrefix(rs.Path, "/x?k=a&token=REDACTED&k=a&") {
+		t.Errorf("path of %d bytes: %.80q…", len(rs.Path), rs.Path)
+	}
+}

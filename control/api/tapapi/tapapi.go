@@ -70,8 +70,16 @@ type Request struct {
 	PathPrefix string `json:"pathPrefix,omitempty"`
 	Route      string `json:"route,omitempty"`
 	// RedactHeaders names headers whose values the events must not show,
-	// besides those always redacted (AlwaysRedacted).
-	RedactHeaders []string `json:"redactHeaders,omitempty"`
+	// besides those always redacted (AlwaysRedacted) and those redacted
+	// by default (redaction.go); RedactQueryParams, query parameters
+	// whose values the path must not show, besides the defaults.
+	RedactHeaders     []string `json:"redactHeaders,omitempty"`
+	RedactQueryParams []string `json:"redactQueryParams,omitempty"`
+	// ShowHeaders and ShowQueryParams name headers and query parameters
+	// redacted by default whose values this tap shows all the same; never
+	// those of AlwaysRedacted (a tap that names one is refused).
+	ShowHeaders     []string `json:"showHeaders,omitempty"`
+	ShowQueryParams []string `json:"showQueryParams,omitempty"`
 	// MaxEventRate bounds the events per second over all the tapped
 	// pods (0: DefaultMaxEventRate), split across the pods. Each request
 	// yields EventsPerRequest events, and is observed whole or not at
@@ -103,7 +111,9 @@ func ValidEventRate(rate float64) bool {
 // authority, path prefix, route, selectors).
 const MaxFilterString = 1024
 
-// AlwaysRedacted are the headers whose values no tap ever sees.
+// AlwaysRedacted are the headers whose values no tap ever sees; what
+// else is redacted, by default or as a tap asks, is Redaction's
+// (redaction.go).
 var AlwaysRedacted = []string{"authorization", "cookie", "proxy-authorization"}
 
 // Event types.
@@ -136,7 +146,8 @@ type Event struct {
 	// TLS: the request travelled over mesh mTLS.
 	TLS bool `json:"tls"`
 
-	// RequestStart.
+	// RequestStart. Path carries the query string, the values of its
+	// redacted parameters replaced by Redacted.
 	Method    string   `json:"method,omitempty"`
 	Scheme    string   `json:"scheme,omitempty"`
 	Authority string   `json:"authority,omitempty"`
@@ -178,11 +189,12 @@ type Peer struct {
 }
 
 // Header is one request header; Value is "REDACTED" for the redacted ones
-// (authorization, cookie, proxy-authorization and those configured).
+// (authorization, cookie, proxy-authorization, the defaults and those the
+// tap names: Redaction).
 type Header struct {
 	Name  string `json:"name"`
 	Value string `json:"value"`
 }
 
-// Redacted replaces the value of a redacted header.
+// Redacted replaces the value of a redacted header or query parameter.
 const Redacted = "REDACTED"

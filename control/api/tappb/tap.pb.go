@@ -28,12 +28,23 @@ type ObserveRequest struct {
 	MaxRps float64 `protobuf:"fixed64,2,opt,name=max_rps,json=maxRps,proto3" json:"max_rps,omitempty"`
 	// limit ends the session after this many requests (0: no limit).
 	Limit uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
-	// redact_headers adds header names (lower case) whose values are
-	// replaced by REDACTED, beside authorization, cookie and
-	// proxy-authorization which always are.
+	// redact_headers adds header names whose values are replaced by
+	// REDACTED, beside authorization, cookie and proxy-authorization, which
+	// always are, and the names redacted by default (control/api/tapapi,
+	// redaction.go). Names compare ignoring case, and '-' and '_' alike.
 	RedactHeaders []string `protobuf:"bytes,4,rep,name=redact_headers,json=redactHeaders,proto3" json:"redact_headers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// redact_query_params adds query parameter names whose values the
+	// request-start event's path shows as REDACTED, beside those redacted
+	// by default.
+	RedactQueryParams []string `protobuf:"bytes,5,rep,name=redact_query_params,json=redactQueryParams,proto3" json:"redact_query_params,omitempty"`
+	// show_headers and show_query_params name headers and query parameters
+	// redacted by default whose values this session sees all the same.
+	// They never show authorization, cookie or proxy-authorization, nor a
+	// name that redact_headers or redact_query_params lists.
+	ShowHeaders     []string `protobuf:"bytes,6,rep,name=show_headers,json=showHeaders,proto3" json:"show_headers,omitempty"`
+	ShowQueryParams []string `protobuf:"bytes,7,rep,name=show_query_params,json=showQueryParams,proto3" json:"show_query_params,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ObserveRequest) Reset() {
@@ -90,6 +101,27 @@ func (x *ObserveRequest) GetLimit() uint32 {
 func (x *ObserveRequest) GetRedactHeaders() []string {
 	if x != nil {
 		return x.RedactHeaders
+	}
+	return nil
+}
+
+func (x *ObserveRequest) GetRedactQueryParams() []string {
+	if x != nil {
+		return x.RedactQueryParams
+	}
+	return nil
+}
+
+func (x *ObserveRequest) GetShowHeaders() []string {
+	if x != nil {
+		return x.ShowHeaders
+	}
+	return nil
+}
+
+func (x *ObserveRequest) GetShowQueryParams() []string {
+	if x != nil {
+		return x.ShowQueryParams
 	}
 	return nil
 }
@@ -698,12 +730,15 @@ var File_control_api_tappb_tap_proto protoreflect.FileDescriptor
 
 const file_control_api_tappb_tap_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcontrol/api/tappb/tap.proto\x12\rplexus.tap.v1\"\x95\x01\n" +
+	"\x1bcontrol/api/tappb/tap.proto\x12\rplexus.tap.v1\"\x94\x02\n" +
 	"\x0eObserveRequest\x12-\n" +
 	"\x06filter\x18\x01 \x01(\v2\x15.plexus.tap.v1.FilterR\x06filter\x12\x17\n" +
 	"\amax_rps\x18\x02 \x01(\x01R\x06maxRps\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\rR\x05limit\x12%\n" +
-	"\x0eredact_headers\x18\x04 \x03(\tR\rredactHeaders\"\xe3\x01\n" +
+	"\x0eredact_headers\x18\x04 \x03(\tR\rredactHeaders\x12.\n" +
+	"\x13redact_query_params\x18\x05 \x03(\tR\x11redactQueryParams\x12!\n" +
+	"\fshow_headers\x18\x06 \x03(\tR\vshowHeaders\x12*\n" +
+	"\x11show_query_params\x18\a \x03(\tR\x0fshowQueryParams\"\xe3\x01\n" +
 	"\x06Filter\x12\x1c\n" +
 	"\tdirection\x18\x01 \x01(\tR\tdirection\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x1c\n" +

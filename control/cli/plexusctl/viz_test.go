@@ -38,6 +38,7 @@ func TestVizUsage(t *testing.T) {
 		{"tap -A without -l", []string{"viz", "tap", "deploy", "-A"}, ExitUsage, "names no object"},
 		{"tap bad output", []string{"viz", "tap", "deploy/web", "-o", "yaml"}, ExitUsage, `unknown output format "yaml": want wide or json`},
 		{"tap bad direction", []string{"viz", "tap", "deploy/web", "--direction", "up", "--kubeconfig", missingKubeconfigFile(t)}, ExitUsage, `--direction "up": want inbound or outbound`},
+		{"tap show authorization", []string{"viz", "tap", "deploy/web", "--show-header", "Authorization", "--kubeconfig", missingKubeconfigFile(t)}, ExitUsage, `--show-header "Authorization": authorization, cookie, proxy-authorization are always hidden`},
 		{"tap bad --to", []string{"viz", "tap", "deploy/web", "--to", "deploy", "--kubeconfig", missingKubeconfigFile(t)}, ExitUsage, `--to "deploy"`},
 		{"tap unknown flag", []string{"viz", "tap", "deploy/web", "--bogus"}, ExitUsage, "plexusctl viz tap: unknown flag: --bogus (see plexusctl viz tap --help)"},
 		{"tap no kubeconfig", []string{"viz", "tap", "po/web-1", "--kubeconfig", missing}, ExitFail, "kubeconfig"},
@@ -165,7 +166,8 @@ func TestVizTapAndTop(t *testing.T) {
 	kc := kubeconfig(t, api.start(t).URL)
 	code, out, stderr := runMain(t, "", "viz", "tap", "deploy/web", "--kubeconfig", kc, "--method", "GET", "--path", "/books", "--to", "deploy/books", "--max-rate", "150",
 		"--from", "deploy/load", "--from-namespace", "traffic", "--route", "books-get", "--redact-header", "x-api-key", "--redact-header", "x-token",
-		"--to-selector", "track=stable", "--from-addr", "10.0.0.9", "--from-addr", "10.0.0.10")
+		"--to-selector", "track=stable", "--from-addr", "10.0.0.9", "--from-addr", "10.0.0.10",
+		"--redact-query-param", "tenant", "--show-header", "x-csrf-token", "--show-query-param", "code", "--show-query-param", "state")
 	if code != ExitOK {
 		t.Fatalf("tap: exit %d: %s", code, stderr)
 	}
@@ -175,6 +177,7 @@ func TestVizTapAndTop(t *testing.T) {
 		t.Errorf("tap lines:\n%s", out)
 	}
 	want := tapapi.Request{Method: "GET", PathPrefix: "/books", Route: "books-get", MaxEventRate: 150, RedactHeaders: []string{"x-api-key", "x-token"},
+		RedactQueryParams: []string{"tenant"}, ShowHeaders: []string{"x-csrf-token"}, ShowQueryParams: []string{"code", "state"},
 		ToNamespace: "shop", ToResource: "deployments", ToName: "books", ToSelector: "track=stable",
 		FromNamespace: "traffic", FromResource: "deployments", FromName: "load", FromAddrs: []string{"10.0.0.9", "10.0.0.10"}}
 	if api.taps[0] != "POST /apis/tap.plexus.dev/v1alpha1/watch/namespaces/shop/deployments/web/tap" || !reflect.DeepEqual(api.bodies[0], want) {

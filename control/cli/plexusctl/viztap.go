@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,7 +29,7 @@ import (
 type tapFlags struct {
 	to, from                                  tapEndFlags
 	method, path, authority, route, direction string
-	redact                                    []string
+	redact, redactQuery, show, showQuery      []string
 	maxRate                                   float64
 	limit                                     int
 }
@@ -58,7 +59,10 @@ func (t *tapFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&t.authority, "authority", "", "only requests with this :authority (Host)")
 	fs.StringVar(&t.route, "route", "", "only requests that matched this route (the route_name of viz routes)")
 	fs.StringVar(&t.direction, "direction", "", "only inbound or outbound requests (default both)")
-	fs.StringArrayVar(&t.redact, "redact-header", nil, "hide this header's value too (repeatable; authorization, cookie and proxy-authorization always are)")
+	fs.StringArrayVar(&t.redact, "redact-header", nil, "hide this header's value too (repeatable); hidden anyway: authorization, cookie, proxy-authorization and by default x-api-key, set-cookie, *-token, *-secret, *-password, *-api-key and more")
+	fs.StringArrayVar(&t.redactQuery, "redact-query-param", nil, "hide this query parameter's value too (repeatable); hidden by default: access_token, token, key, api_key, secret, password, code, sig, signature, *_token, *_secret and more")
+	fs.StringArrayVar(&t.show, "show-header", nil, "show this header's value though hidden by default (repeatable; never authorization, cookie, proxy-authorization)")
+	fs.StringArrayVar(&t.showQuery, "show-query-param", nil, "show this query parameter's value though hidden by default (repeatable)")
 	fs.Float64Var(&t.maxRate, "max-rate", 0, fmt.Sprintf("events per second to receive over all tapped pods, %d per request (default %d)", tapapi.EventsPerRequest, tapapi.DefaultMaxEventRate))
 	fs.IntVar(&t.limit, "limit", 0, "stop after this many requests (default: run until Ctrl-C)")
 }
@@ -66,7 +70,8 @@ func (t *tapFlags) register(fs *pflag.FlagSet) {
 // request is the tap request of t for objects in ns.
 func (t tapFlags) request(ns string) (tapapi.Request, error) {
 	r := tapapi.Request{Method: t.method, PathPrefix: t.path, Authority: t.authority, Route: t.route, Direction: t.direction,
-		RedactHeaders: t.redact, MaxEventRate: t.maxRate, Limit: t.limit,
+		RedactHeaders: t.redact, RedactQueryParams: t.redactQuery, ShowHeaders: t.show, ShowQueryParams: t.showQuery,
+		MaxEventRate: t.maxRate, Limit: t.limit,
 		ToSelector: t.to.selector, ToAddrs: t.to.addrs, FromSelector: t.from.selector, FromAddrs: t.from.addrs}
 	switch t.direction {
 	case "", "inbound", "outbound":
@@ -75,6 +80,11 @@ func (t tapFlags) request(ns string) (tapapi.Request, error) {
 	}
 	if !tapapi.ValidEventRate(t.maxRate) || t.limit < 0 {
 		return r, fmt.Errorf("--max-rate must be %g to %d and --limit not negative", tapapi.MinEventRate, tapapi.MaxEventRate)
+	}
+	for _, h := range t.show {
+		if tapapi.IsAlwaysRedacted(h) {
+			return r, fmt.Errorf("--show-header %q: %s are always hidden", h, strings.Join(tapapi.AlwaysRedacted, ", "))
+		}
 	}
 	if r.MaxEventRate == 0 {
 		r.MaxEventRate = tapapi.DefaultMaxEventRate
