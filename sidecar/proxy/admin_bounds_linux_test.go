@@ -17,17 +17,20 @@ import (
 
 // TestAdminPortBounds holds 3,000 keep-alive connections on a proxy's
 // admin port from another pod, as an attacker would: at most
-// AdminMaxConnections are served and the rest reset and counted, the
-// proxy's peak RSS stays far inside its 128 MiB limit, every served
-// connection is closed after the idle timeout, and the same holds on the
-// redirect probe port (whose connections also keep their inbound slot).
-// A refused request closes its connection.
+// adminMaxPerSource are served and the rest reset and counted, another
+// address (the kubelet's, say) is still served meanwhile, the proxy's
+// peak RSS stays far inside its 128 MiB limit, every served connection is
+// closed after the idle timeout, and the same holds on the redirect probe
+// port (whose connections also keep their inbound slot). A refused
+// request closes its connection.
 func TestAdminPortBounds(t *testing.T) {
 	m := newTopology(t, false)
 	const idle = 3 * time.Second
 	server := launchProxy(t, m.server.ns, true, "PLEXUS_PROXY_ADMIN_IDLE_TIMEOUT="+idle.String(), "PLEXUS_PROXY_REDIRECT_PROBE_PORT=4192")
 	pid := server.cmd.Process.Pid
-	max := config.DefaultAdminMaxConnections
+	// A second address in the client's namespace: the prober's.
+	const prober = "10.250.5.9"
+	m.client.ns.Run(t, "ip", "addr", "add", prober+"/24", "dev", "va")
 
 	for _, tc := range []struct {
 		port, dir string
@@ -45,8 +48,11 @@ func TestAdminPortBounds(t *testing.T) {
 					c.Close()
 				}
 			}()
-			if len(served) > max || len(served) == 0 {
-				t.Errorf("%d connections served at once, want 1 to %d", len(served), max)
+			if len(served) > adminMaxPerSource || len(served) == 0 {
+				t.Errorf("%d connections from one address served at once, want 1 to %d (of %d in all)", len(served), adminMaxPerSource, config.DefaultAdminMaxConnections)
+			}
+			if code, err := getFrom(m.client, prober, serverIP+":"+tc.port, "/live"); err != nil || code != http.StatusOK {
+				t.Errorf("another address, while one holds its connections: %d %v, want 200", code, err)
 			}
 			if len(served)+refused != tc.conns {
 				t.Errorf("%d served + %d refused of %d", len(served), refused, tc.conns)
@@ -141,6 +147,29 @@ func holdAdminConns(t *testing.T, p *pod, addr string, n int) (served []net.Conn
 		t.Fatalf("a connection was neither served nor refused: %v", failed)
 	}
 	return served, refused
+}
+
+// getFrom sends one GET from p's namespace with source address src and
+// closes the connection.
+func getFrom(p *pod, src, addr, path string) (int, error) {
+	var c net.Conn
+	err := p.ns.Do(func() (err error) {
+		d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+		c, err = d.Dial("tcp", addr)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return 0, err
+	}
+	res.Body.Close()
+	return res.StatusCode, nil
 }
 
 func isTimeout(err error) bool {

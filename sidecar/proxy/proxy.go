@@ -105,9 +105,9 @@ type Proxy struct {
 	servers  []*l7 // every HTTP server, for Shutdown
 	probe    *l7
 	probed   atomic.Bool
-	// probeSlots bound the probe port's connections (which also hold
+	// probeLimit bounds the probe port's connections (which also hold
 	// their inbound slots).
-	probeSlots *connSlots
+	probeLimit *connLimiter
 	tlsConf    *tls.Config // inbound mesh mTLS; nil without identity
 	slots      map[string]*connSlots
 	inbound    inboundConns // live inbound connections, for revocation
@@ -212,7 +212,7 @@ func New(opts Options) *Proxy {
 	}
 	if opts.Config.RedirectProbePort != 0 && opts.Probe != nil {
 		p.probe = &l7{ln: newConnListener(), done: make(chan struct{}), server: adminServer(opts.Probe, cfg.AdminIdleTimeout, opts.Log)}
-		p.probeSlots = &connSlots{max: int64(max(cfg.AdminMaxConnections, 1))}
+		p.probeLimit = newConnLimiter(max(cfg.AdminMaxConnections, 1), adminMaxPerSource)
 		p.start(p.probe)
 	}
 	return p
@@ -328,13 +328,14 @@ func (p *Proxy) handle(c *net.TCPConn, dir string, release func()) {
 	if p.probe != nil && dir == metrics.Inbound && dst.Port() == p.opts.Config.RedirectProbePort {
 		p.probed.Store(true)
 		m.RedirectProbe()
-		if !p.probeSlots.take() {
+		probeRelease, ok := p.probeLimit.take(remoteAddr(c))
+		if !ok {
 			m.LimitExceeded(limitProbe, metrics.LimitConnections)
 			resetClose(c)
 			return
 		}
 		// The probe server closes it, giving back both its slots.
-		pc := &httpConn{Conn: raw, dst: dst, release: sync.OnceFunc(func() { p.probeSlots.give(); release() })}
+		pc := &httpConn{Conn: raw, dst: dst, release: sync.OnceFunc(func() { probeRelease(); release() })}
 		if !p.probe.ln.push(pc) {
 			pc.Close()
 			return
