@@ -118,24 +118,21 @@ func (r *Redaction) queryParamPart(name string) bool {
 	return DefaultRedactedQueryParam(name)
 }
 
-// Path returns p with the values of its query string's redacted
-// parameters replaced by Redacted; p itself (nothing allocated) when
-// none is. Parameters are separated by '&' or ';' (some servers take
-// either); one without '=' or with an empty value has nothing to hide.
+// Path returns p with the values of its redacted parameters replaced by
+// Redacted; p itself (nothing allocated) when none is. Parameters are
+// those of the query string, separated by '&' or ';' (some servers take
+// either), and the path's own ';' parameters (/cart;jsessionid=X/...,
+// each ending at the next ';', '/' or the query); one without '=' or with
+// an empty value has nothing to hide.
 func (r *Redaction) Path(p string) string {
 	q := strings.IndexByte(p, '?')
 	if q < 0 {
-		return p
+		q = len(p)
 	}
 	var b []byte
 	last := 0
-	for i := q + 1; i < len(p); {
-		j := strings.IndexAny(p[i:], "&;")
-		if j < 0 {
-			j = len(p)
-		} else {
-			j += i
-		}
+	// param redacts p[i:j] when it names a redacted parameter.
+	param := func(i, j int) {
 		if eq := strings.IndexByte(p[i:j], '='); eq >= 0 && i+eq+1 < j && r.QueryParam(queryUnescape(p[i:i+eq])) {
 			if b == nil {
 				b = make([]byte, 0, len(p)+len(Redacted))
@@ -143,6 +140,34 @@ func (r *Redaction) Path(p string) string {
 			b = append(append(b, p[last:i+eq+1]...), Redacted...)
 			last = j
 		}
+	}
+	for i := strings.IndexByte(p[:q], ';'); i >= 0 && i < q; {
+		i++
+		j := strings.IndexAny(p[i:q], ";/")
+		if j < 0 {
+			j = q
+		} else {
+			j += i
+		}
+		param(i, j)
+		if j >= q || p[j] == ';' {
+			i = j
+			continue
+		}
+		k := strings.IndexByte(p[j:q], ';')
+		if k < 0 {
+			break
+		}
+		i = j + k
+	}
+	for i := q + 1; i < len(p); {
+		j := strings.IndexAny(p[i:], "&;")
+		if j < 0 {
+			j = len(p)
+		} else {
+			j += i
+		}
+		param(i, j)
 		i = j + 1
 	}
 	if b == nil {

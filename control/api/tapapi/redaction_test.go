@@ -67,10 +67,14 @@ func TestRedactPath(t *testing.T) {
 		"/x?access%5Ftoken=a&acc%65ss_token=b&a+b=c":                                               "/x?access%5Ftoken=REDACTED&acc%65ss_token=REDACTED&a+b=c",
 		"/x?user[password]=p&token[]=t&tags[]=a":                                                   "/x?user[password]=REDACTED&token[]=REDACTED&tags[]=a",
 		"/x?github_token=g&client-secret=c&my_api_key=k&keys=1":                                    "/x?github_token=REDACTED&client-secret=REDACTED&my_api_key=REDACTED&keys=1",
-		"/x?a=1?token=t":          "/x?a=1?token=t", // a=1?token=t is one parameter, a
-		"/x?token=%zz&b":          "/x?token=REDACTED&b",
-		"/x?key=k#frag=1":         "/x?key=REDACTED",
-		"http://h/p?secret=s&x=1": "http://h/p?secret=REDACTED&x=1",
+		"/x?a=1?token=t":                 "/x?a=1?token=t", // a=1?token=t is one parameter, a
+		"/x?token=%zz&b":                 "/x?token=REDACTED&b",
+		"/x?key=k#frag=1":                "/x?key=REDACTED",
+		"http://h/p?secret=s&x=1":        "http://h/p?secret=REDACTED&x=1",
+		"/cart;jsessionid=ABC/items?x=1": "/cart;jsessionid=REDACTED/items?x=1", // the path's own parameters
+		"/a;v=1;token=t/b;c=2?token=q":   "/a;v=1;token=REDACTED/b;c=2?token=REDACTED",
+		"/a;jsessionid=S":                "/a;jsessionid=REDACTED",
+		"/a/b;x=1/c;secret=s;y/d":        "/a/b;x=1/c;secret=REDACTED;y/d",
 	} {
 		if got := r.Path(in); got != want {
 			t.Errorf("Path(%q) = %q, want %q", in, got, want)
