@@ -73,6 +73,9 @@ func TestRunServesTheKeptCertificateAndReportsReady(t *testing.T) {
 		t.Errorf("/ready before Start finished: %d", c)
 	}
 	close(started)
+	// The webhook listener opens after the certificate is in place and
+	// Start has run: only then is the Secret sure to exist.
+	webhookAddr := addr("webhook")
 	s, err := client.CoreV1().Secrets("plexus-system").Get(ctx, "hook-tls", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +83,7 @@ func TestRunServesTheKeptCertificateAndReportsReady(t *testing.T) {
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(s.Data["ca.crt"])
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "hook.plexus-system.svc"}}}
-	resp, err := hc.Post("https://"+addr("webhook")+"/validate", "application/json", nil)
+	resp, err := hc.Post("https://"+webhookAddr+"/validate", "application/json", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
