@@ -34,14 +34,22 @@ phase "cluster-up"
 
 go vet ./...
 rc=0
-go test -count=1 -timeout 30m ./... || rc=$?
+test_log=$(mktemp)
+go test -count=1 -timeout 30m ./... 2>&1 | tee "$test_log" || rc=$?
 phase "go test ./..."
 unset PLEXUS_TEST_KUBECONFIG
 
 "$HERE/cluster/down.sh"
 PLEXUS_EXPECT_CLUSTER_DOWN=1 go test -count=1 -run 'TestTeardownLeavesNothing|TestClusterUpRefusesTakenPort' ./integration/localcluster || rc=1
 phase "cluster-down and its check"
-[ "$rc" = 0 ] || die "tests failed"
+if [ "$rc" != 0 ]; then
+	# The failures last, where a reader of only the output's tail sees them:
+	# each failed test and the first lines it logged.
+	log "what failed:"
+	grep -A4 -E -- '--- FAIL|^panic:|^FAIL' "$test_log" | cut -c1-300 | head -60
+	die "tests failed"
+fi
+rm -f "$test_log"
 
 for i in 1 2 3 4 5; do
 	"$HERE/cluster/up.sh" >/dev/null || die "cluster-up failed in cycle $i"
