@@ -102,12 +102,12 @@ bench-cluster: deps images
 demo: cluster-up
 	integration/demo.sh
 
-## proto: regenerate control/api from its .proto files with pinned generators;
+## proto: regenerate mesh/api from its .proto files with pinned generators;
 ## proto-check: fail if the committed generated code is not what they produce
 proto: deps-proto
-	control/api/gen.sh
+	mesh/api/gen.sh
 proto-check: proto
-	git diff --exit-code -- control/api || { echo 'control/api: generated code is stale; run make proto and commit' >&2; exit 1; }
+	git diff --exit-code -- mesh/api || { echo 'mesh/api: generated code is stale; run make proto and commit' >&2; exit 1; }
 
 ## charts: regenerate deploy/charts' templates, values and schemas from deploy/
 ## (TestChartsUpToDate fails when they are stale)

@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/integration/clustertest"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 // sliceSize is the number of endpoints per EndpointSlice, the

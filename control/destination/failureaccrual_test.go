@@ -9,8 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/plexus-mesh/plexus/control/api/balancerannotations"
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/api/balancerannotations"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 // logRecords collects the server's log records (slog writes each one

@@ -13,9 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
-	policyv1alpha1 "github.com/plexus-mesh/plexus/control/api/policy/v1alpha1"
 	"github.com/plexus-mesh/plexus/control/spiffe"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
 )
 
 // propagation is how long a change may take to reach a stream (DESIGN.md

@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
-	policyv1alpha1 "github.com/plexus-mesh/plexus/control/api/policy/v1alpha1"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
 )
 
 // Inbound policies (GetInboundPolicy): who may connect to one port of a

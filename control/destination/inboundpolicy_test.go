@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	policyv1alpha1 "github.com/plexus-mesh/plexus/control/api/policy/v1alpha1"
+	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
 )
 
 const (

@@ -10,8 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
-	policyv1alpha1 "github.com/plexus-mesh/plexus/control/api/policy/v1alpha1"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
 )
 
 // InboundReads are the reads the inbound policy computation does:

@@ -25,9 +25,9 @@ import (
 	gateway "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 	gatewayinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/control/routes"
 	"github.com/plexus-mesh/plexus/control/serviceprofile"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 // Outbound policies (GetOutboundPolicy): the routes of one Service port as

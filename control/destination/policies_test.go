@@ -32,8 +32,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/control/serviceprofile"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 // routeCluster is a fake cluster with routes: the core clientset (its

@@ -3,7 +3,7 @@ package destination
 import (
 	"sync"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 // publisher holds the current snapshot of one service port (or pod IP

@@ -11,8 +11,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/control/routes"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 // routeConditions is the Accepted and ResolvedRefs conditions Plexus

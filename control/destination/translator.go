@@ -7,7 +7,7 @@ import (
 	"slices"
 	"sync"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 // Weight is the weight of every endpoint (all are equal for now).

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 func ep(addr string, labels ...string) endpoint {

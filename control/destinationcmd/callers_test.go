@@ -19,10 +19,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/control/destination"
 	"github.com/plexus-mesh/plexus/control/destination/destinationtest"
 	"github.com/plexus-mesh/plexus/control/spiffe"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 // fromAddr is a listener whose connections come from addr.

@@ -27,10 +27,10 @@ import (
 	gateway "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/plexus-mesh/plexus/control/adminhttp"
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
-	policyv1alpha1 "github.com/plexus-mesh/plexus/control/api/policy/v1alpha1"
 	"github.com/plexus-mesh/plexus/control/destination"
 	"github.com/plexus-mesh/plexus/control/kubeclient"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
 )
 
 // Config is the subcommand's configuration.

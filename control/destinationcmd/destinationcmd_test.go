@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/integration/clustertest"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 func TestParseFlags(t *testing.T) {

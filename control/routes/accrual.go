@@ -3,8 +3,8 @@ package routes
 import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/plexus-mesh/plexus/control/api/balancerannotations"
-	"github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/api/balancerannotations"
+	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 // failureAccrual is the policy's FailureAccrual from the parent Service's

@@ -9,9 +9,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/plexus-mesh/plexus/control/api/balancerannotations"
-	"github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/control/serviceprofile"
+	"github.com/plexus-mesh/plexus/mesh/api/balancerannotations"
+	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 // translateAnnotated translates Service shop/web port 80 annotated with

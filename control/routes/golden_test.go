@@ -19,8 +19,8 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/control/serviceprofile"
+	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")

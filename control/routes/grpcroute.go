@@ -6,7 +6,7 @@ import (
 
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 // grpcRoute translates r: protocol gRPC, the method match as a path

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 func TestHTTPRouteMatches(t *testing.T) {

@@ -11,9 +11,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/plexus-mesh/plexus/control/api/destinationpb"
-	"github.com/plexus-mesh/plexus/control/api/routeannotations"
 	"github.com/plexus-mesh/plexus/control/serviceprofile"
+	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/api/routeannotations"
 )
 
 // ProfileRetryLimit is the limit of a retryable ServiceProfile route:

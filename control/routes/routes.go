@@ -15,9 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/plexus-mesh/plexus/control/api/destinationpb"
-	"github.com/plexus-mesh/plexus/control/api/routeannotations"
 	"github.com/plexus-mesh/plexus/control/serviceprofile"
+	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/api/routeannotations"
 )
 
 // Source values of OutboundPolicy.

@@ -7,8 +7,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/plexus-mesh/plexus/control/api/destinationpb"
-	"github.com/plexus-mesh/plexus/control/api/routeannotations"
+	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/api/routeannotations"
 )
 
 // routeSettings parses a route's annotations over the parent Service's;

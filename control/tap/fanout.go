@@ -16,10 +16,10 @@ import (
 	"google.golang.org/grpc/credentials"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/plexus-mesh/plexus/control/api/tapapi"
-	"github.com/plexus-mesh/plexus/control/api/tappb"
 	"github.com/plexus-mesh/plexus/control/meshpod"
 	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
+	"github.com/plexus-mesh/plexus/mesh/api/tappb"
 	"github.com/plexus-mesh/plexus/sidecar/mtls"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
-	"github.com/plexus-mesh/plexus/control/api/tapapi"
+	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 	sidecartap "github.com/plexus-mesh/plexus/sidecar/tap"
 )
 

@@ -1,5 +1,5 @@
 // Package tap is the tap service (plexus-control tap): the aggregated API
-// tap.plexus.dev/v1alpha1 (control/api/tapapi). It authenticates the API
+// tap.plexus.dev/v1alpha1 (mesh/api/tapapi). It authenticates the API
 // server's forwarded caller, authorizes every tap with a
 // SubjectAccessReview, and fans the tap out to the selected pods' proxies
 // (their tap API on 4190, over mutual TLS with the tap service's own mesh
@@ -23,7 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/plexus-mesh/plexus/control/api/tapapi"
+	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 	"github.com/plexus-mesh/plexus/sidecar/mtls"
 	sidecartap "github.com/plexus-mesh/plexus/sidecar/tap"
 )

@@ -18,7 +18,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/plexus-mesh/plexus/control/api/tapapi"
+	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 )
 
 // MaxLine bounds one event line of the answer.

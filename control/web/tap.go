@@ -15,7 +15,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/plexus-mesh/plexus/control/api/tapapi"
+	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 )
 
 // errStreamClosed: a write after the handler returned.

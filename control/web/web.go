@@ -19,10 +19,10 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/plexus-mesh/plexus/control/api/tapapi"
 	"github.com/plexus-mesh/plexus/control/cli/check"
 	"github.com/plexus-mesh/plexus/control/cli/routes"
 	"github.com/plexus-mesh/plexus/control/vizquery"
+	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 )
 
 // Config is the dashboard's configuration.

@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/api/tapapi"
 	"github.com/plexus-mesh/plexus/control/cli/check"
 	"github.com/plexus-mesh/plexus/control/web"
 	"github.com/plexus-mesh/plexus/control/web/webtest"
+	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 )
 
 func newServer(t *testing.T, mod func(*web.Config, *web.Sources)) *httptest.Server {

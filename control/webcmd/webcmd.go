@@ -24,13 +24,13 @@ import (
 	gateway "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/plexus-mesh/plexus/control/adminhttp"
-	"github.com/plexus-mesh/plexus/control/api/tapapi"
 	"github.com/plexus-mesh/plexus/control/cli/check"
 	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
 	"github.com/plexus-mesh/plexus/control/kubeclient"
 	"github.com/plexus-mesh/plexus/control/tapclient"
 	"github.com/plexus-mesh/plexus/control/vizquery"
 	"github.com/plexus-mesh/plexus/control/web"
+	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 )
 
 // DefaultAddr is where the dashboard listens: the pod's loopback, which

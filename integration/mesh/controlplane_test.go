@@ -81,10 +81,33 @@ func deployControlPlane(t *testing.T, c *clustertest.Cluster) *controlPlane {
 }
 
 // rotateIssuer signs a new issuer with the same anchor and applies it.
+// It returns once every identity pod has logged loading it.
 func (cp *controlPlane) rotateIssuer(t *testing.T, c *clustertest.Cluster) {
 	t.Helper()
+	loads := func(ctx context.Context) map[string]int {
+		pods, err := c.Client.CoreV1().Pods(controlNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=plexus-identity"})
+		if err != nil {
+			t.Fatalf("listing identity pods: %v", err)
+		}
+		n := map[string]int{}
+		for _, p := range pods.Items {
+			logs, _ := c.Logs(ctx, controlNamespace, p.Name, "identity")
+			n[p.Name] = strings.Count(logs, "issuer loaded")
+		}
+		return n
+	}
+	before := loads(clustertest.Context(t, 30*time.Second))
 	applyYAML(t, c, cp.run(t, "issuer", "--trust-domain="+trustDomain,
 		"--anchor-cert="+cp.anchorCert, "--anchor-key="+cp.anchorKey))
+	clustertest.WaitFor(t, time.Minute, "identity logs loading the new issuer", func(ctx context.Context) (bool, error) {
+		now := loads(ctx)
+		for pod, n := range now {
+			if n <= before[pod] {
+				return false, nil
+			}
+		}
+		return len(now) > 0, nil
+	})
 }
 
 // scale sets a control-plane Deployment's replicas and waits for it.

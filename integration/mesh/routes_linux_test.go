@@ -163,10 +163,10 @@ func TestRoutes(t *testing.T) {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			res, err := r.tryLoad(ctx, "-rate", "100", "-duration", "5s", "-c", "8", "-timeline", r.url("split", "/"))
+			res, err := r.tryLoad(ctx, "-rate", "100", "-duration", "12s", "-c", "8", "-timeline", r.url("split", "/"))
 			done <- result{res, err}
 		}()
-		time.Sleep(2 * time.Second) // measuring: the load runs on the old weights first
+		time.Sleep(3 * time.Second) // measuring: the load runs on the old weights first (12s of load leaves room for a slow start or apply)
 		applied := time.Now()
 		r.apply(t, splitRoute(0, 100))
 		changed := time.Now()

@@ -30,7 +30,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 
-	"github.com/plexus-mesh/plexus/control/api/tapapi"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 	"github.com/plexus-mesh/plexus/control/tapclient"
 	"github.com/plexus-mesh/plexus/control/vizquery"
@@ -38,6 +37,7 @@ import (
 	"github.com/plexus-mesh/plexus/integration/clustertest"
 	"github.com/plexus-mesh/plexus/integration/vizbrowser"
 	"github.com/plexus-mesh/plexus/integration/vizprom"
+	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 )
 
 const (

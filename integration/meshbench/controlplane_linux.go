@@ -26,12 +26,12 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	gwfake "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/fake"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/control/destination"
 	"github.com/plexus-mesh/plexus/control/identity"
 	"github.com/plexus-mesh/plexus/control/meshpod"
 	"github.com/plexus-mesh/plexus/control/pki"
 	"github.com/plexus-mesh/plexus/control/spiffe"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 // The mTLS pair's control plane: the real identity and destination

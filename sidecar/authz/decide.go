@@ -1,7 +1,7 @@
 package authz
 
 import (
-	"github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	"github.com/plexus-mesh/plexus/sidecar/pathnorm"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
 )

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/api/balancerannotations"
+	"github.com/plexus-mesh/plexus/mesh/api/balancerannotations"
 )
 
 // AccrualConfig configures failure accrual over one balancer's endpoints.
@@ -28,7 +28,7 @@ type AccrualConfig struct {
 
 // DefaultAccrualConfig returns the defaults of DESIGN.md §8 (7 failures,
 // penalty 1s to 1m, jitter 0.5, floor 50 %), taken from
-// control/api/balancerannotations.Defaults, where they are defined: the
+// mesh/api/balancerannotations.Defaults, where they are defined: the
 // control plane fills every field of a policy's FailureAccrual from there.
 func DefaultAccrualConfig() AccrualConfig {
 	d := balancerannotations.Defaults()

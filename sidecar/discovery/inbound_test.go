@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	"github.com/plexus-mesh/plexus/sidecar/authz"
 )
 

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	"github.com/plexus-mesh/plexus/sidecar/authz"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 	"github.com/plexus-mesh/plexus/sidecar/pathnorm"

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 // A request whose connection is refused reached no server: it is sent

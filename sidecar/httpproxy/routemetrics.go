@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
 )

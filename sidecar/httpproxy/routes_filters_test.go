@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"testing"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 func rtHeaders(kv ...string) []*pb.Header {

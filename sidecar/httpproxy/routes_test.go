@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
 )

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/api/tappb"
+	"github.com/plexus-mesh/plexus/mesh/api/tappb"
 	"github.com/plexus-mesh/plexus/sidecar/tap"
 )
 

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"testing"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 // regexPolicy is 100 routes with one rule each whose path match is a

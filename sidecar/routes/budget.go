@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 // budgetBuckets is how many buckets a Budget's window has. A request or

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 // fakeClock is a clock tests move by hand.

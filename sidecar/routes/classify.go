@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 // statusRange is an inclusive range of HTTP statuses.

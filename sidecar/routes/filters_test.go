@@ -7,7 +7,7 @@ import (
 	"reflect"
 	"testing"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 func headerModifier(set, add map[string]string, remove ...string) *pb.HeaderModifier {

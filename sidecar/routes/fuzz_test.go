@@ -5,7 +5,7 @@ import (
 	"net/url"
 	"testing"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 // specReader turns fuzz bytes into policy parts.

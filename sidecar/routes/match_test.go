@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 type matchCase struct {

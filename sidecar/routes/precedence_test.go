@@ -3,7 +3,7 @@ package routes
 import (
 	"testing"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 func TestPrecedence(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"math/bits"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	"github.com/plexus-mesh/plexus/sidecar/balance"
 )
 

@@ -7,7 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/plexus-mesh/plexus/control/api/tappb"
+	"github.com/plexus-mesh/plexus/mesh/api/tappb"
 )
 
 // FuzzSession: any request a tapper sends is either refused with an

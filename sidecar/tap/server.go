@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/plexus-mesh/plexus/control/api/tappb"
 	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/api/tappb"
 	"github.com/plexus-mesh/plexus/sidecar/mtls"
 )
 

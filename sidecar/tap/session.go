@@ -8,8 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/plexus-mesh/plexus/control/api/tapapi"
-	"github.com/plexus-mesh/plexus/control/api/tappb"
+	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
+	"github.com/plexus-mesh/plexus/mesh/api/tappb"
 )
 
 // session is one tapper's subscription.

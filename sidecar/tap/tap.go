@@ -17,8 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/plexus-mesh/plexus/control/api/tapapi"
-	"github.com/plexus-mesh/plexus/control/api/tappb"
+	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
+	"github.com/plexus-mesh/plexus/mesh/api/tappb"
 )
 
 // Limits of a proxy's tap server.

@@ -16,11 +16,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 	"github.com/plexus-mesh/plexus/control/meshpod"
 	"github.com/plexus-mesh/plexus/control/spiffe"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 // Kind is a kind of workload.

@@ -18,12 +18,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	policyv1alpha1 "github.com/plexus-mesh/plexus/control/api/policy/v1alpha1"
 	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy/inboundpolicytest"
 	"github.com/plexus-mesh/plexus/control/identity"
 	"github.com/plexus-mesh/plexus/control/identitycmd"
 	"github.com/plexus-mesh/plexus/control/pki"
 	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
+	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
 )
 
 // now is when the test certificates are made.

@@ -22,8 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
 	"github.com/plexus-mesh/plexus/control/spiffe"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 // What plexusctl install deploys, by which Endpoints finds destination

@@ -8,8 +8,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	pb "github.com/plexus-mesh/plexus/control/api/destinationpb"
-	policyv1alpha1 "github.com/plexus-mesh/plexus/control/api/policy/v1alpha1"
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
 	"github.com/plexus-mesh/plexus/sidecar/authz"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
 )

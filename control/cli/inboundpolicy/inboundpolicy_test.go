@@ -14,8 +14,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	policyv1alpha1 "github.com/plexus-mesh/plexus/control/api/policy/v1alpha1"
 	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy/inboundpolicytest"
+	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
 )
 
 func destinationDeployment(containers ...corev1.Container) *appsv1.Deployment {

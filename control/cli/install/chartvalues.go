@@ -12,7 +12,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	policyv1alpha1 "github.com/plexus-mesh/plexus/control/api/policy/v1alpha1"
+	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
 )
 
 // value is one chart value: its path under .Values, its default (install's

@@ -16,7 +16,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/plexus-mesh/plexus/control/api/tapapi"
+	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 )
 
 func TestVizUsage(t *testing.T) {

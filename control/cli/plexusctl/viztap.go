@@ -18,11 +18,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/plexus-mesh/plexus/control/api/tapapi"
 	"github.com/plexus-mesh/plexus/control/cli/viz"
 	"github.com/plexus-mesh/plexus/control/cli/viz/tapview"
 	"github.com/plexus-mesh/plexus/control/cli/viz/top"
 	"github.com/plexus-mesh/plexus/control/tapclient"
+	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 )
 
 // tapFlags are the filters of tap and top.

@@ -7,7 +7,7 @@ import (
 	"net/netip"
 	"strconv"
 
-	policyv1alpha1 "github.com/plexus-mesh/plexus/control/api/policy/v1alpha1"
+	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
 )
 
 // Names of the objects AllowScrapes writes.

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/plexus-mesh/plexus/control/api/tapapi"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
+	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 )
 
 // Kind is a kind of Kubernetes object as RBAC and the tap API name it:

@@ -21,12 +21,12 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 
-	policyv1alpha1 "github.com/plexus-mesh/plexus/control/api/policy/v1alpha1"
 	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
 	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy/inboundpolicytest"
 	"github.com/plexus-mesh/plexus/control/cli/internal/goldentest"
 	"github.com/plexus-mesh/plexus/control/destination"
 	"github.com/plexus-mesh/plexus/deploy"
+	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
 

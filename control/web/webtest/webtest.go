@@ -9,12 +9,12 @@ import (
 	"math"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/api/tapapi"
 	"github.com/plexus-mesh/plexus/control/cli/check"
 	"github.com/plexus-mesh/plexus/control/cli/meshstats"
 	"github.com/plexus-mesh/plexus/control/cli/routes"
 	"github.com/plexus-mesh/plexus/control/vizquery"
 	"github.com/plexus-mesh/plexus/control/web"
+	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 )
 
 // Namespace is the fake application's namespace.

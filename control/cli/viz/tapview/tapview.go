@@ -1,4 +1,4 @@
-// Package tapview prints a tap's events (control/api/tapapi) as plexusctl
+// Package tapview prints a tap's events (mesh/api/tapapi) as plexusctl
 // viz tap shows them: one line per event in Linkerd's shape, or the events
 // as JSON lines.
 package tapview
@@ -16,8 +16,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/plexus-mesh/plexus/control/api/tapapi"
 	"github.com/plexus-mesh/plexus/control/cli/viz"
+	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 )
 
 // Formats of a Printer.

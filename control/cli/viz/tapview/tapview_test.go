@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/api/tapapi"
 	"github.com/plexus-mesh/plexus/control/cli/internal/goldentest"
+	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 )
 
 func intp(i int) *int { return &i }

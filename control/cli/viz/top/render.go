@@ -10,9 +10,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/api/tapapi"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 	"github.com/plexus-mesh/plexus/control/cli/viz/tapview"
+	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 )
 
 // Render writes rows as a table, at most max of them (0: all) and a line

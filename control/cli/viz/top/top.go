@@ -10,8 +10,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/plexus-mesh/plexus/control/api/tapapi"
 	"github.com/plexus-mesh/plexus/control/cli/viz/tapview"
+	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 )
 
 // Options shape the rows.

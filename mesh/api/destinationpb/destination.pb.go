@@ -5,7 +5,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: control/api/destinationpb/destination.proto
+// source: mesh/api/destinationpb/destination.proto
 
 package destinationpb
 
@@ -61,11 +61,11 @@ func (x ProtocolHint_Protocol) String() string {
 }
 
 func (ProtocolHint_Protocol) Descriptor() protoreflect.EnumDescriptor {
-	return file_control_api_destinationpb_destination_proto_enumTypes[0].Descriptor()
+	return file_mesh_api_destinationpb_destination_proto_enumTypes[0].Descriptor()
 }
 
 func (ProtocolHint_Protocol) Type() protoreflect.EnumType {
-	return &file_control_api_destinationpb_destination_proto_enumTypes[0]
+	return &file_mesh_api_destinationpb_destination_proto_enumTypes[0]
 }
 
 func (x ProtocolHint_Protocol) Number() protoreflect.EnumNumber {
@@ -74,7 +74,7 @@ func (x ProtocolHint_Protocol) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ProtocolHint_Protocol.Descriptor instead.
 func (ProtocolHint_Protocol) EnumDescriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{6, 0}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{6, 0}
 }
 
 type OutboundRoute_Protocol int32
@@ -107,11 +107,11 @@ func (x OutboundRoute_Protocol) String() string {
 }
 
 func (OutboundRoute_Protocol) Descriptor() protoreflect.EnumDescriptor {
-	return file_control_api_destinationpb_destination_proto_enumTypes[1].Descriptor()
+	return file_mesh_api_destinationpb_destination_proto_enumTypes[1].Descriptor()
 }
 
 func (OutboundRoute_Protocol) Type() protoreflect.EnumType {
-	return &file_control_api_destinationpb_destination_proto_enumTypes[1]
+	return &file_mesh_api_destinationpb_destination_proto_enumTypes[1]
 }
 
 func (x OutboundRoute_Protocol) Number() protoreflect.EnumNumber {
@@ -120,7 +120,7 @@ func (x OutboundRoute_Protocol) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OutboundRoute_Protocol.Descriptor instead.
 func (OutboundRoute_Protocol) EnumDescriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{13, 0}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{13, 0}
 }
 
 type PathMatch_Kind int32
@@ -156,11 +156,11 @@ func (x PathMatch_Kind) String() string {
 }
 
 func (PathMatch_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_control_api_destinationpb_destination_proto_enumTypes[2].Descriptor()
+	return file_mesh_api_destinationpb_destination_proto_enumTypes[2].Descriptor()
 }
 
 func (PathMatch_Kind) Type() protoreflect.EnumType {
-	return &file_control_api_destinationpb_destination_proto_enumTypes[2]
+	return &file_mesh_api_destinationpb_destination_proto_enumTypes[2]
 }
 
 func (x PathMatch_Kind) Number() protoreflect.EnumNumber {
@@ -169,7 +169,7 @@ func (x PathMatch_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PathMatch_Kind.Descriptor instead.
 func (PathMatch_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{16, 0}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{16, 0}
 }
 
 type HeaderMatch_Kind int32
@@ -202,11 +202,11 @@ func (x HeaderMatch_Kind) String() string {
 }
 
 func (HeaderMatch_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_control_api_destinationpb_destination_proto_enumTypes[3].Descriptor()
+	return file_mesh_api_destinationpb_destination_proto_enumTypes[3].Descriptor()
 }
 
 func (HeaderMatch_Kind) Type() protoreflect.EnumType {
-	return &file_control_api_destinationpb_destination_proto_enumTypes[3]
+	return &file_mesh_api_destinationpb_destination_proto_enumTypes[3]
 }
 
 func (x HeaderMatch_Kind) Number() protoreflect.EnumNumber {
@@ -215,7 +215,7 @@ func (x HeaderMatch_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use HeaderMatch_Kind.Descriptor instead.
 func (HeaderMatch_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{17, 0}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{17, 0}
 }
 
 type QueryMatch_Kind int32
@@ -248,11 +248,11 @@ func (x QueryMatch_Kind) String() string {
 }
 
 func (QueryMatch_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_control_api_destinationpb_destination_proto_enumTypes[4].Descriptor()
+	return file_mesh_api_destinationpb_destination_proto_enumTypes[4].Descriptor()
 }
 
 func (QueryMatch_Kind) Type() protoreflect.EnumType {
-	return &file_control_api_destinationpb_destination_proto_enumTypes[4]
+	return &file_mesh_api_destinationpb_destination_proto_enumTypes[4]
 }
 
 func (x QueryMatch_Kind) Number() protoreflect.EnumNumber {
@@ -261,7 +261,7 @@ func (x QueryMatch_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use QueryMatch_Kind.Descriptor instead.
 func (QueryMatch_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{18, 0}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{18, 0}
 }
 
 type GetDestination struct {
@@ -278,7 +278,7 @@ type GetDestination struct {
 
 func (x *GetDestination) Reset() {
 	*x = GetDestination{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[0]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -290,7 +290,7 @@ func (x *GetDestination) String() string {
 func (*GetDestination) ProtoMessage() {}
 
 func (x *GetDestination) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[0]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -303,7 +303,7 @@ func (x *GetDestination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDestination.ProtoReflect.Descriptor instead.
 func (*GetDestination) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{0}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *GetDestination) GetPath() string {
@@ -334,7 +334,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[1]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -346,7 +346,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[1]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -359,7 +359,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{1}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *Update) GetUpdate() isUpdate_Update {
@@ -434,7 +434,7 @@ type AddrSet struct {
 
 func (x *AddrSet) Reset() {
 	*x = AddrSet{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[2]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -446,7 +446,7 @@ func (x *AddrSet) String() string {
 func (*AddrSet) ProtoMessage() {}
 
 func (x *AddrSet) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[2]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -459,7 +459,7 @@ func (x *AddrSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddrSet.ProtoReflect.Descriptor instead.
 func (*AddrSet) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{2}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AddrSet) GetAddrs() []*WeightedAddr {
@@ -497,7 +497,7 @@ type WeightedAddr struct {
 
 func (x *WeightedAddr) Reset() {
 	*x = WeightedAddr{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[3]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -509,7 +509,7 @@ func (x *WeightedAddr) String() string {
 func (*WeightedAddr) ProtoMessage() {}
 
 func (x *WeightedAddr) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[3]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -522,7 +522,7 @@ func (x *WeightedAddr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WeightedAddr.ProtoReflect.Descriptor instead.
 func (*WeightedAddr) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{3}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *WeightedAddr) GetAddr() *TcpAddress {
@@ -578,7 +578,7 @@ type TcpAddress struct {
 
 func (x *TcpAddress) Reset() {
 	*x = TcpAddress{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[4]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +590,7 @@ func (x *TcpAddress) String() string {
 func (*TcpAddress) ProtoMessage() {}
 
 func (x *TcpAddress) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[4]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +603,7 @@ func (x *TcpAddress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TcpAddress.ProtoReflect.Descriptor instead.
 func (*TcpAddress) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{4}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TcpAddress) GetIp() []byte {
@@ -630,7 +630,7 @@ type TlsIdentity struct {
 
 func (x *TlsIdentity) Reset() {
 	*x = TlsIdentity{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[5]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +642,7 @@ func (x *TlsIdentity) String() string {
 func (*TlsIdentity) ProtoMessage() {}
 
 func (x *TlsIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[5]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +655,7 @@ func (x *TlsIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TlsIdentity.ProtoReflect.Descriptor instead.
 func (*TlsIdentity) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{5}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TlsIdentity) GetSpiffeId() string {
@@ -674,7 +674,7 @@ type ProtocolHint struct {
 
 func (x *ProtocolHint) Reset() {
 	*x = ProtocolHint{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[6]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +686,7 @@ func (x *ProtocolHint) String() string {
 func (*ProtocolHint) ProtoMessage() {}
 
 func (x *ProtocolHint) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[6]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +699,7 @@ func (x *ProtocolHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProtocolHint.ProtoReflect.Descriptor instead.
 func (*ProtocolHint) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{6}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ProtocolHint) GetProtocol() ProtocolHint_Protocol {
@@ -718,7 +718,7 @@ type NoEndpoints struct {
 
 func (x *NoEndpoints) Reset() {
 	*x = NoEndpoints{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[7]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +730,7 @@ func (x *NoEndpoints) String() string {
 func (*NoEndpoints) ProtoMessage() {}
 
 func (x *NoEndpoints) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[7]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +743,7 @@ func (x *NoEndpoints) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NoEndpoints.ProtoReflect.Descriptor instead.
 func (*NoEndpoints) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{7}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *NoEndpoints) GetExists() bool {
@@ -766,7 +766,7 @@ type DestinationProfile struct {
 
 func (x *DestinationProfile) Reset() {
 	*x = DestinationProfile{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[8]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +778,7 @@ func (x *DestinationProfile) String() string {
 func (*DestinationProfile) ProtoMessage() {}
 
 func (x *DestinationProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[8]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +791,7 @@ func (x *DestinationProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestinationProfile.ProtoReflect.Descriptor instead.
 func (*DestinationProfile) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{8}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DestinationProfile) GetFullyQualifiedName() string {
@@ -825,7 +825,7 @@ type Route struct {
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[9]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +837,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[9]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +850,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{9}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Route) GetName() string {
@@ -877,7 +877,7 @@ type ResourceRef struct {
 
 func (x *ResourceRef) Reset() {
 	*x = ResourceRef{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[10]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -889,7 +889,7 @@ func (x *ResourceRef) String() string {
 func (*ResourceRef) ProtoMessage() {}
 
 func (x *ResourceRef) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[10]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -902,7 +902,7 @@ func (x *ResourceRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceRef.ProtoReflect.Descriptor instead.
 func (*ResourceRef) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{10}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ResourceRef) GetGroup() string {
@@ -970,7 +970,7 @@ type OutboundPolicy struct {
 
 func (x *OutboundPolicy) Reset() {
 	*x = OutboundPolicy{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[11]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -982,7 +982,7 @@ func (x *OutboundPolicy) String() string {
 func (*OutboundPolicy) ProtoMessage() {}
 
 func (x *OutboundPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[11]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -995,7 +995,7 @@ func (x *OutboundPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutboundPolicy.ProtoReflect.Descriptor instead.
 func (*OutboundPolicy) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{11}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *OutboundPolicy) GetParent() *ResourceRef {
@@ -1054,7 +1054,7 @@ type FailureAccrual struct {
 
 func (x *FailureAccrual) Reset() {
 	*x = FailureAccrual{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[12]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1066,7 @@ func (x *FailureAccrual) String() string {
 func (*FailureAccrual) ProtoMessage() {}
 
 func (x *FailureAccrual) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[12]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1079,7 @@ func (x *FailureAccrual) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailureAccrual.ProtoReflect.Descriptor instead.
 func (*FailureAccrual) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{12}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FailureAccrual) GetConsecutiveFailures() uint32 {
@@ -1135,7 +1135,7 @@ type OutboundRoute struct {
 
 func (x *OutboundRoute) Reset() {
 	*x = OutboundRoute{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[13]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1147,7 +1147,7 @@ func (x *OutboundRoute) String() string {
 func (*OutboundRoute) ProtoMessage() {}
 
 func (x *OutboundRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[13]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1160,7 +1160,7 @@ func (x *OutboundRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutboundRoute.ProtoReflect.Descriptor instead.
 func (*OutboundRoute) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{13}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *OutboundRoute) GetRef() *ResourceRef {
@@ -1211,7 +1211,7 @@ type OutboundRule struct {
 
 func (x *OutboundRule) Reset() {
 	*x = OutboundRule{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[14]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1223,7 +1223,7 @@ func (x *OutboundRule) String() string {
 func (*OutboundRule) ProtoMessage() {}
 
 func (x *OutboundRule) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[14]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1236,7 +1236,7 @@ func (x *OutboundRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutboundRule.ProtoReflect.Descriptor instead.
 func (*OutboundRule) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{14}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *OutboundRule) GetMatches() []*RouteMatch {
@@ -1297,7 +1297,7 @@ type RouteMatch struct {
 
 func (x *RouteMatch) Reset() {
 	*x = RouteMatch{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[15]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1309,7 +1309,7 @@ func (x *RouteMatch) String() string {
 func (*RouteMatch) ProtoMessage() {}
 
 func (x *RouteMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[15]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1322,7 +1322,7 @@ func (x *RouteMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteMatch.ProtoReflect.Descriptor instead.
 func (*RouteMatch) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{15}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RouteMatch) GetPath() *PathMatch {
@@ -1370,7 +1370,7 @@ type PathMatch struct {
 
 func (x *PathMatch) Reset() {
 	*x = PathMatch{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[16]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1382,7 @@ func (x *PathMatch) String() string {
 func (*PathMatch) ProtoMessage() {}
 
 func (x *PathMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[16]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1395,7 @@ func (x *PathMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathMatch.ProtoReflect.Descriptor instead.
 func (*PathMatch) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{16}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PathMatch) GetKind() PathMatch_Kind {
@@ -1424,7 +1424,7 @@ type HeaderMatch struct {
 
 func (x *HeaderMatch) Reset() {
 	*x = HeaderMatch{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[17]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1436,7 @@ func (x *HeaderMatch) String() string {
 func (*HeaderMatch) ProtoMessage() {}
 
 func (x *HeaderMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[17]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1449,7 @@ func (x *HeaderMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderMatch.ProtoReflect.Descriptor instead.
 func (*HeaderMatch) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{17}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HeaderMatch) GetKind() HeaderMatch_Kind {
@@ -1485,7 +1485,7 @@ type QueryMatch struct {
 
 func (x *QueryMatch) Reset() {
 	*x = QueryMatch{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[18]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1497,7 @@ func (x *QueryMatch) String() string {
 func (*QueryMatch) ProtoMessage() {}
 
 func (x *QueryMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[18]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1510,7 @@ func (x *QueryMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryMatch.ProtoReflect.Descriptor instead.
 func (*QueryMatch) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{18}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *QueryMatch) GetKind() QueryMatch_Kind {
@@ -1551,7 +1551,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[19]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +1563,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[19]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +1576,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{19}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Condition) GetKind() isCondition_Kind {
@@ -1675,7 +1675,7 @@ type Conditions struct {
 
 func (x *Conditions) Reset() {
 	*x = Conditions{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[20]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1687,7 +1687,7 @@ func (x *Conditions) String() string {
 func (*Conditions) ProtoMessage() {}
 
 func (x *Conditions) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[20]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1700,7 +1700,7 @@ func (x *Conditions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Conditions.ProtoReflect.Descriptor instead.
 func (*Conditions) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{20}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Conditions) GetConditions() []*Condition {
@@ -1725,7 +1725,7 @@ type Filter struct {
 
 func (x *Filter) Reset() {
 	*x = Filter{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[21]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1737,7 +1737,7 @@ func (x *Filter) String() string {
 func (*Filter) ProtoMessage() {}
 
 func (x *Filter) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[21]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1750,7 +1750,7 @@ func (x *Filter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Filter.ProtoReflect.Descriptor instead.
 func (*Filter) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{21}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Filter) GetKind() isFilter_Kind {
@@ -1835,7 +1835,7 @@ type HeaderModifier struct {
 
 func (x *HeaderModifier) Reset() {
 	*x = HeaderModifier{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[22]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1847,7 +1847,7 @@ func (x *HeaderModifier) String() string {
 func (*HeaderModifier) ProtoMessage() {}
 
 func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[22]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1860,7 +1860,7 @@ func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderModifier.ProtoReflect.Descriptor instead.
 func (*HeaderModifier) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{22}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HeaderModifier) GetSet() []*Header {
@@ -1894,7 +1894,7 @@ type Header struct {
 
 func (x *Header) Reset() {
 	*x = Header{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[23]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +1906,7 @@ func (x *Header) String() string {
 func (*Header) ProtoMessage() {}
 
 func (x *Header) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[23]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +1919,7 @@ func (x *Header) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Header.ProtoReflect.Descriptor instead.
 func (*Header) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{23}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Header) GetName() string {
@@ -1949,7 +1949,7 @@ type PathModifier struct {
 
 func (x *PathModifier) Reset() {
 	*x = PathModifier{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[24]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1961,7 +1961,7 @@ func (x *PathModifier) String() string {
 func (*PathModifier) ProtoMessage() {}
 
 func (x *PathModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[24]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1974,7 +1974,7 @@ func (x *PathModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathModifier.ProtoReflect.Descriptor instead.
 func (*PathModifier) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{24}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PathModifier) GetKind() isPathModifier_Kind {
@@ -2036,7 +2036,7 @@ type RequestRedirect struct {
 
 func (x *RequestRedirect) Reset() {
 	*x = RequestRedirect{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[25]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2048,7 @@ func (x *RequestRedirect) String() string {
 func (*RequestRedirect) ProtoMessage() {}
 
 func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[25]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2061,7 @@ func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRedirect.ProtoReflect.Descriptor instead.
 func (*RequestRedirect) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{25}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RequestRedirect) GetScheme() string {
@@ -2109,7 +2109,7 @@ type URLRewrite struct {
 
 func (x *URLRewrite) Reset() {
 	*x = URLRewrite{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[26]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2121,7 +2121,7 @@ func (x *URLRewrite) String() string {
 func (*URLRewrite) ProtoMessage() {}
 
 func (x *URLRewrite) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[26]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2134,7 +2134,7 @@ func (x *URLRewrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use URLRewrite.ProtoReflect.Descriptor instead.
 func (*URLRewrite) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{26}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *URLRewrite) GetHostname() string {
@@ -2169,7 +2169,7 @@ type Backend struct {
 
 func (x *Backend) Reset() {
 	*x = Backend{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[27]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2181,7 +2181,7 @@ func (x *Backend) String() string {
 func (*Backend) ProtoMessage() {}
 
 func (x *Backend) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[27]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2194,7 +2194,7 @@ func (x *Backend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backend.ProtoReflect.Descriptor instead.
 func (*Backend) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{27}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Backend) GetRef() *ResourceRef {
@@ -2246,7 +2246,7 @@ type Timeouts struct {
 
 func (x *Timeouts) Reset() {
 	*x = Timeouts{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[28]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2258,7 +2258,7 @@ func (x *Timeouts) String() string {
 func (*Timeouts) ProtoMessage() {}
 
 func (x *Timeouts) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[28]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2271,7 +2271,7 @@ func (x *Timeouts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timeouts.ProtoReflect.Descriptor instead.
 func (*Timeouts) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{28}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Timeouts) GetRequest() *durationpb.Duration {
@@ -2315,7 +2315,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[29]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2327,7 +2327,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[29]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2340,7 +2340,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{29}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RetryPolicy) GetLimit() uint32 {
@@ -2395,7 +2395,7 @@ type StatusRange struct {
 
 func (x *StatusRange) Reset() {
 	*x = StatusRange{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[30]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2407,7 @@ func (x *StatusRange) String() string {
 func (*StatusRange) ProtoMessage() {}
 
 func (x *StatusRange) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[30]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2420,7 @@ func (x *StatusRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRange.ProtoReflect.Descriptor instead.
 func (*StatusRange) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{30}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StatusRange) GetMin() uint32 {
@@ -2449,7 +2449,7 @@ type RetryBudget struct {
 
 func (x *RetryBudget) Reset() {
 	*x = RetryBudget{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[31]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2461,7 +2461,7 @@ func (x *RetryBudget) String() string {
 func (*RetryBudget) ProtoMessage() {}
 
 func (x *RetryBudget) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[31]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2474,7 +2474,7 @@ func (x *RetryBudget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudget.ProtoReflect.Descriptor instead.
 func (*RetryBudget) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{31}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RetryBudget) GetRatio() float64 {
@@ -2508,7 +2508,7 @@ type ResponseClass struct {
 
 func (x *ResponseClass) Reset() {
 	*x = ResponseClass{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[32]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2520,7 +2520,7 @@ func (x *ResponseClass) String() string {
 func (*ResponseClass) ProtoMessage() {}
 
 func (x *ResponseClass) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[32]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2533,7 +2533,7 @@ func (x *ResponseClass) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseClass.ProtoReflect.Descriptor instead.
 func (*ResponseClass) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{32}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ResponseClass) GetCondition() *ResponseMatch {
@@ -2565,7 +2565,7 @@ type ResponseMatch struct {
 
 func (x *ResponseMatch) Reset() {
 	*x = ResponseMatch{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[33]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2577,7 +2577,7 @@ func (x *ResponseMatch) String() string {
 func (*ResponseMatch) ProtoMessage() {}
 
 func (x *ResponseMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[33]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2590,7 +2590,7 @@ func (x *ResponseMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseMatch.ProtoReflect.Descriptor instead.
 func (*ResponseMatch) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{33}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ResponseMatch) GetKind() isResponseMatch_Kind {
@@ -2673,7 +2673,7 @@ type ResponseMatches struct {
 
 func (x *ResponseMatches) Reset() {
 	*x = ResponseMatches{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[34]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2685,7 +2685,7 @@ func (x *ResponseMatches) String() string {
 func (*ResponseMatches) ProtoMessage() {}
 
 func (x *ResponseMatches) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[34]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,7 +2698,7 @@ func (x *ResponseMatches) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseMatches.ProtoReflect.Descriptor instead.
 func (*ResponseMatches) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{34}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ResponseMatches) GetMatches() []*ResponseMatch {
@@ -2719,7 +2719,7 @@ type InboundPolicyRequest struct {
 
 func (x *InboundPolicyRequest) Reset() {
 	*x = InboundPolicyRequest{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[35]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2731,7 +2731,7 @@ func (x *InboundPolicyRequest) String() string {
 func (*InboundPolicyRequest) ProtoMessage() {}
 
 func (x *InboundPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[35]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2744,7 +2744,7 @@ func (x *InboundPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InboundPolicyRequest.ProtoReflect.Descriptor instead.
 func (*InboundPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{35}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *InboundPolicyRequest) GetNamespace() string {
@@ -2800,7 +2800,7 @@ type InboundPolicy struct {
 
 func (x *InboundPolicy) Reset() {
 	*x = InboundPolicy{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[36]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2812,7 +2812,7 @@ func (x *InboundPolicy) String() string {
 func (*InboundPolicy) ProtoMessage() {}
 
 func (x *InboundPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[36]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2825,7 +2825,7 @@ func (x *InboundPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InboundPolicy.ProtoReflect.Descriptor instead.
 func (*InboundPolicy) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{36}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *InboundPolicy) GetServer() *ResourceRef {
@@ -2896,7 +2896,7 @@ type Authorization struct {
 
 func (x *Authorization) Reset() {
 	*x = Authorization{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[37]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2908,7 +2908,7 @@ func (x *Authorization) String() string {
 func (*Authorization) ProtoMessage() {}
 
 func (x *Authorization) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[37]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2921,7 +2921,7 @@ func (x *Authorization) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Authorization.ProtoReflect.Descriptor instead.
 func (*Authorization) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{37}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Authorization) GetRef() *ResourceRef {
@@ -2976,7 +2976,7 @@ type Network struct {
 
 func (x *Network) Reset() {
 	*x = Network{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[38]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2988,7 +2988,7 @@ func (x *Network) String() string {
 func (*Network) ProtoMessage() {}
 
 func (x *Network) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[38]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3001,7 +3001,7 @@ func (x *Network) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Network.ProtoReflect.Descriptor instead.
 func (*Network) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{38}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Network) GetCidr() string {
@@ -3030,7 +3030,7 @@ type InboundRoute struct {
 
 func (x *InboundRoute) Reset() {
 	*x = InboundRoute{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[39]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3042,7 +3042,7 @@ func (x *InboundRoute) String() string {
 func (*InboundRoute) ProtoMessage() {}
 
 func (x *InboundRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[39]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3055,7 +3055,7 @@ func (x *InboundRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InboundRoute.ProtoReflect.Descriptor instead.
 func (*InboundRoute) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{39}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *InboundRoute) GetRef() *ResourceRef {
@@ -3093,7 +3093,7 @@ type RateLimit struct {
 
 func (x *RateLimit) Reset() {
 	*x = RateLimit{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[40]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3105,7 +3105,7 @@ func (x *RateLimit) String() string {
 func (*RateLimit) ProtoMessage() {}
 
 func (x *RateLimit) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[40]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3118,7 +3118,7 @@ func (x *RateLimit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateLimit.ProtoReflect.Descriptor instead.
 func (*RateLimit) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{40}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RateLimit) GetRef() *ResourceRef {
@@ -3160,7 +3160,7 @@ type RateLimitOverride struct {
 
 func (x *RateLimitOverride) Reset() {
 	*x = RateLimitOverride{}
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[41]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3172,7 +3172,7 @@ func (x *RateLimitOverride) String() string {
 func (*RateLimitOverride) ProtoMessage() {}
 
 func (x *RateLimitOverride) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_destinationpb_destination_proto_msgTypes[41]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3185,7 +3185,7 @@ func (x *RateLimitOverride) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateLimitOverride.ProtoReflect.Descriptor instead.
 func (*RateLimitOverride) Descriptor() ([]byte, []int) {
-	return file_control_api_destinationpb_destination_proto_rawDescGZIP(), []int{41}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RateLimitOverride) GetRequestsPerSecond() uint32 {
@@ -3202,11 +3202,11 @@ func (x *RateLimitOverride) GetIdentities() []string {
 	return nil
 }
 
-var File_control_api_destinationpb_destination_proto protoreflect.FileDescriptor
+var File_mesh_api_destinationpb_destination_proto protoreflect.FileDescriptor
 
-const file_control_api_destinationpb_destination_proto_rawDesc = "" +
+const file_mesh_api_destinationpb_destination_proto_rawDesc = "" +
 	"\n" +
-	"+control/api/destinationpb/destination.proto\x12\x15plexus.destination.v1\x1a\x1egoogle/protobuf/duration.proto\"I\n" +
+	"(mesh/api/destinationpb/destination.proto\x12\x15plexus.destination.v1\x1a\x1egoogle/protobuf/duration.proto\"I\n" +
 	"\x0eGetDestination\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12#\n" +
 	"\rcontext_token\x18\x02 \x01(\tR\fcontextToken\"\xc9\x01\n" +
@@ -3439,23 +3439,23 @@ const file_control_api_destinationpb_destination_proto_rawDesc = "" +
 	"\n" +
 	"GetProfile\x12%.plexus.destination.v1.GetDestination\x1a).plexus.destination.v1.DestinationProfile0\x01\x12c\n" +
 	"\x11GetOutboundPolicy\x12%.plexus.destination.v1.GetDestination\x1a%.plexus.destination.v1.OutboundPolicy0\x01\x12g\n" +
-	"\x10GetInboundPolicy\x12+.plexus.destination.v1.InboundPolicyRequest\x1a$.plexus.destination.v1.InboundPolicy0\x01B9Z7github.com/plexus-mesh/plexus/control/api/destinationpbb\x06proto3"
+	"\x10GetInboundPolicy\x12+.plexus.destination.v1.InboundPolicyRequest\x1a$.plexus.destination.v1.InboundPolicy0\x01B6Z4github.com/plexus-mesh/plexus/mesh/api/destinationpbb\x06proto3"
 
 var (
-	file_control_api_destinationpb_destination_proto_rawDescOnce sync.Once
-	file_control_api_destinationpb_destination_proto_rawDescData []byte
+	file_mesh_api_destinationpb_destination_proto_rawDescOnce sync.Once
+	file_mesh_api_destinationpb_destination_proto_rawDescData []byte
 )
 
-func file_control_api_destinationpb_destination_proto_rawDescGZIP() []byte {
-	file_control_api_destinationpb_destination_proto_rawDescOnce.Do(func() {
-		file_control_api_destinationpb_destination_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_control_api_destinationpb_destination_proto_rawDesc), len(file_control_api_destinationpb_destination_proto_rawDesc)))
+func file_mesh_api_destinationpb_destination_proto_rawDescGZIP() []byte {
+	file_mesh_api_destinationpb_destination_proto_rawDescOnce.Do(func() {
+		file_mesh_api_destinationpb_destination_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_mesh_api_destinationpb_destination_proto_rawDesc), len(file_mesh_api_destinationpb_destination_proto_rawDesc)))
 	})
-	return file_control_api_destinationpb_destination_proto_rawDescData
+	return file_mesh_api_destinationpb_destination_proto_rawDescData
 }
 
-var file_control_api_destinationpb_destination_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_control_api_destinationpb_destination_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
-var file_control_api_destinationpb_destination_proto_goTypes = []any{
+var file_mesh_api_destinationpb_destination_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_mesh_api_destinationpb_destination_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_mesh_api_destinationpb_destination_proto_goTypes = []any{
 	(ProtocolHint_Protocol)(0),   // 0: plexus.destination.v1.ProtocolHint.Protocol
 	(OutboundRoute_Protocol)(0),  // 1: plexus.destination.v1.OutboundRoute.Protocol
 	(PathMatch_Kind)(0),          // 2: plexus.destination.v1.PathMatch.Kind
@@ -3507,7 +3507,7 @@ var file_control_api_destinationpb_destination_proto_goTypes = []any{
 	nil,                          // 48: plexus.destination.v1.WeightedAddr.MetricLabelsEntry
 	(*durationpb.Duration)(nil),  // 49: google.protobuf.Duration
 }
-var file_control_api_destinationpb_destination_proto_depIdxs = []int32{
+var file_mesh_api_destinationpb_destination_proto_depIdxs = []int32{
 	7,  // 0: plexus.destination.v1.Update.add:type_name -> plexus.destination.v1.AddrSet
 	7,  // 1: plexus.destination.v1.Update.remove:type_name -> plexus.destination.v1.AddrSet
 	12, // 2: plexus.destination.v1.Update.no_endpoints:type_name -> plexus.destination.v1.NoEndpoints
@@ -3593,34 +3593,34 @@ var file_control_api_destinationpb_destination_proto_depIdxs = []int32{
 	0,  // [0:70] is the sub-list for field type_name
 }
 
-func init() { file_control_api_destinationpb_destination_proto_init() }
-func file_control_api_destinationpb_destination_proto_init() {
-	if File_control_api_destinationpb_destination_proto != nil {
+func init() { file_mesh_api_destinationpb_destination_proto_init() }
+func file_mesh_api_destinationpb_destination_proto_init() {
+	if File_mesh_api_destinationpb_destination_proto != nil {
 		return
 	}
-	file_control_api_destinationpb_destination_proto_msgTypes[1].OneofWrappers = []any{
+	file_mesh_api_destinationpb_destination_proto_msgTypes[1].OneofWrappers = []any{
 		(*Update_Add)(nil),
 		(*Update_Remove)(nil),
 		(*Update_NoEndpoints)(nil),
 	}
-	file_control_api_destinationpb_destination_proto_msgTypes[19].OneofWrappers = []any{
+	file_mesh_api_destinationpb_destination_proto_msgTypes[19].OneofWrappers = []any{
 		(*Condition_Method)(nil),
 		(*Condition_PathRegex)(nil),
 		(*Condition_All)(nil),
 		(*Condition_Any)(nil),
 		(*Condition_Not)(nil),
 	}
-	file_control_api_destinationpb_destination_proto_msgTypes[21].OneofWrappers = []any{
+	file_mesh_api_destinationpb_destination_proto_msgTypes[21].OneofWrappers = []any{
 		(*Filter_RequestHeaderModifier)(nil),
 		(*Filter_ResponseHeaderModifier)(nil),
 		(*Filter_RequestRedirect)(nil),
 		(*Filter_UrlRewrite)(nil),
 	}
-	file_control_api_destinationpb_destination_proto_msgTypes[24].OneofWrappers = []any{
+	file_mesh_api_destinationpb_destination_proto_msgTypes[24].OneofWrappers = []any{
 		(*PathModifier_Full)(nil),
 		(*PathModifier_Prefix)(nil),
 	}
-	file_control_api_destinationpb_destination_proto_msgTypes[33].OneofWrappers = []any{
+	file_mesh_api_destinationpb_destination_proto_msgTypes[33].OneofWrappers = []any{
 		(*ResponseMatch_Status)(nil),
 		(*ResponseMatch_All)(nil),
 		(*ResponseMatch_Any)(nil),
@@ -3630,18 +3630,18 @@ func file_control_api_destinationpb_destination_proto_init() {
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_api_destinationpb_destination_proto_rawDesc), len(file_control_api_destinationpb_destination_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mesh_api_destinationpb_destination_proto_rawDesc), len(file_mesh_api_destinationpb_destination_proto_rawDesc)),
 			NumEnums:      5,
 			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
-		GoTypes:           file_control_api_destinationpb_destination_proto_goTypes,
-		DependencyIndexes: file_control_api_destinationpb_destination_proto_depIdxs,
-		EnumInfos:         file_control_api_destinationpb_destination_proto_enumTypes,
-		MessageInfos:      file_control_api_destinationpb_destination_proto_msgTypes,
+		GoTypes:           file_mesh_api_destinationpb_destination_proto_goTypes,
+		DependencyIndexes: file_mesh_api_destinationpb_destination_proto_depIdxs,
+		EnumInfos:         file_mesh_api_destinationpb_destination_proto_enumTypes,
+		MessageInfos:      file_mesh_api_destinationpb_destination_proto_msgTypes,
 	}.Build()
-	File_control_api_destinationpb_destination_proto = out.File
-	file_control_api_destinationpb_destination_proto_goTypes = nil
-	file_control_api_destinationpb_destination_proto_depIdxs = nil
+	File_mesh_api_destinationpb_destination_proto = out.File
+	file_mesh_api_destinationpb_destination_proto_goTypes = nil
+	file_mesh_api_destinationpb_destination_proto_depIdxs = nil
 }

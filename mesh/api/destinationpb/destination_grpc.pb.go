@@ -5,7 +5,7 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             v3.21.12
-// source: control/api/destinationpb/destination.proto
+// source: mesh/api/destinationpb/destination.proto
 
 package destinationpb
 
@@ -272,5 +272,5 @@ var Destination_ServiceDesc = grpc.ServiceDesc{
 			ServerStreams: true,
 		},
 	},
-	Metadata: "control/api/destinationpb/destination.proto",
+	Metadata: "mesh/api/destinationpb/destination.proto",
 }

@@ -5,7 +5,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: control/api/identitypb/identity.proto
+// source: mesh/api/identitypb/identity.proto
 
 package identitypb
 
@@ -39,7 +39,7 @@ type CertifyRequest struct {
 
 func (x *CertifyRequest) Reset() {
 	*x = CertifyRequest{}
-	mi := &file_control_api_identitypb_identity_proto_msgTypes[0]
+	mi := &file_mesh_api_identitypb_identity_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -51,7 +51,7 @@ func (x *CertifyRequest) String() string {
 func (*CertifyRequest) ProtoMessage() {}
 
 func (x *CertifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_identitypb_identity_proto_msgTypes[0]
+	mi := &file_mesh_api_identitypb_identity_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -64,7 +64,7 @@ func (x *CertifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyRequest.ProtoReflect.Descriptor instead.
 func (*CertifyRequest) Descriptor() ([]byte, []int) {
-	return file_control_api_identitypb_identity_proto_rawDescGZIP(), []int{0}
+	return file_mesh_api_identitypb_identity_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *CertifyRequest) GetIdentity() string {
@@ -102,7 +102,7 @@ type CertifyResponse struct {
 
 func (x *CertifyResponse) Reset() {
 	*x = CertifyResponse{}
-	mi := &file_control_api_identitypb_identity_proto_msgTypes[1]
+	mi := &file_mesh_api_identitypb_identity_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -114,7 +114,7 @@ func (x *CertifyResponse) String() string {
 func (*CertifyResponse) ProtoMessage() {}
 
 func (x *CertifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_identitypb_identity_proto_msgTypes[1]
+	mi := &file_mesh_api_identitypb_identity_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -127,7 +127,7 @@ func (x *CertifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyResponse.ProtoReflect.Descriptor instead.
 func (*CertifyResponse) Descriptor() ([]byte, []int) {
-	return file_control_api_identitypb_identity_proto_rawDescGZIP(), []int{1}
+	return file_mesh_api_identitypb_identity_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *CertifyResponse) GetLeafCertificate() []byte {
@@ -151,11 +151,11 @@ func (x *CertifyResponse) GetValidUntil() *timestamppb.Timestamp {
 	return nil
 }
 
-var File_control_api_identitypb_identity_proto protoreflect.FileDescriptor
+var File_mesh_api_identitypb_identity_proto protoreflect.FileDescriptor
 
-const file_control_api_identitypb_identity_proto_rawDesc = "" +
+const file_mesh_api_identitypb_identity_proto_rawDesc = "" +
 	"\n" +
-	"%control/api/identitypb/identity.proto\x12\x12plexus.identity.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x82\x01\n" +
+	"\"mesh/api/identitypb/identity.proto\x12\x12plexus.identity.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x82\x01\n" +
 	"\x0eCertifyRequest\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\fR\x05token\x12>\n" +
@@ -166,27 +166,27 @@ const file_control_api_identitypb_identity_proto_rawDesc = "" +
 	"\vvalid_until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"validUntil2^\n" +
 	"\bIdentity\x12R\n" +
-	"\aCertify\x12\".plexus.identity.v1.CertifyRequest\x1a#.plexus.identity.v1.CertifyResponseB6Z4github.com/plexus-mesh/plexus/control/api/identitypbb\x06proto3"
+	"\aCertify\x12\".plexus.identity.v1.CertifyRequest\x1a#.plexus.identity.v1.CertifyResponseB3Z1github.com/plexus-mesh/plexus/mesh/api/identitypbb\x06proto3"
 
 var (
-	file_control_api_identitypb_identity_proto_rawDescOnce sync.Once
-	file_control_api_identitypb_identity_proto_rawDescData []byte
+	file_mesh_api_identitypb_identity_proto_rawDescOnce sync.Once
+	file_mesh_api_identitypb_identity_proto_rawDescData []byte
 )
 
-func file_control_api_identitypb_identity_proto_rawDescGZIP() []byte {
-	file_control_api_identitypb_identity_proto_rawDescOnce.Do(func() {
-		file_control_api_identitypb_identity_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_control_api_identitypb_identity_proto_rawDesc), len(file_control_api_identitypb_identity_proto_rawDesc)))
+func file_mesh_api_identitypb_identity_proto_rawDescGZIP() []byte {
+	file_mesh_api_identitypb_identity_proto_rawDescOnce.Do(func() {
+		file_mesh_api_identitypb_identity_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_mesh_api_identitypb_identity_proto_rawDesc), len(file_mesh_api_identitypb_identity_proto_rawDesc)))
 	})
-	return file_control_api_identitypb_identity_proto_rawDescData
+	return file_mesh_api_identitypb_identity_proto_rawDescData
 }
 
-var file_control_api_identitypb_identity_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
-var file_control_api_identitypb_identity_proto_goTypes = []any{
+var file_mesh_api_identitypb_identity_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_mesh_api_identitypb_identity_proto_goTypes = []any{
 	(*CertifyRequest)(nil),        // 0: plexus.identity.v1.CertifyRequest
 	(*CertifyResponse)(nil),       // 1: plexus.identity.v1.CertifyResponse
 	(*timestamppb.Timestamp)(nil), // 2: google.protobuf.Timestamp
 }
-var file_control_api_identitypb_identity_proto_depIdxs = []int32{
+var file_mesh_api_identitypb_identity_proto_depIdxs = []int32{
 	2, // 0: plexus.identity.v1.CertifyResponse.valid_until:type_name -> google.protobuf.Timestamp
 	0, // 1: plexus.identity.v1.Identity.Certify:input_type -> plexus.identity.v1.CertifyRequest
 	1, // 2: plexus.identity.v1.Identity.Certify:output_type -> plexus.identity.v1.CertifyResponse
@@ -197,26 +197,26 @@ var file_control_api_identitypb_identity_proto_depIdxs = []int32{
 	0, // [0:1] is the sub-list for field type_name
 }
 
-func init() { file_control_api_identitypb_identity_proto_init() }
-func file_control_api_identitypb_identity_proto_init() {
-	if File_control_api_identitypb_identity_proto != nil {
+func init() { file_mesh_api_identitypb_identity_proto_init() }
+func file_mesh_api_identitypb_identity_proto_init() {
+	if File_mesh_api_identitypb_identity_proto != nil {
 		return
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_api_identitypb_identity_proto_rawDesc), len(file_control_api_identitypb_identity_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mesh_api_identitypb_identity_proto_rawDesc), len(file_mesh_api_identitypb_identity_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
-		GoTypes:           file_control_api_identitypb_identity_proto_goTypes,
-		DependencyIndexes: file_control_api_identitypb_identity_proto_depIdxs,
-		MessageInfos:      file_control_api_identitypb_identity_proto_msgTypes,
+		GoTypes:           file_mesh_api_identitypb_identity_proto_goTypes,
+		DependencyIndexes: file_mesh_api_identitypb_identity_proto_depIdxs,
+		MessageInfos:      file_mesh_api_identitypb_identity_proto_msgTypes,
 	}.Build()
-	File_control_api_identitypb_identity_proto = out.File
-	file_control_api_identitypb_identity_proto_goTypes = nil
-	file_control_api_identitypb_identity_proto_depIdxs = nil
+	File_mesh_api_identitypb_identity_proto = out.File
+	file_mesh_api_identitypb_identity_proto_goTypes = nil
+	file_mesh_api_identitypb_identity_proto_depIdxs = nil
 }

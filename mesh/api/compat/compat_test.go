@@ -22,16 +22,16 @@ import (
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/plexus-mesh/plexus/control/api/destinationpb"
-	"github.com/plexus-mesh/plexus/control/api/identitypb"
+	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/api/identitypb"
 )
 
 var pin = flag.Bool("pin", false, "write the current surface as the previous version's")
 
 // apis are the APIs proxies call.
 var apis = map[string]protoreflect.FileDescriptor{
-	"destination": destinationpb.File_control_api_destinationpb_destination_proto,
-	"identity":    identitypb.File_control_api_identitypb_identity_proto,
+	"destination": destinationpb.File_mesh_api_destinationpb_destination_proto,
+	"identity":    identitypb.File_mesh_api_identitypb_identity_proto,
 }
 
 // surface lists what a peer of another version relies on.
@@ -139,7 +139,7 @@ func TestBackwardCompatible(t *testing.T) {
 // TestSurfaceSeesChanges: a renumbered, retyped or removed field, and a
 // method made streaming, are caught; an added field is not.
 func TestSurfaceSeesChanges(t *testing.T) {
-	now := surface(destinationpb.File_control_api_destinationpb_destination_proto)
+	now := surface(destinationpb.File_mesh_api_destinationpb_destination_proto)
 	field := now[slices.IndexFunc(now, func(l string) bool { return strings.HasPrefix(l, "field ") && strings.Contains(l, " = 1 ") })]
 	rpc := now[slices.IndexFunc(now, func(l string) bool { return strings.HasPrefix(l, "rpc ") })]
 	change := func(old, new string) []string {

@@ -2,7 +2,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: control/api/tappb/tap.proto
+// source: mesh/api/tappb/tap.proto
 
 package tappb
 
@@ -30,7 +30,7 @@ type ObserveRequest struct {
 	Limit uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	// redact_headers adds header names whose values are replaced by
 	// REDACTED, beside authorization, cookie and proxy-authorization, which
-	// always are, and the names redacted by default (control/api/tapapi,
+	// always are, and the names redacted by default (mesh/api/tapapi,
 	// redaction.go). Names compare ignoring case, and '-' and '_' alike.
 	RedactHeaders []string `protobuf:"bytes,4,rep,name=redact_headers,json=redactHeaders,proto3" json:"redact_headers,omitempty"`
 	// redact_query_params adds query parameter names whose values the
@@ -49,7 +49,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_control_api_tappb_tap_proto_msgTypes[0]
+	mi := &file_mesh_api_tappb_tap_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -61,7 +61,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_tappb_tap_proto_msgTypes[0]
+	mi := &file_mesh_api_tappb_tap_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -74,7 +74,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_control_api_tappb_tap_proto_rawDescGZIP(), []int{0}
+	return file_mesh_api_tappb_tap_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *ObserveRequest) GetFilter() *Filter {
@@ -145,7 +145,7 @@ type Filter struct {
 
 func (x *Filter) Reset() {
 	*x = Filter{}
-	mi := &file_control_api_tappb_tap_proto_msgTypes[1]
+	mi := &file_mesh_api_tappb_tap_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -157,7 +157,7 @@ func (x *Filter) String() string {
 func (*Filter) ProtoMessage() {}
 
 func (x *Filter) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_tappb_tap_proto_msgTypes[1]
+	mi := &file_mesh_api_tappb_tap_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -170,7 +170,7 @@ func (x *Filter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Filter.ProtoReflect.Descriptor instead.
 func (*Filter) Descriptor() ([]byte, []int) {
-	return file_control_api_tappb_tap_proto_rawDescGZIP(), []int{1}
+	return file_mesh_api_tappb_tap_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *Filter) GetDirection() string {
@@ -249,7 +249,7 @@ type TapEvent struct {
 
 func (x *TapEvent) Reset() {
 	*x = TapEvent{}
-	mi := &file_control_api_tappb_tap_proto_msgTypes[2]
+	mi := &file_mesh_api_tappb_tap_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -261,7 +261,7 @@ func (x *TapEvent) String() string {
 func (*TapEvent) ProtoMessage() {}
 
 func (x *TapEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_tappb_tap_proto_msgTypes[2]
+	mi := &file_mesh_api_tappb_tap_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -274,7 +274,7 @@ func (x *TapEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TapEvent.ProtoReflect.Descriptor instead.
 func (*TapEvent) Descriptor() ([]byte, []int) {
-	return file_control_api_tappb_tap_proto_rawDescGZIP(), []int{2}
+	return file_mesh_api_tappb_tap_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *TapEvent) GetId() uint64 {
@@ -418,7 +418,7 @@ type RequestStart struct {
 
 func (x *RequestStart) Reset() {
 	*x = RequestStart{}
-	mi := &file_control_api_tappb_tap_proto_msgTypes[3]
+	mi := &file_mesh_api_tappb_tap_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -430,7 +430,7 @@ func (x *RequestStart) String() string {
 func (*RequestStart) ProtoMessage() {}
 
 func (x *RequestStart) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_tappb_tap_proto_msgTypes[3]
+	mi := &file_mesh_api_tappb_tap_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -443,7 +443,7 @@ func (x *RequestStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestStart.ProtoReflect.Descriptor instead.
 func (*RequestStart) Descriptor() ([]byte, []int) {
-	return file_control_api_tappb_tap_proto_rawDescGZIP(), []int{3}
+	return file_mesh_api_tappb_tap_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RequestStart) GetMethod() string {
@@ -498,7 +498,7 @@ type Header struct {
 
 func (x *Header) Reset() {
 	*x = Header{}
-	mi := &file_control_api_tappb_tap_proto_msgTypes[4]
+	mi := &file_mesh_api_tappb_tap_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +510,7 @@ func (x *Header) String() string {
 func (*Header) ProtoMessage() {}
 
 func (x *Header) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_tappb_tap_proto_msgTypes[4]
+	mi := &file_mesh_api_tappb_tap_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +523,7 @@ func (x *Header) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Header.ProtoReflect.Descriptor instead.
 func (*Header) Descriptor() ([]byte, []int) {
-	return file_control_api_tappb_tap_proto_rawDescGZIP(), []int{4}
+	return file_mesh_api_tappb_tap_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Header) GetName() string {
@@ -551,7 +551,7 @@ type ResponseStart struct {
 
 func (x *ResponseStart) Reset() {
 	*x = ResponseStart{}
-	mi := &file_control_api_tappb_tap_proto_msgTypes[5]
+	mi := &file_mesh_api_tappb_tap_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -563,7 +563,7 @@ func (x *ResponseStart) String() string {
 func (*ResponseStart) ProtoMessage() {}
 
 func (x *ResponseStart) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_tappb_tap_proto_msgTypes[5]
+	mi := &file_mesh_api_tappb_tap_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -576,7 +576,7 @@ func (x *ResponseStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseStart.ProtoReflect.Descriptor instead.
 func (*ResponseStart) Descriptor() ([]byte, []int) {
-	return file_control_api_tappb_tap_proto_rawDescGZIP(), []int{5}
+	return file_mesh_api_tappb_tap_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ResponseStart) GetStatus() uint32 {
@@ -610,7 +610,7 @@ type ResponseEnd struct {
 
 func (x *ResponseEnd) Reset() {
 	*x = ResponseEnd{}
-	mi := &file_control_api_tappb_tap_proto_msgTypes[6]
+	mi := &file_mesh_api_tappb_tap_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +622,7 @@ func (x *ResponseEnd) String() string {
 func (*ResponseEnd) ProtoMessage() {}
 
 func (x *ResponseEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_tappb_tap_proto_msgTypes[6]
+	mi := &file_mesh_api_tappb_tap_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +635,7 @@ func (x *ResponseEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseEnd.ProtoReflect.Descriptor instead.
 func (*ResponseEnd) Descriptor() ([]byte, []int) {
-	return file_control_api_tappb_tap_proto_rawDescGZIP(), []int{6}
+	return file_mesh_api_tappb_tap_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ResponseEnd) GetSinceRequestNanos() int64 {
@@ -691,7 +691,7 @@ type Dropped struct {
 
 func (x *Dropped) Reset() {
 	*x = Dropped{}
-	mi := &file_control_api_tappb_tap_proto_msgTypes[7]
+	mi := &file_mesh_api_tappb_tap_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +703,7 @@ func (x *Dropped) String() string {
 func (*Dropped) ProtoMessage() {}
 
 func (x *Dropped) ProtoReflect() protoreflect.Message {
-	mi := &file_control_api_tappb_tap_proto_msgTypes[7]
+	mi := &file_mesh_api_tappb_tap_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +716,7 @@ func (x *Dropped) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dropped.ProtoReflect.Descriptor instead.
 func (*Dropped) Descriptor() ([]byte, []int) {
-	return file_control_api_tappb_tap_proto_rawDescGZIP(), []int{7}
+	return file_mesh_api_tappb_tap_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Dropped) GetCount() uint64 {
@@ -726,11 +726,11 @@ func (x *Dropped) GetCount() uint64 {
 	return 0
 }
 
-var File_control_api_tappb_tap_proto protoreflect.FileDescriptor
+var File_mesh_api_tappb_tap_proto protoreflect.FileDescriptor
 
-const file_control_api_tappb_tap_proto_rawDesc = "" +
+const file_mesh_api_tappb_tap_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcontrol/api/tappb/tap.proto\x12\rplexus.tap.v1\"\x94\x02\n" +
+	"\x18mesh/api/tappb/tap.proto\x12\rplexus.tap.v1\"\x94\x02\n" +
 	"\x0eObserveRequest\x12-\n" +
 	"\x06filter\x18\x01 \x01(\v2\x15.plexus.tap.v1.FilterR\x06filter\x12\x17\n" +
 	"\amax_rps\x18\x02 \x01(\x01R\x06maxRps\x12\x14\n" +
@@ -787,22 +787,22 @@ const file_control_api_tappb_tap_proto_rawDesc = "" +
 	"\aDropped\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x04R\x05count2J\n" +
 	"\x03Tap\x12C\n" +
-	"\aObserve\x12\x1d.plexus.tap.v1.ObserveRequest\x1a\x17.plexus.tap.v1.TapEvent0\x01B1Z/github.com/plexus-mesh/plexus/control/api/tappbb\x06proto3"
+	"\aObserve\x12\x1d.plexus.tap.v1.ObserveRequest\x1a\x17.plexus.tap.v1.TapEvent0\x01B.Z,github.com/plexus-mesh/plexus/mesh/api/tappbb\x06proto3"
 
 var (
-	file_control_api_tappb_tap_proto_rawDescOnce sync.Once
-	file_control_api_tappb_tap_proto_rawDescData []byte
+	file_mesh_api_tappb_tap_proto_rawDescOnce sync.Once
+	file_mesh_api_tappb_tap_proto_rawDescData []byte
 )
 
-func file_control_api_tappb_tap_proto_rawDescGZIP() []byte {
-	file_control_api_tappb_tap_proto_rawDescOnce.Do(func() {
-		file_control_api_tappb_tap_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_control_api_tappb_tap_proto_rawDesc), len(file_control_api_tappb_tap_proto_rawDesc)))
+func file_mesh_api_tappb_tap_proto_rawDescGZIP() []byte {
+	file_mesh_api_tappb_tap_proto_rawDescOnce.Do(func() {
+		file_mesh_api_tappb_tap_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_mesh_api_tappb_tap_proto_rawDesc), len(file_mesh_api_tappb_tap_proto_rawDesc)))
 	})
-	return file_control_api_tappb_tap_proto_rawDescData
+	return file_mesh_api_tappb_tap_proto_rawDescData
 }
 
-var file_control_api_tappb_tap_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
-var file_control_api_tappb_tap_proto_goTypes = []any{
+var file_mesh_api_tappb_tap_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_mesh_api_tappb_tap_proto_goTypes = []any{
 	(*ObserveRequest)(nil), // 0: plexus.tap.v1.ObserveRequest
 	(*Filter)(nil),         // 1: plexus.tap.v1.Filter
 	(*TapEvent)(nil),       // 2: plexus.tap.v1.TapEvent
@@ -812,7 +812,7 @@ var file_control_api_tappb_tap_proto_goTypes = []any{
 	(*ResponseEnd)(nil),    // 6: plexus.tap.v1.ResponseEnd
 	(*Dropped)(nil),        // 7: plexus.tap.v1.Dropped
 }
-var file_control_api_tappb_tap_proto_depIdxs = []int32{
+var file_mesh_api_tappb_tap_proto_depIdxs = []int32{
 	1, // 0: plexus.tap.v1.ObserveRequest.filter:type_name -> plexus.tap.v1.Filter
 	3, // 1: plexus.tap.v1.TapEvent.request_start:type_name -> plexus.tap.v1.RequestStart
 	5, // 2: plexus.tap.v1.TapEvent.response_start:type_name -> plexus.tap.v1.ResponseStart
@@ -828,12 +828,12 @@ var file_control_api_tappb_tap_proto_depIdxs = []int32{
 	0, // [0:6] is the sub-list for field type_name
 }
 
-func init() { file_control_api_tappb_tap_proto_init() }
-func file_control_api_tappb_tap_proto_init() {
-	if File_control_api_tappb_tap_proto != nil {
+func init() { file_mesh_api_tappb_tap_proto_init() }
+func file_mesh_api_tappb_tap_proto_init() {
+	if File_mesh_api_tappb_tap_proto != nil {
 		return
 	}
-	file_control_api_tappb_tap_proto_msgTypes[2].OneofWrappers = []any{
+	file_mesh_api_tappb_tap_proto_msgTypes[2].OneofWrappers = []any{
 		(*TapEvent_RequestStart)(nil),
 		(*TapEvent_ResponseStart)(nil),
 		(*TapEvent_ResponseEnd)(nil),
@@ -843,17 +843,17 @@ func file_control_api_tappb_tap_proto_init() {
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_api_tappb_tap_proto_rawDesc), len(file_control_api_tappb_tap_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mesh_api_tappb_tap_proto_rawDesc), len(file_mesh_api_tappb_tap_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
-		GoTypes:           file_control_api_tappb_tap_proto_goTypes,
-		DependencyIndexes: file_control_api_tappb_tap_proto_depIdxs,
-		MessageInfos:      file_control_api_tappb_tap_proto_msgTypes,
+		GoTypes:           file_mesh_api_tappb_tap_proto_goTypes,
+		DependencyIndexes: file_mesh_api_tappb_tap_proto_depIdxs,
+		MessageInfos:      file_mesh_api_tappb_tap_proto_msgTypes,
 	}.Build()
-	File_control_api_tappb_tap_proto = out.File
-	file_control_api_tappb_tap_proto_goTypes = nil
-	file_control_api_tappb_tap_proto_depIdxs = nil
+	File_mesh_api_tappb_tap_proto = out.File
+	file_mesh_api_tappb_tap_proto_goTypes = nil
+	file_mesh_api_tappb_tap_proto_depIdxs = nil
 }

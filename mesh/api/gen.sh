@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Regenerates the Go code for control/api/*/*.proto with pinned generators:
+# Regenerates the Go code for mesh/api/*/*.proto with pinned generators:
 # protoc from Debian (protobuf-compiler, checked below), protoc-gen-go at the
 # google.golang.org/protobuf version go.mod requires, and protoc-gen-go-grpc
 # at PROTOC_GEN_GO_GRPC_VERSION. Output is byte-identical for the same
-# versions. Usage: control/api/gen.sh (make proto).
+# versions. Usage: mesh/api/gen.sh (make proto).
 set -euo pipefail
 PROTOC_VERSION="libprotoc 3.21.12"
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
@@ -18,7 +18,7 @@ trap 'rm -rf "$tools"' EXIT
 GOBIN="$tools" go install google.golang.org/protobuf/cmd/protoc-gen-go
 GOBIN="$tools" go install "google.golang.org/grpc/cmd/protoc-gen-go-grpc@$PROTOC_GEN_GO_GRPC_VERSION"
 
-for proto in control/api/*/*.proto; do
+for proto in mesh/api/*/*.proto; do
 	PATH="$tools:$PATH" protoc -I . -I /usr/include \
 		--go_out=. --go_opt=module=github.com/plexus-mesh/plexus \
 		--go-grpc_out=. --go-grpc_opt=module=github.com/plexus-mesh/plexus \

@@ -2,7 +2,7 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             v3.21.12
-// source: control/api/tappb/tap.proto
+// source: mesh/api/tappb/tap.proto
 
 package tappb
 
@@ -128,5 +128,5 @@ var Tap_ServiceDesc = grpc.ServiceDesc{
 			ServerStreams: true,
 		},
 	},
-	Metadata: "control/api/tappb/tap.proto",
+	Metadata: "mesh/api/tappb/tap.proto",
 }

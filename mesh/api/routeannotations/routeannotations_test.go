@@ -167,7 +167,7 @@ func TestStandardLibraryOnly(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list -deps: %v", err)
 	}
-	if deps := strings.Fields(string(out)); len(deps) != 1 || !strings.HasSuffix(deps[0], "/control/api/routeannotations") {
+	if deps := strings.Fields(string(out)); len(deps) != 1 || !strings.HasSuffix(deps[0], "/mesh/api/routeannotations") {
 		t.Errorf("routeannotations links more than the standard library: %v", deps)
 	}
 }

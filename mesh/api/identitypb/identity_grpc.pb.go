@@ -5,7 +5,7 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             v3.21.12
-// source: control/api/identitypb/identity.proto
+// source: mesh/api/identitypb/identity.proto
 
 package identitypb
 
@@ -124,5 +124,5 @@ var Identity_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
-	Metadata: "control/api/identitypb/identity.proto",
+	Metadata: "mesh/api/identitypb/identity.proto",
 }
