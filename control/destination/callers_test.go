@@ -19,12 +19,12 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/plexus-mesh/plexus/control/pki"
-	"github.com/plexus-mesh/plexus/control/spiffe"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/identity/pki"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
-// testPKI is a mesh's trust anchor and issuer (control/pki, as identity
+// testPKI is a mesh's trust anchor and issuer (mesh/identity/pki, as identity
 // runs them).
 type testPKI struct {
 	anchor pki.CA
@@ -98,7 +98,7 @@ func (p *testPKI) serverCreds(t testing.TB) credentials.TransportCredentials {
 
 // presenting are client credentials presenting cert (none when nil)
 // whatever the server's acceptable CAs, as a proxy does
-// (sidecar/mtls.ClientConfig's GetClientCertificate).
+// (mesh/identity/mtls.ClientConfig's GetClientCertificate).
 func presenting(cert *tls.Certificate) credentials.TransportCredentials {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true} // the server's identity is not what these tests check
 	if cert != nil {

@@ -19,8 +19,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/plexus-mesh/plexus/control/spiffe"
 	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // Defaults.

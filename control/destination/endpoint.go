@@ -10,7 +10,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/control/meshpod"
-	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // endpoint is one address a proxy may send to, with what it needs to know

@@ -10,8 +10,8 @@ import (
 	"google.golang.org/grpc/peer"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/plexus-mesh/plexus/control/spiffe"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // WatchInbound makes GetInboundPolicy answer, from Servers,

@@ -13,9 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/plexus-mesh/plexus/control/spiffe"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // propagation is how long a change may take to reach a stream (DESIGN.md

@@ -6,9 +6,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/plexus-mesh/plexus/control/spiffe"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // serverAuthorizations returns the authorizations of the

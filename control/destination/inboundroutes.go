@@ -11,9 +11,9 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/plexus-mesh/plexus/control/routes"
-	"github.com/plexus-mesh/plexus/control/spiffe"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // inboundRoute is an HTTPRoute or GRPCRoute whose parent is a Server.

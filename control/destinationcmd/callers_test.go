@@ -21,8 +21,8 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/destination"
 	"github.com/plexus-mesh/plexus/control/destination/destinationtest"
-	"github.com/plexus-mesh/plexus/control/spiffe"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // fromAddr is a listener whose connections come from addr.
@@ -47,7 +47,7 @@ type remoteAddrConn struct {
 func (c remoteAddrConn) RemoteAddr() net.Addr { return c.addr }
 
 // TestGRPCServerCallers: the server Run builds, over the TLS serverTLS
-// gives it (real TLS, a control/pki mesh), refuses a caller on the pod
+// gives it (real TLS, a mesh/identity/pki mesh), refuses a caller on the pod
 // network without a client certificate, answers a proxy's identity and,
 // without a certificate, a caller on loopback.
 func TestGRPCServerCallers(t *testing.T) {

@@ -64,7 +64,7 @@ func (c Config) Validate() error {
 // Options are hooks for the caller (the plexus-control main).
 type Options struct {
 	// ServerTLS returns the gRPC server's TLS configuration (TLS 1.3 with
-	// the destination's certificate, e.g. from a control/certify client;
+	// the destination's certificate, e.g. from a mesh/identity/certify client;
 	// use GetCertificate so renewed certificates are picked up). It is
 	// called once at start. Nil: the server speaks plaintext and logs a
 	// warning saying so.

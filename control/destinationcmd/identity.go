@@ -9,8 +9,8 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/plexus-mesh/plexus/control/certify"
-	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/identity/certify"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // IdentityConfig says how the destination server certifies itself with

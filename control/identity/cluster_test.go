@@ -12,11 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/plexus-mesh/plexus/control/certify"
 	"github.com/plexus-mesh/plexus/control/identity"
 	"github.com/plexus-mesh/plexus/control/identity/identitytest"
-	"github.com/plexus-mesh/plexus/control/pki"
-	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/identity/certify"
+	"github.com/plexus-mesh/plexus/mesh/identity/pki"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // serve runs an identity server for ns on loopback, with the reserved

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/pki"
+	"github.com/plexus-mesh/plexus/mesh/identity/pki"
 )
 
 // Defaults (DESIGN.md §2 and the issue 6 PKI contract).

@@ -16,9 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/plexus-mesh/plexus/control/pki"
-	"github.com/plexus-mesh/plexus/control/spiffe"
 	"github.com/plexus-mesh/plexus/mesh/api/identitypb"
+	"github.com/plexus-mesh/plexus/mesh/identity/pki"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

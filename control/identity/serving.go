@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/plexus-mesh/plexus/control/pki"
 	"github.com/plexus-mesh/plexus/mesh/api/identitypb"
+	"github.com/plexus-mesh/plexus/mesh/identity/pki"
 )
 
 // servingRenew is the fraction of its lifetime after which the serving

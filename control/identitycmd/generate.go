@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/plexus-mesh/plexus/control/identity"
-	"github.com/plexus-mesh/plexus/control/pki"
+	"github.com/plexus-mesh/plexus/mesh/identity/pki"
 )
 
 // GeneratedByAnnotation marks the issuer Secret and trust anchors
@@ -131,7 +131,7 @@ func bundles(bundle string, anchors []byte) bool {
 }
 
 // newIssuerSecret makes an anchor and an issuer signed by it, with
-// control/pki's default lifetimes, as `plexusctl install` does.
+// mesh/identity/pki's default lifetimes, as `plexusctl install` does.
 func newIssuerSecret(namespace, name, trustDomain string) (*corev1.Secret, error) {
 	anchor, issuer, err := pki.NewAnchorAndIssuer(trustDomain, time.Now())
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/plexus-mesh/plexus/control/identity"
-	"github.com/plexus-mesh/plexus/control/pki"
+	"github.com/plexus-mesh/plexus/mesh/identity/pki"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

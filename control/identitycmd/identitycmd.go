@@ -1,6 +1,6 @@
 // Package identitycmd holds the `plexus-control identity` and
 // `plexus-control issuer` subcommands: flag parsing and wiring around
-// control/identity and control/pki.
+// control/identity and mesh/identity/pki.
 package identitycmd
 
 import (
@@ -22,7 +22,7 @@ import (
 	"github.com/plexus-mesh/plexus/control/adminhttp"
 	"github.com/plexus-mesh/plexus/control/identity"
 	"github.com/plexus-mesh/plexus/control/kubeclient"
-	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // Main runs `plexus-control identity` until ctx ends. It logs JSON to stdout.

@@ -19,11 +19,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/plexus-mesh/plexus/control/certify"
 	"github.com/plexus-mesh/plexus/control/identity"
 	"github.com/plexus-mesh/plexus/control/identity/identitytest"
-	"github.com/plexus-mesh/plexus/control/pki"
-	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/identity/certify"
+	"github.com/plexus-mesh/plexus/mesh/identity/pki"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // rendered is IssuerMain's output, decoded.

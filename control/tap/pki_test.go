@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // testCA is a CA for tests: the mesh's trust anchor or the API server's

@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
-	"github.com/plexus-mesh/plexus/sidecar/mtls"
+	"github.com/plexus-mesh/plexus/mesh/identity/mtls"
 	sidecartap "github.com/plexus-mesh/plexus/sidecar/tap"
 )
 

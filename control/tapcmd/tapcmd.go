@@ -20,11 +20,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/plexus-mesh/plexus/control/adminhttp"
-	"github.com/plexus-mesh/plexus/control/certify"
 	"github.com/plexus-mesh/plexus/control/kubeclient"
-	"github.com/plexus-mesh/plexus/control/spiffe"
 	"github.com/plexus-mesh/plexus/control/tap"
 	"github.com/plexus-mesh/plexus/control/webhookcert"
+	"github.com/plexus-mesh/plexus/mesh/identity/certify"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // Config is the tap service's command line.

@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/plexus-mesh/plexus/control/meshpod"
-	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // Source names of clients whose workload cannot be known.

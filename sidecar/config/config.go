@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // Environment variable names read by FromEnv.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
 )
 

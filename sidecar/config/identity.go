@@ -7,7 +7,7 @@ import (
 	"net"
 	"strings"
 
-	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // The proxy's identity: who it is, whom it trusts, and the control-plane

@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/plexus-mesh/plexus/control/spiffe"
 	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 	"github.com/plexus-mesh/plexus/sidecar/internal/destinationtest"
 	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
 )

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // upstream is one fast-path connection to a destination.

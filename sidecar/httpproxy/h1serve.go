@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/plexus-mesh/plexus/mesh/identity/mtls/replay"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
-	"github.com/plexus-mesh/plexus/sidecar/replay"
 )
 
 // ClientConn is a client connection for the proxy to serve.

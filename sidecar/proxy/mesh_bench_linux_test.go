@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/spiffe"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	"github.com/plexus-mesh/plexus/mesh/api/tappb"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 	"github.com/plexus-mesh/plexus/sidecar/internal/destinationtest"
 	"github.com/plexus-mesh/plexus/sidecar/internal/netnstest"
 	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"

@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 	"github.com/plexus-mesh/plexus/sidecar/config"
 	"github.com/plexus-mesh/plexus/sidecar/httpproxy"
 	"github.com/plexus-mesh/plexus/sidecar/internal/destinationtest"
@@ -41,7 +41,7 @@ const (
 )
 
 // childIdentity is the child proxy's NewIdentity: a fixed certificate
-// from the test (control/certify is not in this build).
+// from the test (mesh/identity/certify is not in this build).
 func childIdentity(cfg config.Config, _ *slog.Logger) (Identity, error) {
 	cert, err := tls.X509KeyPair([]byte(os.Getenv(envTestCert)), []byte(os.Getenv(envTestKey)))
 	if err != nil {

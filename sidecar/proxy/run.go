@@ -16,13 +16,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/identity/mtls"
 	"github.com/plexus-mesh/plexus/sidecar/admin"
 	"github.com/plexus-mesh/plexus/sidecar/authz"
 	"github.com/plexus-mesh/plexus/sidecar/config"
 	"github.com/plexus-mesh/plexus/sidecar/discovery"
 	"github.com/plexus-mesh/plexus/sidecar/httpproxy"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
-	"github.com/plexus-mesh/plexus/sidecar/mtls"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
 	"github.com/plexus-mesh/plexus/sidecar/tap"
 )
@@ -30,7 +30,7 @@ import (
 // MaxTargets bounds distinct target_addr and authority label values per direction.
 const MaxTargets = 500
 
-// Identity is the workload identity client (control/certify.Client): it
+// Identity is the workload identity client (mesh/identity/certify.Client): it
 // obtains and renews the proxy's certificate while Run runs, and Ready
 // says why there is no valid certificate yet.
 type Identity interface {
@@ -57,7 +57,7 @@ type RunOptions struct {
 
 // ErrIdentityNotWired is returned by Run when identity is configured but
 // the build provides no way to obtain a certificate.
-var ErrIdentityNotWired = errors.New("identity is configured (" + config.EnvIdentityAddr + ") but not wired into this build: no identity client (control/certify) constructor was provided")
+var ErrIdentityNotWired = errors.New("identity is configured (" + config.EnvIdentityAddr + ") but not wired into this build: no identity client (mesh/identity/certify) constructor was provided")
 
 // Run listens on the inbound, outbound and admin ports of the config and
 // serves until ctx ends (SIGTERM in main) or POST /shutdown. It then

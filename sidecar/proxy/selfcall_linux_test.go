@@ -13,7 +13,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
-	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 	"github.com/plexus-mesh/plexus/sidecar/httpproxy"
 	"github.com/plexus-mesh/plexus/sidecar/internal/destinationtest"
 	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"

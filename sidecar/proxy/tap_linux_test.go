@@ -14,12 +14,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/plexus-mesh/plexus/control/spiffe"
 	"github.com/plexus-mesh/plexus/integration/loadgen"
 	"github.com/plexus-mesh/plexus/mesh/api/tappb"
+	"github.com/plexus-mesh/plexus/mesh/identity/mtls"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 	"github.com/plexus-mesh/plexus/sidecar/internal/destinationtest"
 	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
-	"github.com/plexus-mesh/plexus/sidecar/mtls"
 )
 
 // tapID is the tap service's identity, the only one a proxy's tap port

@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/plexus-mesh/plexus/control/spiffe"
 	"github.com/plexus-mesh/plexus/mesh/api/tappb"
-	"github.com/plexus-mesh/plexus/sidecar/mtls"
+	"github.com/plexus-mesh/plexus/mesh/identity/mtls"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // ServerOptions configure the tap server.

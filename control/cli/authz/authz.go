@@ -19,8 +19,8 @@ import (
 	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 	"github.com/plexus-mesh/plexus/control/meshpod"
-	"github.com/plexus-mesh/plexus/control/spiffe"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // Kind is a kind of workload.

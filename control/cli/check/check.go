@@ -26,8 +26,8 @@ import (
 	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
 	"github.com/plexus-mesh/plexus/control/identity"
 	"github.com/plexus-mesh/plexus/control/identitycmd"
-	"github.com/plexus-mesh/plexus/control/pki"
 	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
+	"github.com/plexus-mesh/plexus/mesh/identity/pki"
 )
 
 // Names of what is checked (deploy/).
@@ -36,7 +36,7 @@ const (
 	InjectorName   = "plexus-injector" // Deployment, Service and webhook configuration
 	NodeDaemonSet  = "plexus-node"
 	IssuerWarnLeft = 30 * 24 * time.Hour
-	// MaxClockSkew fails the clock check: control/pki backdates
+	// MaxClockSkew fails the clock check: mesh/identity/pki backdates
 	// certificates by one minute, so half of that leaves room for skew
 	// between the nodes themselves.
 	MaxClockSkew = 30 * time.Second

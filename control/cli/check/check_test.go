@@ -21,9 +21,9 @@ import (
 	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy/inboundpolicytest"
 	"github.com/plexus-mesh/plexus/control/identity"
 	"github.com/plexus-mesh/plexus/control/identitycmd"
-	"github.com/plexus-mesh/plexus/control/pki"
 	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
 	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
+	"github.com/plexus-mesh/plexus/mesh/identity/pki"
 )
 
 // now is when the test certificates are made.

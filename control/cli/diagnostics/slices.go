@@ -18,7 +18,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/destination"
 	"github.com/plexus-mesh/plexus/control/meshpod"
-	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // SliceEndpoint is one address of an EndpointSlice of the service port,

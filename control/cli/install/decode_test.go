@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
-	"github.com/plexus-mesh/plexus/control/pki"
+	"github.com/plexus-mesh/plexus/mesh/identity/pki"
 )
 
 func decodeAll(t *testing.T, out []byte) []object {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/identity"
 	"github.com/plexus-mesh/plexus/control/identitycmd"
-	"github.com/plexus-mesh/plexus/control/pki"
+	"github.com/plexus-mesh/plexus/mesh/identity/pki"
 )
 
 // Identity is the PEM material of the mesh's identity: the trust anchors,
@@ -25,7 +25,7 @@ type Identity struct {
 type Generator func(trustDomain string, now time.Time) (Identity, error)
 
 // GenerateIdentity is the production Generator: a self-signed ECDSA P-256
-// anchor and an intermediate issuer signed by it, with control/pki's
+// anchor and an intermediate issuer signed by it, with mesh/identity/pki's
 // default lifetimes.
 func GenerateIdentity(trustDomain string, now time.Time) (Identity, error) {
 	anchor, issuer, err := pki.NewAnchorAndIssuer(trustDomain, now)

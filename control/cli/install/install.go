@@ -52,8 +52,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/plexus-mesh/plexus/control/spiffe"
 	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // Namespace is the control plane's namespace (DESIGN.md §2).

@@ -22,9 +22,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/plexus-mesh/plexus/control/destination"
-	"github.com/plexus-mesh/plexus/control/pki"
-	"github.com/plexus-mesh/plexus/control/spiffe"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/identity/pki"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // ControlNamespace and ServiceAccount name destination's identity as
@@ -34,7 +34,7 @@ const (
 	ServiceAccount   = "plexus-destination"
 )
 
-// PKI is a mesh's trust anchor and issuer (control/pki, as identity runs
+// PKI is a mesh's trust anchor and issuer (mesh/identity/pki, as identity runs
 // them).
 type PKI struct {
 	TrustDomain string

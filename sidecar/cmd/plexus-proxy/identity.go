@@ -3,13 +3,13 @@ package main
 import (
 	"log/slog"
 
-	"github.com/plexus-mesh/plexus/control/certify"
+	"github.com/plexus-mesh/plexus/mesh/identity/certify"
 	"github.com/plexus-mesh/plexus/sidecar/config"
 	"github.com/plexus-mesh/plexus/sidecar/proxy"
 )
 
 // newIdentity is how the proxy obtains and renews its certificate when
-// PLEXUS_PROXY_IDENTITY_ADDR is set: the control/certify client, with its
+// PLEXUS_PROXY_IDENTITY_ADDR is set: the mesh/identity/certify client, with its
 // key generated in memory and its projected token re-read for every CSR.
 func newIdentity(cfg config.Config, log *slog.Logger) (proxy.Identity, error) {
 	anchors, err := cfg.TrustAnchors()

@@ -12,14 +12,14 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // ALPN is the protocol a proxy offers when it originates mesh mTLS.
 const ALPN = "plexus.mtls.v1"
 
 // CertSource provides the workload's identity and its current certificate
-// (control/certify.Client implements it).
+// (mesh/identity/certify.Client implements it).
 type CertSource interface {
 	ID() spiffe.ID
 	Roots() *x509.CertPool

@@ -14,8 +14,8 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/identity"
 	"github.com/plexus-mesh/plexus/control/identity/identitytest"
-	"github.com/plexus-mesh/plexus/control/pki"
-	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/identity/pki"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 const ns = "plexus-system"

@@ -17,7 +17,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // Default lifetimes (DESIGN.md and the issue 6 PKI contract).

@@ -10,7 +10,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
 // Issuer signs workload leaf certificates. It is immutable and safe for

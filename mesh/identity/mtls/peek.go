@@ -9,7 +9,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/plexus-mesh/plexus/sidecar/replay"
+	"github.com/plexus-mesh/plexus/mesh/identity/mtls/replay"
 )
 
 // Kind is what Peek found at the start of an inbound connection.
