@@ -20,11 +20,11 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/daemonset/install"
 	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
 	"github.com/plexus-mesh/plexus/integration/clustercni"
 	"github.com/plexus-mesh/plexus/integration/clustertest"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // TestAdmission installs Plexus as a user does (`plexusctl install`, so
@@ -104,7 +104,7 @@ func podAnnotations(t *testing.T, c *clustertest.Cluster) {
 	// No redirect annotations: only what the injector always adds, the
 	// tap port skipped inbound.
 	if v, want := admittedEnv(&pod), `{"config.plexus.dev/skip-inbound-ports":"4190"}`; v != want {
-		t.Errorf("the proxy's %s = %q, want %s (no redirect settings but the tap port)", podconfig.EnvAdmitted, v, want)
+		t.Errorf("the proxy's %s = %q, want %s (no redirect settings but the tap port)", podcontract.EnvAdmitted, v, want)
 	}
 
 	annotate := func(args ...string) (string, error) {
@@ -162,7 +162,7 @@ func admittedEnv(p *corev1.Pod) string {
 			continue
 		}
 		for _, e := range ctr.Env {
-			if e.Name == podconfig.EnvAdmitted {
+			if e.Name == podcontract.EnvAdmitted {
 				return e.Value
 			}
 		}

@@ -35,8 +35,7 @@ import (
 //   - slow replica: Service balanced selects fast (2 replicas) and slow (1,
 //     every answer delayed 25 ms); 200 req/s for 10 s over 4 connections,
 //     then over 1 (sequential requests): the slow replica serves under
-//     5 % of the meshed requests, and fewer meshed than unmeshed requests
-//     take over 20 ms.
+//     5 % of the meshed requests (the share over 20 ms is logged).
 //   - slow turn: Service turn, 3 fast replicas, 200 req/s over 4
 //     connections; the replica that served most of the last 2 s is made
 //     to delay every answer by 25 ms, and 8 s later fixed (testapp's
@@ -88,17 +87,14 @@ func TestBalancing(t *testing.T) {
 					t.Errorf("%s, %s connection(s): %d of %d requests answered 200: %v %v", res.from, conns, ok, res.Requests, res.Statuses, res.Errors)
 				}
 			}
-			// The balancer's part is which replica answers; how many
-			// answers take over 20 ms also depends on how busy the machine
-			// is (a loaded CI machine made 16 % of them slow with the slow
-			// replica serving few), so that is held against the unmeshed
-			// path of the same run, where a third of the requests meet
-			// the slow replica.
+			// The balancer's part is which replica answers. How many answers
+			// take over 20 ms also depends on how busy the machine is (a
+			// loaded CI machine made 16 % of them slow while the slow
+			// replica served few), and the unmeshed path is no yardstick
+			// for it (over one connection kube-proxy pins one replica), so
+			// that share is logged, not asserted.
 			if share := float64(m.apps()["slow"]) / float64(m.Requests); share >= 0.05 {
 				t.Errorf("%s connection(s): the slow replica served %.1f%% of the meshed requests, want under 5%%", conns, 100*share)
-			}
-			if *m.SlowShare >= *p.SlowShare {
-				t.Errorf("%s connection(s): %.1f%% of the meshed requests took over 20 ms, want fewer than the unmeshed path's %.1f%%", conns, 100**m.SlowShare, 100**p.SlowShare)
 			}
 			t.Logf("%s connection(s): over 20 ms %s; %s", conns, m.slowSummary(), p.slowSummary())
 		}

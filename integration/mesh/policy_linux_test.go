@@ -20,9 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/integration/clustercni"
 	"github.com/plexus-mesh/plexus/integration/clustertest"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // TestPolicy proves authorization policy (issue 15, DESIGN.md §9) on the
@@ -151,7 +151,7 @@ func (p *authzTest) lockedDown(t *testing.T) {
 
 // The annotations the test sets.
 var (
-	defaultInboundPolicyAnnotation = podconfig.AnnotationPrefix + "default-inbound-policy"
+	defaultInboundPolicyAnnotation = podcontract.AnnotationPrefix + "default-inbound-policy"
 	dryRunAnnotation               = "policy.plexus.dev/dry-run"
 )
 
@@ -248,8 +248,8 @@ var authzServers = []string{"deny", "authn", "mtls", "network", "routes", "dryru
 var authzServerAnnotations = map[string]map[string]string{
 	"authn": {defaultInboundPolicyAnnotation: "all-authenticated"},
 	// No opaque port: 7070, where their rate limits are, speaks HTTP.
-	"limited":       {podconfig.AnnotationOpaquePorts: ""},
-	"limited-share": {podconfig.AnnotationOpaquePorts: ""},
+	"limited":       {podcontract.AnnotationOpaquePorts: ""},
+	"limited-share": {podcontract.AnnotationOpaquePorts: ""},
 }
 
 // deployAuthz creates the two namespaces, the clients, the servers and
@@ -356,7 +356,7 @@ func (p *authzTest) deployServer(t *testing.T, ns, app string, annotations map[s
 	// Created without replicas, then given its label, annotations and
 	// replica: deploy's pods carry only app=NAME.
 	deploy(t, p.c, ns, app, 0, meshed, spec)
-	a := map[string]string{podconfig.AnnotationOpaquePorts: "7070"}
+	a := map[string]string{podcontract.AnnotationOpaquePorts: "7070"}
 	maps.Copy(a, annotations)
 	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{
 		"replicas": 1,
