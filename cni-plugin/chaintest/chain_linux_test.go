@@ -10,7 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 const (
@@ -70,10 +70,10 @@ func TestChain(t *testing.T) {
 	}
 	e.createPod("server", false, nil)
 	e.createPod("web", true, map[string]string{
-		podconfig.AnnotationSkipOutboundPorts:   "9001",
-		podconfig.AnnotationSkipOutboundSubnets: skipSubnets,
-		podconfig.AnnotationSkipInboundPorts:    "9002",
-		podconfig.AnnotationSkipInboundSubnets:  gatewayV4 + "/32",
+		podcontract.AnnotationSkipOutboundPorts:   "9001",
+		podcontract.AnnotationSkipOutboundSubnets: skipSubnets,
+		podcontract.AnnotationSkipInboundPorts:    "9002",
+		podcontract.AnnotationSkipInboundSubnets:  gatewayV4 + "/32",
 	})
 	server := e.mustAddPod("server", e.chain)
 	web := e.mustAddPod("web", e.chain)
@@ -302,11 +302,11 @@ func TestChain(t *testing.T) {
 
 func TestMalformedAnnotationFailsAdd(t *testing.T) {
 	e := newEnv(t, nil)
-	e.createPod("bad", true, map[string]string{podconfig.AnnotationSkipOutboundPorts: "25,smtp"})
+	e.createPod("bad", true, map[string]string{podcontract.AnnotationSkipOutboundPorts: "25,smtp"})
 	p, err := e.addPod("bad", e.chain)
 	var te *types.Error
 	if !errors.As(err, &te) || te.Code != plugin.ErrCodeBadAnnotation ||
-		!strings.Contains(te.Msg, podconfig.AnnotationSkipOutboundPorts) || !strings.Contains(te.Msg, "smtp") {
+		!strings.Contains(te.Msg, podcontract.AnnotationSkipOutboundPorts) || !strings.Contains(te.Msg, "smtp") {
 		t.Fatalf("ADD with a malformed annotation: %v", err)
 	}
 	t.Logf("ADD said: %s", te.Msg)

@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 const (
@@ -303,7 +303,7 @@ func (e *env) createPod(name string, meshed bool, annotations map[string]string)
 	e.t.Helper()
 	var proxyEnv []corev1.EnvVar
 	if meshed {
-		proxyEnv = []corev1.EnvVar{{Name: podconfig.EnvInboundSource, Value: podconfig.DefaultInboundSource}}
+		proxyEnv = []corev1.EnvVar{{Name: podcontract.EnvInboundSource, Value: podcontract.DefaultInboundSource}}
 	}
 	e.createPodWithProxyEnv(name, meshed, annotations, proxyEnv)
 }

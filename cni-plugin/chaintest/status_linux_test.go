@@ -12,7 +12,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/plugins/pkg/ns"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 func TestVersionAndStatus(t *testing.T) {
@@ -94,7 +94,7 @@ func TestLegacyBackend(t *testing.T) {
 		t.Skip("iptables-legacy is not installed")
 	}
 	e := newEnv(t, map[string]any{"iptables_mode": "legacy"})
-	e.createPod("web", true, map[string]string{podconfig.AnnotationSkipOutboundPorts: "443"})
+	e.createPod("web", true, map[string]string{podcontract.AnnotationSkipOutboundPorts: "443"})
 	p := e.mustAddPod("web", e.chain)
 	var out []byte
 	if err := p.ns.Do(func(ns.NetNS) error {

@@ -11,8 +11,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // Node agent pods are recognised by name, before any API call: they live in
@@ -161,8 +161,8 @@ func (c *NetConf) Mode() xtables.Mode {
 
 // PodBase is the pod configuration before annotations: defaults overridden
 // by the "proxy" object and the cluster-wide skip lists.
-func (c *NetConf) PodBase() (podconfig.Config, error) {
-	b := podconfig.Defaults()
+func (c *NetConf) PodBase() (podcontract.Config, error) {
+	b := podcontract.Defaults()
 	set16 := func(dst *uint16, v uint16) {
 		if v != 0 {
 			*dst = v
@@ -179,16 +179,16 @@ func (c *NetConf) PodBase() (podconfig.Config, error) {
 	set32(&b.ProxyUID, c.Proxy.UID)
 	set32(&b.ProxyGID, c.Proxy.GID)
 	var err error
-	if b.SkipInboundPorts, err = podconfig.ParsePorts(string(c.SkipInboundPorts)); err != nil {
+	if b.SkipInboundPorts, err = podcontract.ParsePorts(string(c.SkipInboundPorts)); err != nil {
 		return b, fmt.Errorf(`"skip_inbound_ports": %w`, err)
 	}
-	if b.SkipOutboundPorts, err = podconfig.ParsePorts(string(c.SkipOutboundPorts)); err != nil {
+	if b.SkipOutboundPorts, err = podcontract.ParsePorts(string(c.SkipOutboundPorts)); err != nil {
 		return b, fmt.Errorf(`"skip_outbound_ports": %w`, err)
 	}
-	if b.SkipInboundSubnets, err = podconfig.ParseSubnets(string(c.SkipInboundSubnets)); err != nil {
+	if b.SkipInboundSubnets, err = podcontract.ParseSubnets(string(c.SkipInboundSubnets)); err != nil {
 		return b, fmt.Errorf(`"skip_inbound_subnets": %w`, err)
 	}
-	if b.SkipOutboundSubnets, err = podconfig.ParseSubnets(string(c.SkipOutboundSubnets)); err != nil {
+	if b.SkipOutboundSubnets, err = podcontract.ParseSubnets(string(c.SkipOutboundSubnets)); err != nil {
 		return b, fmt.Errorf(`"skip_outbound_subnets": %w`, err)
 	}
 	if err := b.Validate(); err != nil {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 func TestParseConfAndPodBase(t *testing.T) {
@@ -35,10 +35,10 @@ func TestParseConfAndPodBase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := podconfig.Config{
+	want := podcontract.Config{
 		InboundPort: 5143, OutboundPort: 5140, AdminPort: 5191, ProxyUID: 3000, ProxyGID: 3001,
-		SkipInboundPorts:    []podconfig.PortRange{{First: 22, Last: 22}},
-		SkipOutboundPorts:   []podconfig.PortRange{{First: 25, Last: 25}, {First: 8000, Last: 8100}},
+		SkipInboundPorts:    []podcontract.PortRange{{First: 22, Last: 22}},
+		SkipOutboundPorts:   []podcontract.PortRange{{First: 25, Last: 25}, {First: 8000, Last: 8100}},
 		SkipInboundSubnets:  []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
 		SkipOutboundSubnets: []netip.Prefix{netip.MustParsePrefix("169.254.169.254/32"), netip.MustParsePrefix("fd00::/8")},
 	}
@@ -54,7 +54,7 @@ func TestParseConfAndPodBase(t *testing.T) {
 	if got := conf.Excluded(); !reflect.DeepEqual(got, []string{"kube-system"}) {
 		t.Errorf("default exclude list %v", got)
 	}
-	if base, _ := conf.PodBase(); !reflect.DeepEqual(base, podconfig.Defaults()) {
+	if base, _ := conf.PodBase(); !reflect.DeepEqual(base, podcontract.Defaults()) {
 		t.Errorf("default pod base %+v", base)
 	}
 

@@ -11,8 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 func TestDecidePod(t *testing.T) {
@@ -65,7 +65,7 @@ func withAdmitted(admitted map[string]string) func(*corev1.Pod) {
 		proxy := &p.Spec.InitContainers[len(p.Spec.InitContainers)-1]
 		proxy.Env = append(proxy.Env,
 			corev1.EnvVar{Name: "PLEXUS_PROXY_INBOUND_PORT", Value: "4143"},
-			corev1.EnvVar{Name: podconfig.EnvAdmitted, Value: podconfig.EncodeAdmitted(admitted)})
+			corev1.EnvVar{Name: podcontract.EnvAdmitted, Value: podcontract.EncodeAdmitted(admitted)})
 	}
 }
 
@@ -75,11 +75,11 @@ func withAdmitted(admitted map[string]string) func(*corev1.Pod) {
 // container's environment cannot).
 func TestDecidePodAdmittedSettings(t *testing.T) {
 	conf := &NetConf{Kubeconfig: "/k"}
-	admitted := map[string]string{podconfig.AnnotationSkipInboundPorts: "25", podconfig.AnnotationProxyUID: "2200"}
+	admitted := map[string]string{podcontract.AnnotationSkipInboundPorts: "25", podcontract.AnnotationProxyUID: "2200"}
 	edited := map[string]string{
-		podconfig.AnnotationSkipInboundPorts:    "1-4142",
-		podconfig.AnnotationSkipOutboundSubnets: "0.0.0.0/0",
-		podconfig.AnnotationProxyUID:            "1000",
+		podcontract.AnnotationSkipInboundPorts:    "1-4142",
+		podcontract.AnnotationSkipOutboundSubnets: "0.0.0.0/0",
+		podcontract.AnnotationProxyUID:            "1000",
 	}
 	for _, tc := range []struct {
 		name       string
@@ -91,17 +91,17 @@ func TestDecidePodAdmittedSettings(t *testing.T) {
 	}{
 		{"annotations edited after admission", edited, withAdmitted(admitted), "[25]", 0, 2200},
 		{"annotations removed after admission", nil, withAdmitted(admitted), "[25]", 0, 2200},
-		{"admitted with none, annotations added", edited, withAdmitted(nil), "[]", 0, podconfig.DefaultProxyUID},
+		{"admitted with none, annotations added", edited, withAdmitted(nil), "[]", 0, podcontract.DefaultProxyUID},
 		{"plain container", edited, func(p *corev1.Pod) {
 			withSidecar(p)
-			p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: podconfig.EnvAdmitted, Value: podconfig.EncodeAdmitted(admitted)}}
+			p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: podcontract.EnvAdmitted, Value: podcontract.EncodeAdmitted(admitted)}}
 		}, "[25]", 0, 2200},
 		// Injected before the injector recorded settings: the annotations.
 		{"no admitted settings", edited, withNativeSidecar, "[1-4142]", 1, 1000},
 		// Only the proxy's own environment counts.
 		{"variable on another container", edited, func(p *corev1.Pod) {
 			withNativeSidecar(p)
-			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: podconfig.EnvAdmitted, Value: "{}"}}
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: podcontract.EnvAdmitted, Value: "{}"}}
 		}, "[1-4142]", 1, 1000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -131,8 +131,8 @@ func TestDecidePodAdmittedSettings(t *testing.T) {
 		bad(p)
 		p.Spec.InitContainers[0].Env[1].Value = ""
 	})))
-	if err == nil || !strings.Contains(err.Error(), podconfig.EnvAdmitted) {
-		t.Errorf("empty admitted settings: err = %v, want one naming %s", err, podconfig.EnvAdmitted)
+	if err == nil || !strings.Contains(err.Error(), podcontract.EnvAdmitted) {
+		t.Errorf("empty admitted settings: err = %v, want one naming %s", err, podcontract.EnvAdmitted)
 	}
 }
 
@@ -142,7 +142,7 @@ func withInboundSource(v string) func(*corev1.Pod) {
 	return func(p *corev1.Pod) {
 		withAdmitted(nil)(p)
 		proxy := &p.Spec.InitContainers[len(p.Spec.InitContainers)-1]
-		proxy.Env = append(proxy.Env, corev1.EnvVar{Name: podconfig.EnvInboundSource, Value: v})
+		proxy.Env = append(proxy.Env, corev1.EnvVar{Name: podcontract.EnvInboundSource, Value: v})
 	}
 }
 
@@ -176,9 +176,9 @@ func TestDecidePodInboundSource(t *testing.T) {
 
 	old := decide(withAdmitted(nil))
 	if old.Config.InboundSource != nil {
-		t.Fatalf("proxy without %s: inbound source %v", podconfig.EnvInboundSource, old.Config.InboundSource)
+		t.Fatalf("proxy without %s: inbound source %v", podcontract.EnvInboundSource, old.Config.InboundSource)
 	}
-	gated := decide(withInboundSource(podconfig.DefaultInboundSource))
+	gated := decide(withInboundSource(podcontract.DefaultInboundSource))
 	if got := fmt.Sprint(gated.Config.InboundSource); got != "[127.0.0.6 ::1]" {
 		t.Fatalf("inbound source %s, want [127.0.0.6 ::1]", got)
 	}
@@ -198,18 +198,18 @@ func TestDecidePodInboundSource(t *testing.T) {
 	}
 
 	if d := decide(withInboundSource("")); d.Config.InboundSource != nil {
-		t.Errorf("empty %s: inbound source %v", podconfig.EnvInboundSource, d.Config.InboundSource)
+		t.Errorf("empty %s: inbound source %v", podcontract.EnvInboundSource, d.Config.InboundSource)
 	}
 	other := decide(func(p *corev1.Pod) {
 		withAdmitted(nil)(p)
-		p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: podconfig.EnvInboundSource, Value: podconfig.DefaultInboundSource}}
+		p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: podcontract.EnvInboundSource, Value: podcontract.DefaultInboundSource}}
 	})
 	if other.Config.InboundSource != nil {
 		t.Errorf("variable on the app container counted: %v", other.Config.InboundSource)
 	}
 	_, err = DecidePod(conf, asPod(t, pod("app", "web-1", nil, withInboundSource("::6"))))
-	if err == nil || errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "app/web-1") || !strings.Contains(err.Error(), podconfig.EnvInboundSource) {
-		t.Errorf("malformed inbound source: err = %v, want one naming the pod and %s", err, podconfig.EnvInboundSource)
+	if err == nil || errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "app/web-1") || !strings.Contains(err.Error(), podcontract.EnvInboundSource) {
+		t.Errorf("malformed inbound source: err = %v, want one naming the pod and %s", err, podcontract.EnvInboundSource)
 	}
 }
 
@@ -235,7 +235,7 @@ func TestFamilies(t *testing.T) {
 }
 
 func TestDiff(t *testing.T) {
-	meshed := Decision{Mesh: true, Config: podconfig.Defaults()}
+	meshed := Decision{Mesh: true, Config: podcontract.Defaults()}
 	fams := []rules.Family{rules.IPv4, rules.IPv6}
 	sets, err := Want(meshed, fams)
 	if err != nil || len(sets) != 2 {

@@ -13,9 +13,9 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 func rootNetns(t *testing.T) ns.NetNS {
@@ -53,8 +53,8 @@ func saveIn(t *testing.T, n ns.NetNS, bin string) string {
 func TestApplyIsAllOrNothingAcrossFamilies(t *testing.T) {
 	n := rootNetns(t)
 	tables := NewNetnsTables(xtables.Auto, 5*time.Second, slog.New(slog.DiscardHandler))
-	v4, _ := rules.Build(podconfig.Defaults(), rules.IPv4)
-	v6, _ := rules.Build(podconfig.Defaults(), rules.IPv6)
+	v4, _ := rules.Build(podcontract.Defaults(), rules.IPv4)
+	v6, _ := rules.Build(podcontract.Defaults(), rules.IPv6)
 	v6.Rules = append(v6.Rules, rules.Rule{Chain: rules.ChainOutput, Match: []string{"-m", "no-such-match"}, Comment: "broken", Target: []string{"RETURN"}})
 
 	err := tables.Apply(context.Background(), n.Path(), []rules.RuleSet{v4, v6})
@@ -68,7 +68,7 @@ func TestApplyIsAllOrNothingAcrossFamilies(t *testing.T) {
 	}
 
 	// A good apply, then Remove twice, then Remove on a vanished netns.
-	v6, _ = rules.Build(podconfig.Defaults(), rules.IPv6)
+	v6, _ = rules.Build(podcontract.Defaults(), rules.IPv6)
 	if err := tables.Apply(context.Background(), n.Path(), []rules.RuleSet{v4, v6}); err != nil {
 		t.Fatal(err)
 	}
@@ -101,8 +101,8 @@ func TestPrepareThenApplyOrRelease(t *testing.T) {
 	n := rootNetns(t)
 	var logged strings.Builder
 	log := slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	v4, _ := rules.Build(podconfig.Defaults(), rules.IPv4)
-	v6, _ := rules.Build(podconfig.Defaults(), rules.IPv6)
+	v4, _ := rules.Build(podcontract.Defaults(), rules.IPv4)
+	v6, _ := rules.Build(podcontract.Defaults(), rules.IPv6)
 	fams := []rules.Family{rules.IPv4, rules.IPv6}
 
 	released := NewNetnsTables(xtables.Auto, 5*time.Second, log)

@@ -19,8 +19,8 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // Plugin-specific CNI error codes (the spec reserves 0-99).
@@ -79,7 +79,7 @@ type k8sArgs struct {
 type Decision struct {
 	Mesh   bool
 	Reason string
-	Config podconfig.Config // set when Mesh
+	Config podcontract.Config // set when Mesh
 }
 
 func cniErr(code uint, msg string, err error) *types.Error {
@@ -185,7 +185,7 @@ func DecidePod(conf *NetConf, pod *Pod) (Decision, error) {
 	if err != nil {
 		return Decision{}, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	cfg, err := podconfig.FromAnnotations(base, annotations)
+	cfg, err := podcontract.FromAnnotations(base, annotations)
 	if err != nil {
 		return Decision{}, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
@@ -238,7 +238,7 @@ func Families(podIPs []netip.Addr) []rules.Family {
 	return fams
 }
 
-func buildSets(cfg podconfig.Config, fams []rules.Family) ([]rules.RuleSet, error) {
+func buildSets(cfg podcontract.Config, fams []rules.Family) ([]rules.RuleSet, error) {
 	sets := make([]rules.RuleSet, 0, len(fams))
 	for _, f := range fams {
 		rs, err := rules.Build(cfg, f)

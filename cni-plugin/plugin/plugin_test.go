@@ -23,8 +23,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // fakeGetter reads pods from the fake clientset and hands them, and its
@@ -190,10 +190,10 @@ func TestAddDecisions(t *testing.T) {
 			objs: []runtime.Object{pod("plexus-system", "plexus-destination-1", nil, withSidecar)}, wantMesh: true, wantGets: 1},
 		{name: "pod not found", ns: "app", pod: "gone", wantGets: 1, wantCode: ErrCodeAPI, wantInErr: `pods "gone" not found`},
 		{name: "malformed annotation", ns: "app", pod: "web",
-			objs:     []runtime.Object{pod("app", "web", map[string]string{podconfig.AnnotationSkipOutboundPorts: "25,smtp"}, withSidecar)},
+			objs:     []runtime.Object{pod("app", "web", map[string]string{podcontract.AnnotationSkipOutboundPorts: "25,smtp"}, withSidecar)},
 			wantGets: 1, wantCode: ErrCodeBadAnnotation, wantInErr: `config.plexus.dev/skip-outbound-ports="25,smtp"`},
 		{name: "malformed annotation on an unmeshed pod is ignored", ns: "app", pod: "web",
-			objs:     []runtime.Object{pod("app", "web", map[string]string{podconfig.AnnotationSkipOutboundPorts: "x"}, nil)},
+			objs:     []runtime.Object{pod("app", "web", map[string]string{podcontract.AnnotationSkipOutboundPorts: "x"}, nil)},
 			wantGets: 1},
 	}
 	for _, tc := range cases {
@@ -229,8 +229,8 @@ func TestAddDecisions(t *testing.T) {
 
 func TestAddRuleContentsAndFamilies(t *testing.T) {
 	p := pod("app", "web", map[string]string{
-		podconfig.AnnotationSkipOutboundSubnets: "10.96.0.0/12,fd00:96::/108",
-		podconfig.AnnotationInboundPort:         "5143",
+		podcontract.AnnotationSkipOutboundSubnets: "10.96.0.0/12,fd00:96::/108",
+		podcontract.AnnotationInboundPort:         "5143",
 	}, withSidecar)
 	h := newHarness(t, p)
 	extra := map[string]any{"skip_outbound_ports": []any{25, "8000-8100"}, "proxy": map[string]any{"uid": 3000}}
@@ -387,8 +387,8 @@ func TestDel(t *testing.T) {
 }
 
 func TestCheck(t *testing.T) {
-	p := pod("app", "web", map[string]string{podconfig.AnnotationSkipInboundPorts: "22"}, withSidecar)
-	cfg, err := podconfig.FromAnnotations(podconfig.Defaults(), p.Annotations)
+	p := pod("app", "web", map[string]string{podcontract.AnnotationSkipInboundPorts: "22"}, withSidecar)
+	cfg, err := podcontract.FromAnnotations(podcontract.Defaults(), p.Annotations)
 	if err != nil {
 		t.Fatal(err)
 	}

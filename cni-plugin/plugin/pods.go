@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/cni-plugin/kubeconfig"
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // ProxyContainerName is the sidecar that marks a pod as meshed
@@ -90,7 +90,7 @@ func proxyContainer(p *Pod) *Container {
 
 // redirectAnnotations returns the annotations a meshed pod's redirect is
 // built from: those the injector recorded in the proxy's environment at
-// admission (podconfig.EnvAdmitted; the environment, unlike annotations,
+// admission (podcontract.EnvAdmitted; the environment, unlike annotations,
 // cannot change after creation), or, for a pod injected before that
 // variable existed, its current annotations. As the kubelet does, the last
 // of repeated variables counts.
@@ -100,8 +100,8 @@ func redirectAnnotations(p *Pod) (map[string]string, error) {
 		return p.Annotations, nil
 	}
 	for i := len(c.Env) - 1; i >= 0; i-- {
-		if c.Env[i].Name == podconfig.EnvAdmitted {
-			a, err := podconfig.DecodeAdmitted(c.Env[i].Value)
+		if c.Env[i].Name == podcontract.EnvAdmitted {
+			a, err := podcontract.DecodeAdmitted(c.Env[i].Value)
 			if err != nil {
 				return nil, fmt.Errorf("container %s: %w", ProxyContainerName, err)
 			}
@@ -112,7 +112,7 @@ func redirectAnnotations(p *Pod) (map[string]string, error) {
 }
 
 // inboundSource returns the addresses a meshed pod's proxy dials its
-// application from (podconfig.EnvInboundSource, a literal the injector
+// application from (podcontract.EnvInboundSource, a literal the injector
 // sets), nil for a proxy that does not bind them (injected before the
 // variable existed, or no proxy container). As the kubelet does, the last
 // of repeated variables counts.
@@ -122,8 +122,8 @@ func inboundSource(p *Pod) ([]netip.Addr, error) {
 		return nil, nil
 	}
 	for i := len(c.Env) - 1; i >= 0; i-- {
-		if c.Env[i].Name == podconfig.EnvInboundSource {
-			a, err := podconfig.ParseInboundSource(c.Env[i].Value)
+		if c.Env[i].Name == podcontract.EnvInboundSource {
+			a, err := podcontract.ParseInboundSource(c.Env[i].Value)
 			if err != nil {
 				return nil, fmt.Errorf("container %s: %w", ProxyContainerName, err)
 			}

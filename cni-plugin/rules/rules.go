@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // Chain names and hook points fixed by the design handbook (§2, §3).
@@ -75,7 +75,7 @@ func Chains() []string { return []string{ChainInbound, ChainOutput} }
 
 // Build derives the rule set for one family from a validated pod config.
 // For IPv4 only IPv4 skip subnets apply, for IPv6 only IPv6 ones.
-func Build(c podconfig.Config, fam Family) (RuleSet, error) {
+func Build(c podcontract.Config, fam Family) (RuleSet, error) {
 	if fam != IPv4 && fam != IPv6 {
 		return RuleSet{}, fmt.Errorf("unknown IP family %d", int(fam))
 	}
@@ -137,9 +137,9 @@ func loopback(fam Family) netip.Prefix {
 }
 
 // PortRangeOf is the range holding just port p.
-func PortRangeOf(p uint16) podconfig.PortRange { return podconfig.PortRange{First: p, Last: p} }
+func PortRangeOf(p uint16) podcontract.PortRange { return podcontract.PortRange{First: p, Last: p} }
 
-func dport(r podconfig.PortRange) []string {
+func dport(r podcontract.PortRange) []string {
 	v := strconv.Itoa(int(r.First))
 	if r.Last != r.First {
 		v += ":" + strconv.Itoa(int(r.Last))

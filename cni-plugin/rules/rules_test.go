@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -33,14 +33,14 @@ func golden(t *testing.T, name, got string) {
 }
 
 // mustConfig is the config of a pod injected with annotations and the
-// injector's inbound source (podconfig.DefaultInboundSource).
-func mustConfig(t *testing.T, annotations map[string]string) podconfig.Config {
+// injector's inbound source (podcontract.DefaultInboundSource).
+func mustConfig(t *testing.T, annotations map[string]string) podcontract.Config {
 	t.Helper()
-	c, err := podconfig.FromAnnotations(podconfig.Defaults(), annotations)
+	c, err := podcontract.FromAnnotations(podcontract.Defaults(), annotations)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.InboundSource, err = podconfig.ParseInboundSource(podconfig.DefaultInboundSource); err != nil {
+	if c.InboundSource, err = podcontract.ParseInboundSource(podcontract.DefaultInboundSource); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -58,33 +58,33 @@ func TestRenderGolden(t *testing.T) {
 		{"no-inbound-source", nil, IPv4, true},
 		{"no-inbound-source-ipv6", nil, IPv6, true},
 		{"port-ranges", map[string]string{
-			podconfig.AnnotationSkipInboundPorts:  "25, 443,8000-8100",
-			podconfig.AnnotationSkipOutboundPorts: "3306,9000-9999",
+			podcontract.AnnotationSkipInboundPorts:  "25, 443,8000-8100",
+			podcontract.AnnotationSkipOutboundPorts: "3306,9000-9999",
 		}, IPv4, false},
 		{"subnets", map[string]string{
-			podconfig.AnnotationSkipInboundSubnets:  "10.1.2.3/8,192.168.0.1,fd00::/8",
-			podconfig.AnnotationSkipOutboundSubnets: "10.96.0.0/12,2001:db8::/32",
+			podcontract.AnnotationSkipInboundSubnets:  "10.1.2.3/8,192.168.0.1,fd00::/8",
+			podcontract.AnnotationSkipOutboundSubnets: "10.96.0.0/12,2001:db8::/32",
 		}, IPv4, false},
 		{"subnets-ipv6", map[string]string{
-			podconfig.AnnotationSkipInboundSubnets:  "10.1.2.3/8,192.168.0.1,fd00::/8",
-			podconfig.AnnotationSkipOutboundSubnets: "10.96.0.0/12,2001:db8::/32",
+			podcontract.AnnotationSkipInboundSubnets:  "10.1.2.3/8,192.168.0.1,fd00::/8",
+			podcontract.AnnotationSkipOutboundSubnets: "10.96.0.0/12,2001:db8::/32",
 		}, IPv6, false},
 		{"custom-ports-uid", map[string]string{
-			podconfig.AnnotationInboundPort:  "15006",
-			podconfig.AnnotationOutboundPort: "15001",
-			podconfig.AnnotationAdminPort:    "15020",
-			podconfig.AnnotationProxyUID:     "1337",
+			podcontract.AnnotationInboundPort:  "15006",
+			podcontract.AnnotationOutboundPort: "15001",
+			podcontract.AnnotationAdminPort:    "15020",
+			podcontract.AnnotationProxyUID:     "1337",
 		}, IPv4, false},
 		{"every-annotation", map[string]string{
-			podconfig.AnnotationSkipInboundPorts:    "22",
-			podconfig.AnnotationSkipOutboundPorts:   "25,587",
-			podconfig.AnnotationSkipInboundSubnets:  "172.16.0.0/12",
-			podconfig.AnnotationSkipOutboundSubnets: "169.254.169.254/32",
-			podconfig.AnnotationOpaquePorts:         "5432,6379", // no effect on rules
-			podconfig.AnnotationProxyUID:            "3000",
-			podconfig.AnnotationInboundPort:         "5143",
-			podconfig.AnnotationOutboundPort:        "5140",
-			podconfig.AnnotationAdminPort:           "5191",
+			podcontract.AnnotationSkipInboundPorts:    "22",
+			podcontract.AnnotationSkipOutboundPorts:   "25,587",
+			podcontract.AnnotationSkipInboundSubnets:  "172.16.0.0/12",
+			podcontract.AnnotationSkipOutboundSubnets: "169.254.169.254/32",
+			podcontract.AnnotationOpaquePorts:         "5432,6379", // no effect on rules
+			podcontract.AnnotationProxyUID:            "3000",
+			podcontract.AnnotationInboundPort:         "5143",
+			podcontract.AnnotationOutboundPort:        "5140",
+			podcontract.AnnotationAdminPort:           "5191",
 		}, IPv4, false},
 	}
 	for _, tc := range cases {
@@ -131,7 +131,7 @@ func saveOf(rs RuleSet, extra ...string) string {
 }
 
 func TestParseSaveAndCompare(t *testing.T) {
-	rs, err := Build(mustConfig(t, map[string]string{podconfig.AnnotationSkipOutboundPorts: "443"}), IPv4)
+	rs, err := Build(mustConfig(t, map[string]string{podcontract.AnnotationSkipOutboundPorts: "443"}), IPv4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,18 +209,18 @@ func TestRenderDeleteGolden(t *testing.T) {
 }
 
 func TestBuildRejectsInvalid(t *testing.T) {
-	c := podconfig.Defaults()
+	c := podcontract.Defaults()
 	c.OutboundPort = c.InboundPort
 	if _, err := Build(c, IPv4); err == nil {
 		t.Fatal("Build accepted equal inbound and outbound ports")
 	}
-	if _, err := Build(podconfig.Defaults(), Family(5)); err == nil {
+	if _, err := Build(podcontract.Defaults(), Family(5)); err == nil {
 		t.Fatal("Build accepted family 5")
 	}
 }
 
 func TestSavedIsWhatIptablesSaveShows(t *testing.T) {
-	rs, err := Build(mustConfig(t, map[string]string{podconfig.AnnotationSkipOutboundSubnets: "10.0.0.0/8"}), IPv4)
+	rs, err := Build(mustConfig(t, map[string]string{podcontract.AnnotationSkipOutboundSubnets: "10.0.0.0/8"}), IPv4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +256,7 @@ func TestSelfCallRules(t *testing.T) {
 			`-A PLEXUS_OUTPUT ! -d ::1/128 -o lo -m owner --uid-owner 3000 -m comment --comment "plexus/self-call" -j PLEXUS_INBOUND`,
 		},
 	}
-	c := mustConfig(t, map[string]string{podconfig.AnnotationProxyUID: "3000"})
+	c := mustConfig(t, map[string]string{podcontract.AnnotationProxyUID: "3000"})
 	for _, fam := range []Family{IPv4, IPv6} {
 		rs, err := Build(c, fam)
 		if err != nil {

@@ -13,8 +13,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 func requireRootAnd(tb testing.TB, mode Mode) {
@@ -43,7 +43,7 @@ func BenchmarkRestore(b *testing.B) {
 				if err != nil {
 					b.Skip(err)
 				}
-				rs, err := rules.Build(podconfig.Defaults(), fam)
+				rs, err := rules.Build(podcontract.Defaults(), fam)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -97,7 +97,7 @@ func TestPendingRestore(t *testing.T) {
 				t.Fatal(err)
 			}
 			r, _ := tools.For(rules.IPv4)
-			rs, err := rules.Build(podconfig.Defaults(), rules.IPv4)
+			rs, err := rules.Build(podcontract.Defaults(), rules.IPv4)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,9 +8,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/control/meshpod"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // endpoint is one address a proxy may send to, with what it needs to know
@@ -92,11 +92,11 @@ func podOwner(pod *corev1.Pod) (kind, name string) {
 // of annotations. A malformed annotation lists nothing; the watcher logs it
 // when the object changes (see warnMalformed).
 func OpaquePort(annotations map[string]string, port uint16) bool {
-	value, ok := annotations[podconfig.AnnotationOpaquePorts]
+	value, ok := annotations[podcontract.AnnotationOpaquePorts]
 	if !ok {
 		return false
 	}
-	ranges, err := podconfig.ParsePorts(value)
+	ranges, err := podcontract.ParsePorts(value)
 	if err != nil {
 		return false
 	}

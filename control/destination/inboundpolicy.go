@@ -10,9 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // Inbound policies (GetInboundPolicy): who may connect to one port of a
@@ -26,7 +26,7 @@ import (
 const (
 	// AnnotationDefaultInboundPolicy on a pod or namespace overrides the
 	// cluster's default inbound policy.
-	AnnotationDefaultInboundPolicy = podconfig.AnnotationPrefix + "default-inbound-policy"
+	AnnotationDefaultInboundPolicy = podcontract.AnnotationPrefix + "default-inbound-policy"
 	// AnnotationDryRun "true" on an AuthorizationPolicy: reported, not
 	// enforced.
 	AnnotationDryRun = policyv1alpha1.Group + "/dry-run"

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // Informer index names.
@@ -259,15 +259,15 @@ func (w *watcher) warnMalformed(oldObj, newObj any, what string) {
 	if !ok {
 		return
 	}
-	value, ok := n.GetAnnotations()[podconfig.AnnotationOpaquePorts]
+	value, ok := n.GetAnnotations()[podcontract.AnnotationOpaquePorts]
 	if !ok {
 		return
 	}
-	if o, ok := oldObj.(metav1.Object); ok && o.GetAnnotations()[podconfig.AnnotationOpaquePorts] == value {
+	if o, ok := oldObj.(metav1.Object); ok && o.GetAnnotations()[podcontract.AnnotationOpaquePorts] == value {
 		return
 	}
-	if _, err := podconfig.ParsePorts(value); err != nil {
-		w.log.Warn("malformed annotation: no port is treated as opaque", "object", what, "annotation", podconfig.AnnotationOpaquePorts, "value", value, "error", err)
+	if _, err := podcontract.ParsePorts(value); err != nil {
+		w.log.Warn("malformed annotation: no port is treated as opaque", "object", what, "annotation", podcontract.AnnotationOpaquePorts, "value", value, "error", err)
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // TestPluginReadsAdmittedSettings: what the injector records in the
@@ -20,15 +20,15 @@ import (
 // now; and the inbound source the proxy is given.
 func TestPluginReadsAdmittedSettings(t *testing.T) {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Annotations: map[string]string{
-		podconfig.AnnotationSkipOutboundPorts: "3306",
-		AnnotationInboundPolicy:               "mtls",
+		podcontract.AnnotationSkipOutboundPorts: "3306",
+		AnnotationInboundPolicy:                 "mtls",
 	}}}
 	for _, native := range []string{"true", "false"} {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", Annotations: map[string]string{
-				podconfig.AnnotationSkipInboundPorts: "25,8000-8100",
-				podconfig.AnnotationProxyUID:         "3000",
-				AnnotationNativeSidecar:              native,
+				podcontract.AnnotationSkipInboundPorts: "25,8000-8100",
+				podcontract.AnnotationProxyUID:         "3000",
+				AnnotationNativeSidecar:                native,
 			}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example/web:1"}}},
 		}
@@ -41,7 +41,7 @@ func TestPluginReadsAdmittedSettings(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		decide := func(p *corev1.Pod) podconfig.Config {
+		decide := func(p *corev1.Pod) podcontract.Config {
 			t.Helper()
 			b, err := json.Marshal(p)
 			if err != nil {
@@ -61,20 +61,20 @@ func TestPluginReadsAdmittedSettings(t *testing.T) {
 		// The admitted settings are the annotations, plus the tap port
 		// skipped inbound (tap.go), and the inbound source the proxy binds,
 		// which gives the pod the self-call rules.
-		want, err := podconfig.FromAnnotations(podconfig.Defaults(), admittedRedirect(injected.Annotations))
+		want, err := podcontract.FromAnnotations(podcontract.Defaults(), admittedRedirect(injected.Annotations))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want.InboundSource, err = podconfig.ParseInboundSource(podconfig.DefaultInboundSource); err != nil {
+		if want.InboundSource, err = podcontract.ParseInboundSource(podcontract.DefaultInboundSource); err != nil {
 			t.Fatal(err)
 		}
 		if !reflect.DeepEqual(admitted, want) {
 			t.Fatalf("native=%s: the plugin reads %+v from the injected pod, want its admitted annotations' %+v", native, admitted, want)
 		}
 		edited := injected.DeepCopy()
-		edited.Annotations[podconfig.AnnotationSkipInboundPorts] = "1-4142"
-		edited.Annotations[podconfig.AnnotationSkipOutboundSubnets] = "0.0.0.0/0"
-		delete(edited.Annotations, podconfig.AnnotationSkipOutboundPorts)
+		edited.Annotations[podcontract.AnnotationSkipInboundPorts] = "1-4142"
+		edited.Annotations[podcontract.AnnotationSkipOutboundSubnets] = "0.0.0.0/0"
+		delete(edited.Annotations, podcontract.AnnotationSkipOutboundPorts)
 		if got := decide(edited); !reflect.DeepEqual(got, admitted) {
 			t.Errorf("native=%s: edited annotations changed what the plugin reads:\n%+v\nwant %+v", native, got, admitted)
 		}

@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/control/meshpod"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // Names on pods and namespaces.
@@ -244,14 +244,14 @@ func (c Config) container(s settings) corev1.Container {
 		// For the CNI plugin and the node agent's repair, not the proxy:
 		// the redirect settings as admitted, which the pod's annotations
 		// (mutable) cannot change later.
-		{Name: podconfig.EnvAdmitted, Value: podconfig.EncodeAdmitted(s.admitted())},
+		{Name: podcontract.EnvAdmitted, Value: podcontract.EncodeAdmitted(s.admitted())},
 		// For the proxy, the CNI plugin and the repair: the proxy dials the
 		// application from these addresses, and only then may the plugin
 		// write the pod's self-call rules.
-		{Name: podconfig.EnvInboundSource, Value: podconfig.DefaultInboundSource},
+		{Name: podcontract.EnvInboundSource, Value: podcontract.DefaultInboundSource},
 		{Name: "PLEXUS_PROXY_TAP_PORT", Value: s.tapPort()},
 	}
-	if v, ok := s.annotations[podconfig.AnnotationOpaquePorts]; ok {
+	if v, ok := s.annotations[podcontract.AnnotationOpaquePorts]; ok {
 		env = append(env, corev1.EnvVar{Name: "PLEXUS_PROXY_OPAQUE_PORTS", Value: v})
 	}
 	if s.cpuLimit != nil {

@@ -11,22 +11,22 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // Annotations the injector reads besides the redirect settings the CNI
-// plugin shares (podconfig). All live under config.plexus.dev/.
+// plugin shares (podcontract). All live under config.plexus.dev/.
 const (
-	AnnotationNativeSidecar      = podconfig.AnnotationPrefix + "native-sidecar"
-	AnnotationInboundPolicy      = podconfig.AnnotationPrefix + "inbound-policy"
-	AnnotationProxyLogLevel      = podconfig.AnnotationPrefix + "proxy-log-level"
-	AnnotationProxyCPURequest    = podconfig.AnnotationPrefix + "proxy-cpu-request"
-	AnnotationProxyCPULimit      = podconfig.AnnotationPrefix + "proxy-cpu-limit"
-	AnnotationProxyMemoryRequest = podconfig.AnnotationPrefix + "proxy-memory-request"
-	AnnotationProxyMemoryLimit   = podconfig.AnnotationPrefix + "proxy-memory-limit"
+	AnnotationNativeSidecar      = podcontract.AnnotationPrefix + "native-sidecar"
+	AnnotationInboundPolicy      = podcontract.AnnotationPrefix + "inbound-policy"
+	AnnotationProxyLogLevel      = podcontract.AnnotationPrefix + "proxy-log-level"
+	AnnotationProxyCPURequest    = podcontract.AnnotationPrefix + "proxy-cpu-request"
+	AnnotationProxyCPULimit      = podcontract.AnnotationPrefix + "proxy-cpu-limit"
+	AnnotationProxyMemoryRequest = podcontract.AnnotationPrefix + "proxy-memory-request"
+	AnnotationProxyMemoryLimit   = podcontract.AnnotationPrefix + "proxy-memory-limit"
 	// AnnotationDefaultInboundPolicy is read by destination (DESIGN §9);
 	// the injector only checks its value.
-	AnnotationDefaultInboundPolicy = podconfig.AnnotationPrefix + "default-inbound-policy"
+	AnnotationDefaultInboundPolicy = podcontract.AnnotationPrefix + "default-inbound-policy"
 )
 
 // DefaultInboundPolicies are the values of AnnotationDefaultInboundPolicy.
@@ -47,7 +47,7 @@ var proxyAnnotations = []string{
 
 // settings is one pod's validated mesh configuration.
 type settings struct {
-	redirect      podconfig.Config
+	redirect      podcontract.Config
 	native        bool
 	inboundPolicy string
 	logLevel      string
@@ -75,12 +75,12 @@ type settings struct {
 func merged(pod, ns map[string]string) map[string]string {
 	out := map[string]string{}
 	for k, v := range ns {
-		if strings.HasPrefix(k, podconfig.AnnotationPrefix) && k != AnnotationDefaultInboundPolicy {
+		if strings.HasPrefix(k, podcontract.AnnotationPrefix) && k != AnnotationDefaultInboundPolicy {
 			out[k] = v
 		}
 	}
 	for k, v := range pod {
-		if strings.HasPrefix(k, podconfig.AnnotationPrefix) {
+		if strings.HasPrefix(k, podcontract.AnnotationPrefix) {
 			out[k] = v
 		}
 	}
@@ -92,7 +92,7 @@ func merged(pod, ns map[string]string) map[string]string {
 // otherwise be silently ignored).
 func parseSettings(a map[string]string, def Defaults) (settings, error) {
 	known := map[string]bool{}
-	for _, k := range append(podconfig.RedirectAnnotations(), proxyAnnotations...) {
+	for _, k := range append(podcontract.RedirectAnnotations(), proxyAnnotations...) {
 		known[k] = true
 	}
 	keys := make([]string, 0, len(a))
@@ -102,10 +102,10 @@ func parseSettings(a map[string]string, def Defaults) (settings, error) {
 	sort.Strings(keys)
 	for _, k := range keys {
 		if !known[k] {
-			return settings{}, &podconfig.AnnotationError{Annotation: k, Value: a[k], Err: errors.New("unknown setting (see the injector's README for the list)")}
+			return settings{}, &podcontract.AnnotationError{Annotation: k, Value: a[k], Err: errors.New("unknown setting (see the injector's README for the list)")}
 		}
 	}
-	redirect, err := podconfig.FromAnnotations(podconfig.Defaults(), a)
+	redirect, err := podcontract.FromAnnotations(podcontract.Defaults(), a)
 	if err != nil {
 		return settings{}, err
 	}
@@ -120,7 +120,7 @@ func parseSettings(a map[string]string, def Defaults) (settings, error) {
 	if v, ok := a[AnnotationNativeSidecar]; ok {
 		b, err := strconv.ParseBool(strings.TrimSpace(v))
 		if err != nil {
-			return settings{}, &podconfig.AnnotationError{Annotation: AnnotationNativeSidecar, Value: v, Err: errors.New(`want "true" or "false"`)}
+			return settings{}, &podcontract.AnnotationError{Annotation: AnnotationNativeSidecar, Value: v, Err: errors.New(`want "true" or "false"`)}
 		}
 		s.native = b
 	}
@@ -129,17 +129,17 @@ func parseSettings(a map[string]string, def Defaults) (settings, error) {
 		case "permissive", "mtls":
 			s.inboundPolicy = v
 		default:
-			return settings{}, &podconfig.AnnotationError{Annotation: AnnotationInboundPolicy, Value: v, Err: errors.New(`want "permissive" or "mtls"`)}
+			return settings{}, &podcontract.AnnotationError{Annotation: AnnotationInboundPolicy, Value: v, Err: errors.New(`want "permissive" or "mtls"`)}
 		}
 	}
 	if v, ok := a[AnnotationDefaultInboundPolicy]; ok && !slices.Contains(DefaultInboundPolicies, v) {
-		return settings{}, &podconfig.AnnotationError{Annotation: AnnotationDefaultInboundPolicy, Value: v,
+		return settings{}, &podcontract.AnnotationError{Annotation: AnnotationDefaultInboundPolicy, Value: v,
 			Err: errors.New("want one of " + strings.Join(DefaultInboundPolicies, ", "))}
 	}
 	if v, ok := a[AnnotationProxyLogLevel]; ok {
 		var l slog.Level
 		if err := l.UnmarshalText([]byte(v)); err != nil {
-			return settings{}, &podconfig.AnnotationError{Annotation: AnnotationProxyLogLevel, Value: v, Err: errors.New("want debug, info, warn or error")}
+			return settings{}, &podcontract.AnnotationError{Annotation: AnnotationProxyLogLevel, Value: v, Err: errors.New("want debug, info, warn or error")}
 		}
 		s.logLevel = strings.ToLower(v)
 	}
@@ -178,31 +178,31 @@ func parseSettings(a map[string]string, def Defaults) (settings, error) {
 func quantity(name, v string) (resource.Quantity, error) {
 	q, err := resource.ParseQuantity(strings.TrimSpace(v))
 	if err != nil || q.Sign() <= 0 {
-		return resource.Quantity{}, &podconfig.AnnotationError{Annotation: name, Value: v, Err: errors.New("want a positive Kubernetes quantity such as 100m or 64Mi")}
+		return resource.Quantity{}, &podcontract.AnnotationError{Annotation: name, Value: v, Err: errors.New("want a positive Kubernetes quantity such as 100m or 64Mi")}
 	}
 	return q, nil
 }
 
 // probeReachable refuses settings under which the kubelet's probe on
 // RedirectProbePort could not come through the inbound redirect.
-func probeReachable(c podconfig.Config, a map[string]string) error {
+func probeReachable(c podcontract.Config, a map[string]string) error {
 	for _, p := range []struct {
 		annotation string
 		port       uint16
 	}{
-		{podconfig.AnnotationInboundPort, c.InboundPort},
-		{podconfig.AnnotationOutboundPort, c.OutboundPort},
-		{podconfig.AnnotationAdminPort, c.AdminPort},
+		{podcontract.AnnotationInboundPort, c.InboundPort},
+		{podcontract.AnnotationOutboundPort, c.OutboundPort},
+		{podcontract.AnnotationAdminPort, c.AdminPort},
 	} {
 		if p.port == RedirectProbePort {
-			return &podconfig.AnnotationError{Annotation: p.annotation, Value: a[p.annotation],
+			return &podcontract.AnnotationError{Annotation: p.annotation, Value: a[p.annotation],
 				Err: fmt.Errorf("port %d is the proxy's redirect probe port", RedirectProbePort)}
 		}
 	}
 	for _, r := range c.SkipInboundPorts {
 		if r.Contains(RedirectProbePort) {
-			k := podconfig.AnnotationSkipInboundPorts
-			return &podconfig.AnnotationError{Annotation: k, Value: a[k],
+			k := podcontract.AnnotationSkipInboundPorts
+			return &podcontract.AnnotationError{Annotation: k, Value: a[k],
 				Err: fmt.Errorf("port %d must stay redirected: the proxy's readiness probe proves the redirect through it", RedirectProbePort)}
 		}
 	}

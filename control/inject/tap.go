@@ -7,8 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/control/meshpod"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // TapPort is where the proxy serves the tap API (DESIGN.md §10). The tap
@@ -56,10 +56,10 @@ func admittedRedirect(a map[string]string) map[string]string {
 		out[k] = v
 	}
 	port := strconv.Itoa(TapPort)
-	if v := strings.TrimSpace(out[podconfig.AnnotationSkipInboundPorts]); v != "" {
-		out[podconfig.AnnotationSkipInboundPorts] = v + "," + port
+	if v := strings.TrimSpace(out[podcontract.AnnotationSkipInboundPorts]); v != "" {
+		out[podcontract.AnnotationSkipInboundPorts] = v + "," + port
 	} else {
-		out[podconfig.AnnotationSkipInboundPorts] = port
+		out[podcontract.AnnotationSkipInboundPorts] = port
 	}
 	return out
 }

@@ -11,8 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/control/admissionhttp"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // MaxReviewBytes bounds an AdmissionReview body (a pod is far smaller).
@@ -111,7 +111,7 @@ func (w *Webhook) review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 // checkMeshedPod checks a pod that already runs the proxy with the UID
 // and GID its (admitted, fixed) annotations give the proxy.
 func checkMeshedPod(pod *corev1.Pod) error {
-	redirect, err := podconfig.FromAnnotations(podconfig.Defaults(), pod.Annotations)
+	redirect, err := podcontract.FromAnnotations(podcontract.Defaults(), pod.Annotations)
 	if err != nil {
 		return err
 	}

@@ -16,11 +16,11 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
 	"github.com/plexus-mesh/plexus/daemonset/netnstest"
 	"github.com/plexus-mesh/plexus/daemonset/podnetns"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // counters are iptables-save's packet counters and comment lines, which
@@ -95,7 +95,7 @@ func TestRepairInRealNamespace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := rules.Build(podconfig.Defaults(), fam)
+		want, err := rules.Build(podcontract.Defaults(), fam)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 const node = "node-1"
@@ -157,7 +157,7 @@ func defaultSets(t *testing.T, fams ...rules.Family) map[rules.Family]rules.Stat
 	t.Helper()
 	out := map[rules.Family]rules.State{}
 	for _, f := range fams {
-		rs, err := rules.Build(podconfig.Defaults(), f)
+		rs, err := rules.Build(podcontract.Defaults(), f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,7 +216,7 @@ func TestSyncAppliesMissingRulesOnce(t *testing.T) {
 		}
 	}
 	if got, want := h.tables.state["/run/netns/cni-5"], defaultSets(t, rules.IPv4, rules.IPv6); len(got) != 2 ||
-		plugin.Diff(plugin.Decision{Mesh: true, Config: podconfig.Defaults()}, []rules.Family{rules.IPv4, rules.IPv6}, got) != nil {
+		plugin.Diff(plugin.Decision{Mesh: true, Config: podcontract.Defaults()}, []rules.Family{rules.IPv4, rules.IPv6}, got) != nil {
 		t.Errorf("applied state %+v, want the default IPv4 and IPv6 sets %+v", got, want)
 	}
 	evs := h.events(t)
@@ -250,7 +250,7 @@ func TestSyncReplacesWrongRules(t *testing.T) {
 }
 
 // TestSyncSelfCallRulesFollowTheProxy: the self-call rules are gated on
-// the proxy's environment (podconfig.EnvInboundSource). A pod whose proxy
+// the proxy's environment (podcontract.EnvInboundSource). A pod whose proxy
 // predates them is correct with the rules it has (an agent upgraded
 // before the pods reports no drift and writes nothing that would loop
 // their inbound dials); a pod whose proxy binds the inbound source but
@@ -264,7 +264,7 @@ func TestSyncSelfCallRulesFollowTheProxy(t *testing.T) {
 	}
 
 	gated := meshedPod(func(p *corev1.Pod) {
-		p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: podconfig.EnvInboundSource, Value: podconfig.DefaultInboundSource}}
+		p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: podcontract.EnvInboundSource, Value: podcontract.DefaultInboundSource}}
 	})
 	h = newHarness(t, Apply, gated)
 	h.tables.state["/run/netns/cni-5"] = defaultSets(t, rules.IPv4)
@@ -395,18 +395,18 @@ func TestConfigValidate(t *testing.T) {
 // with, which the injector recorded in the proxy's environment; the
 // rules the edited annotations ask for are replaced, not kept.
 func TestSyncUsesAdmittedSettings(t *testing.T) {
-	admitted := map[string]string{podconfig.AnnotationSkipInboundPorts: "25"}
+	admitted := map[string]string{podcontract.AnnotationSkipInboundPorts: "25"}
 	pod := meshedPod(func(p *corev1.Pod) {
 		p.Annotations = map[string]string{
-			podconfig.AnnotationSkipInboundPorts:    "1-4142",
-			podconfig.AnnotationSkipOutboundSubnets: "0.0.0.0/0",
+			podcontract.AnnotationSkipInboundPorts:    "1-4142",
+			podcontract.AnnotationSkipOutboundSubnets: "0.0.0.0/0",
 		}
-		p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: podconfig.EnvAdmitted, Value: podconfig.EncodeAdmitted(admitted)}}
+		p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: podcontract.EnvAdmitted, Value: podcontract.EncodeAdmitted(admitted)}}
 	})
 	fams := []rules.Family{rules.IPv4}
 	decision := func(a map[string]string) plugin.Decision {
 		t.Helper()
-		cfg, err := podconfig.FromAnnotations(podconfig.Defaults(), a)
+		cfg, err := podcontract.FromAnnotations(podcontract.Defaults(), a)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,11 +14,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
 	"github.com/plexus-mesh/plexus/integration/clustercni"
 	"github.com/plexus-mesh/plexus/integration/clustertest"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 const testappImage = "plexus.dev/testapp:dev"
@@ -33,7 +33,7 @@ func container(name string, args ...string) corev1.Container {
 // self-call rules (injectedRules).
 func fakeProxy() corev1.Container {
 	c := container("plexus-proxy", "serve", ":4140", ":4143")
-	c.Env = []corev1.EnvVar{{Name: podconfig.EnvInboundSource, Value: podconfig.DefaultInboundSource}}
+	c.Env = []corev1.EnvVar{{Name: podcontract.EnvInboundSource, Value: podcontract.DefaultInboundSource}}
 	return c
 }
 
@@ -41,9 +41,9 @@ func fakeProxy() corev1.Container {
 // with the self-call rules.
 func injectedRules(t *testing.T) rules.RuleSet {
 	t.Helper()
-	c := podconfig.Defaults()
+	c := podcontract.Defaults()
 	var err error
-	if c.InboundSource, err = podconfig.ParseInboundSource(podconfig.DefaultInboundSource); err != nil {
+	if c.InboundSource, err = podcontract.ParseInboundSource(podcontract.DefaultInboundSource); err != nil {
 		t.Fatal(err)
 	}
 	rs, err := rules.Build(c, rules.IPv4)

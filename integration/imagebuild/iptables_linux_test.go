@@ -13,9 +13,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 	"github.com/plexus-mesh/plexus/daemonset/netnstest"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // TestIptablesFilesRunInImage builds an image from what iptables-files.sh
@@ -57,8 +57,8 @@ func TestIptablesFilesRunInImage(t *testing.T) {
 
 	// A pod injected today: with the self-call rules (their negation, -o
 	// and the jump to our inbound chain must round-trip too).
-	c := podconfig.Defaults()
-	if c.InboundSource, err = podconfig.ParseInboundSource(podconfig.DefaultInboundSource); err != nil {
+	c := podcontract.Defaults()
+	if c.InboundSource, err = podcontract.ParseInboundSource(podcontract.DefaultInboundSource); err != nil {
 		t.Fatal(err)
 	}
 	rs, err := rules.Build(c, rules.IPv4)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
-	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
+	"github.com/plexus-mesh/plexus/testsupport/testpki"
 )
 
 func env(m map[string]string) func(string) (string, bool) {

@@ -1,6 +1,6 @@
 package config
 
-import "github.com/plexus-mesh/plexus/cni-plugin/podconfig"
+import "github.com/plexus-mesh/plexus/mesh/podcontract"
 
 // EnvInboundSource names the loopback addresses, one per IP family, the
 // inbound side binds when it dials the application (still at the pod
@@ -8,7 +8,7 @@ import "github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 // writes the pod's self-call rules: the proxy's own connections to the
 // pod's addresses go through the inbound side, and those from these
 // sources are let through to the application.
-const EnvInboundSource = podconfig.EnvInboundSource
+const EnvInboundSource = podcontract.EnvInboundSource
 
 // inboundSourceFromEnv reads EnvInboundSource.
 func (c *Config) inboundSourceFromEnv(get func(string) (string, bool)) error {
@@ -16,7 +16,7 @@ func (c *Config) inboundSourceFromEnv(get func(string) (string, bool)) error {
 	if !ok {
 		return nil
 	}
-	addrs, err := podconfig.ParseInboundSource(v)
+	addrs, err := podcontract.ParseInboundSource(v)
 	if err != nil {
 		return err
 	}

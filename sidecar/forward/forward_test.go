@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plexus-mesh/plexus/sidecar/internal/tcptest"
+	"github.com/plexus-mesh/plexus/testsupport/tcptest"
 )
 
 // setup returns the user-side client and server conns with a Join running

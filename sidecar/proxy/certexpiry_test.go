@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
-	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
+	"github.com/plexus-mesh/plexus/testsupport/testpki"
 )
 
 // TestCertExpiry: the gauge is the leaf's NotAfter, 0 without one.

@@ -19,7 +19,7 @@ import (
 	"github.com/plexus-mesh/plexus/sidecar/config"
 	"github.com/plexus-mesh/plexus/sidecar/discovery"
 	"github.com/plexus-mesh/plexus/sidecar/httpproxy"
-	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
+	"github.com/plexus-mesh/plexus/testsupport/testpki"
 )
 
 // fixedPolicies is InboundPolicies from a map the test changes.

@@ -17,7 +17,7 @@ import (
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 	"github.com/plexus-mesh/plexus/sidecar/internal/destinationtest"
 	"github.com/plexus-mesh/plexus/sidecar/internal/netnstest"
-	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
+	"github.com/plexus-mesh/plexus/testsupport/testpki"
 )
 
 // BenchmarkMeshHTTP1 measures sequential HTTP/1.1 keep-alive requests

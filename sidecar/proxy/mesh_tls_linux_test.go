@@ -28,7 +28,7 @@ import (
 	"github.com/plexus-mesh/plexus/sidecar/httpproxy"
 	"github.com/plexus-mesh/plexus/sidecar/internal/destinationtest"
 	"github.com/plexus-mesh/plexus/sidecar/internal/netnstest"
-	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
+	"github.com/plexus-mesh/plexus/testsupport/testpki"
 )
 
 // Test-only variables of the child proxy: its certificate chain and key

@@ -15,9 +15,9 @@ import (
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 	"github.com/plexus-mesh/plexus/sidecar/config"
 	"github.com/plexus-mesh/plexus/sidecar/discovery"
-	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
+	"github.com/plexus-mesh/plexus/testsupport/testpki"
 )
 
 // Identities of the test pods (also used by the netns tests).

@@ -11,12 +11,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 	"github.com/plexus-mesh/plexus/sidecar/httpproxy"
 	"github.com/plexus-mesh/plexus/sidecar/internal/destinationtest"
-	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
+	"github.com/plexus-mesh/plexus/testsupport/testpki"
 )
 
 // TestMeshSelfCall: a pod calls itself through its Service. Destination
@@ -180,10 +180,10 @@ func TestMeshSelfCall(t *testing.T) {
 }
 
 // oldMeshRules are the rules of a plugin that predates the self-call
-// rules (or of a proxy without podconfig.EnvInboundSource).
+// rules (or of a proxy without podcontract.EnvInboundSource).
 func oldMeshRules(t *testing.T, v6 bool) string {
 	t.Helper()
-	c := podconfig.Defaults()
+	c := podcontract.Defaults()
 	if c.ProxyUID != proxyUID || c.ProxyGID != proxyUID {
 		t.Fatalf("default proxy UID/GID %d/%d, the tests run the proxy as %d", c.ProxyUID, c.ProxyGID, proxyUID)
 	}

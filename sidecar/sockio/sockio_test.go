@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plexus-mesh/plexus/sidecar/internal/tcptest"
+	"github.com/plexus-mesh/plexus/testsupport/tcptest"
 )
 
 // pair returns a wrapped client connection and the server's end.

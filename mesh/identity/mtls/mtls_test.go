@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
-	"github.com/plexus-mesh/plexus/sidecar/internal/tcptest"
-	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
+	"github.com/plexus-mesh/plexus/testsupport/tcptest"
+	"github.com/plexus-mesh/plexus/testsupport/testpki"
 )
 
 var (

@@ -15,7 +15,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
-	"github.com/plexus-mesh/plexus/sidecar/internal/testpki"
+	"github.com/plexus-mesh/plexus/testsupport/testpki"
 )
 
 // Server implements destinationpb.DestinationServer.

@@ -12,8 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/podconfig"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // RequireRoot skips t unless it runs as root with ip and iptables available.
@@ -130,10 +130,10 @@ func Veth(t testing.TB, a *NS, aAddr string, b *NS, bAddr string) {
 }
 
 // InboundSourceEnv is the proxy environment the injector sets along with
-// the rules MeshRules writes (podconfig.EnvInboundSource). A proxy started
+// the rules MeshRules writes (podcontract.EnvInboundSource). A proxy started
 // without it dials the application unbound, and the self-call rule would
 // send those dials back to its inbound side.
-const InboundSourceEnv = podconfig.EnvInboundSource + "=" + podconfig.DefaultInboundSource
+const InboundSourceEnv = podcontract.EnvInboundSource + "=" + podcontract.DefaultInboundSource
 
 // MeshRules returns the iptables-restore input the CNI plugin writes
 // (rules.Build, DESIGN.md §3; IPv6 when v6) into a pod whose proxy has
@@ -145,12 +145,12 @@ const InboundSourceEnv = podconfig.EnvInboundSource + "=" + podconfig.DefaultInb
 // rest redirected to outbound).
 func MeshRules(t testing.TB, v6 bool, inbound, outbound, admin, uid int) string {
 	t.Helper()
-	c := podconfig.Config{
+	c := podcontract.Config{
 		InboundPort: uint16(inbound), OutboundPort: uint16(outbound), AdminPort: uint16(admin),
 		ProxyUID: uint32(uid), ProxyGID: uint32(uid),
 	}
 	var err error
-	if c.InboundSource, err = podconfig.ParseInboundSource(podconfig.DefaultInboundSource); err != nil {
+	if c.InboundSource, err = podcontract.ParseInboundSource(podcontract.DefaultInboundSource); err != nil {
 		t.Fatal(err)
 	}
 	fam := rules.IPv4

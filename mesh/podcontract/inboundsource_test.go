@@ -1,4 +1,4 @@
-package podconfig
+package podcontract
 
 import (
 	"net/netip"

@@ -1,7 +1,7 @@
-// Package podconfig parses the per-pod mesh settings carried in
+// Package podcontract parses the per-pod mesh settings carried in
 // config.plexus.dev/* annotations into a validated Config; it has no
 // Kubernetes dependency so the plugin and the sidecar can share it.
-package podconfig
+package podcontract
 
 import (
 	"errors"
