@@ -18,9 +18,8 @@ import (
 	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
-// ProxyContainerName is the sidecar that marks a pod as meshed
-// (control/meshpod.ProxyContainerName; a test holds them equal).
-const ProxyContainerName = "plexus-proxy"
+// ProxyContainerName is the sidecar that marks a pod as meshed.
+const ProxyContainerName = podcontract.ProxyContainerName
 
 // Pod is what plexus-cni reads of a pod, decoded from the API server's
 // JSON; every other field is skipped. Names follow k8s.io/api/core/v1
@@ -62,17 +61,15 @@ type EnvVar struct {
 	Value string `json:"value,omitempty"`
 }
 
-// isMeshed is control/meshpod.IsMeshed for a Pod (a test holds the two
-// equal): the pod runs a container named plexus-proxy, or an init
-// container of that name with restartPolicy Always. An init container
-// without it runs to completion before the app starts and does not count.
+// isMeshed applies podcontract.RunsProxy to a Pod (meshpod.IsMeshed does
+// the same for a corev1.Pod; a test holds the two equal).
 func isMeshed(p *Pod) bool {
 	if p == nil {
 		return false
 	}
-	named := func(c Container) bool { return c.Name == ProxyContainerName }
-	sidecar := func(c Container) bool { return named(c) && c.RestartPolicy == "Always" }
-	return slices.ContainsFunc(p.Spec.Containers, named) || slices.ContainsFunc(p.Spec.InitContainers, sidecar)
+	plain := func(c Container) bool { return podcontract.RunsProxy(c.Name, false, false) }
+	sidecar := func(c Container) bool { return podcontract.RunsProxy(c.Name, true, c.RestartPolicy == "Always") }
+	return slices.ContainsFunc(p.Spec.Containers, plain) || slices.ContainsFunc(p.Spec.InitContainers, sidecar)
 }
 
 // proxyContainer returns the pod's plexus-proxy container, nil if it has

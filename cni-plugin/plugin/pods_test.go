@@ -16,7 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/plexus-mesh/plexus/control/meshpod"
+	"github.com/plexus-mesh/plexus/mesh/meshpod"
 )
 
 // kubeconfigFor writes a kubeconfig pointing at srv with a bearer token.
@@ -109,7 +109,7 @@ func TestHTTPPodGetterRejectsOddNames(t *testing.T) {
 }
 
 // TestIsMeshedMatchesMeshpod holds isMeshed, on a pod decoded from JSON as
-// the API server sends it, to control/meshpod.IsMeshed.
+// the API server sends it, to mesh/meshpod.IsMeshed.
 func TestIsMeshedMatchesMeshpod(t *testing.T) {
 	if ProxyContainerName != meshpod.ProxyContainerName {
 		t.Fatalf("ProxyContainerName %q, meshpod says %q", ProxyContainerName, meshpod.ProxyContainerName)

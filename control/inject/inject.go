@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/plexus-mesh/plexus/control/meshpod"
+	"github.com/plexus-mesh/plexus/mesh/meshpod"
 	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 

@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/plexus-mesh/plexus/control/meshpod"
+	"github.com/plexus-mesh/plexus/mesh/meshpod"
 )
 
 func TestPodLabels(t *testing.T) {

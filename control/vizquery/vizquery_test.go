@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/plexus-mesh/plexus/control/cli/routes"
-	"github.com/plexus-mesh/plexus/control/meshpod"
+	"github.com/plexus-mesh/plexus/mesh/meshpod"
 )
 
 var ctx = context.Background()

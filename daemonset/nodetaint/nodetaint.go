@@ -15,10 +15,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // Key is the taint nodes register with until the plugin is installed.
-const Key = "plexus.dev/cni-not-ready"
+const Key = podcontract.NodeTaintKey
 
 // Remover removes the taint from one node. It needs get and patch on
 // nodes.

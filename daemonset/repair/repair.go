@@ -23,7 +23,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
-	"github.com/plexus-mesh/plexus/control/meshpod"
+	"github.com/plexus-mesh/plexus/mesh/meshpod"
 )
 
 // Mode says what to do with a pod whose rules are missing or wrong.

@@ -18,9 +18,9 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
-	"github.com/plexus-mesh/plexus/control/meshpod"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/meshpod"
 )
 
 // Kind is a kind of workload.

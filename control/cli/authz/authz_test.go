@@ -22,8 +22,8 @@ import (
 	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy/inboundpolicytest"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 	"github.com/plexus-mesh/plexus/control/destination"
-	"github.com/plexus-mesh/plexus/control/meshpod"
 	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
+	"github.com/plexus-mesh/plexus/mesh/meshpod"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")

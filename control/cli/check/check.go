@@ -26,8 +26,8 @@ import (
 	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
 	"github.com/plexus-mesh/plexus/control/identity"
 	"github.com/plexus-mesh/plexus/control/identitycmd"
-	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
 	"github.com/plexus-mesh/plexus/mesh/identity/pki"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // Names of what is checked (deploy/).
@@ -208,7 +208,7 @@ func (c Checker) daemonSet(ctx context.Context) Result {
 }
 
 func (c Checker) nodeTaints(ctx context.Context) Result {
-	title := "CNI plugin installed on every node (no " + nodetaint.Key + " taint)"
+	title := "CNI plugin installed on every node (no " + podcontract.NodeTaintKey + " taint)"
 	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fail(title, "check access to the cluster", "listing nodes: %v", err)
@@ -216,7 +216,7 @@ func (c Checker) nodeTaints(ctx context.Context) Result {
 	var tainted []string
 	for _, n := range nodes.Items {
 		for _, t := range n.Spec.Taints {
-			if t.Key == nodetaint.Key {
+			if t.Key == podcontract.NodeTaintKey {
 				tainted = append(tainted, n.Name)
 				break
 			}

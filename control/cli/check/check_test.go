@@ -21,9 +21,9 @@ import (
 	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy/inboundpolicytest"
 	"github.com/plexus-mesh/plexus/control/identity"
 	"github.com/plexus-mesh/plexus/control/identitycmd"
-	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
 	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
 	"github.com/plexus-mesh/plexus/mesh/identity/pki"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // now is when the test certificates are made.
@@ -197,7 +197,7 @@ func TestFailures(t *testing.T) {
 		{"node agent not ready on one node", func(t *testing.T, c *cluster) { c.daemonSet.Status.NumberReady = 1 }, Config{},
 			"ready on every node", "1 of 2 node agents ready", "get pods", false},
 		{"node still tainted", func(t *testing.T, c *cluster) {
-			c.nodes[1].Spec.Taints = append(c.nodes[1].Spec.Taints, corev1.Taint{Key: nodetaint.Key, Effect: corev1.TaintEffectNoSchedule})
+			c.nodes[1].Spec.Taints = append(c.nodes[1].Spec.Taints, corev1.Taint{Key: podcontract.NodeTaintKey, Effect: corev1.TaintEffectNoSchedule})
 		}, Config{NodeImageMode: true}, "no plexus.dev/cni-not-ready taint", "tainted: node-b", "removes the taint", false},
 		{"issuer expired", func(t *testing.T, c *cluster) {
 			// valid for an hour, checked a day later

@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
-	"github.com/plexus-mesh/plexus/control/meshpod"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/meshpod"
 	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
 

@@ -11,8 +11,8 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/plexus-mesh/plexus/control/destination"
-	"github.com/plexus-mesh/plexus/control/meshpod"
 	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
+	"github.com/plexus-mesh/plexus/mesh/meshpod"
 )
 
 // podWeb is a meshed running pod shop/<name> (app=web) with port http

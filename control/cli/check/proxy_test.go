@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/plexus-mesh/plexus/control/inject"
-	"github.com/plexus-mesh/plexus/control/meshpod"
 	"github.com/plexus-mesh/plexus/daemonset/repair"
+	"github.com/plexus-mesh/plexus/mesh/meshpod"
 )
 
 func runningPod(ns, name, version string, meshed bool, labels map[string]string) *corev1.Pod {

@@ -5,7 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/plexus-mesh/plexus/control/meshpod"
+	"github.com/plexus-mesh/plexus/mesh/meshpod"
 )
 
 // envRedirectProbe is the proxy's redirect probe port setting

@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/plexus-mesh/plexus/control/cli/viz"
-	"github.com/plexus-mesh/plexus/control/meshpod"
 	"github.com/plexus-mesh/plexus/control/vizquery"
+	"github.com/plexus-mesh/plexus/mesh/meshpod"
 )
 
 // The viz extension's checks (deploy/plexus-viz) run when its namespace

@@ -13,7 +13,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/cli/portforward"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
-	"github.com/plexus-mesh/plexus/control/meshpod"
+	"github.com/plexus-mesh/plexus/mesh/meshpod"
 )
 
 // ProxyMetrics prints proxies' Prometheus text as their admin port serves

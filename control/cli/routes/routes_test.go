@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/plexus-mesh/plexus/control/cli/stat"
-	"github.com/plexus-mesh/plexus/control/meshpod"
+	"github.com/plexus-mesh/plexus/mesh/meshpod"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")

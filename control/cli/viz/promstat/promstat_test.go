@@ -17,8 +17,8 @@ import (
 	"github.com/plexus-mesh/plexus/control/cli/routes"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 	"github.com/plexus-mesh/plexus/control/cli/viz"
-	"github.com/plexus-mesh/plexus/control/meshpod"
 	"github.com/plexus-mesh/plexus/control/vizquery"
+	"github.com/plexus-mesh/plexus/mesh/meshpod"
 )
 
 func f(v float64) *float64 { return &v }

@@ -9,14 +9,15 @@ import (
 	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // ProxyContainerName is the sidecar container that marks a pod as meshed.
-const ProxyContainerName = "plexus-proxy"
+const ProxyContainerName = podcontract.ProxyContainerName
 
-// TapPortName names the proxy container's tap port (DESIGN.md §10): the
-// injector declares it, the tap service looks for it.
-const TapPortName = "plexus-tap"
+// TapPortName names the proxy container's tap port.
+const TapPortName = podcontract.TapPortName
 
 // IsMeshed reports whether pod runs the proxy, as a plain container or as a
 // native sidecar (an init container with restartPolicy Always). An init
@@ -27,12 +28,12 @@ func IsMeshed(pod *corev1.Pod) bool {
 		return false
 	}
 	for _, c := range pod.Spec.Containers {
-		if c.Name == ProxyContainerName {
+		if podcontract.RunsProxy(c.Name, false, false) {
 			return true
 		}
 	}
 	for _, c := range pod.Spec.InitContainers {
-		if c.Name == ProxyContainerName && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+		if podcontract.RunsProxy(c.Name, true, c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways) {
 			return true
 		}
 	}
