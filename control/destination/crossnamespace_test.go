@@ -12,8 +12,8 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/destination"
 	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
-	"github.com/plexus-mesh/plexus/sidecar/authz"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
+	"github.com/plexus-mesh/plexus/mesh/policy/authz"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 )
 
 func m(ns, name string) metav1.ObjectMeta {

@@ -5,6 +5,8 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+
+	"github.com/plexus-mesh/plexus/mesh/policy/accrual"
 )
 
 // Accrual is failure accrual (circuit breaking) over the endpoints of one
@@ -14,7 +16,7 @@ import (
 // NewAccrual, wrap each endpoint with Add, and pick among the Breakers
 // with PickP2CAvailable.
 type Accrual struct {
-	cfg     AccrualConfig
+	cfg     accrual.Config
 	members atomic.Int64 // Breakers added and not removed
 	out     atomic.Int64 // of them not in: ejected or probing
 
@@ -22,7 +24,7 @@ type Accrual struct {
 }
 
 // NewAccrual returns the accrual of one balancer with config c.
-func NewAccrual(c AccrualConfig) (*Accrual, error) {
+func NewAccrual(c accrual.Config) (*Accrual, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -30,7 +32,7 @@ func NewAccrual(c AccrualConfig) (*Accrual, error) {
 }
 
 // Config returns the config in effect.
-func (a *Accrual) Config() AccrualConfig { return a.cfg }
+func (a *Accrual) Config() accrual.Config { return a.cfg }
 
 // Add tracks e, counting it among the endpoints the floor is a share of,
 // and returns its breaker. Call Remove when discovery removes it.
@@ -58,11 +60,11 @@ func (a *Accrual) Stats() AccrualStats {
 }
 
 // room reports whether one more endpoint may go out.
-func (a *Accrual) room() bool { return a.out.Load() < a.cfg.maxOut(a.members.Load()) }
+func (a *Accrual) room() bool { return a.out.Load() < a.cfg.MaxOut(a.members.Load()) }
 
 // reserve counts one more endpoint out unless the floor forbids it.
 func (a *Accrual) reserve() bool {
-	limit := a.cfg.maxOut(a.members.Load())
+	limit := a.cfg.MaxOut(a.members.Load())
 	for {
 		o := a.out.Load()
 		if o >= limit {
@@ -375,7 +377,7 @@ func IndexP2CAvailable(bs []*Breaker, now int64, rnd uint64) int {
 // now. Its index, or -1.
 func forceProbe(bs []*Breaker) int {
 	a := bs[0].acc
-	if a.out.Load() <= a.cfg.maxOut(a.members.Load()) {
+	if a.out.Load() <= a.cfg.MaxOut(a.members.Load()) {
 		return -1
 	}
 	best := -1

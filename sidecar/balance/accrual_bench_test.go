@@ -4,13 +4,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/plexus-mesh/plexus/mesh/policy/accrual"
 )
 
 // benchBreakers wraps endpoints(n) in breakers with the default accrual
 // config; with halfOut every other one is ejected for an hour (the floor
 // allows half).
 func benchBreakers(b *testing.B, n int, halfOut bool) []*Breaker {
-	c := DefaultAccrualConfig()
+	c := accrual.DefaultConfig()
 	c.MinPenalty, c.MaxPenalty = 3600*1e9, 3600*1e9
 	a := newAccrual(b, c)
 	var bs []*Breaker

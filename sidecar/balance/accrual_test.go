@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/plexus-mesh/plexus/mesh/policy/accrual"
 )
 
 // Random words at the ends of the jitter: u = 0 and u just below 1.
@@ -15,7 +17,7 @@ const (
 	rndHigh uint64 = math.MaxUint64
 )
 
-func newAccrual(t testing.TB, c AccrualConfig) *Accrual {
+func newAccrual(t testing.TB, c accrual.Config) *Accrual {
 	t.Helper()
 	a, err := NewAccrual(c)
 	if err != nil {
@@ -25,7 +27,7 @@ func newAccrual(t testing.TB, c AccrualConfig) *Accrual {
 }
 
 // breakers returns n fresh breakers under one accrual with c.
-func breakers(t testing.TB, c AccrualConfig, n int) (*Accrual, []*Breaker) {
+func breakers(t testing.TB, c accrual.Config, n int) (*Accrual, []*Breaker) {
 	a := newAccrual(t, c)
 	bs := make([]*Breaker, n)
 	for i := range bs {
@@ -41,8 +43,8 @@ func fail(b *Breaker, now int64, times int) {
 }
 
 // noJitter is the default config without jitter, penalties 1s to 3s.
-func noJitter() AccrualConfig {
-	c := DefaultAccrualConfig()
+func noJitter() accrual.Config {
+	c := accrual.DefaultConfig()
 	c.JitterRatio, c.MaxPenalty = 0, 3*time.Second
 	return c
 }
@@ -58,7 +60,7 @@ func wantState(t *testing.T, what string, b *Breaker, now int64, want BreakerSta
 }
 
 func TestBelowThresholdNotEjected(t *testing.T) {
-	_, bs := breakers(t, DefaultAccrualConfig(), 3)
+	_, bs := breakers(t, accrual.DefaultConfig(), 3)
 	b := bs[0]
 	for round := range 3 { // a success in between starts the count again
 		fail(b, t0, 6)
@@ -73,7 +75,7 @@ func TestBelowThresholdNotEjected(t *testing.T) {
 }
 
 func TestEjectionPenaltyJitterBounds(t *testing.T) {
-	c := DefaultAccrualConfig() // 1s, jitter 0.5: [0.75s, 1.25s)
+	c := accrual.DefaultConfig() // 1s, jitter 0.5: [0.75s, 1.25s)
 	for _, tc := range []struct {
 		rnd    uint64
 		lo, hi time.Duration
@@ -105,7 +107,7 @@ func TestEjectionPenaltyJitterBounds(t *testing.T) {
 }
 
 func TestPenaltySchedule(t *testing.T) {
-	c := DefaultAccrualConfig()
+	c := accrual.DefaultConfig()
 	c.JitterRatio = 0
 	want := []time.Duration{1, 2, 4, 8, 16, 32, 60, 60}
 	for k, w := range want {
@@ -252,7 +254,7 @@ func TestFloorBounds(t *testing.T) {
 // endpoints that fail every request: at most one is ever out, no pick
 // comes back empty, and the two others keep taking requests.
 func TestAllFailingTrafficFlows(t *testing.T) {
-	a, bs := breakers(t, DefaultAccrualConfig(), 3)
+	a, bs := breakers(t, accrual.DefaultConfig(), 3)
 	r := rand.New(rand.NewPCG(1, 2))
 	taken := make(map[*Breaker]int)
 	for now := t0; now < t0+60*sec; now += 5 * ms {
@@ -285,7 +287,7 @@ func TestAllFailingTrafficFlows(t *testing.T) {
 // TestOneFailingAvoided: one of three endpoints fails everything; after
 // its first ejection it takes only its probes.
 func TestOneFailingAvoided(t *testing.T) {
-	a, bs := breakers(t, DefaultAccrualConfig(), 3)
+	a, bs := breakers(t, accrual.DefaultConfig(), 3)
 	r := rand.New(rand.NewPCG(3, 4))
 	bad, total, toBad := bs[2], 0, 0
 	for now := t0; now < t0+60*sec; now += 5 * ms {
@@ -341,7 +343,7 @@ func TestPickAvailableEdges(t *testing.T) {
 }
 
 func TestPickAvailablePrefersLowerCost(t *testing.T) {
-	a := newAccrual(t, DefaultAccrualConfig())
+	a := newAccrual(t, accrual.DefaultConfig())
 	fast, slow := NewEndpoint(Config{}, 0, t0), NewEndpoint(Config{}, 0, t0)
 	sample(fast, t0, t0+ms)
 	sample(slow, t0, t0+100*ms)
@@ -357,7 +359,7 @@ func TestPickAvailablePrefersLowerCost(t *testing.T) {
 // floor holds throughout and the out count matches the breakers' states
 // at the end. Run it with -race.
 func TestConcurrentAccrual(t *testing.T) {
-	c := DefaultAccrualConfig()
+	c := accrual.DefaultConfig()
 	c.ConsecutiveFailures, c.MinPenalty, c.MaxPenalty = 2, 50*time.Microsecond, time.Millisecond
 	a, bs := breakers(t, c, 8)
 	var clock atomic.Int64
@@ -442,7 +444,7 @@ func indexOf(bs []*Breaker, b *Breaker) int {
 }
 
 func TestAccrualNoAllocations(t *testing.T) {
-	c := DefaultAccrualConfig()
+	c := accrual.DefaultConfig()
 	c.ConsecutiveFailures, c.MinHealthyPercent = 2, 0
 	_, bs := breakers(t, c, 10)
 	now := t0
@@ -468,22 +470,22 @@ func TestAccrualNoAllocations(t *testing.T) {
 }
 
 func TestAccrualConfigValidate(t *testing.T) {
-	if err := DefaultAccrualConfig().Validate(); err != nil {
+	if err := accrual.DefaultConfig().Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	for name, mutate := range map[string]func(*AccrualConfig){
-		"zero failures":      func(c *AccrualConfig) { c.ConsecutiveFailures = 0 },
-		"zero min penalty":   func(c *AccrualConfig) { c.MinPenalty = 0 },
-		"max below min":      func(c *AccrualConfig) { c.MaxPenalty = c.MinPenalty - 1 },
-		"negative jitter":    func(c *AccrualConfig) { c.JitterRatio = -0.1 },
-		"jitter above 1":     func(c *AccrualConfig) { c.JitterRatio = 1.1 },
-		"NaN jitter":         func(c *AccrualConfig) { c.JitterRatio = math.NaN() },
-		"negative percent":   func(c *AccrualConfig) { c.MinHealthyPercent = -1 },
-		"percent above 100":  func(c *AccrualConfig) { c.MinHealthyPercent = 101 },
-		"zero config":        func(c *AccrualConfig) { *c = AccrualConfig{} },
-		"negative max/min 0": func(c *AccrualConfig) { c.MinPenalty, c.MaxPenalty = -1, -1 },
+	for name, mutate := range map[string]func(*accrual.Config){
+		"zero failures":      func(c *accrual.Config) { c.ConsecutiveFailures = 0 },
+		"zero min penalty":   func(c *accrual.Config) { c.MinPenalty = 0 },
+		"max below min":      func(c *accrual.Config) { c.MaxPenalty = c.MinPenalty - 1 },
+		"negative jitter":    func(c *accrual.Config) { c.JitterRatio = -0.1 },
+		"jitter above 1":     func(c *accrual.Config) { c.JitterRatio = 1.1 },
+		"NaN jitter":         func(c *accrual.Config) { c.JitterRatio = math.NaN() },
+		"negative percent":   func(c *accrual.Config) { c.MinHealthyPercent = -1 },
+		"percent above 100":  func(c *accrual.Config) { c.MinHealthyPercent = 101 },
+		"zero config":        func(c *accrual.Config) { *c = accrual.Config{} },
+		"negative max/min 0": func(c *accrual.Config) { c.MinPenalty, c.MaxPenalty = -1, -1 },
 	} {
-		c := DefaultAccrualConfig()
+		c := accrual.DefaultConfig()
 		mutate(&c)
 		if c.Validate() == nil {
 			t.Errorf("%s: accepted", name)
@@ -492,7 +494,7 @@ func TestAccrualConfigValidate(t *testing.T) {
 			t.Errorf("%s: NewAccrual accepted", name)
 		}
 	}
-	c := DefaultAccrualConfig()
+	c := accrual.DefaultConfig()
 	c.JitterRatio, c.MinHealthyPercent, c.MaxPenalty = 1, 0, c.MinPenalty
 	if err := c.Validate(); err != nil {
 		t.Errorf("edge values: %v", err)

@@ -1,5 +1,7 @@
 package balance
 
+import "strings"
+
 // Outcome is how a request placed on an endpoint ended, as failure
 // accrual counts it.
 type Outcome uint8
@@ -28,4 +30,29 @@ func (b *Breaker) Report(o Outcome, now int64, rnd uint64) {
 	default:
 		b.Cancel()
 	}
+}
+
+// IsFailureStatus reports whether a response counts as a failure for
+// accrual: an HTTP status 500–599, or a gRPC status UNAVAILABLE (14),
+// INTERNAL (13), DATA_LOSS (15) or DEADLINE_EXCEEDED (4). httpStatus 0 is
+// no HTTP status; grpcStatus is the grpc-status value (the number) or the
+// code's name (UNAVAILABLE or unavailable, DATA_LOSS or data-loss), ""
+// for none. A connection error, or any failure with no response, is a
+// failure the caller reports without asking. It allocates nothing.
+func IsFailureStatus(httpStatus int, grpcStatus string) bool {
+	if httpStatus >= 500 && httpStatus <= 599 {
+		return true
+	}
+	switch grpcStatus {
+	case "":
+		return false
+	case "4", "13", "14", "15":
+		return true
+	}
+	for _, name := range [...]string{"UNAVAILABLE", "INTERNAL", "DATA_LOSS", "DEADLINE_EXCEEDED", "data-loss", "deadline-exceeded"} {
+		if strings.EqualFold(grpcStatus, name) {
+			return true
+		}
+	}
+	return false
 }

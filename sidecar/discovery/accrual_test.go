@@ -8,8 +8,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/plexus-mesh/plexus/mesh/policy/accrual"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/balance"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
 
 // pickReport picks for backend and reports failure when the endpoint is
@@ -37,7 +38,7 @@ func (e *env) pickReport(backend *routes.Backend, failing map[string]bool) strin
 func TestAccrualThroughPicks(t *testing.T) {
 	e := newEnv(t, nil)
 	e.srv.Set(svc.String(), add(wa("10.1.0.1:8080", webID), wa("10.1.0.2:8080", webID), wa("10.1.0.3:8080", webID)))
-	cfg := &balance.AccrualConfig{ConsecutiveFailures: 3, MinPenalty: 300 * time.Millisecond, MaxPenalty: time.Second, MinHealthyPercent: 50}
+	cfg := &accrual.Config{ConsecutiveFailures: 3, MinPenalty: 300 * time.Millisecond, MaxPenalty: time.Second, MinHealthyPercent: 50}
 	backend := &routes.Backend{Accrual: cfg}
 	bad := map[string]bool{"10.1.0.1:8080": true}
 
@@ -92,7 +93,7 @@ func TestAccrualThroughPicks(t *testing.T) {
 func TestAccrualFloor(t *testing.T) {
 	e := newEnv(t, nil)
 	e.srv.Set(svc.String(), add(wa("10.1.0.1:8080", webID), wa("10.1.0.2:8080", webID)))
-	backend := &routes.Backend{Accrual: &balance.AccrualConfig{ConsecutiveFailures: 2, MinPenalty: time.Minute, MaxPenalty: time.Minute, MinHealthyPercent: 50}}
+	backend := &routes.Backend{Accrual: &accrual.Config{ConsecutiveFailures: 2, MinPenalty: time.Minute, MaxPenalty: time.Minute, MinHealthyPercent: 50}}
 	all := map[string]bool{"10.1.0.1:8080": true, "10.1.0.2:8080": true}
 	picked := map[string]int{}
 	for range 100 {

@@ -7,8 +7,9 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/policy/accrual"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/balance"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
 
 // BenchmarkPickRecord is the balancer's whole per-request work on the
@@ -17,8 +18,8 @@ import (
 // report the outcome and release it. The target: under 200 ns, no
 // allocation.
 func BenchmarkPickRecord(b *testing.B) {
-	for _, accrual := range []bool{false, true} {
-		b.Run(fmt.Sprintf("accrual=%v", accrual), func(b *testing.B) {
+	for _, withAccrual := range []bool{false, true} {
+		b.Run(fmt.Sprintf("accrual=%v", withAccrual), func(b *testing.B) {
 			e := newEnv(&testing.T{}, nil)
 			defer e.r.Close()
 			var addrs []*destinationpb.WeightedAddr
@@ -27,8 +28,8 @@ func BenchmarkPickRecord(b *testing.B) {
 			}
 			e.srv.Set(svc.String(), add(addrs...))
 			backend := &routes.Backend{}
-			if accrual {
-				backend.Accrual = &balance.AccrualConfig{ConsecutiveFailures: 7, MinPenalty: time.Second, MaxPenalty: time.Minute, JitterRatio: 0.5, MinHealthyPercent: 50}
+			if withAccrual {
+				backend.Accrual = &accrual.Config{ConsecutiveFailures: 7, MinPenalty: time.Second, MaxPenalty: time.Minute, JitterRatio: 0.5, MinHealthyPercent: 50}
 			}
 			ctx := context.Background()
 			if _, err := e.r.PickHTTP(ctx, svc, backend); err != nil {

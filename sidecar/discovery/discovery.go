@@ -21,9 +21,9 @@ import (
 	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	"github.com/plexus-mesh/plexus/mesh/identity/mtls"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
-	"github.com/plexus-mesh/plexus/sidecar/authz"
+	"github.com/plexus-mesh/plexus/mesh/policy/authz"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/balance"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
 
 // Defaults for Options.

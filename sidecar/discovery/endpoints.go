@@ -10,6 +10,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/policy/accrual"
 	"github.com/plexus-mesh/plexus/sidecar/balance"
 )
 
@@ -177,7 +178,7 @@ func (s *sub) rebuild() {
 // already so; a new config starts every endpoint afresh. s.mu is held.
 // Two parents with different configs sharing this backend would reset
 // each other's breakers: the last one asked wins.
-func (s *sub) setAccrual(c *balance.AccrualConfig) {
+func (s *sub) setAccrual(c *accrual.Config) {
 	switch {
 	case c == nil && s.acc == nil:
 		return

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
-	"github.com/plexus-mesh/plexus/sidecar/authz"
+	"github.com/plexus-mesh/plexus/mesh/policy/authz"
 )
 
 // Inbound policies: who may connect to each port of the proxy's own pod,

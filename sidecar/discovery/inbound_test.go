@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
-	"github.com/plexus-mesh/plexus/sidecar/authz"
+	"github.com/plexus-mesh/plexus/mesh/policy/authz"
 )
 
 func TestInboundPolicies(t *testing.T) {

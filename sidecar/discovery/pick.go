@@ -12,8 +12,9 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/plexus-mesh/plexus/mesh/policy/accrual"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/balance"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
 
 // The queue of a service without an available endpoint, as Linkerd's: a
@@ -39,9 +40,9 @@ const (
 
 // pickOpts say what a pick is for.
 type pickOpts struct {
-	conn   bool                   // an opaque connection: least-loaded
-	noWait bool                   // answer from the cache, never wait for an endpoint
-	acc    *balance.AccrualConfig // the parent's failure accrual; nil: off
+	conn   bool            // an opaque connection: least-loaded
+	noWait bool            // answer from the cache, never wait for an endpoint
+	acc    *accrual.Config // the parent's failure accrual; nil: off
 }
 
 // PickHTTP returns the endpoint of one HTTP request to dst: among

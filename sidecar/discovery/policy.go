@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 )
 
 // Outbound policies: which routes apply to requests to one Service port,

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 )
 
 // policyClient is the destination client of newEnv with GetOutboundPolicy

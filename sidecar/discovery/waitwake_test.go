@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plexus-mesh/plexus/mesh/policy/accrual"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/balance"
 	"github.com/plexus-mesh/plexus/sidecar/internal/destinationtest"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
 
 // Picks waiting while the only endpoint's probe is in flight are woken
@@ -17,7 +18,7 @@ import (
 func TestProbeSuccessWakesWaiters(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.FailFastTimeout = time.Second })
 	e.srv.Set(svc.String(), add(wa("10.1.0.1:8080", webID)))
-	backend := &routes.Backend{Accrual: &balance.AccrualConfig{ConsecutiveFailures: 1, MinPenalty: 100 * time.Millisecond, MaxPenalty: 100 * time.Millisecond, MinHealthyPercent: 0}}
+	backend := &routes.Backend{Accrual: &accrual.Config{ConsecutiveFailures: 1, MinPenalty: 100 * time.Millisecond, MaxPenalty: 100 * time.Millisecond, MinHealthyPercent: 0}}
 	p, err := e.r.PickHTTP(context.Background(), svc, backend)
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +74,7 @@ func TestProbeSuccessWakesWaiters(t *testing.T) {
 func TestFailFastEndsWithAProbe(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.FailFastTimeout = 200 * time.Millisecond })
 	e.srv.Set(svc.String(), add(wa("10.1.0.1:8080", webID)))
-	backend := &routes.Backend{Accrual: &balance.AccrualConfig{ConsecutiveFailures: 1, MinPenalty: 400 * time.Millisecond, MaxPenalty: 400 * time.Millisecond, MinHealthyPercent: 0}}
+	backend := &routes.Backend{Accrual: &accrual.Config{ConsecutiveFailures: 1, MinPenalty: 400 * time.Millisecond, MaxPenalty: 400 * time.Millisecond, MinHealthyPercent: 0}}
 	p, _ := e.r.PickHTTP(context.Background(), svc, backend)
 	p.Report(balance.OutcomeFailure)
 	p.Done()

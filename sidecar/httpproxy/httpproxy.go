@@ -15,11 +15,11 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
-	"github.com/plexus-mesh/plexus/sidecar/authz"
+	"github.com/plexus-mesh/plexus/mesh/policy/authz"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/balance"
 	"github.com/plexus-mesh/plexus/sidecar/forward"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
 	"github.com/plexus-mesh/plexus/sidecar/tap"
 )
 

@@ -14,8 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/plexus-mesh/plexus/mesh/policy/pathnorm"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
-	"github.com/plexus-mesh/plexus/sidecar/pathnorm"
 )
 
 // The net/http engine: the HTTP/1 requests the fast path hands off, and

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/balance"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
 
 // outcomes records the verdicts the pipeline gives each endpoint.

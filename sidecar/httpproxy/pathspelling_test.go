@@ -16,10 +16,10 @@ import (
 	"time"
 
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
-	"github.com/plexus-mesh/plexus/sidecar/authz"
+	"github.com/plexus-mesh/plexus/mesh/policy/authz"
+	"github.com/plexus-mesh/plexus/mesh/policy/pathnorm"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
-	"github.com/plexus-mesh/plexus/sidecar/pathnorm"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
 
 // Spellings of paths against routes that tell /admin apart from the rest:

@@ -9,10 +9,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/plexus-mesh/plexus/mesh/policy/pathnorm"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/balance"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
-	"github.com/plexus-mesh/plexus/sidecar/pathnorm"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
 	"github.com/plexus-mesh/plexus/sidecar/tap"
 )
 

@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 )
 
 // A pooled mesh TLS connection on which the upstream sent more than the

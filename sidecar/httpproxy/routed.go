@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
 
 // serveRule serves a request whose route rule needs more than a backend

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
 
 // The route stage's metrics: outbound_{http,grpc}_route_* series are

@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
 
 // What the route stage costs when it does nothing but route: the default

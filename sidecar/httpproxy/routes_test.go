@@ -18,8 +18,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
 
 // The route stage end to end: a Proxy fed an OutboundPolicy (compiled and

@@ -4,11 +4,11 @@ import (
 	"net/http"
 	"net/netip"
 
-	"github.com/plexus-mesh/plexus/sidecar/authz"
+	"github.com/plexus-mesh/plexus/mesh/policy/authz"
+	"github.com/plexus-mesh/plexus/mesh/policy/pathnorm"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/httpproxy"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
-	"github.com/plexus-mesh/plexus/sidecar/pathnorm"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
 )
 
 // The proxy's own ports obey the inbound policy too: the admin port and

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
-	"github.com/plexus-mesh/plexus/sidecar/authz"
+	"github.com/plexus-mesh/plexus/mesh/policy/authz"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
-	"github.com/plexus-mesh/plexus/sidecar/authz"
+	"github.com/plexus-mesh/plexus/mesh/policy/authz"
 	"github.com/plexus-mesh/plexus/sidecar/config"
 	"github.com/plexus-mesh/plexus/sidecar/discovery"
 	"github.com/plexus-mesh/plexus/sidecar/httpproxy"

@@ -13,10 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/config"
 	"github.com/plexus-mesh/plexus/sidecar/discovery"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
 	"github.com/plexus-mesh/plexus/testsupport/testpki"
 )
 

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/mesh/identity/mtls"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/balance"
 	"github.com/plexus-mesh/plexus/sidecar/config"
 	"github.com/plexus-mesh/plexus/sidecar/detect"
@@ -27,7 +28,6 @@ import (
 	"github.com/plexus-mesh/plexus/sidecar/localaddr"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 	"github.com/plexus-mesh/plexus/sidecar/origdst"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
 	"github.com/plexus-mesh/plexus/sidecar/sockio"
 	"github.com/plexus-mesh/plexus/sidecar/tap"
 )

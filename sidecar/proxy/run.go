@@ -17,13 +17,13 @@ import (
 
 	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	"github.com/plexus-mesh/plexus/mesh/identity/mtls"
+	"github.com/plexus-mesh/plexus/mesh/policy/authz"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/admin"
-	"github.com/plexus-mesh/plexus/sidecar/authz"
 	"github.com/plexus-mesh/plexus/sidecar/config"
 	"github.com/plexus-mesh/plexus/sidecar/discovery"
 	"github.com/plexus-mesh/plexus/sidecar/httpproxy"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
 	"github.com/plexus-mesh/plexus/sidecar/tap"
 )
 

@@ -10,8 +10,8 @@ import (
 
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
-	"github.com/plexus-mesh/plexus/sidecar/authz"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
+	"github.com/plexus-mesh/plexus/mesh/policy/authz"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 )
 
 // Client is who asks.
@@ -226,7 +226,7 @@ func NetworksOf(ns []*pb.Network) []Network {
 }
 
 // RateLimit describes the requests per second client id may send to the
-// port, as the proxy counts them (sidecar/ratelimit): by its own bucket
+// port, as the proxy counts them (mesh/policy/ratelimit): by its own bucket
 // (its override, the last one naming it, else the per-identity share;
 // plaintext clients share one) and the total; requests on the probe
 // route are never limited. "" without a limit.

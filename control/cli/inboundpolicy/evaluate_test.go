@@ -7,7 +7,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 )
 
 const (

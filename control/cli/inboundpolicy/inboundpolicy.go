@@ -2,7 +2,7 @@
 // policy destination sends for a pod port — from objects listed through
 // the API and the settings in destination's Deployment, with
 // destination.ComputeInboundPolicy — and evaluates it for a client with
-// the proxy's own sidecar/authz.
+// the proxy's own mesh/policy/authz.
 package inboundpolicy
 
 import (

@@ -27,7 +27,7 @@ import (
 	"github.com/plexus-mesh/plexus/control/destination"
 	"github.com/plexus-mesh/plexus/deploy"
 	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 )
 
 func TestParseTarget(t *testing.T) {

@@ -3,7 +3,7 @@ package routes
 import (
 	"strings"
 
-	"github.com/plexus-mesh/plexus/sidecar/pathnorm"
+	"github.com/plexus-mesh/plexus/mesh/policy/pathnorm"
 )
 
 // entry is one (rule, match) pair of the table.

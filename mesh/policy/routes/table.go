@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
-	"github.com/plexus-mesh/plexus/sidecar/balance"
+	"github.com/plexus-mesh/plexus/mesh/policy/accrual"
 )
 
 // Table is the compiled route table of one destination. It is immutable and
@@ -102,7 +102,7 @@ type Backend struct {
 	Series any
 	// Accrual, when set, is the failure accrual (circuit breaking) of the
 	// parent Service, for the balancer of this backend's endpoints.
-	Accrual *balance.AccrualConfig
+	Accrual *accrual.Config
 
 	filters filterChain
 }

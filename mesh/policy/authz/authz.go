@@ -10,8 +10,8 @@ import (
 	"strings"
 
 	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
-	"github.com/plexus-mesh/plexus/sidecar/ratelimit"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
+	"github.com/plexus-mesh/plexus/mesh/policy/ratelimit"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 )
 
 // Client is who is asking.

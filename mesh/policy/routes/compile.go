@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
-	"github.com/plexus-mesh/plexus/sidecar/balance"
-	"github.com/plexus-mesh/plexus/sidecar/pathnorm"
+	"github.com/plexus-mesh/plexus/mesh/policy/accrual"
+	"github.com/plexus-mesh/plexus/mesh/policy/pathnorm"
 )
 
 // RuleError is one rule (Rule -1: a whole route) that Compile dropped.
@@ -90,8 +90,8 @@ func Compile(p *destinationpb.OutboundPolicy) (*Table, error) {
 
 // compileAccrual converts the parent's failure accrual; nil with an
 // error when the values are unusable.
-func compileAccrual(fa *destinationpb.FailureAccrual) (*balance.AccrualConfig, error) {
-	c := balance.AccrualConfig{
+func compileAccrual(fa *destinationpb.FailureAccrual) (*accrual.Config, error) {
+	c := accrual.Config{
 		ConsecutiveFailures: int(min(fa.GetConsecutiveFailures(), math.MaxInt32)),
 		MinPenalty:          fa.GetMinPenalty().AsDuration(),
 		MaxPenalty:          fa.GetMaxPenalty().AsDuration(),
@@ -105,7 +105,7 @@ func compileAccrual(fa *destinationpb.FailureAccrual) (*balance.AccrualConfig, e
 }
 
 // setAccrual gives every backend the parent's failure accrual.
-func (t *Table) setAccrual(acc *balance.AccrualConfig) {
+func (t *Table) setAccrual(acc *accrual.Config) {
 	for _, r := range t.Routes {
 		for _, rule := range r.Rules {
 			for _, b := range rule.Backends {

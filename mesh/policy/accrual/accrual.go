@@ -1,17 +1,20 @@
-package balance
+// Package accrual is the configuration of failure accrual: when a
+// balancer ejects an endpoint that keeps failing, for how long, and how
+// many it may eject at once. The control plane fills it from
+// balancerannotations, routes compiles it, the proxy's balancer runs it.
+package accrual
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/plexus-mesh/plexus/mesh/api/balancerannotations"
 )
 
-// AccrualConfig configures failure accrual over one balancer's endpoints.
+// Config configures failure accrual over one balancer's endpoints.
 // Unlike Config, zero fields are values, not defaults: start from
-// DefaultAccrualConfig.
-type AccrualConfig struct {
+// DefaultConfig.
+type Config struct {
 	// ConsecutiveFailures is N: the N-th failure in a row ejects.
 	ConsecutiveFailures int
 	// MinPenalty is the first ejection's penalty; each ejection of an
@@ -26,13 +29,13 @@ type AccrualConfig struct {
 	MinHealthyPercent int
 }
 
-// DefaultAccrualConfig returns the defaults of DESIGN.md §8 (7 failures,
+// DefaultConfig returns the defaults of DESIGN.md §8 (7 failures,
 // penalty 1s to 1m, jitter 0.5, floor 50 %), taken from
 // mesh/api/balancerannotations.Defaults, where they are defined: the
 // control plane fills every field of a policy's FailureAccrual from there.
-func DefaultAccrualConfig() AccrualConfig {
+func DefaultConfig() Config {
 	d := balancerannotations.Defaults()
-	return AccrualConfig{
+	return Config{
 		ConsecutiveFailures: d.ConsecutiveFailures,
 		MinPenalty:          d.MinPenalty,
 		MaxPenalty:          d.MaxPenalty,
@@ -42,7 +45,7 @@ func DefaultAccrualConfig() AccrualConfig {
 }
 
 // Validate reports the first problem with c.
-func (c AccrualConfig) Validate() error {
+func (c Config) Validate() error {
 	switch {
 	case c.ConsecutiveFailures < 1:
 		return fmt.Errorf("balance: consecutive failures %d must be at least 1", c.ConsecutiveFailures)
@@ -64,7 +67,7 @@ func (c AccrualConfig) Validate() error {
 // fraction in [0, 1). So the penalty lies in [base·(1−J/2), base·(1+J/2)),
 // and with the default J = 0.5 in [0.75·base, 1.25·base): jitter may take
 // a capped penalty up to MaxPenalty·(1+J/2). It is at least 1ns.
-func (c AccrualConfig) Penalty(k int, rnd uint64) time.Duration {
+func (c Config) Penalty(k int, rnd uint64) time.Duration {
 	base := c.MaxPenalty
 	if k < 1 {
 		k = 1
@@ -76,32 +79,7 @@ func (c AccrualConfig) Penalty(k int, rnd uint64) time.Duration {
 	return max(time.Duration(float64(base)*(1+c.JitterRatio*(u-0.5))), 1)
 }
 
-// maxOut is how many of n endpoints may be out at once.
-func (c AccrualConfig) maxOut(n int64) int64 {
+// MaxOut is how many of n endpoints may be out at once.
+func (c Config) MaxOut(n int64) int64 {
 	return n * int64(100-c.MinHealthyPercent) / 100
-}
-
-// IsFailureStatus reports whether a response counts as a failure for
-// accrual: an HTTP status 500–599, or a gRPC status UNAVAILABLE (14),
-// INTERNAL (13), DATA_LOSS (15) or DEADLINE_EXCEEDED (4). httpStatus 0 is
-// no HTTP status; grpcStatus is the grpc-status value (the number) or the
-// code's name (UNAVAILABLE or unavailable, DATA_LOSS or data-loss), ""
-// for none. A connection error, or any failure with no response, is a
-// failure the caller reports without asking. It allocates nothing.
-func IsFailureStatus(httpStatus int, grpcStatus string) bool {
-	if httpStatus >= 500 && httpStatus <= 599 {
-		return true
-	}
-	switch grpcStatus {
-	case "":
-		return false
-	case "4", "13", "14", "15":
-		return true
-	}
-	for _, name := range [...]string{"UNAVAILABLE", "INTERNAL", "DATA_LOSS", "DEADLINE_EXCEEDED", "data-loss", "deadline-exceeded"} {
-		if strings.EqualFold(grpcStatus, name) {
-			return true
-		}
-	}
-	return false
 }

@@ -2,8 +2,8 @@ package authz
 
 import (
 	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
-	"github.com/plexus-mesh/plexus/sidecar/pathnorm"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
+	"github.com/plexus-mesh/plexus/mesh/policy/pathnorm"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 )
 
 // Decision is the outcome of authorizing a connection or a request.

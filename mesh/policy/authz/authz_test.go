@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
-	"github.com/plexus-mesh/plexus/sidecar/routes"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 )
 
 const (
