@@ -25,7 +25,6 @@ import (
 
 	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 	"github.com/plexus-mesh/plexus/mesh/identity/mtls"
-	sidecartap "github.com/plexus-mesh/plexus/sidecar/tap"
 )
 
 // Limits of the service.
@@ -37,12 +36,12 @@ const (
 	MaxProxyStreams = 500
 	// MaxPeerAddrs bounds the addresses a tap's "to" or "from" filter
 	// resolves to; what is sent to the proxies must also fit in their
-	// sidecartap.MaxRequestBytes.
+	// tapapi.MaxRequestBytes.
 	MaxPeerAddrs = 700
 	// MaxRedactionNames bounds each of a tap's lists of names to redact
 	// or show (headers, query parameters; each name at most the proxies'
-	// sidecartap.MaxName).
-	MaxRedactionNames = sidecartap.MaxRedactionNames
+	// tapapi.MaxName).
+	MaxRedactionNames = tapapi.MaxRedactionNames
 	// maxBody bounds a tap request's body.
 	maxBody = 64 << 10
 )
@@ -183,9 +182,9 @@ func decodeRequest(body io.Reader) (tapapi.Request, error) {
 // fitsProxies checks that what a tap asks of the proxies fits in the
 // request they take.
 func fitsProxies(req tapapi.Request, dsts, srcs []string) error {
-	if n := proto.Size(observeRequest(req, dsts, srcs, 1)); n > sidecartap.MaxRequestBytes {
+	if n := proto.Size(observeRequest(req, dsts, srcs, 1)); n > tapapi.MaxRequestBytes {
 		return fmt.Errorf("the tap's filter is %d bytes for the proxies (%d destination and %d source addresses), more than the %d they take: narrow --to or --from",
-			n, len(dsts), len(srcs), sidecartap.MaxRequestBytes)
+			n, len(dsts), len(srcs), tapapi.MaxRequestBytes)
 	}
 	return nil
 }
@@ -222,10 +221,10 @@ func validate(r *tapapi.Request) error {
 		}
 		for _, n := range l.names {
 			switch {
-			case l.header && (!httpguts.ValidHeaderFieldName(n) || len(n) > sidecartap.MaxName):
-				return fmt.Errorf("%s: %q is not a header name of at most %d bytes", l.field, n, sidecartap.MaxName)
-			case !l.header && (!tapapi.ValidQueryParamName(n) || len(n) > sidecartap.MaxName):
-				return fmt.Errorf("%s: %q is not a query parameter name of at most %d bytes (printable, without space, '&', ';' or '=')", l.field, n, sidecartap.MaxName)
+			case l.header && (!httpguts.ValidHeaderFieldName(n) || len(n) > tapapi.MaxName):
+				return fmt.Errorf("%s: %q is not a header name of at most %d bytes", l.field, n, tapapi.MaxName)
+			case !l.header && (!tapapi.ValidQueryParamName(n) || len(n) > tapapi.MaxName):
+				return fmt.Errorf("%s: %q is not a query parameter name of at most %d bytes (printable, without space, '&', ';' or '=')", l.field, n, tapapi.MaxName)
 			}
 		}
 	}

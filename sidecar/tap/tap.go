@@ -27,7 +27,7 @@ const (
 	// refused (RESOURCE_EXHAUSTED).
 	MaxSessions = 8
 	// MaxRequestBytes bounds a session's request (its filter).
-	MaxRequestBytes = 64 << 10
+	MaxRequestBytes = tapapi.MaxRequestBytes
 	// QueueLen is how many events a session holds for a slow reader.
 	QueueLen = 256
 	// DefaultMaxRPS bounds a session's requests per second when it asks
@@ -40,12 +40,12 @@ const (
 	MaxHeaders     = 32
 	MaxHeaderValue = 256
 	MaxHeaderBytes = 4096
-	MaxName        = 64
+	MaxName        = tapapi.MaxName
 	MaxValue       = 1024
 	// MaxRedactionNames bounds each of a session's lists of names to
 	// redact or show (redact_headers, show_headers, redact_query_params,
 	// show_query_params); each name is at most MaxName bytes.
-	MaxRedactionNames = 32
+	MaxRedactionNames = tapapi.MaxRedactionNames
 )
 
 // Redacted replaces the value of a redacted header or query parameter.

@@ -198,3 +198,16 @@ type Header struct {
 
 // Redacted replaces the value of a redacted header or query parameter.
 const Redacted = "REDACTED"
+
+// Limits of the proxies' tap API that both ends hold: the tap service
+// refuses a request a proxy would refuse, with a clearer error.
+const (
+	// MaxRequestBytes bounds a session's request (its filter).
+	MaxRequestBytes = 64 << 10
+	// MaxName bounds a name in a request (a header or query parameter to
+	// redact or show) and the short strings of an event.
+	MaxName = 64
+	// MaxRedactionNames bounds each of a session's lists of names to
+	// redact or show.
+	MaxRedactionNames = 32
+)
