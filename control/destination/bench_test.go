@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 
-	"github.com/plexus-mesh/plexus/integration/clustertest"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
 
 // sliceSize is the number of endpoints per EndpointSlice, the

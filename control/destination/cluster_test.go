@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/plexus-mesh/plexus/integration/clustertest"
+	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
 
 // TestAgainstAPIServer runs the server on the informers of the local

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/plexus-mesh/plexus/integration/clustertest"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
 
 func TestParseFlags(t *testing.T) {

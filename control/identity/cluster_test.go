@@ -13,10 +13,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/plexus-mesh/plexus/control/identity"
-	"github.com/plexus-mesh/plexus/control/identity/identitytest"
 	"github.com/plexus-mesh/plexus/mesh/identity/certify"
 	"github.com/plexus-mesh/plexus/mesh/identity/pki"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
+	"github.com/plexus-mesh/plexus/testsupport/identitytest"
 )
 
 // serve runs an identity server for ns on loopback, with the reserved

@@ -24,10 +24,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/plexus-mesh/plexus/control/identity/identitytest"
 	"github.com/plexus-mesh/plexus/mesh/api/identitypb"
 	"github.com/plexus-mesh/plexus/mesh/identity/pki"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
+	"github.com/plexus-mesh/plexus/testsupport/identitytest"
 )
 
 const testNS = "plexus-system"

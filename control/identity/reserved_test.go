@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/plexus-mesh/plexus/control/identity/identitytest"
 	"github.com/plexus-mesh/plexus/mesh/api/identitypb"
+	"github.com/plexus-mesh/plexus/testsupport/identitytest"
 )
 
 // The tap identity (plexus-viz/plexus-tap) is certified only while the viz

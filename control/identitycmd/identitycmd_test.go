@@ -20,10 +20,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/plexus-mesh/plexus/control/identity"
-	"github.com/plexus-mesh/plexus/control/identity/identitytest"
 	"github.com/plexus-mesh/plexus/mesh/identity/certify"
 	"github.com/plexus-mesh/plexus/mesh/identity/pki"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
+	"github.com/plexus-mesh/plexus/testsupport/identitytest"
 )
 
 // rendered is IssuerMain's output, decoded.

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/plexus-mesh/plexus/daemonset/apiservertest"
+	"github.com/plexus-mesh/plexus/testsupport/apiservertest"
 )
 
 // TestShippedPodAnnotationsPolicy runs the admission policy of

@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/plexus-mesh/plexus/daemonset/apiservertest"
+	"github.com/plexus-mesh/plexus/testsupport/apiservertest"
 )
 
 // TestRecordWithShippedRBAC records against a real kube-apiserver as a user

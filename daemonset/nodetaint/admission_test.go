@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/plexus-mesh/plexus/daemonset/apiservertest"
+	"github.com/plexus-mesh/plexus/testsupport/apiservertest"
 )
 
 // agentNamespace and agentAccount are the node agent's service account as

@@ -5,12 +5,11 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/plexus-mesh/plexus/daemonset/apiservertest"
+	"github.com/plexus-mesh/plexus/testsupport/apiservertest"
 )
 
 // TestRepairWithShippedRBAC runs the repair against a real kube-apiserver

@@ -17,8 +17,8 @@ import (
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
 	"github.com/plexus-mesh/plexus/integration/clustercni"
-	"github.com/plexus-mesh/plexus/integration/clustertest"
 	"github.com/plexus-mesh/plexus/mesh/podcontract"
+	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
 
 const testappImage = "plexus.dev/testapp:dev"

@@ -26,7 +26,7 @@ import (
 	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
 	"github.com/plexus-mesh/plexus/daemonset/install"
 	"github.com/plexus-mesh/plexus/integration/clustercni"
-	"github.com/plexus-mesh/plexus/integration/clustertest"
+	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
 
 const (

@@ -21,7 +21,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/daemonset/install"
 	"github.com/plexus-mesh/plexus/integration/clustercni"
-	"github.com/plexus-mesh/plexus/integration/clustertest"
+	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
 
 // TestNodeImageInstall is the node-image path on the real node:

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"github.com/plexus-mesh/plexus/integration/clustertest"
+	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
 
 const testappImage = "plexus.dev/testapp:dev"

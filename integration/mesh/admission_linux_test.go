@@ -23,8 +23,8 @@ import (
 	"github.com/plexus-mesh/plexus/daemonset/install"
 	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
 	"github.com/plexus-mesh/plexus/integration/clustercni"
-	"github.com/plexus-mesh/plexus/integration/clustertest"
 	"github.com/plexus-mesh/plexus/mesh/podcontract"
+	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
 
 // TestAdmission installs Plexus as a user does (`plexusctl install`, so

@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/plexus-mesh/plexus/integration/clustercni"
-	"github.com/plexus-mesh/plexus/integration/clustertest"
+	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
 
 // TestBalancing proves issue 14's balancing and endpoint lifecycle on the

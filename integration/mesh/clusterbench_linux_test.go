@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/integration/clustercni"
-	"github.com/plexus-mesh/plexus/integration/clustertest"
+	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
 
 // Settings of the cluster benchmark (make bench-cluster).

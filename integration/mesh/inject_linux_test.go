@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/plexus-mesh/plexus/integration/clustercni"
-	"github.com/plexus-mesh/plexus/integration/clustertest"
+	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
 
 // TestInjector deploys the whole control plane from deploy/ and proves the

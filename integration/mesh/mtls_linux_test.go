@@ -19,8 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/plexus-mesh/plexus/integration/clustercni"
-	"github.com/plexus-mesh/plexus/integration/clustertest"
 	"github.com/plexus-mesh/plexus/integration/packetcapture"
+	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
 
 // TestMeshMTLS runs the control plane from deploy/ and meshed workloads

@@ -21,8 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/plexus-mesh/plexus/integration/clustercni"
-	"github.com/plexus-mesh/plexus/integration/clustertest"
 	"github.com/plexus-mesh/plexus/mesh/podcontract"
+	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
 
 // TestPolicy proves authorization policy (issue 15, DESIGN.md §9) on the

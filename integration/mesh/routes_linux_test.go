@@ -24,7 +24,7 @@ import (
 	gateway "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/plexus-mesh/plexus/integration/clustercni"
-	"github.com/plexus-mesh/plexus/integration/clustertest"
+	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
 
 // policyController is the controller name of the route status Plexus writes.

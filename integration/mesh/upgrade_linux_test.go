@@ -17,8 +17,8 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/cli/install"
 	"github.com/plexus-mesh/plexus/integration/clustercni"
-	"github.com/plexus-mesh/plexus/integration/clustertest"
 	"github.com/plexus-mesh/plexus/mesh/meshpod"
+	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
 
 // upgradeRate is the load the upgrade tests keep up, in requests per

@@ -34,10 +34,10 @@ import (
 	"github.com/plexus-mesh/plexus/control/tapclient"
 	"github.com/plexus-mesh/plexus/control/vizquery"
 	"github.com/plexus-mesh/plexus/integration/clustercni"
-	"github.com/plexus-mesh/plexus/integration/clustertest"
 	"github.com/plexus-mesh/plexus/integration/vizbrowser"
 	"github.com/plexus-mesh/plexus/integration/vizprom"
 	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
+	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
 
 const (

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/plexus-mesh/plexus/daemonset/apiservertest"
+	"github.com/plexus-mesh/plexus/testsupport/apiservertest"
 )
 
 var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}

@@ -28,8 +28,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/plexus-mesh/plexus/daemonset/apiservertest"
-	"github.com/plexus-mesh/plexus/integration/clustertest"
+	"github.com/plexus-mesh/plexus/testsupport/apiservertest"
+	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
 
 // Tokens is a fake token authority: what a TokenReview answers for each
