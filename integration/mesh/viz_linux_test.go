@@ -31,13 +31,13 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/plexus-mesh/plexus/control/cli/stat"
-	"github.com/plexus-mesh/plexus/control/tapclient"
-	"github.com/plexus-mesh/plexus/control/vizquery"
 	"github.com/plexus-mesh/plexus/integration/clustercni"
 	"github.com/plexus-mesh/plexus/integration/vizbrowser"
 	"github.com/plexus-mesh/plexus/integration/vizprom"
 	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 	"github.com/plexus-mesh/plexus/testsupport/clustertest"
+	"github.com/plexus-mesh/plexus/viz/tapclient"
+	"github.com/plexus-mesh/plexus/viz/vizquery"
 )
 
 const (

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/web"
-	"github.com/plexus-mesh/plexus/control/web/webtest"
+	"github.com/plexus-mesh/plexus/viz/dashboard"
+	"github.com/plexus-mesh/plexus/viz/dashboard/webtest"
 )
 
 // TestDashboardInChromium runs the driver on a dashboard served in
@@ -20,7 +20,7 @@ func TestDashboardInChromium(t *testing.T) {
 	if err := Available(""); err != nil {
 		t.Skipf("skipped: %v", err)
 	}
-	s, err := web.New(web.DefaultConfig(), webtest.Sources(100*time.Millisecond), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := dashboard.New(dashboard.DefaultConfig(), webtest.Sources(100*time.Millisecond), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestDashboardInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := web.NewHTTPServer("", s.Handler())
+	srv := dashboard.NewHTTPServer("", s.Handler())
 	go srv.Serve(lis)
 	defer srv.Close()
 

@@ -12,8 +12,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/plexus-mesh/plexus/control/cli/viz"
 	"github.com/plexus-mesh/plexus/deploy"
+	"github.com/plexus-mesh/plexus/viz/cli"
 )
 
 // chartsDir is deploy/charts from this package.
@@ -255,7 +255,7 @@ func TestChartsRenderWhatInstallRenders(t *testing.T) {
 func TestVizChartRendersWhatVizInstallRenders(t *testing.T) {
 	helmBinary(t)
 	var out bytes.Buffer
-	if err := (viz.Renderer{Manifests: deploy.Manifests}).Install(&out); err != nil {
+	if err := (vizcli.Renderer{Manifests: deploy.Manifests}).Install(&out); err != nil {
 		t.Fatal(err)
 	}
 	got, err := helmTemplate(t, ChartViz, object{})

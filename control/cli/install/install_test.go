@@ -9,8 +9,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/plexus-mesh/plexus/control/cli/internal/goldentest"
 	"github.com/plexus-mesh/plexus/deploy"
+	"github.com/plexus-mesh/plexus/testsupport/goldentest"
 )
 
 // fixedNow is the stub clock of the golden tests.

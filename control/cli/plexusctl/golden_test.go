@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/plexus-mesh/plexus/control/cli/internal/goldentest"
+	"github.com/plexus-mesh/plexus/testsupport/goldentest"
 )
 
 // commandPaths lists every command but help, as its words after plexusctl.

@@ -12,9 +12,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/plexus-mesh/plexus/control/cli/portforward"
-	"github.com/plexus-mesh/plexus/control/cli/viz"
-	"github.com/plexus-mesh/plexus/control/cli/viz/dashboard"
 	"github.com/plexus-mesh/plexus/deploy"
+	"github.com/plexus-mesh/plexus/viz/cli"
+	"github.com/plexus-mesh/plexus/viz/cli/browse"
 )
 
 // vizCmd is plexusctl viz and its subcommands.
@@ -23,7 +23,7 @@ func vizCmd(g *globals, env Env) *cobra.Command {
 		Use:   "viz",
 		Short: "the viz extension: install, tap, top, edges, routes, stat, dashboard",
 		Long: "The viz extension (namespace plexus-viz): tap, Prometheus and the dashboard.\n" +
-			"Kinds: " + viz.KindNames + ".",
+			"Kinds: " + vizcli.KindNames + ".",
 		RunE: parentRun,
 	}
 	cmd.AddCommand(
@@ -76,7 +76,7 @@ func vizInstallCmd(env Env) *cobra.Command {
 			if err := noArgs(args, func() error { return nil }); err != nil {
 				return err
 			}
-			return viz.Renderer{Manifests: deploy.Manifests}.Install(env.Stdout)
+			return vizcli.Renderer{Manifests: deploy.Manifests}.Install(env.Stdout)
 		}
 	})
 }
@@ -87,7 +87,7 @@ func vizUninstallCmd(env Env) *cobra.Command {
 			if err := noArgs(args, func() error { return nil }); err != nil {
 				return err
 			}
-			return viz.Renderer{Manifests: deploy.Manifests}.Uninstall(env.Stdout)
+			return vizcli.Renderer{Manifests: deploy.Manifests}.Uninstall(env.Stdout)
 		}
 	})
 }
@@ -95,14 +95,14 @@ func vizUninstallCmd(env Env) *cobra.Command {
 func vizAllowScrapesCmd(g *globals, env Env) *cobra.Command {
 	return leaf("allow-scrapes", "print the policy that lets Prometheus scrape the proxies of -n NAMESPACE under any default inbound policy", func(fs *pflag.FlagSet) runFunc {
 		var nets []string
-		for _, n := range viz.DefaultScrapeNetworks {
+		for _, n := range vizcli.DefaultScrapeNetworks {
 			nets = append(nets, n.String())
 		}
 		networks := fs.String("networks", strings.Join(nets, ","),
 			"comma-separated CIDRs the scrapes may come from. Prometheus is not meshed, so its address is all that tells it apart, and Plexus does not know the cluster's pod networks: the default admits every address. "+
 				"Narrow it to the pod network(s) where Prometheus runs; add the nodes' network to keep plexusctl stat, which scrapes through the API server, working")
 		return func(_ context.Context, args []string) error {
-			var cfg viz.ScrapeConfig
+			var cfg vizcli.ScrapeConfig
 			if err := noArgs(args, func() error {
 				cfg.Namespace = namespace(g)
 				for _, s := range strings.Split(*networks, ",") {
@@ -116,14 +116,14 @@ func vizAllowScrapesCmd(g *globals, env Env) *cobra.Command {
 			}); err != nil {
 				return err
 			}
-			return viz.AllowScrapes(env.Stdout, cfg)
+			return vizcli.AllowScrapes(env.Stdout, cfg)
 		}
 	})
 }
 
 func vizDashboardCmd(g *globals, env Env) *cobra.Command {
 	return leaf("dashboard", "port-forward to the dashboard and open it: dashboard [--port 50750] [--show browser|url|none]", func(fs *pflag.FlagSet) runFunc {
-		cfg := dashboard.Config{Address: dashboard.DefaultAddress, Port: dashboard.DefaultPort, Show: dashboard.ShowBrowser}
+		cfg := browse.Config{Address: browse.DefaultAddress, Port: browse.DefaultPort, Show: browse.ShowBrowser}
 		fs.IntVar(&cfg.Port, "port", cfg.Port, "local port to listen on (0: any free one)")
 		fs.StringVar(&cfg.Address, "address", cfg.Address, "local address to listen on (the dashboard answers only to localhost and loopback names)")
 		fs.StringVar(&cfg.Show, "show", cfg.Show, "browser: print the URL and open it when there is a display; url: print it only; none: print nothing")
@@ -139,7 +139,7 @@ func vizDashboardCmd(g *globals, env Env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			d := dashboard.Dashboard{Kube: kube, Dial: dialer.Dial, Out: env.Stdout, Err: env.Stderr, Browser: dashboard.SystemBrowser(os.Getenv)}
+			d := browse.Dashboard{Kube: kube, Dial: dialer.Dial, Out: env.Stdout, Err: env.Stderr, Browser: browse.SystemBrowser(os.Getenv)}
 			return d.Run(ctx, cfg)
 		}
 	})

@@ -15,12 +15,12 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/plexus-mesh/plexus/control/cli/routes"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
-	"github.com/plexus-mesh/plexus/control/cli/viz"
-	"github.com/plexus-mesh/plexus/control/cli/viz/edges"
-	"github.com/plexus-mesh/plexus/control/cli/viz/promstat"
-	"github.com/plexus-mesh/plexus/control/vizquery"
+	"github.com/plexus-mesh/plexus/viz/cli"
+	"github.com/plexus-mesh/plexus/viz/cli/edges"
+	"github.com/plexus-mesh/plexus/viz/cli/promstat"
+	"github.com/plexus-mesh/plexus/viz/routestats"
+	"github.com/plexus-mesh/plexus/viz/vizquery"
 )
 
 // minPromWindow is the least window of a rate from Prometheus: it
@@ -45,7 +45,7 @@ func connectPrometheus(ctx context.Context, g *globals, window time.Duration, wi
 	if !ok {
 		return nil, nil, "", fmt.Errorf("the viz extension is not installed (plexusctl viz install | kubectl apply -f -)%s", without)
 	}
-	prom, err := viz.Prometheus(restCfg)
+	prom, err := vizcli.Prometheus(restCfg)
 	return kube, prom, ns, err
 }
 
@@ -55,15 +55,15 @@ func vizEdgesCmd(g *globals, env Env) *cobra.Command {
 		fs.BoolVarP(&sel.all, "all-namespaces", "A", false, "every namespace")
 		window := fs.Duration("window", vizquery.DefaultWindow, "how far back traffic counts (at least two scrape intervals, 20s)")
 		return func(ctx context.Context, pos []string) error {
-			var kind viz.Kind
+			var kind vizcli.Kind
 			var err error
 			switch len(pos) {
 			case 0:
 			case 1:
-				if kind, err = viz.ParseKind(pos[0]); err != nil {
+				if kind, err = vizcli.ParseKind(pos[0]); err != nil {
 					return usagef("%v: want viz edges [KIND] [-n NAMESPACE | -A]", err)
 				}
-				if kind == viz.Pods || kind == viz.Namespaces || kind == viz.Services {
+				if kind == vizcli.Pods || kind == vizcli.Namespaces || kind == vizcli.Services {
 					return usagef("edges are between workloads (deploy, sts, ds, ...): a client is known by its mesh identity, which names its service account, not its pod")
 				}
 			default:
@@ -78,7 +78,7 @@ func vizEdgesCmd(g *globals, env Env) *cobra.Command {
 			}
 			nss := []string{ns}
 			if sel.all {
-				objs, err := viz.Select(ctx, kube, viz.Namespaces, "", "")
+				objs, err := vizcli.Select(ctx, kube, vizcli.Namespaces, "", "")
 				if err != nil {
 					return err
 				}
@@ -104,11 +104,11 @@ func vizRoutesCmd(g *globals, env Env) *cobra.Command {
 	return leaf("routes KIND/NAME", "per-route traffic from Prometheus: routes deploy/web (or ns, pod, sts, ...)", func(fs *pflag.FlagSet) runFunc {
 		window := fs.Duration("window", vizquery.DefaultWindow, "the window rates are computed over (at least 20s)")
 		return func(ctx context.Context, pos []string) error {
-			t, err := viz.ParseTarget(pos, true)
+			t, err := vizcli.ParseTarget(pos, true)
 			if err != nil {
 				return usagef("%v: want viz routes KIND/NAME (deploy/web, ns/shop, po/web-1, ...)", err)
 			}
-			if t.Kind == viz.Services {
+			if t.Kind == vizcli.Services {
 				return usagef("routes are counted by the clients' proxies: name the client (deploy/web), not the service")
 			}
 			if err := tableOutput(g); err != nil {
@@ -122,7 +122,7 @@ func vizRoutesCmd(g *globals, env Env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return routes.Render(env.Stdout, rows, g.output)
+			return routestats.Render(env.Stdout, rows, g.output)
 		}
 	})
 }
@@ -159,7 +159,7 @@ func vizStatCmd(g *globals, env Env) *cobra.Command {
 				if w < minPromWindow {
 					return usagef("--window %s: Prometheus scrapes every 10s, want at least %s", w, minPromWindow)
 				}
-				prom, err := viz.Prometheus(restCfg)
+				prom, err := vizcli.Prometheus(restCfg)
 				if err != nil {
 					return err
 				}
@@ -202,7 +202,7 @@ func scrapeStat(ctx context.Context, kube kubernetes.Interface, cfg stat.Config,
 	if err := probe.Validate(); err != nil {
 		return nil, usageError{err: err}
 	}
-	nss, err := viz.Select(ctx, kube, viz.Namespaces, "", "")
+	nss, err := vizcli.Select(ctx, kube, vizcli.Namespaces, "", "")
 	if err != nil {
 		return nil, err
 	}
@@ -238,18 +238,18 @@ func selectRows(ctx context.Context, kube kubernetes.Interface, res stat.Resourc
 	if _, err := labels.Parse(selector); err != nil {
 		return nil, usagef("-l %q: %v", selector, err)
 	}
-	kind := map[stat.Resource]viz.Kind{stat.Namespaces: viz.Namespaces, stat.Deployments: viz.Deployments, stat.Pods: viz.Pods}[res]
-	objs, err := viz.Select(ctx, kube, kind, ns, selector)
+	kind := map[stat.Resource]vizcli.Kind{stat.Namespaces: vizcli.Namespaces, stat.Deployments: vizcli.Deployments, stat.Pods: vizcli.Pods}[res]
+	objs, err := vizcli.Select(ctx, kube, kind, ns, selector)
 	if err != nil {
 		return nil, err
 	}
-	keep := map[viz.Object]bool{}
+	keep := map[vizcli.Object]bool{}
 	for _, o := range objs {
 		keep[o] = true
 	}
 	out := rows[:0]
 	for _, r := range rows {
-		o := viz.Object{Namespace: r.Namespace, Name: r.Name}
+		o := vizcli.Object{Namespace: r.Namespace, Name: r.Name}
 		if keep[o] {
 			out = append(out, r)
 		}

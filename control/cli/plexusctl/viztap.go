@@ -18,11 +18,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/plexus-mesh/plexus/control/cli/viz"
-	"github.com/plexus-mesh/plexus/control/cli/viz/tapview"
-	"github.com/plexus-mesh/plexus/control/cli/viz/top"
-	"github.com/plexus-mesh/plexus/control/tapclient"
 	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
+	"github.com/plexus-mesh/plexus/viz/cli"
+	"github.com/plexus-mesh/plexus/viz/cli/tapview"
+	"github.com/plexus-mesh/plexus/viz/cli/top"
+	"github.com/plexus-mesh/plexus/viz/tapclient"
 )
 
 // tapFlags are the filters of tap and top.
@@ -107,31 +107,31 @@ func (e tapEndFlags) resolve(flag, ns string) (namespace, resource, name string,
 	if e.resource == "" {
 		return namespace, "", "", nil
 	}
-	end, err := viz.ParseTarget([]string{e.resource}, true)
+	end, err := vizcli.ParseTarget([]string{e.resource}, true)
 	if err != nil {
 		return "", "", "", fmt.Errorf("%s %q: %w", flag, e.resource, err)
 	}
 	if !end.Kind.Tappable() {
 		return "", "", "", fmt.Errorf("%s %q: %s cannot be filtered on", flag, e.resource, end.Kind)
 	}
-	if end.Kind == viz.Namespaces {
+	if end.Kind == vizcli.Namespaces {
 		return end.Name, "", "", nil
 	}
 	return namespace, string(end.Kind), end.Name, nil
 }
 
 // tapTargets resolves tap's arguments to the objects to tap.
-func tapTargets(ctx context.Context, kube kubernetes.Interface, t viz.Target, ns string, sel selection) ([]viz.Object, error) {
+func tapTargets(ctx context.Context, kube kubernetes.Interface, t vizcli.Target, ns string, sel selection) ([]vizcli.Object, error) {
 	switch {
-	case t.Kind == viz.Namespaces && t.Name == "" && sel.selector == "":
-		return []viz.Object{{Name: ns}}, nil
+	case t.Kind == vizcli.Namespaces && t.Name == "" && sel.selector == "":
+		return []vizcli.Object{{Name: ns}}, nil
 	case t.Name != "":
-		if t.Kind == viz.Namespaces {
-			return []viz.Object{{Name: t.Name}}, nil
+		if t.Kind == vizcli.Namespaces {
+			return []vizcli.Object{{Name: t.Name}}, nil
 		}
-		return []viz.Object{{Namespace: ns, Name: t.Name}}, nil
+		return []vizcli.Object{{Namespace: ns, Name: t.Name}}, nil
 	}
-	objs, err := viz.Select(ctx, kube, t.Kind, sel.namespaceOf(ns), sel.selector)
+	objs, err := vizcli.Select(ctx, kube, t.Kind, sel.namespaceOf(ns), sel.selector)
 	if err != nil {
 		return nil, err
 	}
@@ -163,14 +163,14 @@ func vizTapCmd(g *globals, env Env, isTop bool) *cobra.Command {
 		}
 		return func(ctx context.Context, pos []string) error {
 			hint := "want " + name + " KIND/NAME (deploy/web), ns/NAME, or KIND -l SELECTOR"
-			t, err := viz.ParseTarget(pos, false)
+			t, err := vizcli.ParseTarget(pos, false)
 			if err != nil {
 				return usagef("%v: %s", err, hint)
 			}
 			if !t.Kind.Tappable() {
 				return usagef("%s cannot be tapped: %s", t.Kind, hint)
 			}
-			if t.Name == "" && sel.selector == "" && t.Kind != viz.Namespaces {
+			if t.Name == "" && sel.selector == "" && t.Kind != vizcli.Namespaces {
 				return usagef("%s names no object: %s", pos[0], hint)
 			}
 			if sel.all && sel.selector == "" {
@@ -230,7 +230,7 @@ const plainTopInterval = 5 * time.Second
 // tapStreams taps every object at once, feeding one callback (called
 // from several goroutines: it must lock); --limit counts requests over
 // them all, and --max-rate is shared among them.
-func tapStreams(cfg *rest.Config, kind viz.Kind, objs []viz.Object, tf tapFlags) func(context.Context, func(tapapi.Event) error) error {
+func tapStreams(cfg *rest.Config, kind vizcli.Kind, objs []vizcli.Object, tf tapFlags) func(context.Context, func(tapapi.Event) error) error {
 	return func(ctx context.Context, fn func(tapapi.Event) error) error {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -254,7 +254,7 @@ func tapStreams(cfg *rest.Config, kind viz.Kind, objs []viz.Object, tf tapFlags)
 		var wg sync.WaitGroup
 		for i, o := range objs {
 			ns, resource := o.Namespace, string(kind)
-			if kind == viz.Namespaces {
+			if kind == vizcli.Namespaces {
 				ns = o.Name
 			}
 			req, _ := tf.request(ns) // checked before
@@ -271,12 +271,12 @@ func tapStreams(cfg *rest.Config, kind viz.Kind, objs []viz.Object, tf tapFlags)
 }
 
 // tapError turns a refused tap into one line naming the RBAC it needs.
-func tapError(err error, t viz.Target, ns string) error {
+func tapError(err error, t vizcli.Target, ns string) error {
 	if err == nil || !tapclient.IsForbidden(err) {
 		return err
 	}
 	where := "in namespace " + ns
-	if t.Kind == viz.Namespaces {
+	if t.Kind == vizcli.Namespaces {
 		where = "in namespace " + t.Name
 	}
 	return fmt.Errorf("not allowed to tap %s %s: you need verb %s on resource %s/%s in API group %s (bind the ClusterRole plexus-viz-tap): %w",

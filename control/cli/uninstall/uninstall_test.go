@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/plexus-mesh/plexus/control/cli/install"
-	"github.com/plexus-mesh/plexus/control/cli/internal/goldentest"
 	"github.com/plexus-mesh/plexus/deploy"
+	"github.com/plexus-mesh/plexus/testsupport/goldentest"
 )
 
 var renderer = install.Renderer{Manifests: deploy.Manifests}

@@ -16,8 +16,8 @@ import (
 	"github.com/plexus-mesh/plexus/control/identitycmd"
 	"github.com/plexus-mesh/plexus/control/injectcmd"
 	"github.com/plexus-mesh/plexus/control/spvalidatorcmd"
-	"github.com/plexus-mesh/plexus/control/tapcmd"
-	"github.com/plexus-mesh/plexus/control/webcmd"
+	"github.com/plexus-mesh/plexus/viz/dashboardcmd"
+	"github.com/plexus-mesh/plexus/viz/tapcmd"
 )
 
 // commands maps each subcommand to its entry point.
@@ -26,7 +26,7 @@ func commands() map[string]func(ctx context.Context, args []string, out io.Write
 		"identity":    identitycmd.Main,
 		"destination": destinationcmd.Main,
 		"issuer":      identitycmd.IssuerMain,
-		"web":         webcmd.Main,
+		"web":         dashboardcmd.Main,
 		"injector": func(ctx context.Context, args []string, _ io.Writer) error {
 			return injectcmd.Main(ctx, args, os.Stderr)
 		},

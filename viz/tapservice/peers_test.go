@@ -1,0 +1,55 @@
+package tapservice
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+// TestPeerCache: concurrent lookups of one address make one List, the
+// answer (or its absence) is cached, and the pod's workload is named.
+func TestPeerCache(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "demo",
+		Labels: map[string]string{"plexus.dev/workload-kind": "Deployment", "plexus.dev/workload-name": "web"}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.7"}}
+	kube := fake.NewSimpleClientset()
+	var lists atomic.Int32
+	kube.PrependReactor("list", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		lists.Add(1)
+		time.Sleep(50 * time.Millisecond)
+		l := &corev1.PodList{}
+		if a.(k8stesting.ListAction).GetListRestrictions().Fields.String() == "status.podIP=10.0.0.7" {
+			l.Items = []corev1.Pod{*pod}
+		}
+		return true, l, nil
+	})
+	c := newPeerCache(kube)
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := c.peer(context.Background(), "10.0.0.7:8080", "spiffe://x")
+			if p.Pod != "web-1" || p.WorkloadName != "web" || p.Addr != "10.0.0.7:8080" || p.Identity != "spiffe://x" {
+				t.Errorf("peer = %+v", p)
+			}
+		}()
+	}
+	wg.Wait()
+	c.peer(context.Background(), "10.0.0.9", "")
+	c.peer(context.Background(), "10.0.0.9", "")
+	if n := lists.Load(); n != 2 {
+		t.Errorf("%d pod lists for 11 lookups of one known and 2 of one unknown address, want 2", n)
+	}
+	if p := c.peer(context.Background(), "not-an-address", ""); p.Addr != "not-an-address" || p.Pod != "" {
+		t.Errorf("peer of garbage = %+v", p)
+	}
+}
