@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plexus-mesh/plexus/daemonset/install"
+	"github.com/plexus-mesh/plexus/daemonset/plugininstall"
 )
 
 const clientCN = "system:node:test-node"
@@ -218,12 +218,12 @@ func TestAuthenticatesAgainstTLSServer(t *testing.T) {
 }
 
 // TestReadsTheNodeAgentsKubeconfig loads the kubeconfig exactly as
-// daemonset/install writes it for the plugin.
+// daemonset/plugininstall writes it for the plugin.
 func TestReadsTheNodeAgentsKubeconfig(t *testing.T) {
 	srv, ca := server(t, newPKI(t), "agent-token")
 	dir := t.TempDir()
 	token := write(t, dir, "plexus-cni.token", []byte("agent-token"))
-	kc, err := install.Kubeconfig(srv.URL+"/prefix", ca, token)
+	kc, err := plugininstall.Kubeconfig(srv.URL+"/prefix", ca, token)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/plexus-mesh/plexus/control/routes"
+	"github.com/plexus-mesh/plexus/control/outboundpolicy"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
@@ -25,17 +25,17 @@ type inboundRoute struct {
 
 // serverRoutes returns the HTTPRoutes and GRPCRoutes whose parentRefs
 // name srv, oldest first (then namespace, name, kind), each with its
-// matches (control/routes) and the authorizations of the
+// matches (control/outboundpolicy) and the authorizations of the
 // AuthorizationPolicies that target it. A route whose matches the proxy
 // could not use is left out, logged once.
 func (in inboundComputation) serverRoutes(srv *policyv1alpha1.Server) []*pb.InboundRoute {
 	key := srv.Namespace + "/" + srv.Name
 	var rs []inboundRoute
 	for _, r := range in.reads.ServerHTTPRoutes(key) {
-		rs = append(rs, inboundRoute{&r.ObjectMeta, policyv1alpha1.HTTPRouteKind, func() ([]*pb.RouteMatch, error) { return routes.HTTPRouteMatches(r) }})
+		rs = append(rs, inboundRoute{&r.ObjectMeta, policyv1alpha1.HTTPRouteKind, func() ([]*pb.RouteMatch, error) { return outboundpolicy.HTTPRouteMatches(r) }})
 	}
 	for _, r := range in.reads.ServerGRPCRoutes(key) {
-		rs = append(rs, inboundRoute{&r.ObjectMeta, policyv1alpha1.GRPCRouteKind, func() ([]*pb.RouteMatch, error) { return routes.GRPCRouteMatches(r) }})
+		rs = append(rs, inboundRoute{&r.ObjectMeta, policyv1alpha1.GRPCRouteKind, func() ([]*pb.RouteMatch, error) { return outboundpolicy.GRPCRouteMatches(r) }})
 	}
 	slices.SortFunc(rs, func(a, b inboundRoute) int {
 		if c := a.meta.CreationTimestamp.Compare(b.meta.CreationTimestamp.Time); c != 0 {

@@ -25,14 +25,14 @@ import (
 	gateway "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 	gatewayinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
 
-	"github.com/plexus-mesh/plexus/control/routes"
+	"github.com/plexus-mesh/plexus/control/outboundpolicy"
 	"github.com/plexus-mesh/plexus/control/serviceprofile"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
 // Outbound policies (GetOutboundPolicy): the routes of one Service port as
 // one client namespace sees them, from HTTPRoutes, GRPCRoutes and
-// ServiceProfiles, translated by control/routes. Any change to a route,
+// ServiceProfiles, translated by control/outboundpolicy. Any change to a route,
 // profile or Service recomputes every open stream's policy and sends those
 // that changed; handlers only signal the recompute loop, never block.
 
@@ -277,7 +277,7 @@ func (p *policies) policy(s *policyStream) *pb.OutboundPolicy {
 	if err != nil || svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return &pb.OutboundPolicy{Source: "default"}
 	}
-	in := routes.Input{
+	in := outboundpolicy.Input{
 		ClusterDomain:   p.cfg.ClusterDomain,
 		ClientNamespace: s.clientNS,
 		Service:         svc,
@@ -291,7 +291,7 @@ func (p *policies) policy(s *policyStream) *pb.OutboundPolicy {
 		},
 		Warn: func(err error) { p.warn(err) },
 	}
-	return routes.Translate(in)
+	return outboundpolicy.Translate(in)
 }
 
 // profile finds the ServiceProfile of svc: the client's namespace first,

@@ -10,12 +10,12 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gateway "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
-	"github.com/plexus-mesh/plexus/control/routes"
+	"github.com/plexus-mesh/plexus/control/outboundpolicy"
 )
 
 // statusWriter keeps the status of HTTPRoutes and GRPCRoutes whose parent
 // is a Service: the entries of controller plexus.dev/policy-controller,
-// computed by control/routes, written when they change. It runs apart
+// computed by control/outboundpolicy, written when they change. It runs apart
 // from the policy loop so that slow API writes never delay proxies.
 type statusWriter struct {
 	client gateway.Interface
@@ -58,8 +58,8 @@ func (w *statusWriter) sync(ctx context.Context) {
 		return svc, err == nil
 	}
 	for _, r := range listTyped[*gatewayv1.HTTPRoute](w.p.httpRoutes) {
-		parents := routes.HTTPRouteParents(r, lookup, metav1.Now())
-		merged, changed := routes.MergeParents(r.Status.Parents, parents)
+		parents := outboundpolicy.HTTPRouteParents(r, lookup, metav1.Now())
+		merged, changed := outboundpolicy.MergeParents(r.Status.Parents, parents)
 		if !changed {
 			continue
 		}
@@ -70,8 +70,8 @@ func (w *statusWriter) sync(ctx context.Context) {
 		}
 	}
 	for _, r := range listTyped[*gatewayv1.GRPCRoute](w.p.grpcRoutes) {
-		parents := routes.GRPCRouteParents(r, lookup, metav1.Now())
-		merged, changed := routes.MergeParents(r.Status.Parents, parents)
+		parents := outboundpolicy.GRPCRouteParents(r, lookup, metav1.Now())
+		merged, changed := outboundpolicy.MergeParents(r.Status.Parents, parents)
 		if !changed {
 			continue
 		}

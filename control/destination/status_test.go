@@ -11,7 +11,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/plexus-mesh/plexus/control/routes"
+	"github.com/plexus-mesh/plexus/control/outboundpolicy"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
@@ -20,7 +20,7 @@ import (
 func routeConditions(parents []gatewayv1.RouteParentStatus) []string {
 	var out []string
 	for _, p := range parents {
-		if p.ControllerName != routes.ControllerName {
+		if p.ControllerName != outboundpolicy.ControllerName {
 			continue
 		}
 		for _, c := range p.Conditions {

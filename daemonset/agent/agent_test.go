@@ -23,9 +23,9 @@ import (
 	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
 	"github.com/plexus-mesh/plexus/cni-plugin/pluginreport"
 	"github.com/plexus-mesh/plexus/daemonset/conflist"
-	"github.com/plexus-mesh/plexus/daemonset/install"
 	"github.com/plexus-mesh/plexus/daemonset/nodeevents"
 	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
+	"github.com/plexus-mesh/plexus/daemonset/plugininstall"
 	"github.com/plexus-mesh/plexus/daemonset/repair"
 )
 
@@ -146,9 +146,9 @@ func TestRunInstallsGuardsAndLeavesPluginOnStop(t *testing.T) {
 		t.Fatalf("conflist:\n%s", b)
 	}
 	for path, mode := range map[string]os.FileMode{
-		filepath.Join(root, DefaultCNIBinDir, install.PluginBinary):  0o755,
-		filepath.Join(root, DefaultStateDir, install.KubeconfigFile): 0o600,
-		filepath.Join(root, DefaultStateDir, install.TokenFile):      0o600,
+		filepath.Join(root, DefaultCNIBinDir, plugininstall.PluginBinary):  0o755,
+		filepath.Join(root, DefaultStateDir, plugininstall.KubeconfigFile): 0o600,
+		filepath.Join(root, DefaultStateDir, plugininstall.TokenFile):      0o600,
 	} {
 		fi, err := os.Stat(path)
 		if err != nil || fi.Mode().Perm() != mode {
@@ -176,7 +176,7 @@ func TestRunInstallsGuardsAndLeavesPluginOnStop(t *testing.T) {
 	if !conflist.Contains(b) {
 		t.Fatal("stopping removed the plugin from the conflist")
 	}
-	if _, err := os.Stat(filepath.Join(root, DefaultCNIBinDir, install.PluginBinary)); err != nil {
+	if _, err := os.Stat(filepath.Join(root, DefaultCNIBinDir, plugininstall.PluginBinary)); err != nil {
 		t.Fatal("stopping removed the binary")
 	}
 
@@ -188,7 +188,7 @@ func TestRunInstallsGuardsAndLeavesPluginOnStop(t *testing.T) {
 		t.Fatalf("after uninstall:\n%s", b)
 	}
 	for _, p := range []string{
-		filepath.Join(root, DefaultCNIBinDir, install.PluginBinary),
+		filepath.Join(root, DefaultCNIBinDir, plugininstall.PluginBinary),
 		filepath.Join(root, DefaultStateDir),
 	} {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
@@ -248,7 +248,7 @@ func TestInstallImage(t *testing.T) {
 		t.Fatalf("conflist:\n%s", b)
 	}
 	// No credentials of our own in image mode.
-	if _, err := os.Stat(filepath.Join(root, DefaultStateDir, install.KubeconfigFile)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(root, DefaultStateDir, plugininstall.KubeconfigFile)); !os.IsNotExist(err) {
 		t.Fatalf("credentials written in image mode: %v", err)
 	}
 	if err := Uninstall(img.Paths); err != nil {
@@ -273,7 +273,7 @@ func TestInstallImageWithoutPrimaryConfig(t *testing.T) {
 	if err != nil || !res.NoConfig {
 		t.Fatalf("AllowNoConfig: %+v, %v", res, err)
 	}
-	if _, err := os.Stat(filepath.Join(root, DefaultCNIBinDir, install.PluginBinary)); err != nil {
+	if _, err := os.Stat(filepath.Join(root, DefaultCNIBinDir, plugininstall.PluginBinary)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -303,7 +303,7 @@ func TestRunWithNodeKubeconfigWritesNoCredentials(t *testing.T) {
 	if !strings.Contains(string(b), `"kubeconfig": "/var/lib/kubelet/kubeconfig"`) {
 		t.Fatalf("conflist:\n%s", b)
 	}
-	for _, f := range []string{install.KubeconfigFile, install.TokenFile} {
+	for _, f := range []string{plugininstall.KubeconfigFile, plugininstall.TokenFile} {
 		if _, err := os.Stat(filepath.Join(root, DefaultStateDir, f)); !os.IsNotExist(err) {
 			t.Errorf("%s written with a node kubeconfig: %v", f, err)
 		}
@@ -374,7 +374,7 @@ func TestRunPutsBackRemovedBinary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(root, DefaultCNIBinDir, install.PluginBinary)
+	bin := filepath.Join(root, DefaultCNIBinDir, plugininstall.PluginBinary)
 	installs := 1
 	for _, change := range []struct {
 		what string

@@ -7,8 +7,8 @@ import (
 	"os"
 
 	"github.com/plexus-mesh/plexus/daemonset/conflist"
-	"github.com/plexus-mesh/plexus/daemonset/install"
 	"github.com/plexus-mesh/plexus/daemonset/pluginentry"
+	"github.com/plexus-mesh/plexus/daemonset/plugininstall"
 )
 
 // ImageResult says what InstallImage did.
@@ -28,7 +28,7 @@ func InstallImage(cfg ImageConfig) (ImageResult, error) {
 	if err != nil {
 		return ImageResult{}, err
 	}
-	if _, err := install.Binary(cfg.PluginBinary, cfg.At(cfg.CNIBinDir)); err != nil {
+	if _, err := plugininstall.Binary(cfg.PluginBinary, cfg.At(cfg.CNIBinDir)); err != nil {
 		return ImageResult{}, err
 	}
 	p := patcher(cfg.Paths, entry)
@@ -59,11 +59,11 @@ func Uninstall(paths Paths) error {
 			return fmt.Errorf("removing the agent's socket: %w", err)
 		}
 	}
-	creds := &install.Credentials{Dir: paths.At(paths.StateDir)}
+	creds := &plugininstall.Credentials{Dir: paths.At(paths.StateDir)}
 	if err := creds.Remove(); err != nil {
 		return err
 	}
-	if err := install.RemoveBinary(paths.At(paths.CNIBinDir)); err != nil {
+	if err := plugininstall.RemoveBinary(paths.At(paths.CNIBinDir)); err != nil {
 		return err
 	}
 	return nil

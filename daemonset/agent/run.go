@@ -21,10 +21,10 @@ import (
 	"github.com/plexus-mesh/plexus/cni-plugin/pluginreport"
 	"github.com/plexus-mesh/plexus/daemonset/conflist"
 	"github.com/plexus-mesh/plexus/daemonset/guard"
-	"github.com/plexus-mesh/plexus/daemonset/install"
 	"github.com/plexus-mesh/plexus/daemonset/nodeevents"
 	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
 	"github.com/plexus-mesh/plexus/daemonset/pluginentry"
+	"github.com/plexus-mesh/plexus/daemonset/plugininstall"
 	"github.com/plexus-mesh/plexus/daemonset/pluginmetrics"
 	"github.com/plexus-mesh/plexus/daemonset/podlookup"
 	"github.com/plexus-mesh/plexus/daemonset/podnetns"
@@ -87,7 +87,7 @@ func Run(ctx context.Context, cfg RunConfig, deps Deps) error {
 		<-srvDone
 	}()
 
-	if wrote, err := install.Binary(cfg.PluginBinary, cfg.At(cfg.CNIBinDir)); err != nil {
+	if wrote, err := plugininstall.Binary(cfg.PluginBinary, cfg.At(cfg.CNIBinDir)); err != nil {
 		m.Errors.WithLabelValues("install").Inc()
 		return err
 	} else if wrote {
@@ -95,9 +95,9 @@ func Run(ctx context.Context, cfg RunConfig, deps Deps) error {
 		log.Info("installed plugin binary", "dir", cfg.CNIBinDir)
 	}
 	kubeconfig := cfg.Kubeconfig
-	var creds *install.Credentials
+	var creds *plugininstall.Credentials
 	if kubeconfig == "" {
-		creds = &install.Credentials{
+		creds = &plugininstall.Credentials{
 			Dir: cfg.At(cfg.StateDir), HostDir: cfg.StateDir,
 			Server: cfg.APIServer, CAFile: cfg.CAFile, TokenSource: cfg.TokenSource,
 		}
@@ -261,7 +261,7 @@ func servePluginSocket(ctx context.Context, paths Paths, sock, stage, without st
 }
 
 // syncToken copies the rotated service account token for the plugin.
-func syncToken(ctx context.Context, c *install.Credentials, every time.Duration, m *Metrics, log *slog.Logger) {
+func syncToken(ctx context.Context, c *plugininstall.Credentials, every time.Duration, m *Metrics, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -338,7 +338,7 @@ type binaryKeeper struct {
 	verified os.FileInfo // the installed file as last found equal to src
 }
 
-func (b *binaryKeeper) path() string { return filepath.Join(b.dir, install.PluginBinary) }
+func (b *binaryKeeper) path() string { return filepath.Join(b.dir, plugininstall.PluginBinary) }
 
 func (b *binaryKeeper) ensure() error {
 	want, err := os.Stat(b.src)
@@ -350,7 +350,7 @@ func (b *binaryKeeper) ensure() error {
 		got.ModTime().Equal(b.verified.ModTime()) && got.Mode().Perm() == 0o755 {
 		return nil
 	}
-	wrote, err := install.Binary(b.src, b.dir)
+	wrote, err := plugininstall.Binary(b.src, b.dir)
 	if err != nil {
 		b.m.Errors.WithLabelValues("install").Inc()
 		return err

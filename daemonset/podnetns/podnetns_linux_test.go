@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/plexus-mesh/plexus/daemonset/netnstest"
+	"github.com/plexus-mesh/plexus/testsupport/nsmount"
 )
 
 func addrs(s ...string) []netip.Addr {
@@ -25,14 +25,14 @@ func addrs(s ...string) []netip.Addr {
 
 func addAddr(t *testing.T, netns, cidr string) {
 	t.Helper()
-	netnstest.Run(t, netns, "ip", "addr", "add", cidr, "dev", "lo")
+	nsmount.Run(t, netns, "ip", "addr", "add", cidr, "dev", "lo")
 }
 
 func TestFindInRealNamespaces(t *testing.T) {
-	netnstest.Root(t)
+	nsmount.Root(t)
 	dir := t.TempDir()
-	a := netnstest.New(t, dir, "cni-a")
-	b := netnstest.New(t, dir, "cni-b")
+	a := nsmount.New(t, dir, "cni-a")
+	b := nsmount.New(t, dir, "cni-b")
 	addAddr(t, a, "10.99.0.5/32")
 	addAddr(t, b, "10.99.0.6/32")
 	addAddr(t, b, "fd00:99::6/128")
@@ -60,13 +60,13 @@ func TestFindInRealNamespaces(t *testing.T) {
 
 	// A namespace created after the first scan is found by the rescan a
 	// miss triggers.
-	c := netnstest.New(t, dir, "cni-c")
+	c := nsmount.New(t, dir, "cni-c")
 	addAddr(t, c, "10.99.0.7/32")
 	find(c, "10.99.0.7")
 
 	// An address that moved (a pod replaced, its IP reused) is not
 	// answered from the cache.
-	netnstest.Run(t, a, "ip", "addr", "del", "10.99.0.5/32", "dev", "lo")
+	nsmount.Run(t, a, "ip", "addr", "del", "10.99.0.5/32", "dev", "lo")
 	addAddr(t, c, "10.99.0.5/32")
 	find(c, "10.99.0.5")
 
@@ -85,7 +85,7 @@ func TestFindInRealNamespaces(t *testing.T) {
 // TestFindSkipsOwnNamespace bind-mounts the test's own network namespace
 // (the host's) into the directory: its addresses must never match.
 func TestFindSkipsOwnNamespace(t *testing.T) {
-	netnstest.Root(t)
+	nsmount.Root(t)
 	var hostIP netip.Addr
 	ifAddrs, err := net.InterfaceAddrs()
 	if err != nil {

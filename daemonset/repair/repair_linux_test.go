@@ -18,9 +18,9 @@ import (
 	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
-	"github.com/plexus-mesh/plexus/daemonset/netnstest"
 	"github.com/plexus-mesh/plexus/daemonset/podnetns"
 	"github.com/plexus-mesh/plexus/mesh/podcontract"
+	"github.com/plexus-mesh/plexus/testsupport/nsmount"
 )
 
 // counters are iptables-save's packet counters and comment lines, which
@@ -32,15 +32,15 @@ var counters = regexp.MustCompile(`(?m)^#.*\n|\[\d+:\d+\]`)
 // missing rules are applied in place, exactly the default set, one Event
 // is recorded, and later passes change nothing.
 func TestRepairInRealNamespace(t *testing.T) {
-	netnstest.Root(t)
+	nsmount.Root(t)
 	ctx := context.Background()
 	dir := t.TempDir()
-	netns := netnstest.New(t, dir, "cni-repair")
-	netnstest.Run(t, netns, "ip", "addr", "add", "10.99.0.5/32", "dev", "lo")
-	netnstest.Run(t, netns, "ip", "addr", "add", "fd00:99::5/128", "dev", "lo")
+	netns := nsmount.New(t, dir, "cni-repair")
+	nsmount.Run(t, netns, "ip", "addr", "add", "10.99.0.5/32", "dev", "lo")
+	nsmount.Run(t, netns, "ip", "addr", "add", "fd00:99::5/128", "dev", "lo")
 	// A namespace of another pod, which must stay untouched.
-	other := netnstest.New(t, dir, "cni-other")
-	netnstest.Run(t, other, "ip", "addr", "add", "10.99.0.6/32", "dev", "lo")
+	other := nsmount.New(t, dir, "cni-other")
+	nsmount.Run(t, other, "ip", "addr", "add", "10.99.0.6/32", "dev", "lo")
 
 	mode, reason, err := xtables.Resolve(ctx, xtables.Auto)
 	if err != nil {
@@ -52,7 +52,7 @@ func TestRepairInRealNamespace(t *testing.T) {
 		if fam == rules.IPv6 {
 			bin = "ip6tables-" + string(mode) + "-save"
 		}
-		return counters.ReplaceAllString(netnstest.Run(t, netns, bin, "-t", "nat"), "")
+		return counters.ReplaceAllString(nsmount.Run(t, netns, bin, "-t", "nat"), "")
 	}
 
 	pod := meshedPod(func(p *corev1.Pod) {

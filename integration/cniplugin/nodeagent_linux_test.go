@@ -24,7 +24,7 @@ import (
 	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
-	"github.com/plexus-mesh/plexus/daemonset/install"
+	"github.com/plexus-mesh/plexus/daemonset/plugininstall"
 	"github.com/plexus-mesh/plexus/integration/clustercni"
 	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
@@ -148,7 +148,7 @@ func TestNodeAgentInstallsPlugin(t *testing.T) {
 		if !bytes.Equal(got, original) {
 			t.Errorf("conflist after the DaemonSet was deleted differs from before install:\n--- before\n%s\n--- after\n%s", original, got)
 		}
-		for _, gone := range []string{filepath.Join(env.BinDir, "plexus-cni"), filepath.Join(stateDir, install.KubeconfigFile)} {
+		for _, gone := range []string{filepath.Join(env.BinDir, "plexus-cni"), filepath.Join(stateDir, plugininstall.KubeconfigFile)} {
 			if _, err := os.Stat(gone); !os.IsNotExist(err) {
 				t.Errorf("%s still there after the DaemonSet was deleted (err=%v)", gone, err)
 			}

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/plexus-mesh/plexus/daemonset/install"
+	"github.com/plexus-mesh/plexus/daemonset/plugininstall"
 	"github.com/plexus-mesh/plexus/integration/clustercni"
 	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
@@ -86,7 +86,7 @@ func TestNodeImageInstall(t *testing.T) {
 			t.Errorf("plugin binary not in the image: %v", err)
 		}
 		filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-			if err == nil && (d.Name() == install.KubeconfigFile || d.Name() == install.TokenFile) {
+			if err == nil && (d.Name() == plugininstall.KubeconfigFile || d.Name() == plugininstall.TokenFile) {
 				t.Errorf("node-image install wrote credentials: %s", path)
 			}
 			return nil

@@ -14,8 +14,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
-	"github.com/plexus-mesh/plexus/daemonset/netnstest"
 	"github.com/plexus-mesh/plexus/mesh/podcontract"
+	"github.com/plexus-mesh/plexus/testsupport/nsmount"
 )
 
 // TestIptablesFilesRunInImage builds an image from what iptables-files.sh
@@ -24,7 +24,7 @@ import (
 // fresh network namespace: the binaries, extensions and libraries it
 // copied are all the plugin's rules need.
 func TestIptablesFilesRunInImage(t *testing.T) {
-	netnstest.Root(t)
+	nsmount.Root(t)
 	if _, err := exec.LookPath("xtables-nft-multi"); err != nil {
 		t.Skip("iptables (nft) is not installed")
 	}
@@ -68,9 +68,9 @@ func TestIptablesFilesRunInImage(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "tmp/rules"), []byte(rules.RenderCreate(rs)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	netns := netnstest.New(t, t.TempDir(), "image")
-	netnstest.Run(t, netns, "chroot", root, "/usr/sbin/iptables-nft-restore", "--noflush", "--wait", "5", "/tmp/rules")
-	saved := netnstest.Run(t, netns, "chroot", root, "/usr/sbin/iptables-nft-save", "-t", "nat")
+	netns := nsmount.New(t, t.TempDir(), "image")
+	nsmount.Run(t, netns, "chroot", root, "/usr/sbin/iptables-nft-restore", "--noflush", "--wait", "5", "/tmp/rules")
+	saved := nsmount.Run(t, netns, "chroot", root, "/usr/sbin/iptables-nft-save", "-t", "nat")
 	st, err := rules.ParseSave(saved)
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +79,7 @@ func TestIptablesFilesRunInImage(t *testing.T) {
 		t.Errorf("rules applied by the image's iptables: %v\n%s", err, saved)
 	}
 	for _, tool := range []string{"ip6tables-nft-save", "iptables-legacy-save", "ip6tables-legacy-restore"} {
-		if v := netnstest.Run(t, netns, "chroot", root, "/usr/sbin/"+tool, "--version"); !strings.Contains(v, "v1.") {
+		if v := nsmount.Run(t, netns, "chroot", root, "/usr/sbin/"+tool, "--version"); !strings.Contains(v, "v1.") {
 			t.Errorf("%s --version: %q", tool, v)
 		}
 	}

@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/plexus-mesh/plexus/daemonset/install"
 	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
+	"github.com/plexus-mesh/plexus/daemonset/plugininstall"
 	"github.com/plexus-mesh/plexus/integration/clustercni"
 	"github.com/plexus-mesh/plexus/mesh/podcontract"
 	"github.com/plexus-mesh/plexus/testsupport/clustertest"
@@ -322,7 +322,7 @@ func agentOnNodes(t *testing.T, c *clustertest.Cluster) {
 // install renders the DaemonSet).
 func hostAgentClient(t *testing.T) kubernetes.Interface {
 	t.Helper()
-	path := filepath.Join("/var/lib/plexus", install.KubeconfigFile)
+	path := filepath.Join("/var/lib/plexus", plugininstall.KubeconfigFile)
 	var cfg *rest.Config
 	clustertest.WaitFor(t, time.Minute, "the node agent's credentials in "+path, func(context.Context) (bool, error) {
 		var err error

@@ -14,7 +14,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
-	"github.com/plexus-mesh/plexus/sidecar/internal/destinationtest"
+	"github.com/plexus-mesh/plexus/testsupport/fakedestination"
 	"github.com/plexus-mesh/plexus/testsupport/testpki"
 )
 
@@ -28,7 +28,7 @@ var (
 type env struct {
 	t    *testing.T
 	ca   *testpki.CA
-	srv  *destinationtest.Server
+	srv  *fakedestination.Server
 	addr string
 	r    *Resolver
 	reg  *prometheus.Registry
@@ -63,14 +63,14 @@ func newEnv(t *testing.T, mut func(*Options)) *env {
 
 // serve starts the destination server on ln.
 func (e *env) serve(ln net.Listener) {
-	e.srv = destinationtest.Serve(ln, e.ca, destID)
+	e.srv = fakedestination.Serve(ln, e.ca, destID)
 	e.t.Cleanup(e.srv.Stop)
 }
 
 var (
-	add    = destinationtest.Add
-	remove = destinationtest.Remove
-	wa     = destinationtest.Endpoint
+	add    = fakedestination.Add
+	remove = fakedestination.Remove
+	wa     = fakedestination.Endpoint
 )
 
 // picks does n sequential picks (each Done before the next) and counts addresses.
@@ -157,7 +157,7 @@ func TestLeastLoaded(t *testing.T) {
 func TestNoEndpointsAndNotFound(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.FailFastTimeout = 100 * time.Millisecond })
 	known := netip.MustParseAddrPort("10.96.0.11:80")
-	e.srv.Set(known.String(), destinationtest.NoEndpoints(true))
+	e.srv.Set(known.String(), fakedestination.NoEndpoints(true))
 	if _, err := e.r.Pick(context.Background(), known); !errors.Is(err, ErrNoEndpoints) {
 		t.Errorf("exists=true: err = %v, want ErrNoEndpoints", err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
-	"github.com/plexus-mesh/plexus/sidecar/internal/destinationtest"
+	"github.com/plexus-mesh/plexus/testsupport/fakedestination"
 )
 
 // A known service without endpoints makes picks wait: those waiting
@@ -58,7 +58,7 @@ func TestPicksWaitThroughAGap(t *testing.T) {
 // next ones, at once, until an endpoint appears.
 func TestFailFast(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.FailFastTimeout = 200 * time.Millisecond })
-	e.srv.Set(svc.String(), destinationtest.NoEndpoints(true))
+	e.srv.Set(svc.String(), fakedestination.NoEndpoints(true))
 	t0 := time.Now()
 	if _, err := e.r.Pick(context.Background(), svc); !errors.Is(err, ErrNoEndpoints) {
 		t.Fatalf("err = %v, want ErrNoEndpoints", err)
@@ -89,7 +89,7 @@ func TestFailFast(t *testing.T) {
 // At most MaxWaiting picks wait; the next fails at once with ErrQueueFull.
 func TestQueueBounded(t *testing.T) {
 	e := newEnv(t, nil)
-	e.srv.Set(svc.String(), destinationtest.NoEndpoints(true))
+	e.srv.Set(svc.String(), fakedestination.NoEndpoints(true))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for range MaxWaiting {

@@ -9,7 +9,7 @@ import (
 	"github.com/plexus-mesh/plexus/mesh/policy/accrual"
 	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/balance"
-	"github.com/plexus-mesh/plexus/sidecar/internal/destinationtest"
+	"github.com/plexus-mesh/plexus/testsupport/fakedestination"
 )
 
 // Picks waiting while the only endpoint's probe is in flight are woken
@@ -113,7 +113,7 @@ func TestFailFastEndsWithAProbe(t *testing.T) {
 // that ends the gap must reach them.
 func TestJanitorKeepsWaitingSub(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.IdleTimeout = 50 * time.Millisecond; o.FailFastTimeout = time.Second })
-	e.srv.Set(svc.String(), destinationtest.NoEndpoints(true))
+	e.srv.Set(svc.String(), fakedestination.NoEndpoints(true))
 	done := make(chan error, 1)
 	t0 := time.Now()
 	go func() {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plexus-mesh/plexus/sidecar/internal/netnstest"
+	"github.com/plexus-mesh/plexus/testsupport/netnstest"
 )
 
 // Every case has its own destination port per origin: the origin's log

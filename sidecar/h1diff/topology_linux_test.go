@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plexus-mesh/plexus/sidecar/internal/netnstest"
+	"github.com/plexus-mesh/plexus/testsupport/netnstest"
 )
 
 // The two namespaces' addresses, inside 10.250.0.0/16 and apart from the

@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/plexus-mesh/plexus/sidecar/internal/netnstest"
+	"github.com/plexus-mesh/plexus/testsupport/netnstest"
 )
 
 // TestGetRedirected creates a namespace with a veth pair and

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plexus-mesh/plexus/sidecar/internal/netnstest"
+	"github.com/plexus-mesh/plexus/testsupport/netnstest"
 )
 
 // TestInboundRefusesForeignDestinations proves that the inbound listener is

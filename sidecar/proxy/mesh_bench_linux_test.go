@@ -15,8 +15,8 @@ import (
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	"github.com/plexus-mesh/plexus/mesh/api/tappb"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
-	"github.com/plexus-mesh/plexus/sidecar/internal/destinationtest"
-	"github.com/plexus-mesh/plexus/sidecar/internal/netnstest"
+	"github.com/plexus-mesh/plexus/testsupport/fakedestination"
+	"github.com/plexus-mesh/plexus/testsupport/netnstest"
 	"github.com/plexus-mesh/plexus/testsupport/testpki"
 )
 
@@ -49,14 +49,14 @@ func BenchmarkMeshHTTP1(b *testing.B) {
 			var ca *testpki.CA
 			switch v.name {
 			case "proxied-mtls", "proxied-mtls-notap", "proxied-mtls-tapped", "proxied-mtls-authz":
-				var dest *destinationtest.Server
+				var dest *fakedestination.Server
 				if v.name == "proxied-mtls-authz" {
 					m, dest = newAuthzMesh(b, v.env)
 				} else {
 					m, dest, ca = newMTLSMeshCA(b, v.env)
 				}
 				tgt := fmt.Sprintf("%s:8080", serverIP)
-				dest.Set(tgt, destinationtest.Add(destinationtest.Endpoint(tgt, serverPodID)))
+				dest.Set(tgt, fakedestination.Add(fakedestination.Endpoint(tgt, serverPodID)))
 			default:
 				m = newTopology(b, proxied, v.env...)
 			}
@@ -193,14 +193,14 @@ func procStatusMB(b testing.TB, pid int, field string) float64 {
 // newAuthzMesh is newMTLSMesh whose server proxy also enforces inbound
 // policies: it asks a destination of its own (in its namespace) for them
 // and gets all-unauthenticated, the default, on every port.
-func newAuthzMesh(b *testing.B, env []string) (*mesh, *destinationtest.Server) {
+func newAuthzMesh(b *testing.B, env []string) (*mesh, *fakedestination.Server) {
 	b.Helper()
 	m := newTopology(b, false)
 	ca := testpki.New("mesh")
 	destID := spiffe.New("cluster.local", "plexus-system", "plexus-destination")
-	dest := destinationtest.Serve(m.client.listen(b, "127.0.0.1:8086"), ca, destID)
+	dest := fakedestination.Serve(m.client.listen(b, "127.0.0.1:8086"), ca, destID)
 	b.Cleanup(dest.Stop)
-	policies := destinationtest.Serve(m.server.listen(b, "127.0.0.1:8086"), ca, destID)
+	policies := fakedestination.Serve(m.server.listen(b, "127.0.0.1:8086"), ca, destID)
 	b.Cleanup(policies.Stop)
 	all := &pb.InboundPolicy{Server: &pb.ResourceRef{Kind: "default", Name: "all-unauthenticated"},
 		Authorizations: []*pb.Authorization{{Ref: &pb.ResourceRef{Kind: "default", Name: "all-unauthenticated"}}}}

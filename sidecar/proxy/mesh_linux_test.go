@@ -23,7 +23,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/plexus-mesh/plexus/sidecar/config"
-	"github.com/plexus-mesh/plexus/sidecar/internal/netnstest"
+	"github.com/plexus-mesh/plexus/testsupport/netnstest"
 )
 
 // childEnv makes the test binary act as plexus-proxy (see TestMain).

@@ -26,8 +26,8 @@ import (
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 	"github.com/plexus-mesh/plexus/sidecar/config"
 	"github.com/plexus-mesh/plexus/sidecar/httpproxy"
-	"github.com/plexus-mesh/plexus/sidecar/internal/destinationtest"
-	"github.com/plexus-mesh/plexus/sidecar/internal/netnstest"
+	"github.com/plexus-mesh/plexus/testsupport/fakedestination"
+	"github.com/plexus-mesh/plexus/testsupport/netnstest"
 	"github.com/plexus-mesh/plexus/testsupport/testpki"
 )
 
@@ -222,18 +222,18 @@ func onlyTLS(t *testing.T, what string, streams [][]byte, secrets ...string) {
 // the proxy's own dials there are not redirected) where to send traffic.
 // Both proxies get env; the server proxy, started first and not waited
 // for, also serverEnv.
-func newMTLSMesh(t testing.TB, env []string, serverEnv ...string) (*mesh, *destinationtest.Server) {
+func newMTLSMesh(t testing.TB, env []string, serverEnv ...string) (*mesh, *fakedestination.Server) {
 	t.Helper()
 	m, dest, _ := newMTLSMeshCA(t, env, serverEnv...)
 	return m, dest
 }
 
 // newMTLSMeshCA is newMTLSMesh that also returns the mesh's CA.
-func newMTLSMeshCA(t testing.TB, env []string, serverEnv ...string) (*mesh, *destinationtest.Server, *testpki.CA) {
+func newMTLSMeshCA(t testing.TB, env []string, serverEnv ...string) (*mesh, *fakedestination.Server, *testpki.CA) {
 	t.Helper()
 	m := newTopology(t, false)
 	ca := testpki.New("mesh")
-	dest := destinationtest.Serve(m.client.listen(t, "127.0.0.1:8086"), ca, spiffe.New("cluster.local", "plexus-system", "plexus-destination"))
+	dest := fakedestination.Serve(m.client.listen(t, "127.0.0.1:8086"), ca, spiffe.New("cluster.local", "plexus-system", "plexus-destination"))
 	t.Cleanup(dest.Stop)
 	m.server = launchProxy(t, m.server.ns, true, identityEnv(ca, serverPodID, append(env, serverEnv...)...)...)
 	m.client = startProxy(t, m.client.ns, identityEnv(ca, clientPodID, append(env, "PLEXUS_PROXY_DESTINATION_ADDR=127.0.0.1:8086")...)...)
@@ -249,7 +249,7 @@ func TestMeshMTLS(t *testing.T) {
 	m, dest := newMTLSMesh(t, nil, envTestCertDelay+"=1500ms")
 	ep := func(port int, id spiffe.ID) string {
 		path := fmt.Sprintf("%s:%d", serverIP, port)
-		dest.Set(path, destinationtest.Add(destinationtest.Endpoint(path, id)))
+		dest.Set(path, fakedestination.Add(fakedestination.Endpoint(path, id)))
 		return path
 	}
 	wire := sniff(t, m.server.ns, "vb")
@@ -353,7 +353,7 @@ func TestMeshMTLS(t *testing.T) {
 
 	t.Run("no-endpoints", func(t *testing.T) {
 		path := fmt.Sprintf("%s:%d", serverIP, 8088)
-		dest.Set(path, destinationtest.NoEndpoints(true))
+		dest.Set(path, fakedestination.NoEndpoints(true))
 		res, err := m.client.httpClient(false).Get("http://" + path + "/")
 		if err != nil {
 			t.Fatal(err)
@@ -427,7 +427,7 @@ func TestMeshMTLS(t *testing.T) {
 		}
 		svc := "10.96.0.10:80" // a ClusterIP: nothing routes it, only destination knows it
 		m.client.ns.Run(t, "ip", "route", "add", "10.96.0.0/16", "dev", "va")
-		dest.Set(svc, destinationtest.Add(destinationtest.Endpoint(serverIP+":8090", serverPodID)))
+		dest.Set(svc, fakedestination.Add(fakedestination.Endpoint(serverIP+":8090", serverPodID)))
 		c := m.client.httpClient(false) // one keep-alive connection to the client proxy
 		get := func() {
 			res, err := c.Get("http://" + svc + "/")
@@ -454,7 +454,7 @@ func TestMeshMTLS(t *testing.T) {
 		if h := snapshot(); h[serverIP] != 5 || len(h) != 1 {
 			t.Fatalf("one endpoint: hits %v", h)
 		}
-		dest.Push(svc, destinationtest.Add(destinationtest.Endpoint(ips[1]+":8090", serverPodID), destinationtest.Endpoint(ips[2]+":8090", serverPodID)))
+		dest.Push(svc, fakedestination.Add(fakedestination.Endpoint(ips[1]+":8090", serverPodID), fakedestination.Endpoint(ips[2]+":8090", serverPodID)))
 		t0 := time.Now()
 		for {
 			get()
@@ -467,7 +467,7 @@ func TestMeshMTLS(t *testing.T) {
 				t.Fatalf("not spread within 1s: %v", h)
 			}
 		}
-		dest.Push(svc, destinationtest.Remove(destinationtest.Endpoint(ips[1]+":8090", spiffe.ID{})))
+		dest.Push(svc, fakedestination.Remove(fakedestination.Endpoint(ips[1]+":8090", spiffe.ID{})))
 		time.Sleep(200 * time.Millisecond)
 		before := snapshot()
 		for range 12 {

@@ -15,7 +15,7 @@ import (
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 	"github.com/plexus-mesh/plexus/mesh/podcontract"
 	"github.com/plexus-mesh/plexus/sidecar/httpproxy"
-	"github.com/plexus-mesh/plexus/sidecar/internal/destinationtest"
+	"github.com/plexus-mesh/plexus/testsupport/fakedestination"
 	"github.com/plexus-mesh/plexus/testsupport/testpki"
 )
 
@@ -32,7 +32,7 @@ import (
 func TestMeshSelfCall(t *testing.T) {
 	m := newTopology(t, false)
 	ca := testpki.New("mesh")
-	dest := destinationtest.Serve(m.server.listen(t, "127.0.0.1:8086"), ca, spiffe.New("cluster.local", "plexus-system", "plexus-destination"))
+	dest := fakedestination.Serve(m.server.listen(t, "127.0.0.1:8086"), ca, spiffe.New("cluster.local", "plexus-system", "plexus-destination"))
 	t.Cleanup(dest.Stop)
 	self := startProxy(t, m.server.ns, identityEnv(ca, serverPodID, "PLEXUS_PROXY_DESTINATION_ADDR=127.0.0.1:8086")...)
 	// Service addresses: nothing answers there, they leave by the pod's
@@ -40,7 +40,7 @@ func TestMeshSelfCall(t *testing.T) {
 	self.ns.Run(t, "ip", "route", "add", "10.96.0.0/16", "dev", "vb")
 	self.ns.Run(t, "ip", "-6", "route", "add", "fd00:96::/64", "dev", "vb")
 	service := func(svc, endpoint string) string {
-		dest.Set(svc, destinationtest.Add(destinationtest.Endpoint(endpoint, serverPodID)))
+		dest.Set(svc, fakedestination.Add(fakedestination.Endpoint(endpoint, serverPodID)))
 		return svc
 	}
 	// inbound and outbound are the proxy's request_total of the mTLS

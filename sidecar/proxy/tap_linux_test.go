@@ -18,7 +18,7 @@ import (
 	"github.com/plexus-mesh/plexus/mesh/api/tappb"
 	"github.com/plexus-mesh/plexus/mesh/identity/mtls"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
-	"github.com/plexus-mesh/plexus/sidecar/internal/destinationtest"
+	"github.com/plexus-mesh/plexus/testsupport/fakedestination"
 	"github.com/plexus-mesh/plexus/testsupport/testpki"
 )
 
@@ -58,7 +58,7 @@ func openTap(t testing.TB, p *pod, ca *testpki.CA, req *tappb.ObserveRequest) ta
 func TestMeshTapStalledReader(t *testing.T) {
 	m, dest, ca := newMTLSMeshCA(t, nil)
 	tgt := fmt.Sprintf("%s:8080", serverIP)
-	dest.Set(tgt, destinationtest.Add(destinationtest.Endpoint(tgt, serverPodID)))
+	dest.Set(tgt, fakedestination.Add(fakedestination.Endpoint(tgt, serverPodID)))
 	body := strings.Repeat("x", 1024)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) })}
 	go srv.Serve(m.server.listen(t, ":8080"))

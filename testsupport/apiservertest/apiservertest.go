@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/plexus-mesh/plexus/daemonset/install"
+	"github.com/plexus-mesh/plexus/daemonset/plugininstall"
 )
 
 // Server is a real etcd + kube-apiserver on loopback, owned by one test
@@ -180,7 +180,7 @@ func (a *Server) Client(t testing.TB, token string) kubernetes.Interface {
 }
 
 // PluginKubeconfig writes the kubeconfig the node agent gives plexus-cni
-// (daemonset/install: the CA embedded, the token in a file beside it),
+// (daemonset/plugininstall: the CA embedded, the token in a file beside it),
 // here for token, and returns its path.
 func (a *Server) PluginKubeconfig(t testing.TB, token string) string {
 	t.Helper()
@@ -189,15 +189,15 @@ func (a *Server) PluginKubeconfig(t testing.TB, token string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tokenFile := filepath.Join(dir, install.TokenFile)
+	tokenFile := filepath.Join(dir, plugininstall.TokenFile)
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	kc, err := install.Kubeconfig(a.URL, ca, tokenFile)
+	kc, err := plugininstall.Kubeconfig(a.URL, ca, tokenFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, install.KubeconfigFile)
+	path := filepath.Join(dir, plugininstall.KubeconfigFile)
 	if err := os.WriteFile(path, kc, 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/plexus-mesh/plexus/control/cli/check"
-	"github.com/plexus-mesh/plexus/viz/routestats"
+	"github.com/plexus-mesh/plexus/control/routestats"
 	"github.com/plexus-mesh/plexus/viz/vizquery"
 )
 

@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/plexus-mesh/plexus/control/cli/check"
+	"github.com/plexus-mesh/plexus/control/routestats"
 	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
-	"github.com/plexus-mesh/plexus/viz/routestats"
 	"github.com/plexus-mesh/plexus/viz/vizquery"
 )
 

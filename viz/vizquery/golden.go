@@ -7,7 +7,7 @@ import (
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
 
-	"github.com/plexus-mesh/plexus/viz/meshstats"
+	"github.com/plexus-mesh/plexus/control/meshstats"
 )
 
 // Golden is one row of golden metrics: plexusctl stat's figures (rates

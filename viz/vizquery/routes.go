@@ -10,8 +10,8 @@ import (
 
 	"github.com/prometheus/common/model"
 
-	"github.com/plexus-mesh/plexus/viz/meshstats"
-	"github.com/plexus-mesh/plexus/viz/routestats"
+	"github.com/plexus-mesh/plexus/control/meshstats"
+	"github.com/plexus-mesh/plexus/control/routestats"
 )
 
 // Routes returns the per-route traffic the proxies f selects sent in the

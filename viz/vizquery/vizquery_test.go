@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/plexus-mesh/plexus/control/routestats"
 	"github.com/plexus-mesh/plexus/mesh/meshpod"
-	"github.com/plexus-mesh/plexus/viz/routestats"
 )
 
 var ctx = context.Background()

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 	gateway "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
-	"github.com/plexus-mesh/plexus/control/cli/authz"
+	"github.com/plexus-mesh/plexus/control/cli/authzreport"
 	"github.com/plexus-mesh/plexus/control/cli/check"
 	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
 )
@@ -47,7 +47,7 @@ func authzCmd(g *globals, env Env) *cobra.Command {
 		port := fs.Uint("port", 0, "show only this port, declared by the pod or not (default: every TCP port its containers declare)")
 		timeout := fs.Duration("timeout", 30*time.Second, "give up on the API server after this long")
 		return func(ctx context.Context, pos []string) error {
-			kind, name, err := authz.ParseTarget(pos)
+			kind, name, err := authzreport.ParseTarget(pos)
 			if err != nil {
 				return usagef("%v: want authz (deploy|sts|ds|pod)/NAME or KIND NAME", err)
 			}
@@ -57,9 +57,9 @@ func authzCmd(g *globals, env Env) *cobra.Command {
 			if *port > 65535 {
 				return usagef("--port %d: want 1-65535", *port)
 			}
-			cfg := authz.Config{Kind: kind, Name: name, Port: uint16(*port), ControlPlaneNamespace: check.Namespace}
+			cfg := authzreport.Config{Kind: kind, Name: name, Port: uint16(*port), ControlPlaneNamespace: check.Namespace}
 			if *from != "" {
-				if cfg.From, err = authz.ParseFrom(*from, cmp.Or(*fromNS, namespace(g))); err != nil {
+				if cfg.From, err = authzreport.ParseFrom(*from, cmp.Or(*fromNS, namespace(g))); err != nil {
 					return usageError{err: err}
 				}
 			} else if *fromNS != "" {
@@ -81,7 +81,7 @@ func authzCmd(g *globals, env Env) *cobra.Command {
 
 // runAuthz evaluates cfg, in the namespace of g's context, and prints the
 // report (authz and diagnostics policy).
-func runAuthz(ctx context.Context, g *globals, env Env, cfg authz.Config, timeout time.Duration) error {
+func runAuthz(ctx context.Context, g *globals, env Env, cfg authzreport.Config, timeout time.Duration) error {
 	clients, _, ns, err := connectPolicy(g)
 	if err != nil {
 		return err
@@ -92,9 +92,9 @@ func runAuthz(ctx context.Context, g *globals, env Env, cfg authz.Config, timeou
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	report, err := authz.Authz{Clients: clients}.Run(ctx, cfg)
+	report, err := authzreport.Authz{Clients: clients}.Run(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	return authz.Render(env.Stdout, report, g.output)
+	return authzreport.Render(env.Stdout, report, g.output)
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/plexus-mesh/plexus/control/cli/authz"
+	"github.com/plexus-mesh/plexus/control/cli/authzreport"
 	"github.com/plexus-mesh/plexus/control/cli/check"
 	"github.com/plexus-mesh/plexus/control/cli/diagnostics"
 	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
@@ -117,7 +117,7 @@ func diagPolicyCmd(g *globals, env Env) *cobra.Command {
 			if *port > 65535 {
 				return usagef("--port %d: want 1-65535", *port)
 			}
-			cfg := authz.Config{Kind: authz.Pod, Name: name, Port: uint16(*port), ControlPlaneNamespace: check.Namespace}
+			cfg := authzreport.Config{Kind: authzreport.Pod, Name: name, Port: uint16(*port), ControlPlaneNamespace: check.Namespace}
 			return runAuthz(ctx, g, env, cfg, *timeout)
 		}
 	})

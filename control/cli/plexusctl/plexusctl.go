@@ -24,12 +24,12 @@ import (
 	"github.com/plexus-mesh/plexus/control/cli/install"
 	"github.com/plexus-mesh/plexus/control/cli/optin"
 	"github.com/plexus-mesh/plexus/control/cli/profile"
+	"github.com/plexus-mesh/plexus/control/cli/routesview"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 	"github.com/plexus-mesh/plexus/control/cli/uninstall"
 	"github.com/plexus-mesh/plexus/control/cli/upgrade"
 	"github.com/plexus-mesh/plexus/control/version"
 	"github.com/plexus-mesh/plexus/deploy"
-	"github.com/plexus-mesh/plexus/viz/routestats"
 )
 
 // Exit codes.
@@ -435,7 +435,7 @@ func routesCmd(g *globals, env Env) *cobra.Command {
 			if err := cfg.Validate(); err != nil {
 				return usageError{err: err}
 			}
-			r := routestats.Routes{Stat: stat.Stat{Client: client, Scrape: stat.ProxyScraper(client), Sleep: stat.Sleep, Now: time.Now}}
+			r := routesview.Routes{Stat: stat.Stat{Client: client, Scrape: stat.ProxyScraper(client), Sleep: stat.Sleep, Now: time.Now}}
 			out, err := r.Run(ctx, cfg)
 			if err != nil {
 				return err
@@ -443,7 +443,7 @@ func routesCmd(g *globals, env Env) *cobra.Command {
 			for _, e := range out.Errors {
 				fmt.Fprintf(env.Stderr, "plexusctl routes: left out, not scraped: %s\n", e)
 			}
-			return routestats.Render(env.Stdout, out.Rows, g.output)
+			return routesview.Render(env.Stdout, out.Rows, g.output)
 		}
 	})
 }

@@ -15,11 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/plexus-mesh/plexus/control/cli/routesview"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 	"github.com/plexus-mesh/plexus/viz/cli"
 	"github.com/plexus-mesh/plexus/viz/cli/edges"
 	"github.com/plexus-mesh/plexus/viz/cli/promstat"
-	"github.com/plexus-mesh/plexus/viz/routestats"
 	"github.com/plexus-mesh/plexus/viz/vizquery"
 )
 
@@ -122,7 +122,7 @@ func vizRoutesCmd(g *globals, env Env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return routestats.Render(env.Stdout, rows, g.output)
+			return routesview.Render(env.Stdout, rows, g.output)
 		}
 	})
 }

@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/plexus-mesh/plexus/control/meshstats"
 	"github.com/plexus-mesh/plexus/mesh/meshpod"
-	"github.com/plexus-mesh/plexus/viz/meshstats"
 )
 
 // Resource is what one row stands for.

@@ -92,7 +92,7 @@ func newFixture(t *testing.T) *fixture {
 				t.Errorf("scraped %s/%s, which is not a running meshed pod", ns, name)
 				return nil, errors.New("not meshed")
 			}
-			return os.ReadFile(filepath.Join("..", "..", "..", "viz", "meshstats", "testdata", files[n]))
+			return os.ReadFile(filepath.Join("..", "..", "meshstats", "testdata", files[n]))
 		},
 	}
 	return f

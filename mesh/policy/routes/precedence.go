@@ -42,7 +42,7 @@ type hostIndex struct {
 // Exact > RegularExpression > PathPrefix, then the longer prefix, then a
 // method match, then more header matches, then more query matches.
 //
-// A GRPCRoute's matches are paths too (control/routes: service and method
+// A GRPCRoute's matches are paths too (control/outboundpolicy: service and method
 // → Exact "/svc/method", service only → PathPrefix "/svc/", method only
 // → a regex); GRPCRoute ranks a matching service before a matching
 // method, so for them PathPrefix ranks above a regex.

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/control/cli/stat"
+	"github.com/plexus-mesh/plexus/control/routestats"
 	"github.com/plexus-mesh/plexus/viz/cli"
-	"github.com/plexus-mesh/plexus/viz/routestats"
 	"github.com/plexus-mesh/plexus/viz/vizquery"
 )
 

@@ -12,12 +12,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/plexus-mesh/plexus/control/cli/routesview"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
+	"github.com/plexus-mesh/plexus/control/meshstats"
+	"github.com/plexus-mesh/plexus/control/routestats"
 	"github.com/plexus-mesh/plexus/mesh/meshpod"
 	"github.com/plexus-mesh/plexus/testsupport/goldentest"
 	"github.com/plexus-mesh/plexus/viz/cli"
-	"github.com/plexus-mesh/plexus/viz/meshstats"
-	"github.com/plexus-mesh/plexus/viz/routestats"
 	"github.com/plexus-mesh/plexus/viz/vizquery"
 )
 
@@ -156,7 +157,7 @@ func TestRoutes(t *testing.T) {
 		t.Errorf("filter %+v", prom.filter)
 	}
 	var out bytes.Buffer
-	if err := routestats.Render(&out, rows, stat.FormatWide); err != nil {
+	if err := routesview.Render(&out, rows, stat.FormatWide); err != nil {
 		t.Fatal(err)
 	}
 	goldentest.Golden(t, "routes.txt", out.Bytes())

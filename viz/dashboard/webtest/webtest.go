@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/control/cli/check"
+	"github.com/plexus-mesh/plexus/control/meshstats"
+	"github.com/plexus-mesh/plexus/control/routestats"
 	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 	"github.com/plexus-mesh/plexus/viz/dashboard"
-	"github.com/plexus-mesh/plexus/viz/meshstats"
-	"github.com/plexus-mesh/plexus/viz/routestats"
 	"github.com/plexus-mesh/plexus/viz/vizquery"
 )
 
