@@ -10,8 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/plexus-mesh/plexus/integration/vizprom"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
+	"github.com/plexus-mesh/plexus/testsupport/vizprom"
 )
 
 // The Grafana dashboards (plexus-viz/grafana/*.json) may only name metrics

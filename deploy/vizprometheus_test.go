@@ -27,8 +27,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
-	"github.com/plexus-mesh/plexus/integration/vizprom"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
+	"github.com/plexus-mesh/plexus/testsupport/vizprom"
 )
 
 // TestVizPrometheusLive runs the real Prometheus (deps.sh prometheus) with

@@ -16,9 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
-	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
-
 	"github.com/plexus-mesh/plexus/cni-plugin/pluginreport"
+	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
 	"github.com/plexus-mesh/plexus/daemonset/conflist"
 	"github.com/plexus-mesh/plexus/daemonset/guard"
 	"github.com/plexus-mesh/plexus/daemonset/nodeevents"

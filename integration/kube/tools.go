@@ -4,12 +4,11 @@
 package kube
 
 import (
+	_ "go.etcd.io/etcd/server/v3/etcdmain"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-proxy"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 	_ "k8s.io/kubernetes/cmd/kubelet"
-
-	_ "go.etcd.io/etcd/server/v3/etcdmain"
 )

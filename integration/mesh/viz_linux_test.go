@@ -33,9 +33,9 @@ import (
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 	"github.com/plexus-mesh/plexus/integration/clustercni"
 	"github.com/plexus-mesh/plexus/integration/vizbrowser"
-	"github.com/plexus-mesh/plexus/integration/vizprom"
 	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 	"github.com/plexus-mesh/plexus/testsupport/clustertest"
+	"github.com/plexus-mesh/plexus/testsupport/vizprom"
 	"github.com/plexus-mesh/plexus/viz/tapclient"
 	"github.com/plexus-mesh/plexus/viz/vizquery"
 )

@@ -7,7 +7,7 @@ import (
 
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 
-	"github.com/plexus-mesh/plexus/integration/loadgen"
+	"github.com/plexus-mesh/plexus/testsupport/loadgen"
 )
 
 // protocol is how the client talks to a path: the request a loadgen

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/plexus-mesh/plexus/integration/loadgen"
+	"github.com/plexus-mesh/plexus/testsupport/loadgen"
 )
 
 // Report is what one run measured.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plexus-mesh/plexus/integration/loadgen"
+	"github.com/plexus-mesh/plexus/testsupport/loadgen"
 )
 
 func row(path string, p50, p99, perRequest time.Duration) RateResult {

@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/plexus-mesh/plexus/integration/loadgen"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
+	"github.com/plexus-mesh/plexus/testsupport/loadgen"
 )
 
 // Config is one benchmark run.

@@ -5,13 +5,12 @@ import (
 	"io"
 	"net"
 	"net/netip"
-
-	"github.com/prometheus/common/expfmt"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )

@@ -14,11 +14,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/plexus-mesh/plexus/integration/loadgen"
 	"github.com/plexus-mesh/plexus/mesh/api/tappb"
 	"github.com/plexus-mesh/plexus/mesh/identity/mtls"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 	"github.com/plexus-mesh/plexus/testsupport/fakedestination"
+	"github.com/plexus-mesh/plexus/testsupport/loadgen"
 	"github.com/plexus-mesh/plexus/testsupport/testpki"
 )
 

@@ -11,6 +11,8 @@ import (
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/plexus-mesh/plexus/viz/viznames"
 )
 
 // object is one Kubernetes object as generic maps, so that every field of
@@ -70,12 +72,12 @@ func (r Renderer) Uninstall(w io.Writer) error {
 			first = append(first, ref)
 		case kindOf(o) == "Namespace":
 			ns = append(ns, ref)
-		case namespaceOf(o) != Namespace:
+		case namespaceOf(o) != viznames.Namespace:
 			rest = append(rest, ref)
 		}
 	}
 	if len(ns) == 0 {
-		return fmt.Errorf("viz uninstall: %s holds no Namespace", ManifestDir)
+		return fmt.Errorf("viz uninstall: %s holds no Namespace", viznames.ManifestDir)
 	}
 	for i, j := 0, len(rest)-1; i < j; i, j = i+1, j-1 {
 		rest[i], rest[j] = rest[j], rest[i]
@@ -85,12 +87,12 @@ func (r Renderer) Uninstall(w io.Writer) error {
 
 // objects reads every document of ManifestDir/*.yaml, files in name order.
 func (r Renderer) objects() ([]object, error) {
-	files, err := fs.Glob(r.Manifests, ManifestDir+"/*.yaml")
+	files, err := fs.Glob(r.Manifests, viznames.ManifestDir+"/*.yaml")
 	if err != nil {
-		return nil, fmt.Errorf("listing %s: %w", ManifestDir, err)
+		return nil, fmt.Errorf("listing %s: %w", viznames.ManifestDir, err)
 	}
 	if len(files) == 0 {
-		return nil, fmt.Errorf("no manifests in %s", ManifestDir)
+		return nil, fmt.Errorf("no manifests in %s", viznames.ManifestDir)
 	}
 	sort.Strings(files)
 	var objs []object

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
+	"github.com/plexus-mesh/plexus/viz/viznames"
 )
 
 // Names of the objects AllowScrapes writes.
@@ -71,7 +72,7 @@ func AllowScrapes(w io.Writer, c ScrapeConfig) error {
 			"apiVersion": policyv1alpha1.APIVersion, "kind": policyv1alpha1.ServerKind, "metadata": meta(ScrapeServer),
 			"spec": object{
 				"podSelector":   object{},
-				"port":          AdminPort,
+				"port":          viznames.AdminPort,
 				"proxyProtocol": string(policyv1alpha1.ProtocolHTTP1),
 				"accessPolicy":  string(policyv1alpha1.Deny),
 			},
@@ -101,7 +102,7 @@ func AllowScrapes(w io.Writer, c ScrapeConfig) error {
 		},
 	}
 	head := "# Lets the viz extension's Prometheus scrape the proxies of namespace " + c.Namespace + "\n" +
-		"# (GET /metrics on port " + strconv.Itoa(AdminPort) + " from the networks below) whatever the\n" +
+		"# (GET /metrics on port " + strconv.Itoa(viznames.AdminPort) + " from the networks below) whatever the\n" +
 		"# default inbound policy; the admin port's other paths are closed to everyone.\n"
 	if _, err := io.WriteString(w, head); err != nil {
 		return err

@@ -21,13 +21,14 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
-	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy/inboundpolicytest"
 	"github.com/plexus-mesh/plexus/control/destination"
+	"github.com/plexus-mesh/plexus/control/inboundpolicy"
+	"github.com/plexus-mesh/plexus/control/inboundpolicy/inboundpolicytest"
 	"github.com/plexus-mesh/plexus/deploy"
 	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
 	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/testsupport/goldentest"
+	"github.com/plexus-mesh/plexus/viz/viznames"
 )
 
 func TestParseTarget(t *testing.T) {
@@ -148,8 +149,8 @@ func TestInstallRealManifests(t *testing.T) {
 		t.Fatal(err)
 	}
 	objs := decodeAll(t, out.Bytes())
-	if len(objs) == 0 || objs[0].GetKind() != "Namespace" || objs[0].GetName() != Namespace {
-		t.Fatalf("first object %v, want Namespace %s", objs[0], Namespace)
+	if len(objs) == 0 || objs[0].GetKind() != "Namespace" || objs[0].GetName() != viznames.Namespace {
+		t.Fatalf("first object %v, want Namespace %s", objs[0], viznames.Namespace)
 	}
 	seen := map[string]int{}
 	for i, o := range objs {
@@ -160,11 +161,11 @@ func TestInstallRealManifests(t *testing.T) {
 			}
 		}
 	}
-	api, ok := seen["APIService/"+APIService]
+	api, ok := seen["APIService/"+viznames.APIService]
 	if !ok {
-		t.Fatalf("no APIService %s among %v", APIService, seen)
+		t.Fatalf("no APIService %s among %v", viznames.APIService, seen)
 	}
-	for _, dep := range []string{"Deployment/" + TapDeployment, "Service/" + TapDeployment} {
+	for _, dep := range []string{"Deployment/" + viznames.TapDeployment, "Service/" + viznames.TapDeployment} {
 		if i, ok := seen[dep]; !ok || i > api {
 			t.Errorf("%s at %d, want it before the APIService (%d)", dep, i, api)
 		}
@@ -178,8 +179,8 @@ func TestInstallRealManifests(t *testing.T) {
 		t.Errorf("uninstall starts with %s, %s; want the APIService, then the Namespace", del[0].GetKind(), del[1].GetKind())
 	}
 	for _, o := range del[2:] {
-		if o.GetNamespace() == Namespace {
-			t.Errorf("%s %s is in %s: deleted with the namespace", o.GetKind(), o.GetName(), Namespace)
+		if o.GetNamespace() == viznames.Namespace {
+			t.Errorf("%s %s is in %s: deleted with the namespace", o.GetKind(), o.GetName(), viznames.Namespace)
 		}
 	}
 }
@@ -245,9 +246,9 @@ func TestAllowScrapes(t *testing.T) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-1", Labels: map[string]string{"app": "web"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "plexus-proxy",
-			LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/live", Port: intOrString(AdminPort)}}}}}},
+			LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/live", Port: intOrString(viznames.AdminPort)}}}}}},
 	}
-	pol, warnings, err := snap.Policy(dcfg, pod, AdminPort)
+	pol, warnings, err := snap.Policy(dcfg, pod, viznames.AdminPort)
 	if err != nil || len(warnings) > 0 {
 		t.Fatalf("policy: %v, warnings %v", err, warnings)
 	}

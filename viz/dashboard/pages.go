@@ -14,7 +14,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/plexus-mesh/plexus/control/cli/check"
+	"github.com/plexus-mesh/plexus/control/healthcheck"
 	"github.com/plexus-mesh/plexus/control/routestats"
 	"github.com/plexus-mesh/plexus/viz/vizquery"
 )
@@ -226,7 +226,7 @@ func (s *Server) topology(w http.ResponseWriter, r *http.Request) {
 
 type controlPlaneBody struct {
 	Namespace string
-	Results   []check.Result
+	Results   []healthcheck.Result
 	Passed    bool
 	Health    *vizquery.Health
 }
@@ -247,35 +247,35 @@ func (s *Server) controlPlane(w http.ResponseWriter, r *http.Request) {
 		})
 	b.Passed = true
 	for i, res := range b.Results {
-		if res.Status == check.Fail && strings.Contains(res.Detail, "forbidden") {
+		if res.Status == healthcheck.Fail && strings.Contains(res.Detail, "forbidden") {
 			// The dashboard's account is denied some reads on purpose
 			// (the issuer's Secret holds its private key).
-			b.Results[i] = check.Result{Name: res.Name, Status: check.Warn,
+			b.Results[i] = healthcheck.Result{Name: res.Name, Status: healthcheck.Warn,
 				Detail: "not checked: the dashboard's service account may not read this (" + res.Detail + ")", Hint: "run plexusctl check"}
 			continue
 		}
-		if res.Status == check.Fail {
+		if res.Status == healthcheck.Fail {
 			b.Passed = false
 		}
 	}
 	s.render(w, "controlplane.html", page{Title: "Control plane", Nav: "controlplane", Refresh: 60, Errors: errs, Body: b})
 }
 
-func statusClass(st check.Status) string {
+func statusClass(st healthcheck.Status) string {
 	switch st {
-	case check.OK:
+	case healthcheck.OK:
 		return "ok"
-	case check.Warn:
+	case healthcheck.Warn:
 		return "warn"
 	}
 	return "fail"
 }
 
-func statusSymbol(st check.Status) string {
+func statusSymbol(st healthcheck.Status) string {
 	switch st {
-	case check.OK:
+	case healthcheck.OK:
 		return "✔"
-	case check.Warn:
+	case healthcheck.Warn:
 		return "‼"
 	}
 	return "✘"

@@ -19,7 +19,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/plexus-mesh/plexus/control/cli/check"
+	"github.com/plexus-mesh/plexus/control/healthcheck"
 	"github.com/plexus-mesh/plexus/control/routestats"
 	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 	"github.com/plexus-mesh/plexus/viz/vizquery"
@@ -49,7 +49,7 @@ type Config struct {
 // DefaultConfig is the configuration plexus-control web starts from.
 func DefaultConfig() Config {
 	return Config{
-		ControlNamespace: check.Namespace,
+		ControlNamespace: healthcheck.Namespace,
 		Window:           vizquery.DefaultWindow,
 		SparklineSpan:    30 * time.Minute,
 		SparklineStep:    30 * time.Second,
@@ -121,7 +121,7 @@ type Sources struct {
 	Metrics Metrics
 	Tap     TapFunc
 	// Checks runs plexusctl check's checks (check.Checker.Run).
-	Checks func(ctx context.Context) []check.Result
+	Checks func(ctx context.Context) []healthcheck.Result
 }
 
 // Server serves the dashboard.

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/cli/check"
+	"github.com/plexus-mesh/plexus/control/healthcheck"
 	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 	"github.com/plexus-mesh/plexus/viz/dashboard"
 	"github.com/plexus-mesh/plexus/viz/dashboard/webtest"
@@ -211,10 +211,10 @@ func TestBrokenPrometheusShowsTheError(t *testing.T) {
 
 func TestControlPlaneFailureAndForbidden(t *testing.T) {
 	ts := newServer(t, func(_ *dashboard.Config, s *dashboard.Sources) {
-		s.Checks = func(context.Context) []check.Result {
-			return []check.Result{
-				{Name: "issuer", Status: check.Fail, Detail: `secrets "plexus-identity-issuer" is forbidden: User "system:serviceaccount:plexus-viz:plexus-web" cannot get resource "secrets"`},
-				{Name: "webhook", Status: check.Fail, Detail: "no caBundle", Hint: "restart the injector"},
+		s.Checks = func(context.Context) []healthcheck.Result {
+			return []healthcheck.Result{
+				{Name: "issuer", Status: healthcheck.Fail, Detail: `secrets "plexus-identity-issuer" is forbidden: User "system:serviceaccount:plexus-viz:plexus-web" cannot get resource "secrets"`},
+				{Name: "webhook", Status: healthcheck.Fail, Detail: "no caBundle", Hint: "restart the injector"},
 			}
 		}
 	})

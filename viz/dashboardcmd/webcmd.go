@@ -24,8 +24,8 @@ import (
 	gateway "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/plexus-mesh/plexus/control/adminhttp"
-	"github.com/plexus-mesh/plexus/control/cli/check"
-	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
+	"github.com/plexus-mesh/plexus/control/healthcheck"
+	"github.com/plexus-mesh/plexus/control/inboundpolicy"
 	"github.com/plexus-mesh/plexus/control/kubeclient"
 	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 	"github.com/plexus-mesh/plexus/viz/dashboard"
@@ -144,14 +144,14 @@ func connect(cfg Config) (dashboard.Sources, error) {
 	if err != nil {
 		return dashboard.Sources{}, err
 	}
-	checker := check.Checker{Client: kube, Policy: inboundpolicy.Clients{Kube: kube, Dynamic: dyn, Gateway: gw}, Now: time.Now, ServerTime: check.APIServerTime(rc)}
-	checkCfg := check.Config{NodeImageMode: cfg.NodeImageMode}
+	checker := healthcheck.Checker{Client: kube, Policy: inboundpolicy.Clients{Kube: kube, Dynamic: dyn, Gateway: gw}, Now: time.Now, ServerTime: healthcheck.APIServerTime(rc)}
+	checkCfg := healthcheck.Config{NodeImageMode: cfg.NodeImageMode}
 	return dashboard.Sources{
 		Metrics: dashboard.FromPrometheus(prom, kube),
 		Tap: func(ctx context.Context, ns, resource, name string, req tapapi.Request, fn func(tapapi.Event) error) error {
 			return tapclient.Stream(ctx, rc, ns, resource, name, req, fn)
 		},
-		Checks: func(ctx context.Context) []check.Result { return checker.Run(ctx, checkCfg) },
+		Checks: func(ctx context.Context) []healthcheck.Result { return checker.Run(ctx, checkCfg) },
 	}, nil
 }
 

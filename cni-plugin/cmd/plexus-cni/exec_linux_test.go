@@ -21,8 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/plexus-mesh/plexus/cni-plugin/addlog"
-	"github.com/plexus-mesh/plexus/integration/loadgen"
 	"github.com/plexus-mesh/plexus/testsupport/apiservertest"
+	"github.com/plexus-mesh/plexus/testsupport/loadgen"
 )
 
 // These benchmarks run plexus-cni as a container runtime does: a fresh

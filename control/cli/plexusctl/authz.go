@@ -17,8 +17,8 @@ import (
 	gateway "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/plexus-mesh/plexus/control/cli/authzreport"
-	"github.com/plexus-mesh/plexus/control/cli/check"
-	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
+	"github.com/plexus-mesh/plexus/control/healthcheck"
+	"github.com/plexus-mesh/plexus/control/inboundpolicy"
 )
 
 // connectPolicy is connect with the clients inbound policies are read
@@ -57,7 +57,7 @@ func authzCmd(g *globals, env Env) *cobra.Command {
 			if *port > 65535 {
 				return usagef("--port %d: want 1-65535", *port)
 			}
-			cfg := authzreport.Config{Kind: kind, Name: name, Port: uint16(*port), ControlPlaneNamespace: check.Namespace}
+			cfg := authzreport.Config{Kind: kind, Name: name, Port: uint16(*port), ControlPlaneNamespace: healthcheck.Namespace}
 			if *from != "" {
 				if cfg.From, err = authzreport.ParseFrom(*from, cmp.Or(*fromNS, namespace(g))); err != nil {
 					return usageError{err: err}

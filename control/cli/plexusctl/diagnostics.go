@@ -13,12 +13,12 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/plexus-mesh/plexus/control/cli/authzreport"
-	"github.com/plexus-mesh/plexus/control/cli/check"
 	"github.com/plexus-mesh/plexus/control/cli/diagnostics"
-	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
 	"github.com/plexus-mesh/plexus/control/cli/install"
 	"github.com/plexus-mesh/plexus/control/cli/portforward"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
+	"github.com/plexus-mesh/plexus/control/healthcheck"
+	"github.com/plexus-mesh/plexus/control/inboundpolicy"
 )
 
 // diagnosticsCmd is plexusctl diagnostics and its subcommands.
@@ -81,13 +81,13 @@ func diagEndpointsCmd(g *globals, env Env) *cobra.Command {
 			defer cancel()
 			td := *trustDomain
 			if td == "" {
-				s, err := inboundpolicy.Clients{Kube: client}.Settings(ctx, check.Namespace)
+				s, err := inboundpolicy.Clients{Kube: client}.Settings(ctx, healthcheck.Namespace)
 				if err != nil {
 					return err
 				}
 				td = s.TrustDomain.Value
 			}
-			e := diagnostics.Endpoints{Client: client, Dial: dialer.DialConn, ControlNamespace: check.Namespace,
+			e := diagnostics.Endpoints{Client: client, Dial: dialer.DialConn, ControlNamespace: healthcheck.Namespace,
 				TrustDomain: cmp.Or(td, install.DefaultConfig().TrustDomain), ClusterDomain: *clusterDomain, Compare: *compare}
 			report, err := e.Run(ctx, a)
 			if err != nil {
@@ -117,7 +117,7 @@ func diagPolicyCmd(g *globals, env Env) *cobra.Command {
 			if *port > 65535 {
 				return usagef("--port %d: want 1-65535", *port)
 			}
-			cfg := authzreport.Config{Kind: authzreport.Pod, Name: name, Port: uint16(*port), ControlPlaneNamespace: check.Namespace}
+			cfg := authzreport.Config{Kind: authzreport.Pod, Name: name, Port: uint16(*port), ControlPlaneNamespace: healthcheck.Namespace}
 			return runAuthz(ctx, g, env, cfg, *timeout)
 		}
 	})

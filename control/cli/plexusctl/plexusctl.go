@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/plexus-mesh/plexus/control/cli/check"
 	"github.com/plexus-mesh/plexus/control/cli/install"
 	"github.com/plexus-mesh/plexus/control/cli/optin"
 	"github.com/plexus-mesh/plexus/control/cli/profile"
@@ -28,6 +27,7 @@ import (
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 	"github.com/plexus-mesh/plexus/control/cli/uninstall"
 	"github.com/plexus-mesh/plexus/control/cli/upgrade"
+	"github.com/plexus-mesh/plexus/control/healthcheck"
 	"github.com/plexus-mesh/plexus/control/version"
 	"github.com/plexus-mesh/plexus/deploy"
 )
@@ -313,7 +313,7 @@ func uninstallCmd(g *globals, env Env) *cobra.Command {
 
 func checkCmd(g *globals, env Env) *cobra.Command {
 	return leaf("check", "verify the installation in a cluster", func(fs *pflag.FlagSet) runFunc {
-		var cfg check.Config
+		var cfg healthcheck.Config
 		fs.BoolVar(&cfg.NodeImageMode, "node-image-mode", false, "the CNI plugin is baked into the node images: skip the DaemonSet check")
 		fs.BoolVar(&cfg.Proxy, "proxy", false, "also check the data plane of -n NAMESPACE (default every namespace): proxy versions, certificates, redirect rules, pods that ask for a proxy and run none")
 		timeout := fs.Duration("timeout", 30*time.Second, "give up on the API server after this long")
@@ -328,9 +328,9 @@ func checkCmd(g *globals, env Env) *cobra.Command {
 			ctx, cancel := context.WithTimeout(ctx, *timeout)
 			defer cancel()
 			cfg.ProxyNamespace = g.namespace // set only by -n: every namespace by default
-			c := check.Checker{Client: clients.Kube, Policy: clients, Now: time.Now, ServerTime: check.APIServerTime(restCfg),
-				Scrape: check.Scraper(stat.ProxyScraper(clients.Kube))}
-			if !check.Print(env.Stdout, c.Run(ctx, cfg), env.Colour) {
+			c := healthcheck.Checker{Client: clients.Kube, Policy: clients, Now: time.Now, ServerTime: healthcheck.APIServerTime(restCfg),
+				Scrape: healthcheck.Scraper(stat.ProxyScraper(clients.Kube))}
+			if !healthcheck.Print(env.Stdout, c.Run(ctx, cfg), env.Colour) {
 				return errReported
 			}
 			return nil

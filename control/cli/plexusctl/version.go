@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
-	"github.com/plexus-mesh/plexus/control/cli/check"
+	"github.com/plexus-mesh/plexus/control/healthcheck"
 	"github.com/plexus-mesh/plexus/control/inject"
 	"github.com/plexus-mesh/plexus/control/version"
 )
@@ -107,7 +107,7 @@ func (v *versions) fromCluster(ctx context.Context, g *globals) error {
 // controlPlaneVersions is the image tag of each control-plane Deployment;
 // nil when Plexus is not installed.
 func controlPlaneVersions(ctx context.Context, kube kubernetes.Interface) (*controlPlaneVersion, error) {
-	list, err := kube.AppsV1().Deployments(check.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=plexus"})
+	list, err := kube.AppsV1().Deployments(healthcheck.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=plexus"})
 	if err != nil {
 		return nil, fmt.Errorf("listing the control plane: %w", err)
 	}

@@ -19,7 +19,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 

@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/plexus-mesh/plexus/control/cli/portforward"
-	"github.com/plexus-mesh/plexus/viz/cli"
+	"github.com/plexus-mesh/plexus/viz/viznames"
 )
 
 // Defaults, and the web's port when its pod names none "http"
@@ -107,7 +107,7 @@ func (d Dashboard) Run(ctx context.Context, cfg Config) error {
 		mu.Lock()
 		p, pt := pod, port
 		mu.Unlock()
-		c, err := d.Dial(ctx, vizcli.Namespace, p, pt)
+		c, err := d.Dial(ctx, viznames.Namespace, p, pt)
 		if err == nil || ctx.Err() != nil {
 			return c, err
 		}
@@ -118,7 +118,7 @@ func (d Dashboard) Run(ctx context.Context, cfg Config) error {
 		mu.Lock()
 		pod, port = np, npt
 		mu.Unlock()
-		return d.Dial(ctx, vizcli.Namespace, np, npt)
+		return d.Dial(ctx, viznames.Namespace, np, npt)
 	}
 	return portforward.Forward(ctx, ln, dial, func(err error) { fmt.Fprintf(d.Err, "plexusctl viz dashboard: %v\n", err) })
 }
@@ -138,20 +138,20 @@ func URL(address string, port int) string {
 // pick returns a ready pod of the web Deployment (the first by name) and
 // the web's port in it.
 func (d Dashboard) pick(ctx context.Context) (string, uint16, error) {
-	dep, err := d.Kube.AppsV1().Deployments(vizcli.Namespace).Get(ctx, vizcli.WebDeployment, metav1.GetOptions{})
+	dep, err := d.Kube.AppsV1().Deployments(viznames.Namespace).Get(ctx, viznames.WebDeployment, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return "", 0, fmt.Errorf("Deployment %s/%s not found: is the viz extension installed (plexusctl viz install | kubectl apply -f -)?", vizcli.Namespace, vizcli.WebDeployment)
+		return "", 0, fmt.Errorf("Deployment %s/%s not found: is the viz extension installed (plexusctl viz install | kubectl apply -f -)?", viznames.Namespace, viznames.WebDeployment)
 	}
 	if err != nil {
-		return "", 0, fmt.Errorf("reading Deployment %s/%s: %w", vizcli.Namespace, vizcli.WebDeployment, err)
+		return "", 0, fmt.Errorf("reading Deployment %s/%s: %w", viznames.Namespace, viznames.WebDeployment, err)
 	}
 	sel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector)
 	if err != nil || sel.Empty() {
-		return "", 0, fmt.Errorf("Deployment %s/%s has no usable selector", vizcli.Namespace, vizcli.WebDeployment)
+		return "", 0, fmt.Errorf("Deployment %s/%s has no usable selector", viznames.Namespace, viznames.WebDeployment)
 	}
-	pods, err := d.Kube.CoreV1().Pods(vizcli.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	pods, err := d.Kube.CoreV1().Pods(viznames.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
 	if err != nil {
-		return "", 0, fmt.Errorf("listing the pods of %s/%s: %w", vizcli.Namespace, vizcli.WebDeployment, err)
+		return "", 0, fmt.Errorf("listing the pods of %s/%s: %w", viznames.Namespace, viznames.WebDeployment, err)
 	}
 	var ready []*corev1.Pod
 	for i := range pods.Items {
@@ -160,7 +160,7 @@ func (d Dashboard) pick(ctx context.Context) (string, uint16, error) {
 		}
 	}
 	if len(ready) == 0 {
-		return "", 0, fmt.Errorf("no ready pod of %s/%s (of %d): kubectl -n %s get pods -l %s", vizcli.Namespace, vizcli.WebDeployment, len(pods.Items), vizcli.Namespace, sel)
+		return "", 0, fmt.Errorf("no ready pod of %s/%s (of %d): kubectl -n %s get pods -l %s", viznames.Namespace, viznames.WebDeployment, len(pods.Items), viznames.Namespace, sel)
 	}
 	slices.SortFunc(ready, func(a, b *corev1.Pod) int { return cmp.Compare(a.Name, b.Name) })
 	return ready[0].Name, podPort(ready[0]), nil

@@ -20,12 +20,12 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/cli/portforward"
 	"github.com/plexus-mesh/plexus/control/cli/portforward/portforwardtest"
-	"github.com/plexus-mesh/plexus/viz/cli"
+	"github.com/plexus-mesh/plexus/viz/viznames"
 )
 
 func webDeployment() *appsv1.Deployment {
 	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: vizcli.Namespace, Name: vizcli.WebDeployment},
+		ObjectMeta: metav1.ObjectMeta{Namespace: viznames.Namespace, Name: viznames.WebDeployment},
 		Spec:       appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
 	}
 }
@@ -36,7 +36,7 @@ func webPod(name string, ready bool, port int32) *corev1.Pod {
 		st = corev1.ConditionTrue
 	}
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: vizcli.Namespace, Name: name, Labels: map[string]string{"app": "web"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: viznames.Namespace, Name: name, Labels: map[string]string{"app": "web"}},
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}},
 	}
 	if port != 0 {
@@ -91,7 +91,7 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("browser opened %s, want %s", got, url)
 	}
 	// web-a, picked first, goes away: the first connection finds it gone.
-	if err := kube.CoreV1().Pods(vizcli.Namespace).Delete(context.Background(), "web-a", metav1.DeleteOptions{}); err != nil {
+	if err := kube.CoreV1().Pods(viznames.Namespace).Delete(context.Background(), "web-a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := http.Get(url)

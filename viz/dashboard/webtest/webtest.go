@@ -9,7 +9,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/plexus-mesh/plexus/control/cli/check"
+	"github.com/plexus-mesh/plexus/control/healthcheck"
 	"github.com/plexus-mesh/plexus/control/meshstats"
 	"github.com/plexus-mesh/plexus/control/routestats"
 	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
@@ -163,10 +163,10 @@ func Tap(interval time.Duration) dashboard.TapFunc {
 }
 
 // Checks pass, but for a warning.
-func Checks(context.Context) []check.Result {
-	return []check.Result{
-		{Name: "control plane Deployment plexus-identity is available", Status: check.OK},
-		{Name: "control plane Deployment plexus-destination is available", Status: check.OK},
-		{Name: "identity issuer certificate is valid and chains to the trust anchors", Status: check.Warn, Detail: "issuer \"identity.plexus-system\" expires in 700h0m0s", Hint: "create a new issuer"},
+func Checks(context.Context) []healthcheck.Result {
+	return []healthcheck.Result{
+		{Name: "control plane Deployment plexus-identity is available", Status: healthcheck.OK},
+		{Name: "control plane Deployment plexus-destination is available", Status: healthcheck.OK},
+		{Name: "identity issuer certificate is valid and chains to the trust anchors", Status: healthcheck.Warn, Detail: "issuer \"identity.plexus-system\" expires in 700h0m0s", Hint: "create a new issuer"},
 	}
 }

@@ -14,7 +14,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy/inboundpolicytest"
+	"github.com/plexus-mesh/plexus/control/inboundpolicy/inboundpolicytest"
 	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
 )
 

@@ -1,4 +1,4 @@
-package check
+package healthcheck
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/plexus-mesh/plexus/mesh/meshpod"
-	"github.com/plexus-mesh/plexus/viz/cli"
+	"github.com/plexus-mesh/plexus/viz/viznames"
 	"github.com/plexus-mesh/plexus/viz/vizquery"
 )
 
@@ -26,7 +26,7 @@ import (
 var apiServices = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
 
 // vizDeployments must be available.
-var vizDeployments = []string{vizcli.TapDeployment, vizcli.WebDeployment, vizcli.PrometheusDeployment}
+var vizDeployments = []string{viznames.TapDeployment, viznames.WebDeployment, viznames.PrometheusDeployment}
 
 const (
 	vizInstallHint = "install the viz extension: plexusctl viz install | kubectl apply -f -"
@@ -42,29 +42,29 @@ const (
 // vizChecks returns the viz extension's results, none when it is not
 // installed (its namespace does not exist).
 func (c Checker) vizChecks(ctx context.Context) []Result {
-	_, err := c.Client.CoreV1().Namespaces().Get(ctx, vizcli.Namespace, metav1.GetOptions{})
+	_, err := c.Client.CoreV1().Namespaces().Get(ctx, viznames.Namespace, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
-		return []Result{fail("viz extension namespace "+vizcli.Namespace+" is readable", "check access to the cluster", "reading Namespace %s: %v", vizcli.Namespace, err)}
+		return []Result{fail("viz extension namespace "+viznames.Namespace+" is readable", "check access to the cluster", "reading Namespace %s: %v", viznames.Namespace, err)}
 	}
 	var rs []Result
 	for _, name := range vizDeployments {
-		rs = append(rs, c.deploymentIn(ctx, vizcli.Namespace, name, "viz Deployment "+name+" is available", vizInstallHint))
+		rs = append(rs, c.deploymentIn(ctx, viznames.Namespace, name, "viz Deployment "+name+" is available", vizInstallHint))
 	}
 	return append(rs, c.tapAPIService(ctx), c.proxyTargets(ctx))
 }
 
 func (c Checker) tapAPIService(ctx context.Context) Result {
-	title := "tap API (APIService " + vizcli.APIService + ") is available"
-	hint := fmt.Sprintf("kubectl get apiservice %s -o yaml; kubectl -n %s logs deploy/%s", vizcli.APIService, vizcli.Namespace, vizcli.TapDeployment)
-	u, err := c.Policy.Dynamic.Resource(apiServices).Get(ctx, vizcli.APIService, metav1.GetOptions{})
+	title := "tap API (APIService " + viznames.APIService + ") is available"
+	hint := fmt.Sprintf("kubectl get apiservice %s -o yaml; kubectl -n %s logs deploy/%s", viznames.APIService, viznames.Namespace, viznames.TapDeployment)
+	u, err := c.Policy.Dynamic.Resource(apiServices).Get(ctx, viznames.APIService, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return fail(title, vizInstallHint, "APIService %s not found", vizcli.APIService)
+		return fail(title, vizInstallHint, "APIService %s not found", viznames.APIService)
 	}
 	if err != nil {
-		return fail(title, "check access to the cluster", "reading APIService %s: %v", vizcli.APIService, err)
+		return fail(title, "check access to the cluster", "reading APIService %s: %v", viznames.APIService, err)
 	}
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	for _, co := range conds {
@@ -87,7 +87,7 @@ func (c Checker) proxyTargets(ctx context.Context) Result {
 	title := "Prometheus scrapes every meshed pod's proxy"
 	up, err := c.queryUp(ctx)
 	if err != nil {
-		return fail(title, fmt.Sprintf("kubectl -n %s logs deploy/%s", vizcli.Namespace, vizcli.PrometheusDeployment), "%v", err)
+		return fail(title, fmt.Sprintf("kubectl -n %s logs deploy/%s", viznames.Namespace, viznames.PrometheusDeployment), "%v", err)
 	}
 	pods, err := c.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -120,7 +120,7 @@ func (c Checker) proxyTargets(ctx context.Context) Result {
 	if len(missing) > 0 {
 		parts = append(parts, "not a target: "+names(missing))
 	}
-	hint := fmt.Sprintf("look at Prometheus's targets: kubectl -n %s port-forward svc/%s %s, then http://localhost:%s/targets", vizcli.Namespace, vizquery.PrometheusService, prometheusPort, prometheusPort)
+	hint := fmt.Sprintf("look at Prometheus's targets: kubectl -n %s port-forward svc/%s %s, then http://localhost:%s/targets", viznames.Namespace, vizquery.PrometheusService, prometheusPort, prometheusPort)
 	if len(down) > 0 {
 		var nss []string
 		for ns := range namespaces {
@@ -145,13 +145,13 @@ func names(ns []string) string {
 // up{job="plexus-proxy"} and returns its value per namespace/pod.
 func (c Checker) queryUp(ctx context.Context) (map[string]float64, error) {
 	q := fmt.Sprintf("up{job=%q}", vizquery.ProxyJob)
-	res := c.Client.CoreV1().Services(vizcli.Namespace).ProxyGet("http", vizquery.PrometheusService, prometheusPort, "/api/v1/query", map[string]string{"query": q})
+	res := c.Client.CoreV1().Services(viznames.Namespace).ProxyGet("http", vizquery.PrometheusService, prometheusPort, "/api/v1/query", map[string]string{"query": q})
 	if res == nil { // a fake client without a proxy reactor
-		return nil, fmt.Errorf("querying Prometheus (%s/%s) through the API server: no answer", vizcli.Namespace, vizquery.PrometheusService)
+		return nil, fmt.Errorf("querying Prometheus (%s/%s) through the API server: no answer", viznames.Namespace, vizquery.PrometheusService)
 	}
 	raw, err := res.DoRaw(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("querying Prometheus (%s/%s) through the API server: %w", vizcli.Namespace, vizquery.PrometheusService, err)
+		return nil, fmt.Errorf("querying Prometheus (%s/%s) through the API server: %w", viznames.Namespace, vizquery.PrometheusService, err)
 	}
 	var ans struct {
 		Status string `json:"status"`

@@ -1,4 +1,4 @@
-package check
+package healthcheck
 
 // plexusctl check --proxy: the data plane of one namespace (or all).
 

@@ -1,10 +1,10 @@
-// Package check verifies a cluster's Plexus installation: the control
+// Package healthcheck verifies a cluster's Plexus installation: the control
 // plane is available, the injector webhook is wired, the CNI plugin is on
 // every node, the identity issuer is valid, the clocks agree, and the
 // Servers let their pods' HTTP probes through; and, when the viz
 // extension is installed, that its tap API and Deployments are available
 // and its Prometheus scrapes every meshed pod.
-package check
+package healthcheck
 
 import (
 	"context"
@@ -23,9 +23,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
 	"github.com/plexus-mesh/plexus/control/identity"
 	"github.com/plexus-mesh/plexus/control/identitycmd"
+	"github.com/plexus-mesh/plexus/control/inboundpolicy"
 	"github.com/plexus-mesh/plexus/mesh/identity/pki"
 	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
+	"github.com/plexus-mesh/plexus/control/inboundpolicy"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 )

@@ -1,4 +1,4 @@
-package check
+package healthcheck
 
 import (
 	"context"
@@ -21,8 +21,8 @@ import (
 	restclient "k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/plexus-mesh/plexus/control/cli/inboundpolicy"
-	"github.com/plexus-mesh/plexus/viz/cli"
+	"github.com/plexus-mesh/plexus/control/inboundpolicy"
+	"github.com/plexus-mesh/plexus/viz/viznames"
 )
 
 // vizCluster is a healthy viz installation; tests break one part.
@@ -51,7 +51,7 @@ func healthyViz() *vizCluster {
 	c := &vizCluster{namespace: true, deployments: map[string]*appsv1.Deployment{}, status: http.StatusOK}
 	for _, name := range vizDeployments {
 		c.deployments[name] = &appsv1.Deployment{
-			ObjectMeta: metav1.ObjectMeta{Namespace: vizcli.Namespace, Name: name},
+			ObjectMeta: metav1.ObjectMeta{Namespace: viznames.Namespace, Name: name},
 			Status: appsv1.DeploymentStatus{AvailableReplicas: 1, Conditions: []appsv1.DeploymentCondition{
 				{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue},
 			}},
@@ -59,7 +59,7 @@ func healthyViz() *vizCluster {
 	}
 	c.apiService = &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
-		"metadata": map[string]any{"name": vizcli.APIService},
+		"metadata": map[string]any{"name": viznames.APIService},
 		"status": map[string]any{"conditions": []any{
 			map[string]any{"type": "Available", "status": "True", "reason": "Passed"},
 		}},
@@ -125,7 +125,7 @@ func (c *vizCluster) checker(t *testing.T) Checker {
 	t.Cleanup(prom.Close)
 	var objs []runtime.Object
 	if c.namespace {
-		objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: vizcli.Namespace}})
+		objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: viznames.Namespace}})
 	}
 	for _, d := range c.deployments {
 		if d != nil {
@@ -138,7 +138,7 @@ func (c *vizCluster) checker(t *testing.T) Checker {
 	kube := fake.NewClientset(objs...)
 	kube.PrependProxyReactor("services", func(a k8stesting.Action) (bool, restclient.ResponseWrapper, error) {
 		pa := a.(k8stesting.ProxyGetAction)
-		if pa.GetNamespace() != vizcli.Namespace || pa.GetName() != "plexus-prometheus" || pa.GetPort() != "9090" || pa.GetScheme() != "http" {
+		if pa.GetNamespace() != viznames.Namespace || pa.GetName() != "plexus-prometheus" || pa.GetPort() != "9090" || pa.GetScheme() != "http" {
 			t.Errorf("proxied to %s %s/%s:%s", pa.GetScheme(), pa.GetNamespace(), pa.GetName(), pa.GetPort())
 		}
 		q := url.Values{}
@@ -184,7 +184,7 @@ func TestVizNotInstalled(t *testing.T) {
 	c := healthyViz()
 	c.namespace = false
 	if rs := c.checker(t).vizChecks(context.Background()); len(rs) != 0 {
-		t.Errorf("without %s: %+v, want no checks", vizcli.Namespace, rs)
+		t.Errorf("without %s: %+v, want no checks", viznames.Namespace, rs)
 	}
 }
 
@@ -199,12 +199,12 @@ func TestVizFailures(t *testing.T) {
 	}{
 		{
 			name:    "web unavailable",
-			breakIt: func(c *vizCluster) { c.deployments[vizcli.WebDeployment].Status = appsv1.DeploymentStatus{} },
+			breakIt: func(c *vizCluster) { c.deployments[viznames.WebDeployment].Status = appsv1.DeploymentStatus{} },
 			title:   "viz Deployment plexus-web is available", detail: "0 of 1 replicas available", hint: "kubectl -n plexus-viz describe deployment plexus-web",
 		},
 		{
 			name:    "tap missing",
-			breakIt: func(c *vizCluster) { c.deployments[vizcli.TapDeployment] = nil },
+			breakIt: func(c *vizCluster) { c.deployments[viznames.TapDeployment] = nil },
 			title:   "viz Deployment plexus-tap is available", detail: "Deployment plexus-viz/plexus-tap not found", hint: "plexusctl viz install",
 		},
 		{
@@ -286,7 +286,7 @@ func TestVizManyFindingsBounded(t *testing.T) {
 // exists (here without the rest of the extension: they fail).
 func TestRunIncludesViz(t *testing.T) {
 	c := healthy(t)
-	c.policy = append(c.policy, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: vizcli.Namespace}})
+	c.policy = append(c.policy, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: viznames.Namespace}})
 	rs := c.run(Config{})
 	if len(rs) != 15 {
 		t.Fatalf("%d results, want 10 and 5 of viz", len(rs))
