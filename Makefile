@@ -23,7 +23,7 @@ BINARIES := $(notdir $(COMMANDS))
 IMAGES := images/pause.tar images/testapp.tar images/demoapp.tar images/coredns.tar images/prometheus.tar \
 	$(filter-out images/plexus-cni.tar images/plexusctl.tar,$(BINARIES:%=images/%.tar))
 
-.PHONY: all build images deps cluster-up cluster-down test test-unit demo bench bench-cluster clean proto proto-check gateway-crds charts
+.PHONY: all build images deps cluster-up cluster-down test test-unit demo bench bench-cluster clean proto proto-check gateway-crds charts lint layers
 
 all: build
 
@@ -81,9 +81,17 @@ cluster-up: deps images
 cluster-down:
 	$(CLUSTER)/down.sh
 
-## test: unit tests, root/netns tests and the cluster integration tests
-test: deps deps-bench images proto-check
+## test: the lint, unit tests, root/netns tests and the cluster integration tests
+test: deps deps-bench images proto-check lint
 	integration/test.sh
+
+## lint: the layer rules and import grouping (.golangci.yml), unique package names
+lint: deps-lint
+	integration/lint.sh
+
+## layers: the imports that cross top-level folders (ARCHITECTURE.md, "The layers")
+layers:
+	integration/layers.sh
 
 ## test-unit: only the tests that need neither root nor a cluster
 test-unit:

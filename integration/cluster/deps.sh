@@ -12,7 +12,8 @@
 #            (integration/vizbrowser)
 #   bench:   the peer proxies the benchmark compares against (nginx, HAProxy)
 #   proto:   protoc, for make proto
-# Usage: deps.sh [apt] [kube] [cni] [coredns] [prometheus] [helm] [chromium] [bench] [proto]
+#   lint:    golangci-lint, built from its Go module, for make lint
+# Usage: deps.sh [apt] [kube] [cni] [coredns] [prometheus] [helm] [chromium] [bench] [proto] [lint]
 #        (no argument: all but bench and proto)
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
@@ -129,10 +130,16 @@ deps_helm() {
 	go_install "$HELM_BIN" "helm.sh/helm/v4/cmd/helm@$HELM_VERSION" "-X helm.sh/helm/v4/internal/version.version=$HELM_VERSION"
 }
 
+# golangci-lint, for make lint: the layer rules (depguard) and import
+# grouping (.golangci.yml).
+deps_lint() {
+	go_install "$GOLANGCI_LINT_BIN" "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
+}
+
 steps=${*:-apt kube cni coredns prometheus helm chromium}
 for step in $steps; do
 	case $step in
-	apt | kube | cni | coredns | prometheus | helm | chromium | bench | proto) "deps_$step" ;;
-	*) die "unknown step $step (want apt, kube, cni, coredns, prometheus, helm, chromium, bench or proto)" ;;
+	apt | kube | cni | coredns | prometheus | helm | chromium | bench | proto | lint) "deps_$step" ;;
+	*) die "unknown step $step (want apt, kube, cni, coredns, prometheus, helm, chromium, bench, proto or lint)" ;;
 	esac
 done
