@@ -12,7 +12,7 @@ import (
 )
 
 // gatewayAPIFiles are the Gateway API CRDs Plexus installs: HTTPRoute and
-// GRPCRoute, nothing else (DESIGN.md §8).
+// GRPCRoute, nothing else (ARCHITECTURE.md §8).
 var gatewayAPIFiles = []string{
 	"gateway.networking.k8s.io_grpcroutes.yaml",
 	"gateway.networking.k8s.io_httproutes.yaml",

@@ -12,7 +12,7 @@ import (
 	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
-// Chain names and hook points fixed by the design handbook (§2, §3).
+// Chain names and hook points fixed by ARCHITECTURE.md (§2, §3).
 const (
 	ChainInbound  = "PLEXUS_INBOUND"
 	ChainOutput   = "PLEXUS_OUTPUT"

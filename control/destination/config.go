@@ -37,7 +37,7 @@ const (
 	// on destination's loopback together (port-forwards of operators).
 	DefaultMaxLoopbackStreams = 100
 	// DefaultInboundPolicy is the default inbound policy of the cluster
-	// (DESIGN.md §9).
+	// (ARCHITECTURE.md §9).
 	DefaultInboundPolicy = policyv1alpha1.AllUnauthenticated
 )
 

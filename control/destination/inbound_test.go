@@ -18,7 +18,7 @@ import (
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
-// propagation is how long a change may take to reach a stream (DESIGN.md
+// propagation is how long a change may take to reach a stream (ARCHITECTURE.md
 // §6: under 100 ms).
 const propagation = 100 * time.Millisecond
 

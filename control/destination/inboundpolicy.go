@@ -16,7 +16,7 @@ import (
 )
 
 // Inbound policies (GetInboundPolicy): who may connect to one port of a
-// pod, and send it which requests (DESIGN.md §9), computed as a pure
+// pod, and send it which requests (ARCHITECTURE.md §9), computed as a pure
 // function of what InboundReads returns: the caches (inboundwatch.go) or
 // listed objects (inboundreads.go, ComputeInboundPolicy). This file: the
 // Server of a port, or the default policy; inboundauthz.go:

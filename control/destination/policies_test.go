@@ -480,7 +480,7 @@ func TestOutboundPolicyFollowsHTTPRoute(t *testing.T) {
 	}
 	t.Logf("change → message latencies (create, update, delete): %v", latencies)
 	if worst >= 100*time.Millisecond {
-		t.Errorf("a change took %v to reach the stream, want < 100ms (DESIGN.md §8)", worst)
+		t.Errorf("a change took %v to reach the stream, want < 100ms (ARCHITECTURE.md §8)", worst)
 	}
 }
 

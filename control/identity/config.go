@@ -12,7 +12,7 @@ import (
 	"github.com/plexus-mesh/plexus/mesh/identity/pki"
 )
 
-// Defaults (DESIGN.md §2 and the issue 6 PKI contract).
+// Defaults (ARCHITECTURE.md §2 and the issue 6 PKI contract).
 const (
 	DefaultAudience       = "identity.plexus.dev"
 	DefaultSecretName     = "plexus-identity-issuer"

@@ -34,7 +34,7 @@ const generateTimeout = time.Minute
 // GenerateIssuer makes a new trust anchor and issuer into the Secret
 // namespace/secretName when there is none, and the trust anchors
 // ConfigMap from the Secret's anchors when it is absent: a chart installed
-// without identity values (DESIGN.md §11). Whatever exists is kept, so
+// without identity values (ARCHITECTURE.md §11). Whatever exists is kept, so
 // the anchors are made once and every upgrade and restart keeps them; of
 // replicas racing, the first Create wins and the others read its Secret.
 func GenerateIssuer(ctx context.Context, client kubernetes.Interface, namespace, secretName, trustDomain string, log *slog.Logger) error {

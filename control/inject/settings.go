@@ -24,7 +24,7 @@ const (
 	AnnotationProxyCPULimit      = podcontract.AnnotationPrefix + "proxy-cpu-limit"
 	AnnotationProxyMemoryRequest = podcontract.AnnotationPrefix + "proxy-memory-request"
 	AnnotationProxyMemoryLimit   = podcontract.AnnotationPrefix + "proxy-memory-limit"
-	// AnnotationDefaultInboundPolicy is read by destination (DESIGN §9);
+	// AnnotationDefaultInboundPolicy is read by destination (ARCHITECTURE.md §9);
 	// the injector only checks its value.
 	AnnotationDefaultInboundPolicy = podcontract.AnnotationPrefix + "default-inbound-policy"
 )

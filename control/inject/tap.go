@@ -11,7 +11,7 @@ import (
 	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
-// TapPort is where the proxy serves the tap API (DESIGN.md §10). The tap
+// TapPort is where the proxy serves the tap API (ARCHITECTURE.md §10). The tap
 // service calls it directly, with its own identity, so the pod's inbound
 // rules must not redirect it: the injector adds it to the skipped inbound
 // ports the pod is admitted with (the CNI plugin reads those), as it does

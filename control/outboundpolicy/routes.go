@@ -1,7 +1,7 @@
 // Package outboundpolicy translates a Service port's HTTPRoutes, GRPCRoutes and
 // ServiceProfile into the outbound policy a proxy receives
 // (destinationpb.OutboundPolicy), and computes the routes' status
-// (DESIGN.md §8). Everything here is a pure function of its input.
+// (ARCHITECTURE.md §8). Everything here is a pure function of its input.
 package outboundpolicy
 
 import (

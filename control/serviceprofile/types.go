@@ -1,7 +1,7 @@
 // Package serviceprofile holds the ServiceProfile resource
 // (plexus.dev/v1alpha1), whose spec mirrors Linkerd's linkerd.io/v1alpha2
 // field for field, so a Linkerd profile converts by changing its
-// apiVersion (DESIGN.md §8).
+// apiVersion (ARCHITECTURE.md §8).
 package serviceprofile
 
 import (

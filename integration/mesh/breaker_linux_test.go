@@ -25,7 +25,7 @@ import (
 )
 
 // TestBreaker proves failure accrual (circuit breaking) and the queue in
-// front of a Service without endpoints (DESIGN.md §8) on the real
+// front of a Service without endpoints (ARCHITECTURE.md §8) on the real
 // cluster, from a meshed client whose requests (testapp load, run in the
 // client pod) go through its proxy.
 //

@@ -156,7 +156,7 @@ type clusterRow struct {
 
 // writeClusterReport writes every run, then per rate the meshed path's
 // added p50 and p99 in each round, judged at 1,000 req/s by the worst
-// round against DESIGN.md §6's cluster targets.
+// round against ARCHITECTURE.md §6's cluster targets.
 func writeClusterReport(w *strings.Builder, rows []clusterRow, idle proxyUsage, d time.Duration) {
 	fmt.Fprintf(w, "### Cluster: pod to pod through a Service, HTTP/1.1 keep-alive, %d connections, %s per run, open loop, meshed and unmeshed interleaved\n\n", clusterBenchWorkers, d)
 	fmt.Fprintln(w, "| rate | round | path | requests | p50 ms | p90 ms | p99 ms | max ms | proxies' CPU/request µs | client / server proxy RSS MiB |")

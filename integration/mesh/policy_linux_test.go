@@ -25,7 +25,7 @@ import (
 	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
 
-// TestPolicy proves authorization policy (issue 15, DESIGN.md §9) on the
+// TestPolicy proves authorization policy (issue 15, ARCHITECTURE.md §9) on the
 // real cluster: who may talk to whom, enforced by the server's proxy.
 //
 // Namespace policy (default inbound policy deny, by namespace annotation)

@@ -165,14 +165,14 @@ func (r *Report) Markdown(w io.Writer) {
 // protoHTTP1 names the HTTP/1.1 protocol in results.
 const protoHTTP1 = "HTTP/1.1"
 
-// DESIGN.md §6 targets for the mTLS pair over HTTP/1.1.
+// ARCHITECTURE.md §6 targets for the mTLS pair over HTTP/1.1.
 const (
 	targetAddedP50 = 300 * time.Microsecond
 	targetAddedP99 = time.Millisecond
 )
 
 // targets writes, at each HTTP/1.1 rate, whether the plexus mTLS pair met
-// DESIGN.md §6: added p50 and p99 over direct, and ahead of each peer
+// ARCHITECTURE.md §6: added p50 and p99 over direct, and ahead of each peer
 // mTLS pair on p50, p99 and CPU per request.
 func (r *Report) targets(w io.Writer) {
 	at := map[[2]any]RateResult{}
@@ -210,7 +210,7 @@ func (r *Report) targets(w io.Writer) {
 	if len(lines) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "### Targets (DESIGN.md §6, HTTP/1.1, mTLS; ratios under 1.00x are ahead of the peer)")
+	fmt.Fprintln(w, "### Targets (ARCHITECTURE.md §6, HTTP/1.1, mTLS; ratios under 1.00x are ahead of the peer)")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, strings.Join(lines, "\n"))
 }

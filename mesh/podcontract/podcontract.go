@@ -11,7 +11,7 @@ import (
 	"strings"
 )
 
-// Fixed defaults from the design handbook (§2).
+// Fixed defaults from ARCHITECTURE.md (§2).
 const (
 	DefaultInboundPort  uint16 = 4143
 	DefaultOutboundPort uint16 = 4140

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// Defaults of Config, as Linkerd's (DESIGN.md §8).
+// Defaults of Config, as Linkerd's (ARCHITECTURE.md §8).
 const (
 	DefaultRTT   = 30 * time.Millisecond
 	DefaultDecay = 10 * time.Second

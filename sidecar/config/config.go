@@ -54,7 +54,7 @@ const (
 	PolicyMTLS = "mtls"
 )
 
-// Defaults, matching DESIGN.md §2 and Linkerd's defaults where DESIGN is silent.
+// Defaults, matching ARCHITECTURE.md §2 and Linkerd's defaults where it is silent.
 const (
 	DefaultInboundPort   = 4143
 	DefaultOutboundPort  = 4140

@@ -7,7 +7,7 @@ import (
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
-// The tap server (DESIGN.md §10): port 4190, served with identity only, to
+// The tap server (ARCHITECTURE.md §10): port 4190, served with identity only, to
 // the tap service's identity alone.
 const (
 	EnvTapPort      = "PLEXUS_PROXY_TAP_PORT"

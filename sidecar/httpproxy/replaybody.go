@@ -7,7 +7,7 @@ import (
 )
 
 // MaxReplayBody is how much of a request body the proxy holds so that a
-// retry can send it again (DESIGN.md §8); a larger body is not retried.
+// retry can send it again (ARCHITECTURE.md §8); a larger body is not retried.
 const MaxReplayBody = 64 << 10
 
 // replayBody records a request body while the first attempt streams it,

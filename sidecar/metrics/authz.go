@@ -8,7 +8,7 @@ import (
 	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 )
 
-// Authorization metrics, Linkerd's names (DESIGN.md §9): per Server
+// Authorization metrics, Linkerd's names (ARCHITECTURE.md §9): per Server
 // (srv_*), route (route_*) and authorization (authz_*), with the client's
 // mesh TLS; dry_run="true" counts what audit or a dry-run policy let
 // through that enforcement would have denied. The label values come from

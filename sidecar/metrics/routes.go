@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The outbound route metrics (DESIGN.md §8), Linkerd 2.16's names and
+// The outbound route metrics (ARCHITECTURE.md §8), Linkerd 2.16's names and
 // labels: outbound_http_route_* and outbound_grpc_route_*. Their label
 // values come from the routes the control plane sent (a bounded set) and
 // from status codes (bounded by statusLabel and grpcLabel).

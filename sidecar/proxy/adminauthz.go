@@ -12,7 +12,7 @@ import (
 )
 
 // The proxy's own ports obey the inbound policy too: the admin port and
-// the redirect probe port (DESIGN.md §9). Destination gives each the
+// the redirect probe port (ARCHITECTURE.md §9). Destination gives each the
 // pod's policy for it, with a probe route that lets the node reach the
 // paths the pod's probes use. Before a policy has arrived only the probe
 // paths are answered (fail closed, except probes). On the admin port a

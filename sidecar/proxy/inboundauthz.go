@@ -13,7 +13,7 @@ import (
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 )
 
-// Inbound authorization (DESIGN.md §9): each port's policy comes from
+// Inbound authorization (ARCHITECTURE.md §9): each port's policy comes from
 // destination (InboundPolicies). A connection the proxy cannot see HTTP
 // in is authorized once; an HTTP request, each time, in the pipeline's
 // authorize stage. A port with no policy yet is denied (fail closed). A

@@ -1,5 +1,5 @@
 // Package tap lets the tap service watch live requests through the proxy
-// (DESIGN.md §10). A Hub holds the open sessions; the request pipeline asks
+// (ARCHITECTURE.md §10). A Hub holds the open sessions; the request pipeline asks
 // it, at each request's start, whether anyone watches. With no session open
 // that question is one atomic load and nothing else is done or recorded.
 //

@@ -136,7 +136,7 @@ func Veth(t testing.TB, a *NS, aAddr string, b *NS, bAddr string) {
 const InboundSourceEnv = podcontract.EnvInboundSource + "=" + podcontract.DefaultInboundSource
 
 // MeshRules returns the iptables-restore input the CNI plugin writes
-// (rules.Build, DESIGN.md §3; IPv6 when v6) into a pod whose proxy has
+// (rules.Build, ARCHITECTURE.md §3; IPv6 when v6) into a pod whose proxy has
 // these ports, runs as UID and GID uid, and binds the injector's inbound
 // source (InboundSourceEnv): PREROUTING → PLEXUS_INBOUND (admin port
 // returned, the rest redirected to inbound); OUTPUT → PLEXUS_OUTPUT (the

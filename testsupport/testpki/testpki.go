@@ -1,5 +1,5 @@
 // Package testpki generates, for tests only, a PKI shaped like the mesh's
-// (DESIGN contract): a self-signed ECDSA P-256 trust anchor, an issuer CA
+// (ARCHITECTURE.md §2): a self-signed ECDSA P-256 trust anchor, an issuer CA
 // signed by it, and leaves with exactly one SPIFFE URI SAN.
 package testpki
 

@@ -1,5 +1,5 @@
 // Package dashboard is the viz extension's dashboard (plexus-control web,
-// DESIGN.md §10): read-only pages of golden metrics by namespace, workload
+// ARCHITECTURE.md §10): read-only pages of golden metrics by namespace, workload
 // and pod with sparklines, a namespace's topology, per-route metrics, the
 // control plane's health, and a live tap streamed as Server-Sent Events.
 // Pages are html/template with embedded CSS and JavaScript and nothing

@@ -14,7 +14,7 @@ const (
 	TapDeployment        = "plexus-tap"
 	WebDeployment        = "plexus-web"
 	PrometheusDeployment = "plexus-prometheus"
-	// AdminPort is the proxy's admin port (DESIGN.md §2), which
+	// AdminPort is the proxy's admin port (ARCHITECTURE.md §2), which
 	// Prometheus scrapes.
 	AdminPort = 4191
 )

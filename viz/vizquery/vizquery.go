@@ -1,4 +1,4 @@
-// Package vizquery asks the viz extension's Prometheus (DESIGN.md §10) for
+// Package vizquery asks the viz extension's Prometheus (ARCHITECTURE.md §10) for
 // the mesh's golden metrics, their recent history, the edges between
 // workloads and per-route traffic, as plain structs. Its figures are
 // plexusctl stat's (viz/meshstats) computed from Prometheus: the

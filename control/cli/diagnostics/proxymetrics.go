@@ -90,5 +90,5 @@ func PortForwardScraper(d portforward.PodDialer) stat.Scraper {
 	}
 }
 
-// proxyAdminPort is the proxy's admin port (DESIGN.md §2).
+// proxyAdminPort is the proxy's admin port (ARCHITECTURE.md §2).
 const proxyAdminPort = 4191

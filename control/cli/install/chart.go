@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// The Helm charts in deploy/charts (DESIGN.md §11) are generated from
+// The Helm charts in deploy/charts (ARCHITECTURE.md §11) are generated from
 // deploy/ by the same code that renders `plexusctl install`, so that the
 // two cannot drift: Charts customizes deploy/'s objects with a Config
 // whose settings are tokens (chartConfig), marshals them, and turns each

@@ -56,7 +56,7 @@ import (
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
-// Namespace is the control plane's namespace (DESIGN.md §2).
+// Namespace is the control plane's namespace (ARCHITECTURE.md §2).
 const Namespace = "plexus-system"
 
 // Defaults, as written in deploy/.
@@ -92,7 +92,7 @@ type Config struct {
 	SkipGatewayAPICRDs bool
 	OmitGatewayAPICRDs []string
 	// DefaultInboundPolicy is the cluster-wide default inbound policy
-	// (DESIGN §9); a namespace or pod annotation overrides it.
+	// (ARCHITECTURE.md §9); a namespace or pod annotation overrides it.
 	DefaultInboundPolicy string
 	// ClusterNetworks are the pod and service networks the cluster-*
 	// default policies admit, comma-separated CIDRs.

@@ -15,7 +15,7 @@ import (
 	"github.com/plexus-mesh/plexus/control/inject"
 )
 
-// Key is the annotation and label the injector reads (DESIGN.md §2).
+// Key is the annotation and label the injector reads (ARCHITECTURE.md §2).
 const Key = inject.AnnotationInject
 
 // Enabled is the value that opts in.

@@ -1,5 +1,5 @@
 // Package routesview shows per-route traffic of the requests a workload's
-// proxies send (outbound_http_route_* and outbound_grpc_route_*, DESIGN.md
+// proxies send (outbound_http_route_* and outbound_grpc_route_*, ARCHITECTURE.md
 // §8), scraped through the API server exactly as stat does: two scrapes a
 // window apart per meshed pod, summed over the pods, one row per route
 // and parent Service.

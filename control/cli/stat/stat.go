@@ -88,7 +88,7 @@ func SplitTarget(args []string) (kind, name string, err error) {
 	return kind, name, nil
 }
 
-// AdminPort is the proxy's metrics port (DESIGN.md §2).
+// AdminPort is the proxy's metrics port (ARCHITECTURE.md §2).
 const AdminPort = "4191"
 
 // Config selects what to measure.

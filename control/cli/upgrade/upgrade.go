@@ -6,7 +6,7 @@
 // issuer as they are: the identity Secret and the trust anchors ConfigMap
 // are never applied or deleted. It then waits for the control plane and
 // the node agent to roll (the agent's DaemonSet rolls one node at a time,
-// and a replaced agent leaves the plugin in place: DESIGN.md §11), and
+// and a replaced agent leaves the plugin in place: ARCHITECTURE.md §11), and
 // last prunes the objects of the earlier version this one no longer ships:
 // only kinds install renders, only labelled as Plexus's and rendered by
 // install (Shipped), only in plexus-system or cluster-scoped, never a

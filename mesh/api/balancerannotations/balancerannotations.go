@@ -1,5 +1,5 @@
 // Package balancerannotations is the contract for the failure-accrual
-// (circuit breaking) annotations on a Service (DESIGN.md §8): their names,
+// (circuit breaking) annotations on a Service (ARCHITECTURE.md §8): their names,
 // their syntax and their defaults. It imports only the standard library,
 // so the proxy and the control plane can share it.
 package balancerannotations
@@ -44,7 +44,7 @@ type Accrual struct {
 }
 
 // Defaults returns the values of an annotation that is not set
-// (DESIGN.md §8): 7 failures, penalty 1s to 1m, jitter 0.5, floor 50 %.
+// (ARCHITECTURE.md §8): 7 failures, penalty 1s to 1m, jitter 0.5, floor 50 %.
 // They are defined here and nowhere else.
 func Defaults() Accrual {
 	return Accrual{

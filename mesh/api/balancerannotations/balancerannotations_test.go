@@ -131,7 +131,7 @@ func outOfBounds(a Accrual) string {
 func TestDefaults(t *testing.T) {
 	want := Accrual{ConsecutiveFailures: 7, MinPenalty: time.Second, MaxPenalty: time.Minute, JitterRatio: 0.5, MinHealthyPercent: 50}
 	if got := Defaults(); got != want {
-		t.Errorf("Defaults() = %+v, want DESIGN.md §8's %+v", got, want)
+		t.Errorf("Defaults() = %+v, want ARCHITECTURE.md §8's %+v", got, want)
 	}
 }
 

@@ -1,6 +1,6 @@
 // Package compat pins the wire surface of the APIs proxies call — the
 // discovery (destination) and identity APIs — so that proxies of the
-// previous version keep working against this control plane (DESIGN.md
+// previous version keep working against this control plane (ARCHITECTURE.md
 // §11: backward compatible across one minor version).
 //
 // testdata/<api>.previous.txt is the surface of the previous version

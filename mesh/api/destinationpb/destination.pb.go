@@ -1034,7 +1034,7 @@ func (x *OutboundPolicy) GetFailureAccrual() *FailureAccrual {
 }
 
 // Consecutive-failure accrual (circuit breaking), from the Service's
-// balancer.plexus.dev annotations with the defaults of DESIGN.md §8 filled
+// balancer.plexus.dev annotations with the defaults of ARCHITECTURE.md §8 filled
 // in: every field is set.
 type FailureAccrual struct {
 	state protoimpl.MessageState `protogen:"open.v1"`

@@ -45,7 +45,7 @@ type DestinationClient interface {
 	// not a Service gets a policy with no parent and the default route.
 	GetOutboundPolicy(ctx context.Context, in *GetDestination, opts ...grpc.CallOption) (grpc.ServerStreamingClient[OutboundPolicy], error)
 	// GetInboundPolicy streams who may connect to one port of the calling
-	// proxy's own pod, and send it which requests (DESIGN.md §9). The
+	// proxy's own pod, and send it which requests (ARCHITECTURE.md §9). The
 	// caller's mesh identity must be the pod's service account. The first
 	// message answers at once; later ones replace it whole.
 	GetInboundPolicy(ctx context.Context, in *InboundPolicyRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[InboundPolicy], error)
@@ -152,7 +152,7 @@ type DestinationServer interface {
 	// not a Service gets a policy with no parent and the default route.
 	GetOutboundPolicy(*GetDestination, grpc.ServerStreamingServer[OutboundPolicy]) error
 	// GetInboundPolicy streams who may connect to one port of the calling
-	// proxy's own pod, and send it which requests (DESIGN.md §9). The
+	// proxy's own pod, and send it which requests (ARCHITECTURE.md §9). The
 	// caller's mesh identity must be the pod's service account. The first
 	// message answers at once; later ones replace it whole.
 	GetInboundPolicy(*InboundPolicyRequest, grpc.ServerStreamingServer[InboundPolicy]) error

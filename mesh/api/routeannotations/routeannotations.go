@@ -1,5 +1,5 @@
 // Package routeannotations is the contract for the retry and timeout
-// annotations on Services, HTTPRoutes and GRPCRoutes (DESIGN.md §8): their
+// annotations on Services, HTTPRoutes and GRPCRoutes (ARCHITECTURE.md §8): their
 // names, their syntax, and how a route's override a Service's. It imports
 // only the standard library, so the proxy, the CLI and the control plane
 // can all share it.

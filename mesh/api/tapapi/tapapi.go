@@ -1,5 +1,5 @@
 // Package tapapi holds the wire types of the tap service's aggregated API,
-// tap.plexus.dev/v1alpha1 (DESIGN.md §10), shared by the service
+// tap.plexus.dev/v1alpha1 (ARCHITECTURE.md §10), shared by the service
 // (plexus-control tap), the CLI (plexusctl viz tap|top) and the dashboard.
 //
 // A tap is a POST, through the Kubernetes API server, to

@@ -27,7 +27,7 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // Tap is served by every proxy on its tap port (4190) to one mesh identity,
-// the tap service's (DESIGN.md §10). A session streams events of the
+// the tap service's (ARCHITECTURE.md §10). A session streams events of the
 // requests its filter matches, for as long as the caller stays.
 type TapClient interface {
 	Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TapEvent], error)
@@ -65,7 +65,7 @@ type Tap_ObserveClient = grpc.ServerStreamingClient[TapEvent]
 // for forward compatibility.
 //
 // Tap is served by every proxy on its tap port (4190) to one mesh identity,
-// the tap service's (DESIGN.md §10). A session streams events of the
+// the tap service's (ARCHITECTURE.md §10). A session streams events of the
 // requests its filter matches, for as long as the caller stays.
 type TapServer interface {
 	Observe(*ObserveRequest, grpc.ServerStreamingServer[TapEvent]) error

@@ -20,7 +20,7 @@ import (
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
-// Default lifetimes (DESIGN.md and the issue 6 PKI contract).
+// Default lifetimes (ARCHITECTURE.md and the issue 6 PKI contract).
 const (
 	DefaultAnchorLifetime = 10 * 365 * 24 * time.Hour
 	DefaultIssuerLifetime = 365 * 24 * time.Hour

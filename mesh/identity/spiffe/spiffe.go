@@ -10,7 +10,7 @@ import (
 	"strings"
 )
 
-// DefaultTrustDomain is the trust domain when none is configured (DESIGN.md §2).
+// DefaultTrustDomain is the trust domain when none is configured (ARCHITECTURE.md §2).
 const DefaultTrustDomain = "cluster.local"
 
 // ID is a workload identity.

@@ -29,7 +29,7 @@ type Config struct {
 	MinHealthyPercent int
 }
 
-// DefaultConfig returns the defaults of DESIGN.md §8 (7 failures,
+// DefaultConfig returns the defaults of ARCHITECTURE.md §8 (7 failures,
 // penalty 1s to 1m, jitter 0.5, floor 50 %), taken from
 // mesh/api/balancerannotations.Defaults, where they are defined: the
 // control plane fills every field of a policy's FailureAccrual from there.

@@ -1,5 +1,5 @@
 // Package authz decides who may talk to a pod's port: the inbound policy
-// destination streams for the port (DESIGN.md §9), compiled once per
+// destination streams for the port (ARCHITECTURE.md §9), compiled once per
 // update, asked once per connection and per HTTP request. It does no I/O
 // and allocates nothing per decision.
 package authz

@@ -1,6 +1,6 @@
 // Package ratelimit limits requests per second: one generic cell rate
 // algorithm (GCRA) bucket per limit, lock-free, with a small burst, and
-// per-client buckets for fair shares (HTTPLocalRateLimitPolicy, DESIGN.md
+// per-client buckets for fair shares (HTTPLocalRateLimitPolicy, ARCHITECTURE.md
 // §9). Every call takes the time as monotonic nanoseconds.
 package ratelimit
 

@@ -1,5 +1,5 @@
 // Package policyv1alpha1 holds the authorization-policy resources of
-// policy.plexus.dev/v1alpha1 (DESIGN.md §9), as plain structs mirroring the
+// policy.plexus.dev/v1alpha1 (ARCHITECTURE.md §9), as plain structs mirroring the
 // CRDs in deploy/crds/policy-*.yaml, read from dynamic informers with
 // Decode. The API server validates them (schemas and CEL rules); what it
 // cannot check is noted on the field.
