@@ -76,7 +76,9 @@ deps-%:
 	$(CLUSTER)/deps.sh $*
 
 ## cluster-up / cluster-down: the local single-node Kubernetes
-cluster-up: deps images
+# Only what the cluster and the demo run: Helm and Chromium are for the
+# tests (make test brings them with deps).
+cluster-up: deps-apt deps-kube deps-cni images
 	$(CLUSTER)/up.sh
 cluster-down:
 	$(CLUSTER)/down.sh
