@@ -17,8 +17,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -27,6 +25,7 @@ import (
 	gateway "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/plexus-mesh/plexus/control/adminhttp"
+	"github.com/plexus-mesh/plexus/control/component"
 	"github.com/plexus-mesh/plexus/control/destination"
 	"github.com/plexus-mesh/plexus/control/kubeclient"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
@@ -107,14 +106,8 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs.IntVar(&cfg.Destination.MaxLoopbackStreams, "max-loopback-streams", cfg.Destination.MaxLoopbackStreams,
 		"streams all callers on loopback without a client certificate (port-forwards, e.g. plexusctl diagnostics endpoints) may have open at once together")
 	cfg.Identity.flags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := component.ParseFlags(fs, args, func() error { return cfg.Validate() }); err != nil {
 		return Config{}, err
-	}
-	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if err := cfg.Validate(); err != nil {
-		return Config{}, fmt.Errorf("invalid configuration: %w", err)
 	}
 	return cfg, nil
 }
@@ -125,7 +118,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) err
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stdout, nil)).With("component", "destination")
+	log := component.Logger(stdout, slog.LevelInfo).With("component", "destination")
 
 	client, err := kubeclient.New(cfg.Kubeconfig, "plexus-destination")
 	if err != nil {
@@ -149,8 +142,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) err
 		cfg.Destination.RequireCallerIdentity = false
 		log.Warn("no TLS: destination cannot check callers' identities; it answers anyone (GetInboundPolicy too), bounding streams per address")
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := component.Registry()
 	srv, err := destination.New(cfg.Destination, client, reg, log)
 	if err != nil {
 		return err

@@ -16,10 +16,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-
 	"github.com/plexus-mesh/plexus/control/adminhttp"
+	"github.com/plexus-mesh/plexus/control/component"
 	"github.com/plexus-mesh/plexus/control/identity"
 	"github.com/plexus-mesh/plexus/control/kubeclient"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
@@ -43,11 +41,8 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.DurationVar(&cfg.ClockSkew, "clock-skew", identity.DefaultClockSkew, "NotBefore backdating of issued certificates")
 	reserved := fs.String("reserved-namespaces", strings.Join(identity.DefaultReservedNamespaces, ","),
 		"comma-separated namespaces whose service accounts are certified only while a Plexus extension declares them (a ConfigMap plexus-extension-NS in --namespace)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("identity: unexpected arguments %v", fs.Args())
+	if err := component.ParseFlags(fs, args, nil); err != nil {
+		return fmt.Errorf("identity: %w", err)
 	}
 	for _, ns := range strings.Split(*reserved, ",") {
 		if ns = strings.TrimSpace(ns); ns != "" {
@@ -58,7 +53,7 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stdout, nil))
+	log := component.Logger(stdout, slog.LevelInfo)
 	client, err := kubeclient.New(*kubeconfig, "plexus-identity")
 	if err != nil {
 		return err
@@ -68,8 +63,7 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := component.Registry()
 	srv, err := identity.New(cfg, identity.Deps{Client: client, Metrics: reg, Log: log})
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/plexus-mesh/plexus/control/component"
 	"github.com/plexus-mesh/plexus/control/identity"
 	"github.com/plexus-mesh/plexus/mesh/identity/pki"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
@@ -41,11 +42,8 @@ func IssuerMain(_ context.Context, args []string, stdout io.Writer) error {
 		anchorKey      = fs.String("anchor-key", "", "PEM file of the existing trust anchor's key")
 		anchorOut      = fs.String("anchor-out", "", "directory to write a new anchor to (ca.crt, ca.key), so that the issuer can later be rotated")
 	)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("issuer: unexpected arguments %v", fs.Args())
+	if err := component.ParseFlags(fs, args, nil); err != nil {
+		return fmt.Errorf("issuer: %w", err)
 	}
 	if (*anchorCert == "") != (*anchorKey == "") {
 		return errors.New("issuer: --anchor-cert and --anchor-key go together")

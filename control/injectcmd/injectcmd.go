@@ -13,11 +13,10 @@ import (
 	"os"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 
+	"github.com/plexus-mesh/plexus/control/component"
 	"github.com/plexus-mesh/plexus/control/inject"
 	"github.com/plexus-mesh/plexus/control/kubeclient"
 	"github.com/plexus-mesh/plexus/control/webhookcert"
@@ -51,11 +50,8 @@ func parse(args []string, stderr io.Writer) (Options, error) {
 	fs.StringVar(&o.Inject.TrustDomain, "trust-domain", "cluster.local", "identity trust domain")
 	fs.StringVar(&o.Inject.ClusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain")
 	fs.TextVar(&o.LogLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
+	if err := component.ParseFlags(fs, args, nil); err != nil {
 		return o, err
-	}
-	if fs.NArg() != 0 {
-		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if o.Namespace == "" {
 		return o, errors.New("--namespace (or POD_NAMESPACE) is required")
@@ -81,13 +77,12 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.LogLevel}))
+	log := component.Logger(stderr, o.LogLevel)
 	client, err := kubeclient.New(o.Kubeconfig, "plexus-injector")
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := component.Registry()
 	factory := informers.NewSharedInformerFactory(client, 10*time.Minute)
 	nsLister := factory.Core().V1().Namespaces().Lister()
 	factory.Core().V1().Namespaces().Informer()

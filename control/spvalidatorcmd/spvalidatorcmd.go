@@ -14,10 +14,9 @@ import (
 	"net/http"
 	"os"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/plexus-mesh/plexus/control/component"
 	"github.com/plexus-mesh/plexus/control/kubeclient"
 	"github.com/plexus-mesh/plexus/control/spvalidator"
 	"github.com/plexus-mesh/plexus/control/webhookcert"
@@ -79,14 +78,8 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs.StringVar(&c.WebhookConfig, "webhook-config", "plexus-sp-validator", "ValidatingWebhookConfiguration whose caBundle is kept")
 	fs.StringVar(&c.ClusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain")
 	fs.TextVar(&c.LogLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
+	if err := component.ParseFlags(fs, args, func() error { return c.Validate() }); err != nil {
 		return Config{}, err
-	}
-	if fs.NArg() != 0 {
-		return Config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if err := c.Validate(); err != nil {
-		return Config{}, fmt.Errorf("invalid configuration: %w", err)
 	}
 	return c, nil
 }
@@ -97,13 +90,12 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: c.LogLevel}))
+	log := component.Logger(stderr, c.LogLevel)
 	client, err := kubeclient.New(c.Kubeconfig, "plexus-sp-validator")
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := component.Registry()
 	hook := &spvalidator.Webhook{ClusterDomain: c.ClusterDomain, Metrics: spvalidator.NewMetrics(reg), Log: log}
 	log.Info("sp-validator starting", "addr", c.Addr, "clusterDomain", c.ClusterDomain)
 	return webhookserver.Run(ctx, webhookserver.Config{

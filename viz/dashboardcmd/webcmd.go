@@ -17,13 +17,12 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	gateway "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/plexus-mesh/plexus/control/adminhttp"
+	"github.com/plexus-mesh/plexus/control/component"
 	"github.com/plexus-mesh/plexus/control/healthcheck"
 	"github.com/plexus-mesh/plexus/control/inboundpolicy"
 	"github.com/plexus-mesh/plexus/control/kubeclient"
@@ -89,14 +88,8 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs.DurationVar(&cfg.Web.Window, "window", cfg.Web.Window, "range golden metrics are rated over")
 	fs.BoolVar(&cfg.NodeImageMode, "node-image-mode", false, "the CNI plugin is baked into the node images: skip the DaemonSet check")
 	fs.TextVar(&cfg.LogLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
+	if err := component.ParseFlags(fs, args, func() error { return cfg.Validate() }); err != nil {
 		return Config{}, err
-	}
-	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if err := cfg.Validate(); err != nil {
-		return Config{}, fmt.Errorf("invalid configuration: %w", err)
 	}
 	return cfg, nil
 }
@@ -108,7 +101,7 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel})).With("component", "web")
+	log := component.Logger(stdout, cfg.LogLevel).With("component", "web")
 	src, err := connect(cfg)
 	if err != nil {
 		return err
@@ -172,8 +165,7 @@ func serve(ctx context.Context, cfg Config, h http.Handler, log *slog.Logger) er
 			lis.Close()
 			return fmt.Errorf("listening on %s: %w", cfg.AdminAddr, err)
 		}
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		reg := component.Registry()
 		admin := &http.Server{Handler: adminhttp.Handler(reg), ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, admin)
 		go func() { errc <- admin.Serve(adminLis) }()

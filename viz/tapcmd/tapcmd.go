@@ -14,12 +14,11 @@ import (
 	"os"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/plexus-mesh/plexus/control/adminhttp"
+	"github.com/plexus-mesh/plexus/control/component"
 	"github.com/plexus-mesh/plexus/control/kubeclient"
 	"github.com/plexus-mesh/plexus/control/webhookcert"
 	"github.com/plexus-mesh/plexus/mesh/identity/certify"
@@ -78,13 +77,7 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	fs.StringVar(&c.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "this pod's namespace (default $POD_NAMESPACE)")
 	fs.StringVar(&c.ServiceAccount, "service-account", "plexus-tap", "this pod's service account")
 	fs.TextVar(&c.LogLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
-	}
-	return c, c.Validate()
+	return c, component.ParseFlags(fs, args, func() error { return c.Validate() })
 }
 
 // Main runs the tap service until ctx ends.
@@ -93,7 +86,7 @@ func Main(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	log := component.Logger(os.Stderr, cfg.LogLevel)
 	kube, err := kubeclient.New(cfg.Kubeconfig, "plexus-tap")
 	if err != nil {
 		return err
@@ -145,8 +138,7 @@ func Main(ctx context.Context, args []string, out io.Writer) error {
 	go func() { errc <- srv.ListenAndServeTLS("", "") }()
 	var admin *http.Server
 	if cfg.AdminAddr != "" {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		reg := component.Registry()
 		admin = &http.Server{Addr: cfg.AdminAddr, Handler: adminhttp.Handler(reg, certs.Ready), ReadHeaderTimeout: 10 * time.Second}
 		go func() { errc <- admin.ListenAndServe() }()
 	}
