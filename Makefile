@@ -91,7 +91,7 @@ test: deps deps-bench images proto-check lint
 lint: deps-lint
 	integration/lint.sh
 
-## layers: the imports that cross top-level folders (ARCHITECTURE.md, "The layers")
+## layers: the imports that break the layers of ARCHITECTURE.md (-a: every import across folders)
 layers:
 	integration/layers.sh
 
