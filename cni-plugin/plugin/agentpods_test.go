@@ -11,6 +11,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/plexus-mesh/plexus/cni-plugin/netconf"
+	"github.com/plexus-mesh/plexus/cni-plugin/podrules"
 )
 
 // fakeAgent serves pod lookups on a unix socket the way the node agent
@@ -32,7 +35,7 @@ func fakeAgent(t *testing.T, handle http.HandlerFunc) string {
 func agentHolds(t *testing.T, pods ...*corev1.Pod) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		for _, p := range pods {
-			if r.URL.Path == AgentPodPath+p.Namespace+"/"+p.Name {
+			if r.URL.Path == podrules.AgentPodPath+p.Namespace+"/"+p.Name {
 				p.Kind, p.APIVersion = "Pod", "v1"
 				w.Header().Set("Content-Type", "application/json")
 				json.NewEncoder(w).Encode(p)
@@ -107,7 +110,7 @@ func TestAddAsksTheNodeAgentFirst(t *testing.T) {
 }
 
 func TestPodSocketMustBeAbsolute(t *testing.T) {
-	conf, err := ParseConf(stdin(t, "1.0.0", map[string]any{"pod_socket": "run/pods.sock"}, ""))
+	conf, err := netconf.ParseConf(stdin(t, "1.0.0", map[string]any{"pod_socket": "run/pods.sock"}, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

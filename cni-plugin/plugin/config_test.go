@@ -12,6 +12,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/plexus-mesh/plexus/cni-plugin/netconf"
 	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
@@ -21,7 +22,7 @@ func TestParseConfAndPodBase(t *testing.T) {
 		"proxy":{"inbound_port":5143,"outbound_port":5140,"admin_port":5191,"uid":3000,"gid":3001},
 		"skip_outbound_ports":[25,"8000-8100"],"skip_inbound_ports":"22",
 		"skip_outbound_subnets":["169.254.169.254","fd00::/8"],"skip_inbound_subnets":"10.0.0.0/8"}`)
-	conf, err := ParseConf(data)
+	conf, err := netconf.ParseConf(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +48,7 @@ func TestParseConfAndPodBase(t *testing.T) {
 	}
 
 	// Defaults.
-	conf, err = ParseConf([]byte(`{"cniVersion":"1.0.0","name":"n","type":"plexus-cni","kubeconfig":"/k"}`))
+	conf, err = netconf.ParseConf([]byte(`{"cniVersion":"1.0.0","name":"n","type":"plexus-cni","kubeconfig":"/k"}`))
 	if err != nil || conf.Validate() != nil {
 		t.Fatalf("minimal config: %v / %v", err, conf.Validate())
 	}
@@ -65,7 +66,7 @@ func TestParseConfAndPodBase(t *testing.T) {
 		"bad prevResult":  `{"cniVersion":"1.0.0","kubeconfig":"/k","prevResult":{"ips":"nope"}}`,
 		"prevResult type": `{"cniVersion":"1.0.0","kubeconfig":"/k","prevResult":[1]}`,
 	} {
-		if _, err := ParseConf([]byte(bad)); err == nil {
+		if _, err := netconf.ParseConf([]byte(bad)); err == nil {
 			t.Errorf("%s: ParseConf accepted %s", name, bad)
 		}
 	}
@@ -74,7 +75,7 @@ func TestParseConfAndPodBase(t *testing.T) {
 		"relative report socket":                    `{"kubeconfig":"/k","report_socket":"plexus/reports.sock"}`,
 		"uid 0 is unset, gid clash ok; ports clash": `{"kubeconfig":"/k","proxy":{"admin_port":4143}}`,
 	} {
-		conf, err := ParseConf([]byte(bad))
+		conf, err := netconf.ParseConf([]byte(bad))
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -105,7 +106,7 @@ func TestNonKubernetesInvocationPassesThrough(t *testing.T) {
 
 func TestFileLogger(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cni.log")
-	log, done := FileLogger(&NetConf{LogFile: path, LogLevel: "warn"})
+	log, done := FileLogger(&netconf.NetConf{LogFile: path, LogLevel: "warn"})
 	log.Info("hidden")
 	log.Warn("shown", "k", "v")
 	done()

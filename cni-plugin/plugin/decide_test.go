@@ -11,12 +11,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/plexus-mesh/plexus/cni-plugin/netconf"
+	"github.com/plexus-mesh/plexus/cni-plugin/podrules"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 func TestDecidePod(t *testing.T) {
-	conf := &NetConf{Kubeconfig: "/k", Proxy: ProxyConf{InboundPort: 5143}}
+	conf := &netconf.NetConf{Kubeconfig: "/k", Proxy: netconf.ProxyConf{InboundPort: 5143}}
 	for _, tc := range []struct {
 		name   string
 		ns     string
@@ -30,11 +32,11 @@ func TestDecidePod(t *testing.T) {
 		{"native sidecar", "app", "web-1", nil, withNativeSidecar, true, "has a plexus-proxy"},
 		{"no proxy", "app", "web-1", nil, nil, false, "has no plexus-proxy"},
 		{"excluded namespace", "kube-system", "dns", nil, withSidecar, false, "exclude_namespaces"},
-		{"node agent", NodeAgentNamespace, NodeAgentPodPrefix + "x7k2p", nil, withSidecar, false, "node agent"},
-		{"control plane is meshed", NodeAgentNamespace, "plexus-destination-1", nil, withSidecar, true, "has a plexus-proxy"},
+		{"node agent", netconf.NodeAgentNamespace, netconf.NodeAgentPodPrefix + "x7k2p", nil, withSidecar, false, "node agent"},
+		{"control plane is meshed", netconf.NodeAgentNamespace, "plexus-destination-1", nil, withSidecar, true, "has a plexus-proxy"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := DecidePod(conf, asPod(t, pod(tc.ns, tc.pod, tc.ann, tc.mutate)))
+			d, err := podrules.DecidePod(conf, asPod(t, pod(tc.ns, tc.pod, tc.ann, tc.mutate)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -47,12 +49,12 @@ func TestDecidePod(t *testing.T) {
 		})
 	}
 
-	_, err := DecidePod(conf, asPod(t, pod("app", "web-1", map[string]string{"config.plexus.dev/skip-inbound-ports": "x"}, withSidecar)))
-	if err == nil || errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "app/web-1") {
+	_, err := podrules.DecidePod(conf, asPod(t, pod("app", "web-1", map[string]string{"config.plexus.dev/skip-inbound-ports": "x"}, withSidecar)))
+	if err == nil || errors.Is(err, podrules.ErrInvalidConfig) || !strings.Contains(err.Error(), "app/web-1") {
 		t.Errorf("bad annotation: err = %v, want one naming the pod and not ErrInvalidConfig", err)
 	}
-	bad := &NetConf{Kubeconfig: "/k", SkipOutboundPorts: "nope"}
-	if _, err := DecidePod(bad, asPod(t, pod("app", "web-1", nil, withSidecar))); !errors.Is(err, ErrInvalidConfig) {
+	bad := &netconf.NetConf{Kubeconfig: "/k", SkipOutboundPorts: "nope"}
+	if _, err := podrules.DecidePod(bad, asPod(t, pod("app", "web-1", nil, withSidecar))); !errors.Is(err, podrules.ErrInvalidConfig) {
 		t.Errorf("bad plugin config: err = %v, want ErrInvalidConfig", err)
 	}
 }
@@ -74,7 +76,7 @@ func withAdmitted(admitted map[string]string) func(*corev1.Pod) {
 // proxy's environment (annotations can be edited on a running pod, a
 // container's environment cannot).
 func TestDecidePodAdmittedSettings(t *testing.T) {
-	conf := &NetConf{Kubeconfig: "/k"}
+	conf := &netconf.NetConf{Kubeconfig: "/k"}
 	admitted := map[string]string{podcontract.AnnotationSkipInboundPorts: "25", podcontract.AnnotationProxyUID: "2200"}
 	edited := map[string]string{
 		podcontract.AnnotationSkipInboundPorts:    "1-4142",
@@ -105,7 +107,7 @@ func TestDecidePodAdmittedSettings(t *testing.T) {
 		}, "[1-4142]", 1, 1000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := DecidePod(conf, asPod(t, pod("app", "web-1", tc.ann, tc.mutate)))
+			d, err := podrules.DecidePod(conf, asPod(t, pod("app", "web-1", tc.ann, tc.mutate)))
 			if err != nil || !d.Mesh {
 				t.Fatalf("DecidePod = %+v, %v", d, err)
 			}
@@ -120,14 +122,14 @@ func TestDecidePodAdmittedSettings(t *testing.T) {
 	}
 
 	bad := withAdmitted(nil)
-	_, err := DecidePod(conf, asPod(t, pod("app", "web-1", nil, func(p *corev1.Pod) {
+	_, err := podrules.DecidePod(conf, asPod(t, pod("app", "web-1", nil, func(p *corev1.Pod) {
 		bad(p)
 		p.Spec.InitContainers[0].Env[1].Value = `{"config.plexus.dev/skip-inbound-ports":"x"}`
 	})))
 	if err == nil || !strings.Contains(err.Error(), "app/web-1") || !strings.Contains(err.Error(), "skip-inbound-ports") {
 		t.Errorf("malformed admitted setting: err = %v, want one naming the pod and the setting", err)
 	}
-	_, err = DecidePod(conf, asPod(t, pod("app", "web-1", nil, func(p *corev1.Pod) {
+	_, err = podrules.DecidePod(conf, asPod(t, pod("app", "web-1", nil, func(p *corev1.Pod) {
 		bad(p)
 		p.Spec.InitContainers[0].Env[1].Value = ""
 	})))
@@ -151,19 +153,19 @@ func withInboundSource(v string) func(*corev1.Pod) {
 // (and is compared against) the rules it has, while a new pod's missing
 // ones are drift.
 func TestDecidePodInboundSource(t *testing.T) {
-	conf := &NetConf{Kubeconfig: "/k"}
+	conf := &netconf.NetConf{Kubeconfig: "/k"}
 	fams := []rules.Family{rules.IPv4, rules.IPv6}
-	decide := func(mutate func(*corev1.Pod)) Decision {
+	decide := func(mutate func(*corev1.Pod)) podrules.Decision {
 		t.Helper()
-		d, err := DecidePod(conf, asPod(t, pod("app", "web-1", nil, mutate)))
+		d, err := podrules.DecidePod(conf, asPod(t, pod("app", "web-1", nil, mutate)))
 		if err != nil || !d.Mesh {
 			t.Fatalf("DecidePod = %+v, %v", d, err)
 		}
 		return d
 	}
-	saved := func(d Decision) map[rules.Family]rules.State {
+	saved := func(d podrules.Decision) map[rules.Family]rules.State {
 		t.Helper()
-		sets, err := Want(d, fams)
+		sets, err := podrules.Want(d, fams)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,16 +185,16 @@ func TestDecidePodInboundSource(t *testing.T) {
 		t.Fatalf("inbound source %s, want [127.0.0.6 ::1]", got)
 	}
 	oldRules, newRules := saved(old), saved(gated)
-	if err := Diff(old, fams, oldRules); err != nil {
+	if err := podrules.Diff(old, fams, oldRules); err != nil {
 		t.Errorf("old proxy, old rules: %v", err)
 	}
-	if err := Diff(old, fams, newRules); err == nil || !strings.Contains(err.Error(), "unexpected") || !strings.Contains(err.Error(), "plexus/self-call") {
+	if err := podrules.Diff(old, fams, newRules); err == nil || !strings.Contains(err.Error(), "unexpected") || !strings.Contains(err.Error(), "plexus/self-call") {
 		t.Errorf("old proxy with the self-call rules (its inbound dials would loop): %v, want them unexpected", err)
 	}
-	if err := Diff(gated, fams, newRules); err != nil {
+	if err := podrules.Diff(gated, fams, newRules); err != nil {
 		t.Errorf("new proxy, new rules: %v", err)
 	}
-	err := Diff(gated, fams, oldRules)
+	err := podrules.Diff(gated, fams, oldRules)
 	if err == nil || !strings.Contains(err.Error(), "missing   -A PLEXUS_OUTPUT -s 127.0.0.6/32 -o lo") || !strings.Contains(err.Error(), "missing   -A PLEXUS_OUTPUT -s ::1/128 -o lo") {
 		t.Errorf("new proxy with old rules: %v, want both families' rules missing", err)
 	}
@@ -207,8 +209,8 @@ func TestDecidePodInboundSource(t *testing.T) {
 	if other.Config.InboundSource != nil {
 		t.Errorf("variable on the app container counted: %v", other.Config.InboundSource)
 	}
-	_, err = DecidePod(conf, asPod(t, pod("app", "web-1", nil, withInboundSource("::6"))))
-	if err == nil || errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "app/web-1") || !strings.Contains(err.Error(), podcontract.EnvInboundSource) {
+	_, err = podrules.DecidePod(conf, asPod(t, pod("app", "web-1", nil, withInboundSource("::6"))))
+	if err == nil || errors.Is(err, podrules.ErrInvalidConfig) || !strings.Contains(err.Error(), "app/web-1") || !strings.Contains(err.Error(), podcontract.EnvInboundSource) {
 		t.Errorf("malformed inbound source: err = %v, want one naming the pod and %s", err, podcontract.EnvInboundSource)
 	}
 }
@@ -228,16 +230,16 @@ func TestFamilies(t *testing.T) {
 		for _, s := range tc.ips {
 			addrs = append(addrs, netip.MustParseAddr(s))
 		}
-		if got := Families(addrs); !slices.Equal(got, tc.want) {
+		if got := podrules.Families(addrs); !slices.Equal(got, tc.want) {
 			t.Errorf("Families(%v) = %v, want %v", tc.ips, got, tc.want)
 		}
 	}
 }
 
 func TestDiff(t *testing.T) {
-	meshed := Decision{Mesh: true, Config: podcontract.Defaults()}
+	meshed := podrules.Decision{Mesh: true, Config: podcontract.Defaults()}
 	fams := []rules.Family{rules.IPv4, rules.IPv6}
-	sets, err := Want(meshed, fams)
+	sets, err := podrules.Want(meshed, fams)
 	if err != nil || len(sets) != 2 {
 		t.Fatalf("Want = %v, %v", sets, err)
 	}
@@ -245,26 +247,26 @@ func TestDiff(t *testing.T) {
 	for _, rs := range sets {
 		complete[rs.Family] = rules.Saved(rs)
 	}
-	if err := Diff(meshed, fams, complete); err != nil {
+	if err := podrules.Diff(meshed, fams, complete); err != nil {
 		t.Errorf("complete rules: %v", err)
 	}
 	onlyV4 := map[rules.Family]rules.State{rules.IPv4: complete[rules.IPv4]}
-	if err := Diff(meshed, fams, onlyV4); err == nil || !strings.Contains(err.Error(), "IPv6") {
+	if err := podrules.Diff(meshed, fams, onlyV4); err == nil || !strings.Contains(err.Error(), "IPv6") {
 		t.Errorf("IPv6 missing: err = %v", err)
 	}
-	if err := Diff(Decision{}, fams, map[rules.Family]rules.State{}); err != nil {
+	if err := podrules.Diff(podrules.Decision{}, fams, map[rules.Family]rules.State{}); err != nil {
 		t.Errorf("not meshed, no rules: %v", err)
 	}
-	if err := Diff(Decision{}, fams, complete); err == nil {
+	if err := podrules.Diff(podrules.Decision{}, fams, complete); err == nil {
 		t.Error("not meshed but rules present: no error")
 	}
-	if got, err := Want(Decision{}, fams); err != nil || got != nil {
+	if got, err := podrules.Want(podrules.Decision{}, fams); err != nil || got != nil {
 		t.Errorf("Want(not meshed) = %v, %v", got, err)
 	}
 }
 
 // asPod hands p to the plugin as the API server would: as JSON.
-func asPod(t *testing.T, p *corev1.Pod) *Pod {
+func asPod(t *testing.T, p *corev1.Pod) *podrules.Pod {
 	t.Helper()
 	p = p.DeepCopy()
 	p.Kind, p.APIVersion = "Pod", "v1"
@@ -272,7 +274,7 @@ func asPod(t *testing.T, p *corev1.Pod) *Pod {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := decodePod("application/json", body)
+	got, err := podrules.DecodePod("application/json", body)
 	if err != nil {
 		t.Fatal(err)
 	}

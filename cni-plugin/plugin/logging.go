@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+
+	"github.com/plexus-mesh/plexus/cni-plugin/netconf"
 )
 
 // FileLogger returns a logger writing to conf's log_file (appending, so the
@@ -12,8 +14,8 @@ import (
 // that closes the file. Without a log_file, or when it cannot be opened, it
 // logs to stderr, which the runtime shows when the plugin fails; logging
 // trouble never fails the CNI call.
-func FileLogger(conf *NetConf) (*slog.Logger, func()) {
-	level, err := parseLevel(conf.LogLevel)
+func FileLogger(conf *netconf.NetConf) (*slog.Logger, func()) {
+	level, err := netconf.ParseLevel(conf.LogLevel)
 	if err != nil {
 		level = slog.LevelInfo
 	}

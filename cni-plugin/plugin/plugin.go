@@ -1,6 +1,7 @@
-// Package plugin implements the plexus-cni chained CNI plugin: it decides
-// whether a pod is meshed and installs, checks or removes its redirect rules
-// in the pod's network namespace.
+// Package plugin is the plexus-cni chained CNI plugin's skel adapter: ADD,
+// DEL, CHECK, STATUS and GC. What a pod wants comes from podrules, the
+// configuration from netconf, and the rules are applied in the pod's
+// network namespace by netnsrules.
 package plugin
 
 import (
@@ -10,8 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -19,14 +18,16 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/plexus-mesh/plexus/cni-plugin/netconf"
+	"github.com/plexus-mesh/plexus/cni-plugin/netnsrules"
+	"github.com/plexus-mesh/plexus/cni-plugin/podrules"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
-	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // Plugin-specific CNI error codes (the spec reserves 0-99).
 const (
 	ErrCodeBadAnnotation uint = 100 // a config.plexus.dev/* annotation is malformed
-	ErrCodeAPI           uint = 101 // the pod GET failed for a non-transient reason
+	ErrCodeAPI           uint = 101 // the pod GET failed for a non-Transient reason
 	ErrCodeRules         uint = 102 // iptables could not be read or written
 	ErrCodeCheck         uint = 103 // CHECK found rules that differ from the expected ones
 )
@@ -44,16 +45,16 @@ type Tables interface {
 // Plugin holds the injected dependencies of one invocation.
 type Plugin struct {
 	Stdout io.Writer
-	Retry  Retry
+	Retry  podrules.Retry
 	// NewLog builds the logger from the config; the func closes it.
-	NewLog func(conf *NetConf) (*slog.Logger, func())
+	NewLog func(conf *netconf.NetConf) (*slog.Logger, func())
 	// Pods builds the pod getter; called only when a lookup is needed.
-	Pods func(conf *NetConf) (PodGetter, error)
+	Pods func(conf *netconf.NetConf) (podrules.PodGetter, error)
 	// Tables builds the rule applier for the configured backend.
-	Tables func(conf *NetConf, log *slog.Logger) Tables
+	Tables func(conf *netconf.NetConf, log *slog.Logger) Tables
 }
 
-func (p *Plugin) logger(conf *NetConf, cmd string, args *skel.CmdArgs) (*slog.Logger, func()) {
+func (p *Plugin) logger(conf *netconf.NetConf, cmd string, args *skel.CmdArgs) (*slog.Logger, func()) {
 	if p.NewLog == nil {
 		return slog.New(slog.DiscardHandler), func() {}
 	}
@@ -75,13 +76,6 @@ type k8sArgs struct {
 	K8S_POD_UID                types.UnmarshallableString
 }
 
-// Decision says what to do with a pod and why.
-type Decision struct {
-	Mesh   bool
-	Reason string
-	Config podcontract.Config // set when Mesh
-}
-
 func cniErr(code uint, msg string, err error) *types.Error {
 	if err == nil {
 		return types.NewError(code, msg, "")
@@ -89,8 +83,8 @@ func cniErr(code uint, msg string, err error) *types.Error {
 	return types.NewError(code, msg+": "+err.Error(), "")
 }
 
-func (p *Plugin) load(args *skel.CmdArgs, validate bool) (*NetConf, *types.Error) {
-	conf, err := ParseConf(args.StdinData)
+func (p *Plugin) load(args *skel.CmdArgs, validate bool) (*netconf.NetConf, *types.Error) {
+	conf, err := netconf.ParseConf(args.StdinData)
 	if err != nil {
 		return nil, cniErr(types.ErrDecodingFailure, "plexus-cni: invalid plugin config", err)
 	}
@@ -108,110 +102,59 @@ func (p *Plugin) load(args *skel.CmdArgs, validate bool) (*NetConf, *types.Error
 // agent's cache when the config names its pod socket and the agent holds
 // it, else from one GET (with bounded retries). beforeGet (if not nil) is
 // called just before the lookup.
-func (p *Plugin) Decide(ctx context.Context, log *slog.Logger, conf *NetConf, cniArgs string, beforeGet func()) (Decision, *types.Error) {
+func (p *Plugin) Decide(ctx context.Context, log *slog.Logger, conf *netconf.NetConf, cniArgs string, beforeGet func()) (podrules.Decision, *types.Error) {
 	var ka k8sArgs
 	ka.IgnoreUnknown = true
 	if err := types.LoadArgs(cniArgs, &ka); err != nil {
-		return Decision{}, cniErr(types.ErrInvalidEnvironmentVariables, "plexus-cni: parsing CNI_ARGS", err)
+		return podrules.Decision{}, cniErr(types.ErrInvalidEnvironmentVariables, "plexus-cni: parsing CNI_ARGS", err)
 	}
 	namespace, name := string(ka.K8S_POD_NAMESPACE), string(ka.K8S_POD_NAME)
 	if namespace == "" || name == "" {
-		return Decision{Reason: "not a Kubernetes pod (no K8S_POD_NAMESPACE/K8S_POD_NAME in CNI_ARGS)"}, nil
+		return podrules.Decision{Reason: "not a Kubernetes pod (no K8S_POD_NAMESPACE/K8S_POD_NAME in CNI_ARGS)"}, nil
 	}
-	if reason := skippedByName(conf, namespace, name); reason != "" {
-		return Decision{Reason: reason}, nil
+	if reason := podrules.SkippedByName(conf, namespace, name); reason != "" {
+		return podrules.Decision{Reason: reason}, nil
 	}
 	if beforeGet != nil {
 		beforeGet()
 	}
 	uid := string(ka.K8S_POD_UID)
-	pod := podFromAgent(ctx, log, conf.PodSocket, namespace, name, uid)
+	pod := podrules.FromAgent(ctx, log, conf.PodSocket, namespace, name, uid)
 	if pod == nil {
 		getter, err := p.Pods(conf)
 		if err != nil {
-			return Decision{}, cniErr(types.ErrPluginNotAvailable, "plexus-cni: cannot reach the Kubernetes API", err)
+			return podrules.Decision{}, cniErr(types.ErrPluginNotAvailable, "plexus-cni: cannot reach the Kubernetes API", err)
 		}
 		getStart := time.Now()
-		pod, err = getPod(ctx, getter, p.Retry, namespace, name)
+		pod, err = podrules.GetPod(ctx, getter, p.Retry, namespace, name)
 		log.Debug("pod GET", "get_ms", ms(time.Since(getStart)), "error", err)
 		if err != nil {
 			code := ErrCodeAPI
-			if transient(err) {
+			if podrules.Transient(err) {
 				code = types.ErrTryAgainLater
 			}
-			return Decision{}, cniErr(code, "plexus-cni: reading the pod from the Kubernetes API failed", err)
+			return podrules.Decision{}, cniErr(code, "plexus-cni: reading the pod from the Kubernetes API failed", err)
 		}
 	}
 	if uid != "" && uid != string(pod.UID) {
-		return Decision{}, cniErr(types.ErrTryAgainLater, fmt.Sprintf(
+		return podrules.Decision{}, cniErr(types.ErrTryAgainLater, fmt.Sprintf(
 			"plexus-cni: pod %s/%s has UID %s but the runtime asked for UID %s (the pod was replaced)", namespace, name, pod.UID, uid), nil)
 	}
-	d, err := DecidePod(conf, pod)
+	d, err := podrules.DecidePod(conf, pod)
 	switch {
-	case errors.Is(err, ErrInvalidConfig):
-		return Decision{}, cniErr(types.ErrInvalidNetworkConfig, "plexus-cni", err)
+	case errors.Is(err, podrules.ErrInvalidConfig):
+		return podrules.Decision{}, cniErr(types.ErrInvalidNetworkConfig, "plexus-cni", err)
 	case err != nil:
-		return Decision{}, cniErr(ErrCodeBadAnnotation, "plexus-cni", err)
+		return podrules.Decision{}, cniErr(ErrCodeBadAnnotation, "plexus-cni", err)
 	}
 	return d, nil
-}
-
-// ErrInvalidConfig marks DecidePod errors caused by the plugin config
-// rather than by the pod.
-var ErrInvalidConfig = errors.New("invalid plugin config")
-
-// DecidePod decides for a pod object already read (by Decide's GET, or from
-// the node agent's informer): pods in excluded namespaces, the node agent's
-// pods and pods without the proxy are not meshed; for a meshed pod the
-// Decision carries its settings: the plugin config, then the redirect
-// annotations the pod was admitted with (redirectAnnotations: recorded in
-// the proxy's environment, so a later change of the pod's annotations
-// changes nothing), and the inbound source its proxy binds (inboundSource,
-// also from the environment: the self-call rules exist only for a proxy
-// that binds it). A malformed setting is an error naming the pod; an
-// unusable plugin config wraps ErrInvalidConfig.
-func DecidePod(conf *NetConf, pod *Pod) (Decision, error) {
-	if reason := skippedByName(conf, pod.Namespace, pod.Name); reason != "" {
-		return Decision{Reason: reason}, nil
-	}
-	if !isMeshed(pod) {
-		return Decision{Reason: "pod has no " + ProxyContainerName + " container"}, nil
-	}
-	base, err := conf.PodBase()
-	if err != nil {
-		return Decision{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	annotations, err := redirectAnnotations(pod)
-	if err != nil {
-		return Decision{}, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
-	}
-	cfg, err := podcontract.FromAnnotations(base, annotations)
-	if err != nil {
-		return Decision{}, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
-	}
-	if cfg.InboundSource, err = inboundSource(pod); err != nil {
-		return Decision{}, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
-	}
-	return Decision{Mesh: true, Reason: "pod has a " + ProxyContainerName + " container", Config: cfg}, nil
-}
-
-// skippedByName says why a pod is never meshed, judging by its namespace
-// and name alone (no API call needed), or "" when that does not decide.
-func skippedByName(conf *NetConf, namespace, name string) string {
-	switch {
-	case slices.Contains(conf.Excluded(), namespace):
-		return fmt.Sprintf("namespace %s is in exclude_namespaces", namespace)
-	case namespace == NodeAgentNamespace && strings.HasPrefix(name, NodeAgentPodPrefix):
-		return "pod is the plexus node agent"
-	}
-	return ""
 }
 
 // families are the IP families to write rules for, from the primary
 // plugin's result.
 func families(prev types.Result) ([]rules.Family, error) {
 	if prev == nil {
-		return Families(nil), nil
+		return podrules.Families(nil), nil
 	}
 	res, err := current.NewResultFromResult(prev)
 	if err != nil {
@@ -223,64 +166,7 @@ func families(prev types.Result) ([]rules.Family, error) {
 			addrs = append(addrs, a.Unmap())
 		}
 	}
-	return Families(addrs), nil
-}
-
-// Families are the IP families a pod with these addresses gets rules for:
-// IPv4 always, IPv6 when it has an IPv6 address.
-func Families(podIPs []netip.Addr) []rules.Family {
-	fams := []rules.Family{rules.IPv4}
-	for _, a := range podIPs {
-		if a.Is6() && !a.Is4In6() {
-			return append(fams, rules.IPv6)
-		}
-	}
-	return fams
-}
-
-func buildSets(cfg podcontract.Config, fams []rules.Family) ([]rules.RuleSet, error) {
-	sets := make([]rules.RuleSet, 0, len(fams))
-	for _, f := range fams {
-		rs, err := rules.Build(cfg, f)
-		if err != nil {
-			return nil, err
-		}
-		sets = append(sets, rs)
-	}
-	return sets, nil
-}
-
-// Want returns the rule sets a pod decided as d must have in each family;
-// none for a pod that is not meshed.
-func Want(d Decision, fams []rules.Family) ([]rules.RuleSet, error) {
-	if !d.Mesh {
-		return nil, nil
-	}
-	return buildSets(d.Config, fams)
-}
-
-// Diff compares what a pod decided as d must have with the rules read from
-// its namespace (Tables.Current), as CHECK does: nil when every family
-// matches, else one error listing the missing and unexpected rules.
-func Diff(d Decision, fams []rules.Family, states map[rules.Family]rules.State) error {
-	sets, err := Want(d, fams)
-	if err != nil {
-		return fmt.Errorf("building rules: %w", err)
-	}
-	var problems []string
-	for i, f := range fams {
-		var want *rules.RuleSet
-		if d.Mesh {
-			want = &sets[i]
-		}
-		if err := rules.Compare(want, states[f]); err != nil {
-			problems = append(problems, err.Error())
-		}
-	}
-	if len(problems) > 0 {
-		return errors.New(strings.Join(problems, "\n"))
-	}
-	return nil
+	return podrules.Families(addrs), nil
 }
 
 // Add installs the redirect rules for a meshed pod and passes prevResult
@@ -319,13 +205,13 @@ func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
 		if err != nil {
 			return cniErr(types.ErrDecodingFailure, "plexus-cni", err)
 		}
-		sets, err := Want(d, fams)
+		sets, err := podrules.Want(d, fams)
 		if err != nil {
 			return cniErr(types.ErrInternal, "plexus-cni: building rules", err)
 		}
 		if err := tables.Apply(ctx, args.Netns, sets); err != nil {
 			code := ErrCodeRules
-			if errors.Is(err, ErrNetnsGone) {
+			if errors.Is(err, netnsrules.ErrNetnsGone) {
 				code = types.ErrInvalidNetNS
 			}
 			log.Error("ADD failed", "error", err)
@@ -334,7 +220,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
 	}
 	log.Info("ADD done", "mesh", d.Mesh, "reason", d.Reason, "args", args.Args,
 		"decide_ms", ms(decided), "elapsed_ms", ms(time.Since(start)))
-	if _, err := p.Stdout.Write(conf.rawPrevResult); err != nil {
+	if _, err := p.Stdout.Write(conf.RawPrevResult()); err != nil {
 		return cniErr(types.ErrIOFailure, "plexus-cni: writing result", err)
 	}
 	return nil
@@ -360,7 +246,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) (err error) {
 	}
 	err = p.Tables(conf, log).Remove(context.Background(), args.Netns)
 	switch {
-	case errors.Is(err, ErrNetnsGone):
+	case errors.Is(err, netnsrules.ErrNetnsGone):
 		log.Info("DEL: network namespace already gone", "netns", args.Netns)
 		return nil
 	case err != nil:
@@ -395,12 +281,12 @@ func (p *Plugin) Check(args *skel.CmdArgs) (err error) {
 	states, err := p.Tables(conf, log).Current(ctx, args.Netns, fams)
 	if err != nil {
 		code := ErrCodeRules
-		if errors.Is(err, ErrNetnsGone) {
+		if errors.Is(err, netnsrules.ErrNetnsGone) {
 			code = types.ErrInvalidNetNS
 		}
 		return cniErr(code, "plexus-cni: reading rules in "+args.Netns, err)
 	}
-	if err := Diff(d, fams, states); err != nil {
+	if err := podrules.Diff(d, fams, states); err != nil {
 		msg := fmt.Sprintf("plexus-cni: CHECK failed (%s): %s", d.Reason, err)
 		log.Error("CHECK failed", "error", msg)
 		return types.NewError(ErrCodeCheck, msg, "")

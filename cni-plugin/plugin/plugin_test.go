@@ -23,6 +23,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/plexus-mesh/plexus/cni-plugin/netconf"
+	"github.com/plexus-mesh/plexus/cni-plugin/netnsrules"
+	"github.com/plexus-mesh/plexus/cni-plugin/podrules"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
@@ -31,7 +34,7 @@ import (
 // API errors, through the JSON decoding HTTPPodGetter uses.
 type fakeGetter struct{ c *fake.Clientset }
 
-func (g fakeGetter) GetPod(ctx context.Context, namespace, name string) (*Pod, error) {
+func (g fakeGetter) GetPod(ctx context.Context, namespace, name string) (*podrules.Pod, error) {
 	p, err := g.c.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
@@ -41,7 +44,7 @@ func (g fakeGetter) GetPod(ctx context.Context, namespace, name string) (*Pod, e
 		if merr != nil {
 			return nil, merr
 		}
-		return nil, responseError(int(st.Code), "application/json", body)
+		return nil, podrules.ResponseError(int(st.Code), "application/json", body)
 	}
 	if err != nil {
 		return nil, err
@@ -51,7 +54,7 @@ func (g fakeGetter) GetPod(ctx context.Context, namespace, name string) (*Pod, e
 	if err != nil {
 		return nil, err
 	}
-	return decodePod("application/json", body)
+	return podrules.DecodePod("application/json", body)
 }
 
 // fakeTables records what the plugin asks of the network namespace.
@@ -89,9 +92,9 @@ func newHarness(t *testing.T, objs ...runtime.Object) *harness {
 	h := &harness{client: fake.NewClientset(objs...), tables: &fakeTables{}, out: &bytes.Buffer{}}
 	h.p = &Plugin{
 		Stdout: h.out,
-		Retry:  Retry{Attempts: 3, PerAttempt: time.Second, Backoff: time.Millisecond},
-		Pods:   func(*NetConf) (PodGetter, error) { return fakeGetter{h.client}, nil },
-		Tables: func(*NetConf, *slog.Logger) Tables { return h.tables },
+		Retry:  podrules.Retry{Attempts: 3, PerAttempt: time.Second, Backoff: time.Millisecond},
+		Pods:   func(*netconf.NetConf) (podrules.PodGetter, error) { return fakeGetter{h.client}, nil },
+		Tables: func(*netconf.NetConf, *slog.Logger) Tables { return h.tables },
 	}
 	return h
 }
@@ -108,12 +111,12 @@ func pod(ns, name string, annotations map[string]string, mutate func(*corev1.Pod
 }
 
 func withSidecar(p *corev1.Pod) {
-	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: ProxyContainerName})
+	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: podrules.ProxyContainerName})
 }
 
 func withNativeSidecar(p *corev1.Pod) {
 	always := corev1.ContainerRestartPolicyAlways
-	p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: ProxyContainerName, RestartPolicy: &always})
+	p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: podrules.ProxyContainerName, RestartPolicy: &always})
 }
 
 const prevResult100 = `{"cniVersion":"%s","interfaces":[{"name":"eth0","sandbox":"/var/run/netns/x"}],` +
@@ -172,7 +175,7 @@ func TestAddDecisions(t *testing.T) {
 			objs: []runtime.Object{pod("app", "web", nil, withNativeSidecar)}, wantMesh: true, wantGets: 1},
 		{name: "init container that is not restartable is not a sidecar", ns: "app", pod: "web",
 			objs: []runtime.Object{pod("app", "web", nil, func(p *corev1.Pod) {
-				p.Spec.InitContainers = []corev1.Container{{Name: ProxyContainerName}}
+				p.Spec.InitContainers = []corev1.Container{{Name: podrules.ProxyContainerName}}
 			})}, wantGets: 1},
 		{name: "not meshed", ns: "app", pod: "web",
 			objs: []runtime.Object{pod("app", "web", nil, nil)}, wantGets: 1},
@@ -315,7 +318,7 @@ func TestPodLookupRetries(t *testing.T) {
 	})
 	prev := fmt.Sprintf(prevResult100, "1.0.0", "")
 	if err := h.p.Add(cmdArgs(stdin(t, "1.0.0", nil, prev), "app", "web")); err != nil {
-		t.Fatalf("two transient failures then success: %v", err)
+		t.Fatalf("two Transient failures then success: %v", err)
 	}
 	if getCount(h.client) != 3 || len(h.tables.applied) != 1 {
 		t.Fatalf("GETs = %d, applied = %d", getCount(h.client), len(h.tables.applied))
@@ -354,7 +357,7 @@ func TestAddApplyFailure(t *testing.T) {
 	if !errors.As(err, &e) || e.Code != ErrCodeRules || !strings.Contains(e.Msg, "line 3 failed") {
 		t.Fatalf("got %v", err)
 	}
-	h.tables.applyErr = fmt.Errorf("x: %w", ErrNetnsGone)
+	h.tables.applyErr = fmt.Errorf("x: %w", netnsrules.ErrNetnsGone)
 	err = h.p.Add(cmdArgs(stdin(t, "1.0.0", nil, fmt.Sprintf(prevResult100, "1.0.0", "")), "app", "web"))
 	if !errors.As(err, &e) || e.Code != types.ErrInvalidNetNS {
 		t.Fatalf("got %v", err)
@@ -367,7 +370,7 @@ func TestDel(t *testing.T) {
 	if err := h.p.Del(args); err != nil || h.tables.removed != 1 {
 		t.Fatalf("DEL: %v, removed %d", err, h.tables.removed)
 	}
-	h.tables.rmErr = fmt.Errorf("x: %w", ErrNetnsGone)
+	h.tables.rmErr = fmt.Errorf("x: %w", netnsrules.ErrNetnsGone)
 	if err := h.p.Del(args); err != nil {
 		t.Fatalf("DEL with the netns gone must succeed: %v", err)
 	}
@@ -459,10 +462,10 @@ current-context: x
 }
 
 func TestRetryValidate(t *testing.T) {
-	if err := DefaultRetry().Validate(); err != nil {
+	if err := podrules.DefaultRetry().Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if (Retry{}).Validate() == nil {
+	if (podrules.Retry{}).Validate() == nil {
 		t.Fatal("zero retry policy accepted")
 	}
 }
@@ -507,7 +510,7 @@ func TestAddPreparesDuringTheLookup(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, tc.objs...)
 			pt := &preparingTables{fakeTables: h.tables, client: h.client}
-			h.p.Tables = func(*NetConf, *slog.Logger) Tables { return pt }
+			h.p.Tables = func(*netconf.NetConf, *slog.Logger) Tables { return pt }
 			err := h.p.Add(cmdArgs(stdin(t, "1.1.0", nil, dual), tc.ns, tc.pod))
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("ADD: %v", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/plexus-mesh/plexus/cni-plugin/netconf"
 	"github.com/plexus-mesh/plexus/cni-plugin/pluginreport"
 )
 
@@ -79,10 +80,10 @@ func (p *Plugin) sendReport(r *commandReport, err error) {
 	if errors.Is(sendErr, pluginreport.ErrNoListener) {
 		level = slog.LevelDebug
 	}
-	if configured, _ := parseLevel(keys.LogLevel); level < configured {
+	if configured, _ := netconf.ParseLevel(keys.LogLevel); level < configured {
 		return // do not open the log file for a line it would drop
 	}
-	log, done := p.logger(&NetConf{LogLevel: keys.LogLevel, LogFile: keys.LogFile}, r.cmd, r.args)
+	log, done := p.logger(&netconf.NetConf{LogLevel: keys.LogLevel, LogFile: keys.LogFile}, r.cmd, r.args)
 	defer done()
 	log.Log(context.Background(), level, "could not report to the node agent", "error", sendErr)
 }

@@ -8,7 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
+	"github.com/plexus-mesh/plexus/cni-plugin/netconf"
+	"github.com/plexus-mesh/plexus/cni-plugin/podrules"
 	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
@@ -37,7 +38,7 @@ func TestPluginReadsAdmittedSettings(t *testing.T) {
 			t.Fatal(err)
 		}
 		injected := apply(t, pod, ops)
-		conf, err := plugin.ParseConf([]byte(`{"type":"plexus-cni","kubeconfig":"/k"}`))
+		conf, err := netconf.ParseConf([]byte(`{"type":"plexus-cni","kubeconfig":"/k"}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,11 +48,11 @@ func TestPluginReadsAdmittedSettings(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var pp plugin.Pod
+			var pp podrules.Pod
 			if err := json.Unmarshal(b, &pp); err != nil {
 				t.Fatal(err)
 			}
-			d, err := plugin.DecidePod(conf, &pp)
+			d, err := podrules.DecidePod(conf, &pp)
 			if err != nil || !d.Mesh {
 				t.Fatalf("native=%s: DecidePod = %+v, %v", native, d, err)
 			}

@@ -20,8 +20,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
 	"github.com/plexus-mesh/plexus/cni-plugin/pluginreport"
+	"github.com/plexus-mesh/plexus/cni-plugin/podrules"
 	"github.com/plexus-mesh/plexus/daemonset/conflist"
 	"github.com/plexus-mesh/plexus/daemonset/nodeevents"
 	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
@@ -514,7 +514,7 @@ func TestRunAnswersPodLookups(t *testing.T) {
 		}
 		return list.Plugins[len(list.Plugins)-1]["pod_socket"] == filepath.Join(DefaultStateDir, PodSocketFile)
 	})
-	g := plugin.NewAgentPodGetter(filepath.Join(root, DefaultStateDir, PodSocketFile), time.Second)
+	g := podrules.NewAgentPodGetter(filepath.Join(root, DefaultStateDir, PodSocketFile), time.Second)
 	eventually(t, 5*time.Second, "the pod from the agent's cache", func() bool {
 		got, err := g.GetPod(context.Background(), "shop", "web-1")
 		return err == nil && got.UID == "u-1"

@@ -15,7 +15,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
+	"github.com/plexus-mesh/plexus/cni-plugin/netconf"
+	"github.com/plexus-mesh/plexus/cni-plugin/netnsrules"
 	"github.com/plexus-mesh/plexus/cni-plugin/pluginreport"
 	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
 	"github.com/plexus-mesh/plexus/daemonset/conflist"
@@ -163,7 +164,7 @@ func Run(ctx context.Context, cfg RunConfig, deps Deps) error {
 // matters more.
 func startRepair(ctx context.Context, cfg RunConfig, entry []byte, deps Deps, nodePods informers.SharedInformerFactory, m *Metrics) error {
 	log := deps.Log.With("component", "repair")
-	conf, err := plugin.ParseConf(entry)
+	conf, err := netconf.ParseConf(entry)
 	if err != nil {
 		return fmt.Errorf("repair: %w", err)
 	}
@@ -184,7 +185,7 @@ func startRepair(ctx context.Context, cfg RunConfig, entry []byte, deps Deps, no
 			return
 		}
 		log.Info("iptables backend for repairs", "backend", string(mode), "reason", reason)
-		rdeps.Tables = plugin.NewNetnsTables(mode, plugin.LockWait, log)
+		rdeps.Tables = netnsrules.NewNetnsTables(mode, netnsrules.LockWait, log)
 		if err := repair.Run(ctx, cfg.Repair, rdeps); err != nil {
 			m.Errors.WithLabelValues("repair").Inc()
 			log.Error("repair of meshed pods stopped", "err", err)

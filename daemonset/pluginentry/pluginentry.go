@@ -9,7 +9,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
+	"github.com/plexus-mesh/plexus/cni-plugin/netconf"
 )
 
 // Sockets are the node agent's sockets the plugin talks to; empty: none.
@@ -54,7 +54,7 @@ func Build(config []byte, kubeconfig string, sockets Sockets) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("plugin config: %w", err)
 	}
-	conf, err := plugin.ParseConf(out)
+	conf, err := netconf.ParseConf(out)
 	if err != nil {
 		return nil, fmt.Errorf("plugin config: %w", err)
 	}

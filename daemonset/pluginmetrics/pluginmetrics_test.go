@@ -15,8 +15,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/plexus-mesh/plexus/cni-plugin/netconf"
 	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
 	"github.com/plexus-mesh/plexus/cni-plugin/pluginreport"
+	"github.com/plexus-mesh/plexus/cni-plugin/podrules"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 )
 
@@ -149,9 +151,9 @@ func TestPluginToAgent(t *testing.T) {
 	path, m, _ := serve(t)
 	p := &plugin.Plugin{
 		Stdout: io.Discard,
-		Retry:  plugin.DefaultRetry(),
-		Tables: func(*plugin.NetConf, *slog.Logger) plugin.Tables { return noTables{} },
-		Pods: func(*plugin.NetConf) (plugin.PodGetter, error) {
+		Retry:  podrules.DefaultRetry(),
+		Tables: func(*netconf.NetConf, *slog.Logger) plugin.Tables { return noTables{} },
+		Pods: func(*netconf.NetConf) (podrules.PodGetter, error) {
 			t.Error("the pod was looked up")
 			return nil, nil
 		},

@@ -23,7 +23,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	listersv1 "k8s.io/client-go/listers/core/v1"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
+	"github.com/plexus-mesh/plexus/cni-plugin/podrules"
 	"github.com/plexus-mesh/plexus/cni-plugin/sockfile"
 )
 
@@ -57,7 +57,7 @@ func Handler(pods listersv1.PodLister, m *Metrics) http.Handler {
 		ns, name, ok := splitPodPath(r.URL.Path)
 		if r.Method != http.MethodGet || !ok {
 			m.Lookups.WithLabelValues("invalid").Inc()
-			writeStatus(w, http.StatusBadRequest, "BadRequest", fmt.Sprintf("want GET %s<namespace>/<name>, got %s %s", plugin.AgentPodPath, r.Method, r.URL.Path))
+			writeStatus(w, http.StatusBadRequest, "BadRequest", fmt.Sprintf("want GET %s<namespace>/<name>, got %s %s", podrules.AgentPodPath, r.Method, r.URL.Path))
 			return
 		}
 		pod, err := pods.Pods(ns).Get(name)
@@ -84,7 +84,7 @@ func Handler(pods listersv1.PodLister, m *Metrics) http.Handler {
 
 // splitPodPath reads "<AgentPodPath><namespace>/<name>".
 func splitPodPath(path string) (ns, name string, ok bool) {
-	rest, found := strings.CutPrefix(path, plugin.AgentPodPath)
+	rest, found := strings.CutPrefix(path, podrules.AgentPodPath)
 	if !found {
 		return "", "", false
 	}

@@ -17,7 +17,7 @@ import (
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
+	"github.com/plexus-mesh/plexus/cni-plugin/podrules"
 )
 
 // serve runs the real handler on a real socket and returns its path.
@@ -61,13 +61,13 @@ func TestPluginReadsPodsFromTheAgent(t *testing.T) {
 	web := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "web", UID: "u-1",
 			Annotations: map[string]string{"config.plexus.dev/skip-outbound-ports": "25"}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}, {Name: plugin.ProxyContainerName}}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}, {Name: podrules.ProxyContainerName}}},
 	}
 	sock := serve(t, m, web)
 	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("socket mode: %v, %v; want 0600", fi.Mode(), err)
 	}
-	g := plugin.NewAgentPodGetter(sock, time.Second)
+	g := podrules.NewAgentPodGetter(sock, time.Second)
 	ctx := context.Background()
 
 	got, err := g.GetPod(ctx, "app", "web")
@@ -79,7 +79,7 @@ func TestPluginReadsPodsFromTheAgent(t *testing.T) {
 	}
 
 	_, err = g.GetPod(ctx, "app", "other")
-	var apiErr *plugin.APIError
+	var apiErr *podrules.APIError
 	if !errors.As(err, &apiErr) || apiErr.Code != http.StatusNotFound || apiErr.Reason != "NotFound" {
 		t.Errorf("lookup of an uncached pod: err = %v, want a NotFound APIError", err)
 	}

@@ -21,7 +21,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
+	"github.com/plexus-mesh/plexus/cni-plugin/netconf"
+	"github.com/plexus-mesh/plexus/cni-plugin/podrules"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 	"github.com/plexus-mesh/plexus/mesh/meshpod"
 )
@@ -118,7 +119,7 @@ type Deps struct {
 	Factory informers.SharedInformerFactory
 	// Plugin is the plugin's conflist entry as the agent installs it: the
 	// same excluded namespaces, ports and skip lists as the plugin.
-	Plugin  *plugin.NetConf
+	Plugin  *netconf.NetConf
 	Tables  Tables
 	Netns   Namespaces
 	Metrics *Metrics
@@ -199,7 +200,7 @@ func (r *Repairer) Sync(ctx context.Context, pod *corev1.Pod) (Outcome, error) {
 	if err != nil {
 		return "", err
 	}
-	d, err := plugin.DecidePod(r.deps.Plugin, pp)
+	d, err := podrules.DecidePod(r.deps.Plugin, pp)
 	if err != nil {
 		return "", err
 	}
@@ -208,16 +209,22 @@ func (r *Repairer) Sync(ctx context.Context, pod *corev1.Pod) (Outcome, error) {
 	}
 	r.deps.Metrics.Checked.Inc()
 	ips := meshpod.IPs(pod)
-	fams := plugin.Families(ips)
+	fams := podrules.Families(ips)
 	netns, err := r.deps.Netns.Find(ips)
 	if err != nil {
 		return "", fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	// The wanted rules are built once, for the comparison before and
+	// after applying them.
+	sets, err := podrules.Want(d, fams)
+	if err != nil {
+		return "", fmt.Errorf("pod %s/%s: building rules: %w", pod.Namespace, pod.Name, err)
 	}
 	states, err := r.deps.Tables.Current(ctx, netns, fams)
 	if err != nil {
 		return "", fmt.Errorf("pod %s/%s: reading rules in %s: %w", pod.Namespace, pod.Name, netns, err)
 	}
-	diff := plugin.Diff(d, fams, states)
+	diff := podrules.Compare(sets, fams, states)
 	if diff == nil {
 		r.Forget(pod.UID)
 		return Correct, nil
@@ -235,10 +242,6 @@ func (r *Repairer) Sync(ctx context.Context, pod *corev1.Pod) (Outcome, error) {
 	case Delete:
 		return r.delete(ctx, pod, what, log)
 	}
-	sets, err := plugin.Want(d, fams)
-	if err != nil {
-		return "", fmt.Errorf("pod %s/%s: building rules: %w", pod.Namespace, pod.Name, err)
-	}
 	if err := r.deps.Tables.Apply(ctx, netns, sets); err != nil {
 		return "", fmt.Errorf("pod %s/%s: applying rules in %s: %w", pod.Namespace, pod.Name, netns, err)
 	}
@@ -246,7 +249,7 @@ func (r *Repairer) Sync(ctx context.Context, pod *corev1.Pod) (Outcome, error) {
 	// rewriting the table) is a failure, not a repair.
 	states, err = r.deps.Tables.Current(ctx, netns, fams)
 	if err == nil {
-		err = plugin.Diff(d, fams, states)
+		err = podrules.Compare(sets, fams, states)
 	}
 	if err != nil {
 		return "", fmt.Errorf("pod %s/%s: rules in %s still differ after applying them: %w", pod.Namespace, pod.Name, netns, err)
@@ -335,12 +338,12 @@ func truncate(s string, n int) string {
 // pluginPod is pod as the plugin reads it: the plugin decodes the API
 // server's JSON into its own minimal Pod (it links nothing of k8s.io), so
 // the repair hands it the same JSON and decides exactly as the plugin does.
-func pluginPod(pod *corev1.Pod) (*plugin.Pod, error) {
+func pluginPod(pod *corev1.Pod) (*podrules.Pod, error) {
 	b, err := json.Marshal(pod)
 	if err != nil {
 		return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	var p plugin.Pod
+	var p podrules.Pod
 	if err := json.Unmarshal(b, &p); err != nil {
 		return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}

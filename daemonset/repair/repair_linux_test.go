@@ -15,7 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
+	"github.com/plexus-mesh/plexus/cni-plugin/netconf"
+	"github.com/plexus-mesh/plexus/cni-plugin/netnsrules"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
 	"github.com/plexus-mesh/plexus/daemonset/podnetns"
@@ -68,14 +69,14 @@ func TestRepairInRealNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf, err := plugin.ParseConf([]byte(`{"type":"plexus-cni","kubeconfig":"/k"}`))
+	conf, err := netconf.ParseConf([]byte(`{"type":"plexus-cni","kubeconfig":"/k"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	deps := Deps{
 		Client: client, Plugin: conf, Netns: finder, Metrics: m, Log: log,
-		Tables: plugin.NewNetnsTables(mode, plugin.LockWait, log),
+		Tables: netnsrules.NewNetnsTables(mode, netnsrules.LockWait, log),
 	}
 	r, err := New(Config{Mode: Apply, Node: node, Resync: time.Second}, deps)
 	if err != nil {

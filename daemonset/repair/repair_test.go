@@ -19,7 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
+	"github.com/plexus-mesh/plexus/cni-plugin/netconf"
+	"github.com/plexus-mesh/plexus/cni-plugin/podrules"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
@@ -104,7 +105,7 @@ func newRepairer(t *testing.T, client kubernetes.Interface, mode Mode) (*Repaire
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf, err := plugin.ParseConf([]byte(`{"type":"plexus-cni","kubeconfig":"/k","exclude_namespaces":["kube-system","infra"]}`))
+	conf, err := netconf.ParseConf([]byte(`{"type":"plexus-cni","kubeconfig":"/k","exclude_namespaces":["kube-system","infra"]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func meshedPod(mutate ...func(*corev1.Pod)) *corev1.Pod {
 			Namespace: "shop", Name: "web-1", UID: types.UID("uid-web-1"),
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web", UID: "rs", Controller: &yes}},
 		},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app"}, {Name: plugin.ProxyContainerName}}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app"}, {Name: podrules.ProxyContainerName}}},
 		Status: corev1.PodStatus{
 			Phase: corev1.PodRunning, PodIP: "10.244.0.5",
 			PodIPs: []corev1.PodIP{{IP: "10.244.0.5"}},
@@ -216,7 +217,7 @@ func TestSyncAppliesMissingRulesOnce(t *testing.T) {
 		}
 	}
 	if got, want := h.tables.state["/run/netns/cni-5"], defaultSets(t, rules.IPv4, rules.IPv6); len(got) != 2 ||
-		plugin.Diff(plugin.Decision{Mesh: true, Config: podcontract.Defaults()}, []rules.Family{rules.IPv4, rules.IPv6}, got) != nil {
+		podrules.Diff(podrules.Decision{Mesh: true, Config: podcontract.Defaults()}, []rules.Family{rules.IPv4, rules.IPv6}, got) != nil {
 		t.Errorf("applied state %+v, want the default IPv4 and IPv6 sets %+v", got, want)
 	}
 	evs := h.events(t)
@@ -404,16 +405,16 @@ func TestSyncUsesAdmittedSettings(t *testing.T) {
 		p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: podcontract.EnvAdmitted, Value: podcontract.EncodeAdmitted(admitted)}}
 	})
 	fams := []rules.Family{rules.IPv4}
-	decision := func(a map[string]string) plugin.Decision {
+	decision := func(a map[string]string) podrules.Decision {
 		t.Helper()
 		cfg, err := podcontract.FromAnnotations(podcontract.Defaults(), a)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return plugin.Decision{Mesh: true, Config: cfg}
+		return podrules.Decision{Mesh: true, Config: cfg}
 	}
 	want, weakened := decision(admitted), decision(pod.Annotations)
-	weakenedSets, err := plugin.Want(weakened, fams)
+	weakenedSets, err := podrules.Want(weakened, fams)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,10 +433,10 @@ func TestSyncUsesAdmittedSettings(t *testing.T) {
 				t.Fatalf("Sync = %s, %v; want applied", got, err)
 			}
 			got := h.tables.state["/run/netns/cni-5"]
-			if err := plugin.Diff(want, fams, got); err != nil {
+			if err := podrules.Diff(want, fams, got); err != nil {
 				t.Errorf("rules after the repair are not the admitted ones: %v", err)
 			}
-			if plugin.Diff(weakened, fams, got) == nil {
+			if podrules.Diff(weakened, fams, got) == nil {
 				t.Error("rules after the repair are those of the edited annotations")
 			}
 			if got, err := h.r.Sync(context.Background(), pod); err != nil || got != Correct {

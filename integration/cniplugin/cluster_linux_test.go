@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
+	"github.com/plexus-mesh/plexus/cni-plugin/netnsrules"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
 	"github.com/plexus-mesh/plexus/integration/clustercni"
@@ -110,7 +110,7 @@ func TestKubeletRunsPlexusCNI(t *testing.T) {
 
 	t.Run("rules", func(t *testing.T) {
 		want := injectedRules(t)
-		tables := plugin.NewNetnsTables(xtables.Auto, 10*time.Second, slog.New(slog.DiscardHandler))
+		tables := netnsrules.NewNetnsTables(xtables.Auto, 10*time.Second, slog.New(slog.DiscardHandler))
 		for _, p := range []*corev1.Pod{meshed, nativePod, plain} {
 			state, err := tables.Current(ctx, clustercni.PodNetns(t, string(p.UID)), []rules.Family{rules.IPv4})
 			if err != nil {

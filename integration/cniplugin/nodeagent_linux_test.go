@@ -21,7 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/plexus-mesh/plexus/cni-plugin/plugin"
+	"github.com/plexus-mesh/plexus/cni-plugin/netnsrules"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
 	"github.com/plexus-mesh/plexus/daemonset/plugininstall"
@@ -304,7 +304,7 @@ func checkMeshedPod(t *testing.T, c *clustertest.Cluster, ns, name string) {
 	}
 	pod := waitRunning(t, c, ns, name)
 	want := injectedRules(t)
-	tables := plugin.NewNetnsTables(xtables.Auto, 10*time.Second, slog.New(slog.DiscardHandler))
+	tables := netnsrules.NewNetnsTables(xtables.Auto, 10*time.Second, slog.New(slog.DiscardHandler))
 	state, err := tables.Current(ctx, clustercni.PodNetns(t, string(pod.UID)), []rules.Family{rules.IPv4})
 	if err != nil {
 		t.Fatalf("reading rules of pod %s: %v", name, err)
@@ -347,7 +347,7 @@ func TestNodeAgentRepairsPodStartedBeforeIt(t *testing.T) {
 	}
 	pod := waitRunning(t, c, ns, "early")
 	netns := clustercni.PodNetns(t, string(pod.UID))
-	tables := plugin.NewNetnsTables(xtables.Auto, 10*time.Second, slog.New(slog.DiscardHandler))
+	tables := netnsrules.NewNetnsTables(xtables.Auto, 10*time.Second, slog.New(slog.DiscardHandler))
 	current := func(ctx context.Context) (rules.State, error) {
 		st, err := tables.Current(ctx, netns, []rules.Family{rules.IPv4})
 		return st[rules.IPv4], err

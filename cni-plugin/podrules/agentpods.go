@@ -1,4 +1,4 @@
-package plugin
+package podrules
 
 import (
 	"context"
@@ -46,11 +46,11 @@ func (g *AgentPodGetter) GetPod(ctx context.Context, namespace, name string) (*P
 	return fetchPod(ctx, g.client, "http://plexus-node"+AgentPodPath+namespace+"/"+name)
 }
 
-// podFromAgent asks the node agent's cache for the pod the runtime named.
+// FromAgent asks the node agent's cache for the pod the runtime named.
 // It returns nil -- and the caller reads the pod from the API server --
 // when there is no agent socket, the agent does not hold the pod, holds
 // another incarnation of it (a different UID), or does not answer in time.
-func podFromAgent(ctx context.Context, log *slog.Logger, socket, namespace, name, uid string) *Pod {
+func FromAgent(ctx context.Context, log *slog.Logger, socket, namespace, name, uid string) *Pod {
 	if socket == "" {
 		return nil
 	}

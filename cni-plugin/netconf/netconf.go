@@ -1,4 +1,7 @@
-package plugin
+// Package netconf is the plexus-cni entry of a conflist: its keys, defaults
+// and validation (ARCHITECTURE.md §2), read by the plugin and by the node
+// agent, which checks the installed entry.
+package netconf
 
 import (
 	"encoding/json"
@@ -52,6 +55,10 @@ type NetConf struct {
 	// rawPrevResult is prevResult exactly as received, passed through by ADD.
 	rawPrevResult json.RawMessage
 }
+
+// RawPrevResult is prevResult exactly as received, which ADD passes
+// through unchanged.
+func (c *NetConf) RawPrevResult() json.RawMessage { return c.rawPrevResult }
 
 // ProxyConf overrides the proxy's ports and identity; zero means default.
 type ProxyConf struct {
@@ -123,7 +130,7 @@ func (c *NetConf) Validate() error {
 	if err := xtables.Mode(c.IptablesMode).Validate(); err != nil {
 		return err
 	}
-	if _, err := parseLevel(c.LogLevel); err != nil {
+	if _, err := ParseLevel(c.LogLevel); err != nil {
 		return err
 	}
 	if c.ReportSocket != "" && !filepath.IsAbs(c.ReportSocket) {
@@ -197,7 +204,7 @@ func (c *NetConf) PodBase() (podcontract.Config, error) {
 	return b, nil
 }
 
-func parseLevel(s string) (slog.Level, error) {
+func ParseLevel(s string) (slog.Level, error) {
 	switch strings.ToLower(s) {
 	case "", "info":
 		return slog.LevelInfo, nil

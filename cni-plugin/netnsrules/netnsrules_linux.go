@@ -1,4 +1,7 @@
-package plugin
+// Package netnsrules reads, writes and removes the redirect rules inside a
+// pod's network namespace, all-or-nothing per family (cni-plugin/xtables
+// runs the tools); the plugin and the node agent's repair apply through it.
+package netnsrules
 
 import (
 	"context"
@@ -13,6 +16,9 @@ import (
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
 )
+
+// LockWait bounds the wait for the xtables lock.
+const LockWait = 5 * time.Second
 
 // NetnsTables applies, removes and reads our rules inside a pod's network
 // namespace. The calling thread switches into the namespace (pkg/ns), and

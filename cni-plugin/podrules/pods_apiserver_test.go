@@ -1,4 +1,4 @@
-package plugin
+package podrules
 
 import (
 	"context"
@@ -44,7 +44,7 @@ func TestPodGetterAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod, err := getPod(ctx, g, retry, "app", "web")
+	pod, err := GetPod(ctx, g, retry, "app", "web")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,27 +52,27 @@ func TestPodGetterAgainstAPIServer(t *testing.T) {
 		t.Fatalf("read pod uid=%s annotations=%v meshed=%v, want uid %s, the annotation, meshed", pod.UID, pod.Annotations, isMeshed(pod), created.UID)
 	}
 
-	_, err = getPod(ctx, g, retry, "app", "gone")
-	if err == nil || transient(err) || !strings.Contains(err.Error(), `pods "gone" not found`) || !strings.Contains(err.Error(), "attempt 1 of 2") {
-		t.Fatalf("missing pod: %v (transient %v)", err, transient(err))
+	_, err = GetPod(ctx, g, retry, "app", "gone")
+	if err == nil || Transient(err) || !strings.Contains(err.Error(), `pods "gone" not found`) || !strings.Contains(err.Error(), "attempt 1 of 2") {
+		t.Fatalf("missing pod: %v (Transient %v)", err, Transient(err))
 	}
 
 	nobody, err := NewKubeconfigPodGetter(api.PluginKubeconfig(t, apiservertest.NobodyToken), retry.PerAttempt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = getPod(ctx, nobody, retry, "app", "web")
-	if err == nil || transient(err) || !strings.Contains(err.Error(), "forbidden") {
-		t.Fatalf("user without RBAC: %v (transient %v)", err, transient(err))
+	_, err = GetPod(ctx, nobody, retry, "app", "web")
+	if err == nil || Transient(err) || !strings.Contains(err.Error(), "forbidden") {
+		t.Fatalf("user without RBAC: %v (Transient %v)", err, Transient(err))
 	}
 
 	bad, err := NewKubeconfigPodGetter(api.PluginKubeconfig(t, "no-such-token"), retry.PerAttempt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = getPod(ctx, bad, retry, "app", "web")
-	if err == nil || transient(err) || !strings.Contains(err.Error(), "Unauthorized") {
-		t.Fatalf("unknown token: %v (transient %v)", err, transient(err))
+	_, err = GetPod(ctx, bad, retry, "app", "web")
+	if err == nil || Transient(err) || !strings.Contains(err.Error(), "Unauthorized") {
+		t.Fatalf("unknown token: %v (Transient %v)", err, Transient(err))
 	}
 }
 
@@ -88,7 +88,7 @@ func BenchmarkPodGet(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := getPod(context.Background(), g, retry, "app", "web"); err != nil {
+		if _, err := GetPod(context.Background(), g, retry, "app", "web"); err != nil {
 			b.Fatal(err)
 		}
 	}

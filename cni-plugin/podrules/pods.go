@@ -1,4 +1,4 @@
-package plugin
+package podrules
 
 import (
 	"context"
@@ -210,13 +210,13 @@ func fetchPod(ctx context.Context, client *http.Client, url string) (*Pod, error
 		return nil, fmt.Errorf("reading the answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, responseError(resp.StatusCode, resp.Header.Get("Content-Type"), body)
+		return nil, ResponseError(resp.StatusCode, resp.Header.Get("Content-Type"), body)
 	}
-	return decodePod(resp.Header.Get("Content-Type"), body)
+	return DecodePod(resp.Header.Get("Content-Type"), body)
 }
 
-// decodePod reads the JSON of a pod.
-func decodePod(contentType string, body []byte) (*Pod, error) {
+// DecodePod reads the JSON of a pod.
+func DecodePod(contentType string, body []byte) (*Pod, error) {
 	if mt, _, _ := mime.ParseMediaType(contentType); mt != "application/json" {
 		return nil, fmt.Errorf("the API server answered with %q, not JSON", contentType)
 	}
@@ -233,10 +233,10 @@ func decodePod(contentType string, body []byte) (*Pod, error) {
 	return &obj.Pod, nil
 }
 
-// responseError reads a failed answer as client-go would: the server's
+// ResponseError reads a failed answer as client-go would: the server's
 // Status (reason and message) when it sent one, else the status code and,
 // for a text answer, the text.
-func responseError(code int, contentType string, body []byte) *APIError {
+func ResponseError(code int, contentType string, body []byte) *APIError {
 	var st struct {
 		Status  string `json:"status"`
 		Reason  string `json:"reason"`
@@ -281,8 +281,8 @@ func DefaultRetry() Retry {
 	return Retry{Attempts: 3, PerAttempt: 2 * time.Second, Backoff: 200 * time.Millisecond}
 }
 
-// getPod performs the pod GET, retrying only errors that may pass.
-func getPod(ctx context.Context, g PodGetter, r Retry, namespace, name string) (*Pod, error) {
+// GetPod performs the pod GET, retrying only errors that may pass.
+func GetPod(ctx context.Context, g PodGetter, r Retry, namespace, name string) (*Pod, error) {
 	backoff := r.Backoff
 	var err error
 	for attempt := 1; ; attempt++ {
@@ -293,7 +293,7 @@ func getPod(ctx context.Context, g PodGetter, r Retry, namespace, name string) (
 		if err == nil {
 			return pod, nil
 		}
-		if attempt >= r.Attempts || !transient(err) || ctx.Err() != nil {
+		if attempt >= r.Attempts || !Transient(err) || ctx.Err() != nil {
 			return nil, fmt.Errorf("GET pod %s/%s (attempt %d of %d): %w", namespace, name, attempt, r.Attempts, err)
 		}
 		select {
@@ -313,9 +313,9 @@ var (
 	transientCodes   = []int{http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusServiceUnavailable, http.StatusGatewayTimeout}
 )
 
-// transient reports whether a failed GET may succeed when repeated:
+// Transient reports whether a failed GET may succeed when repeated:
 // the answers above, timeouts and network errors.
-func transient(err error) bool {
+func Transient(err error) bool {
 	var apiErr *APIError
 	if errors.As(err, &apiErr) {
 		return slices.Contains(transientReasons, apiErr.Reason) || slices.Contains(transientCodes, apiErr.Code)

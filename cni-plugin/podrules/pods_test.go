@@ -1,4 +1,4 @@
-package plugin
+package podrules
 
 import (
 	"context"
@@ -71,7 +71,7 @@ func TestHTTPPodGetterAgainstHTTPServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	retry := Retry{Attempts: 3, PerAttempt: time.Second, Backoff: time.Millisecond}
-	pod, err := getPod(context.Background(), g, retry, "app", "web")
+	pod, err := GetPod(context.Background(), g, retry, "app", "web")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,19 +82,19 @@ func TestHTTPPodGetterAgainstHTTPServer(t *testing.T) {
 		t.Fatalf("decoded pod %+v", pod)
 	}
 
-	// Always unavailable: exactly Attempts requests, reported as transient.
+	// Always unavailable: exactly Attempts requests, reported as Transient.
 	requests.Store(0)
 	failFirst.Store(100)
-	_, err = getPod(context.Background(), g, retry, "app", "web")
-	if err == nil || !transient(err) || requests.Load() != 3 || !strings.Contains(err.Error(), "etcd is sad") {
+	_, err = GetPod(context.Background(), g, retry, "app", "web")
+	if err == nil || !Transient(err) || requests.Load() != 3 || !strings.Contains(err.Error(), "etcd is sad") {
 		t.Fatalf("persistent 503: %v after %d requests", err, requests.Load())
 	}
 
-	// Unreachable server: transient, bounded.
+	// Unreachable server: Transient, bounded.
 	srv.Close()
 	start := time.Now()
-	_, err = getPod(context.Background(), g, retry, "app", "web")
-	if err == nil || !transient(err) || time.Since(start) > 5*time.Second {
+	_, err = GetPod(context.Background(), g, retry, "app", "web")
+	if err == nil || !Transient(err) || time.Since(start) > 5*time.Second {
 		t.Fatalf("closed server: %v after %v", err, time.Since(start))
 	}
 }
@@ -139,7 +139,7 @@ func TestIsMeshedMatchesMeshpod(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		decoded, err := decodePod("application/json", body)
+		decoded, err := DecodePod("application/json", body)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +153,7 @@ func TestIsMeshedMatchesMeshpod(t *testing.T) {
 }
 
 func TestDecodePod(t *testing.T) {
-	pod, err := decodePod("application/json; charset=utf-8", []byte(podJSON))
+	pod, err := DecodePod("application/json; charset=utf-8", []byte(podJSON))
 	if err != nil || pod.Name != "web" || pod.Namespace != "app" || pod.UID != "u1" || len(pod.Spec.Containers) != 2 {
 		t.Fatalf("decoded %+v, %v", pod, err)
 	}
@@ -162,7 +162,7 @@ func TestDecodePod(t *testing.T) {
 		{"application/json", unavailableJSON, `a "Status", not a Pod`},
 		{"application/json", `{"kind":"Pod","metadata":[]}`, "decoding the pod"},
 	} {
-		if _, err := decodePod(tc.contentType, []byte(tc.body)); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := DecodePod(tc.contentType, []byte(tc.body)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s %s: %v, want an error containing %q", tc.contentType, tc.body, err, tc.want)
 		}
 	}
@@ -179,7 +179,7 @@ func TestResponseErrorAndTransient(t *testing.T) {
 		contentType string
 		body        string
 		wantMsg     string
-		transient   bool
+		Transient   bool
 	}{
 		{404, "application/json", status(404, "NotFound", `pods "web" not found`), `pods "web" not found`, false},
 		{403, "application/json", status(403, "Forbidden", `pods "web" is forbidden: User "x" cannot get`), "is forbidden", false},
@@ -194,11 +194,11 @@ func TestResponseErrorAndTransient(t *testing.T) {
 		{429, "application/octet-stream", "\x00\x01", "429 Too Many Requests", true},
 		{400, "application/json", `{"kind":"Pod"}`, "400 Bad Request", false},
 	} {
-		err := responseError(tc.code, tc.contentType, []byte(tc.body))
-		if err.Code != tc.code || !strings.Contains(err.Error(), tc.wantMsg) || transient(err) != tc.transient {
-			t.Errorf("%d %s %s: %#v (%v), transient %v; want message %q, transient %v", tc.code, tc.contentType, tc.body, err, err, transient(err), tc.wantMsg, tc.transient)
+		err := ResponseError(tc.code, tc.contentType, []byte(tc.body))
+		if err.Code != tc.code || !strings.Contains(err.Error(), tc.wantMsg) || Transient(err) != tc.Transient {
+			t.Errorf("%d %s %s: %#v (%v), Transient %v; want message %q, Transient %v", tc.code, tc.contentType, tc.body, err, err, Transient(err), tc.wantMsg, tc.Transient)
 		}
-		if wrapped := fmt.Errorf("GET pod: %w", err); transient(wrapped) != tc.transient {
+		if wrapped := fmt.Errorf("GET pod: %w", err); Transient(wrapped) != tc.Transient {
 			t.Errorf("%d: wrapping changes the classification", tc.code)
 		}
 	}
