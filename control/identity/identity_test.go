@@ -27,6 +27,7 @@ import (
 	"github.com/plexus-mesh/plexus/mesh/api/identitypb"
 	"github.com/plexus-mesh/plexus/mesh/identity/pki"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 	"github.com/plexus-mesh/plexus/testsupport/identitytest"
 )
 
@@ -99,13 +100,7 @@ func newFixture(t *testing.T, withSecret bool, tokens map[string]identitytest.An
 
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually.Within(t, 10*time.Second, what, cond)
 }
 
 // csrOpts describe a test CSR.

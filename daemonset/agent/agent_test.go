@@ -27,6 +27,7 @@ import (
 	"github.com/plexus-mesh/plexus/daemonset/nodetaint"
 	"github.com/plexus-mesh/plexus/daemonset/plugininstall"
 	"github.com/plexus-mesh/plexus/daemonset/repair"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
 const flannel = `{
@@ -121,20 +122,15 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
-	for t0 := time.Now(); time.Since(t0) < limit; time.Sleep(10 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out after %v waiting for %s", limit, what)
+	eventually.Within(t, limit, what, cond)
 }
 
 func TestRunInstallsGuardsAndLeavesPluginOnStop(t *testing.T) {
 	cfg, root := node(t, map[string]string{"10-flannel.conflist": flannel})
 	r := startRun(t, cfg, Deps{})
-	eventually(t, 3*time.Second, "/ready 200", func() bool { c, _ := get(t, r.url+"/ready"); return c == 200 })
+	waitFor(t, 3*time.Second, "/ready 200", func() bool { c, _ := get(t, r.url+"/ready"); return c == 200 })
 
 	conf := filepath.Join(root, DefaultCNIConfDir, "10-flannel.conflist")
 	b, err := os.ReadFile(conf)
@@ -159,9 +155,9 @@ func TestRunInstallsGuardsAndLeavesPluginOnStop(t *testing.T) {
 	// Another component rewrites the primary config: back within 1s.
 	mkfile(t, conf, flannel, 0o644)
 	t0 := time.Now()
-	eventually(t, time.Second, "re-patch", func() bool { b, _ := os.ReadFile(conf); return conflist.Contains(b) })
+	waitFor(t, time.Second, "re-patch", func() bool { b, _ := os.ReadFile(conf); return conflist.Contains(b) })
 	t.Logf("re-patched in %v", time.Since(t0))
-	eventually(t, time.Second, "metrics", func() bool {
+	waitFor(t, time.Second, "metrics", func() bool {
 		_, m := get(t, r.url+"/metrics")
 		return strings.Contains(m, `plexus_node_installs_total{what="conflist"} 1`) &&
 			strings.Contains(m, "plexus_node_repatches_total 1") &&
@@ -202,7 +198,7 @@ func TestRunNotReadyOnInvalidConfig(t *testing.T) {
 	cfg, root := node(t, map[string]string{"10-flannel.conflist": bad})
 	r := startRun(t, cfg, Deps{})
 	conf := filepath.Join(root, DefaultCNIConfDir, "10-flannel.conflist")
-	eventually(t, 3*time.Second, "an error metric", func() bool {
+	waitFor(t, 3*time.Second, "an error metric", func() bool {
 		_, m := get(t, r.url+"/metrics")
 		return strings.Contains(m, `plexus_node_errors_total{stage="patch"} 1`)
 	})
@@ -298,7 +294,7 @@ func TestRunWithNodeKubeconfigWritesNoCredentials(t *testing.T) {
 	cfg.Kubeconfig = "/var/lib/kubelet/kubeconfig"
 	cfg.APIServer, cfg.CAFile, cfg.TokenSource = "", "", ""
 	r := startRun(t, cfg, Deps{})
-	eventually(t, 3*time.Second, "/ready 200", func() bool { c, _ := get(t, r.url+"/ready"); return c == 200 })
+	waitFor(t, 3*time.Second, "/ready 200", func() bool { c, _ := get(t, r.url+"/ready"); return c == 200 })
 	b, _ := os.ReadFile(filepath.Join(root, DefaultCNIConfDir, "10-flannel.conflist"))
 	if !strings.Contains(string(b), `"kubeconfig": "/var/lib/kubelet/kubeconfig"`) {
 		t.Fatalf("conflist:\n%s", b)
@@ -336,8 +332,8 @@ func TestRunRemovesTaintOnlyWhenReady(t *testing.T) {
 		t.Fatal("taint removed while not ready")
 	}
 	mkfile(t, filepath.Join(root, DefaultCNIConfDir, "10-flannel.conflist"), flannel, 0o644)
-	eventually(t, 2*time.Second, "taint removed once ready", func() bool { return !hasTaint(client) })
-	eventually(t, time.Second, "metric", func() bool {
+	waitFor(t, 2*time.Second, "taint removed once ready", func() bool { return !hasTaint(client) })
+	waitFor(t, time.Second, "metric", func() bool {
 		_, m := get(t, r.url+"/metrics")
 		return strings.Contains(m, "plexus_node_taint_removals_total 1")
 	})
@@ -349,7 +345,7 @@ func TestRunRecordsInvalidConfigEvent(t *testing.T) {
 	client := fake.NewClientset()
 	startRun(t, cfg, Deps{Events: &nodeevents.Recorder{Client: client, Node: "n1"}})
 	conf := filepath.Join(root, DefaultCNIConfDir, "10-flannel.conflist")
-	eventually(t, 3*time.Second, "a CNIConfigInvalid event naming the file", func() bool {
+	waitFor(t, 3*time.Second, "a CNIConfigInvalid event naming the file", func() bool {
 		list, err := client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -368,7 +364,7 @@ func TestRunRecordsInvalidConfigEvent(t *testing.T) {
 func TestRunPutsBackRemovedBinary(t *testing.T) {
 	cfg, root := node(t, map[string]string{"10-flannel.conflist": flannel})
 	r := startRun(t, cfg, Deps{})
-	eventually(t, 3*time.Second, "/ready 200", func() bool { c, _ := get(t, r.url+"/ready"); return c == 200 })
+	waitFor(t, 3*time.Second, "/ready 200", func() bool { c, _ := get(t, r.url+"/ready"); return c == 200 })
 	time.Sleep(200 * time.Millisecond) // the patch the agent's own conflist write triggers
 	want, err := os.ReadFile(cfg.PluginBinary)
 	if err != nil {
@@ -389,14 +385,14 @@ func TestRunPutsBackRemovedBinary(t *testing.T) {
 			t.Fatal(err)
 		}
 		t0 := time.Now()
-		eventually(t, time.Second, "binary back after it was "+change.what, func() bool {
+		waitFor(t, time.Second, "binary back after it was "+change.what, func() bool {
 			fi, err := os.Stat(bin)
 			got, _ := os.ReadFile(bin)
 			return err == nil && fi.Mode().Perm() == 0o755 && bytes.Equal(got, want)
 		})
 		t.Logf("binary back %v after it was %s", time.Since(t0), change.what)
 		installs++
-		eventually(t, time.Second, "metric", func() bool {
+		waitFor(t, time.Second, "metric", func() bool {
 			_, m := get(t, r.url+"/metrics")
 			return strings.Contains(m, fmt.Sprintf(`plexus_node_installs_total{what="binary"} %d`, installs))
 		})
@@ -406,7 +402,7 @@ func TestRunPutsBackRemovedBinary(t *testing.T) {
 func TestRunCountsReports(t *testing.T) {
 	cfg, root := node(t, map[string]string{"10-flannel.conflist": flannel})
 	r := startRun(t, cfg, Deps{})
-	eventually(t, 3*time.Second, "/ready 200", func() bool { c, _ := get(t, r.url+"/ready"); return c == 200 })
+	waitFor(t, 3*time.Second, "/ready 200", func() bool { c, _ := get(t, r.url+"/ready"); return c == 200 })
 	conf := filepath.Join(root, DefaultCNIConfDir, "10-flannel.conflist")
 	b, _ := os.ReadFile(conf)
 	if !strings.Contains(string(b), `"report_socket": "/var/lib/plexus/reports.sock"`) {
@@ -424,7 +420,7 @@ func TestRunCountsReports(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, time.Second, "plugin metrics", func() bool {
+	waitFor(t, time.Second, "plugin metrics", func() bool {
 		_, m := get(t, r.url+"/metrics")
 		return strings.Contains(m, `plexus_node_plugin_commands_total{command="ADD",outcome="success"} 1`) &&
 			strings.Contains(m, `plexus_node_plugin_errors_total{code="101",command="ADD"} 1`) &&
@@ -435,7 +431,7 @@ func TestRunCountsReports(t *testing.T) {
 	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Second, "socket removed on stop", func() bool { _, err := os.Lstat(sock); return os.IsNotExist(err) })
+	waitFor(t, time.Second, "socket removed on stop", func() bool { _, err := os.Lstat(sock); return os.IsNotExist(err) })
 	if b, _ := os.ReadFile(conf); !conflist.Contains(b) {
 		t.Fatal("stopping removed the plugin from the conflist")
 	}
@@ -457,7 +453,7 @@ func TestRunWithoutReportSocket(t *testing.T) {
 	cfg, root := node(t, map[string]string{"10-flannel.conflist": flannel})
 	cfg.StateDir = "/var/lib/" + strings.Repeat("p", 100) // too long for a socket path
 	r := startRun(t, cfg, Deps{})
-	eventually(t, 3*time.Second, "/ready 200", func() bool { c, _ := get(t, r.url+"/ready"); return c == 200 })
+	waitFor(t, 3*time.Second, "/ready 200", func() bool { c, _ := get(t, r.url+"/ready"); return c == 200 })
 	b, _ := os.ReadFile(filepath.Join(root, DefaultCNIConfDir, "10-flannel.conflist"))
 	if !conflist.Contains(b) || strings.Contains(string(b), "report_socket") {
 		t.Fatalf("want the entry without report_socket:\n%s", b)
@@ -480,14 +476,14 @@ func TestRunStartsRepair(t *testing.T) {
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: "10.244.0.5"}}},
 	}
 	r := startRun(t, cfg, Deps{Pods: fake.NewClientset(pod)})
-	eventually(t, 2*time.Second, "repair metrics", func() bool {
+	waitFor(t, 2*time.Second, "repair metrics", func() bool {
 		_, m := get(t, r.url+"/metrics")
 		return strings.Contains(m, `plexus_node_repairs_total{action="applied"} 0`)
 	})
 	if os.Geteuid() != 0 {
 		return
 	}
-	eventually(t, 5*time.Second, "the meshed pod checked, its namespace not found", func() bool {
+	waitFor(t, 5*time.Second, "the meshed pod checked, its namespace not found", func() bool {
 		_, m := get(t, r.url+"/metrics")
 		return strings.Contains(m, "plexus_node_pods_checked_total 1") && !strings.Contains(m, `plexus_node_repairs_total{action="failed"} 0`)
 	})
@@ -506,7 +502,7 @@ func TestRunAnswersPodLookups(t *testing.T) {
 	}
 	startRun(t, cfg, Deps{Pods: fake.NewClientset(pod)})
 	conflist := filepath.Join(root, DefaultCNIConfDir, "10-flannel.conflist")
-	eventually(t, 5*time.Second, "the conflist entry naming the pod socket", func() bool {
+	waitFor(t, 5*time.Second, "the conflist entry naming the pod socket", func() bool {
 		b, _ := os.ReadFile(conflist)
 		var list struct{ Plugins []map[string]any }
 		if json.Unmarshal(b, &list) != nil || len(list.Plugins) == 0 {
@@ -515,7 +511,7 @@ func TestRunAnswersPodLookups(t *testing.T) {
 		return list.Plugins[len(list.Plugins)-1]["pod_socket"] == filepath.Join(DefaultStateDir, PodSocketFile)
 	})
 	g := podrules.NewAgentPodGetter(filepath.Join(root, DefaultStateDir, PodSocketFile), time.Second)
-	eventually(t, 5*time.Second, "the pod from the agent's cache", func() bool {
+	waitFor(t, 5*time.Second, "the pod from the agent's cache", func() bool {
 		got, err := g.GetPod(context.Background(), "shop", "web-1")
 		return err == nil && got.UID == "u-1"
 	})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/daemonset/conflist"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
 const entry = `{"type":"plexus-cni","kubeconfig":"/var/lib/plexus/plexus-cni.kubeconfig"}`
@@ -152,26 +153,20 @@ func (f *fixture) write(t *testing.T, name, body string) {
 func (f *fixture) patchedWithin(t *testing.T, limit time.Duration) time.Duration {
 	t.Helper()
 	t0 := time.Now()
-	for time.Since(t0) < limit {
-		if p, err := conflist.Primary(f.dir); err == nil && conflist.IsList(p) {
-			if b, err := os.ReadFile(p); err == nil && conflist.Contains(b) {
-				return time.Since(t0)
-			}
+	eventually.Within(t, limit, "the primary config in "+f.dir+" patched", func() bool {
+		p, err := conflist.Primary(f.dir)
+		if err != nil || !conflist.IsList(p) {
+			return false
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("primary config in %s not patched within %v", f.dir, limit)
-	return 0
+		b, err := os.ReadFile(p)
+		return err == nil && conflist.Contains(b)
+	})
+	return time.Since(t0)
 }
 
 func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
-	for t0 := time.Now(); time.Since(t0) < limit; time.Sleep(5 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out after %v waiting for %s", limit, what)
+	eventually.Within(t, limit, what, cond)
 }
 
 func TestRepatchWithinOneSecond(t *testing.T) {

@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
 // startRun runs the controller until the test ends.
@@ -33,13 +35,7 @@ func runUntilCleanup(t *testing.T, r *Repairer) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually.Within(t, 10*time.Second, what, cond)
 }
 
 // TestRunRepairsPodOnceItHasAnIP drives the informer and queue: a meshed

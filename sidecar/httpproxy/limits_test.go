@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
 // The limits of the fast path, each with the metric that counts it.
@@ -105,7 +106,7 @@ func TestClientThatLeavesCancelsTheUpstreamRequest(t *testing.T) {
 	if d := at.Sub(left); d > 100*time.Millisecond {
 		t.Errorf("upstream request cancelled %s after the client left, want within 100ms", d)
 	}
-	eventually(t, "response_total{error=client-canceled}", func() bool {
+	waitFor(t, "response_total{error=client-canceled}", func() bool {
 		return counter(t, f.reg, "response_total", "error", ReasonClientGone) == 1
 	})
 }
@@ -132,7 +133,7 @@ func TestClientThatStopsReadingIsCut(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a client that reads nothing still holds the upstream connection after 5s")
 	}
-	eventually(t, "limit_exceeded_total{limit=write-stall}", func() bool {
+	waitFor(t, "limit_exceeded_total{limit=write-stall}", func() bool {
 		return counter(t, f.reg, "limit_exceeded_total", "limit", metrics.LimitWriteStall) == 1
 	})
 }
@@ -184,15 +185,9 @@ func TestInterimResponsesAreCapped(t *testing.T) {
 }
 
 // eventually retries check until it passes or 5s pass.
-func eventually(t *testing.T, what string, check func() bool) {
+func waitFor(t *testing.T, what string, check func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !check() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually.Within(t, 5*time.Second, what, check)
 }
 
 // A request that timed out waiting for response headers is not sent

@@ -66,7 +66,7 @@ func TestGRPCBidiStreamingPingPong(t *testing.T) {
 	if _, err := stream.Recv(); err != io.EOF {
 		t.Fatalf("end of stream = %v, want EOF (status OK)", err)
 	}
-	eventually(t, "response_total{grpc_status=0}", func() bool {
+	waitFor(t, "response_total{grpc_status=0}", func() bool {
 		return h.metric(t, "response_total", map[string]string{"grpc_status": "0", "classification": "success"}) == 1
 	})
 }

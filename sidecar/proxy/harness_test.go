@@ -17,6 +17,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/sidecar/config"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
 // harness runs a Proxy on a loopback outbound listener whose "original
@@ -129,15 +130,9 @@ func sumSamples(mfs []*dto.MetricFamily, name string, want map[string]string) fl
 }
 
 // eventually retries check until it passes or 5s pass.
-func eventually(t testing.TB, what string, check func() bool) {
+func waitFor(t testing.TB, what string, check func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !check() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually.Within(t, 5*time.Second, what, check)
 }
 
 func readAll(t *testing.T, r io.Reader) string {

@@ -138,7 +138,7 @@ func TestWebSocket(t *testing.T) {
 		}
 	}
 	ws.Close()
-	eventually(t, "response_total{101}", func() bool {
+	waitFor(t, "response_total{101}", func() bool {
 		return h.metric(t, "response_total", map[string]string{"status_code": "101", "classification": "success"}) == 1
 	})
 }
@@ -175,7 +175,7 @@ func TestGRPCServerDiesMidStream(t *testing.T) {
 	if el := time.Since(t0); el > 5*time.Second {
 		t.Errorf("took %s", el)
 	}
-	eventually(t, "response_total{grpc_status=14,upstream-reset}", func() bool {
+	waitFor(t, "response_total{grpc_status=14,upstream-reset}", func() bool {
 		return h.metric(t, "response_total", map[string]string{"grpc_status": "14", "error": "upstream-reset"}) == 1
 	})
 }

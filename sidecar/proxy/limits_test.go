@@ -61,7 +61,7 @@ func TestConnectionCapRefusesNewConnectionsAndKeepsTheOpenOnes(t *testing.T) {
 	}
 	// A closed connection gives its slot back.
 	a.CloseIdleConnections()
-	eventually(t, "a slot freed by a closed connection", func() bool { return !refused(t, h.addr) })
+	waitFor(t, "a slot freed by a closed connection", func() bool { return !refused(t, h.addr) })
 }
 
 func TestConnectionCapCountsConnectionsHandedToTheHTTPServer(t *testing.T) {
@@ -78,7 +78,7 @@ func TestConnectionCapCountsConnectionsHandedToTheHTTPServer(t *testing.T) {
 		t.Fatal("a second connection was served over a cap of 1 while the h2c one is open")
 	}
 	c.CloseIdleConnections()
-	eventually(t, "the slot of the closed h2c connection", func() bool { return !refused(t, h.addr) })
+	waitFor(t, "the slot of the closed h2c connection", func() bool { return !refused(t, h.addr) })
 }
 
 // getOK GETs url and reads the body to its end (so the connection stays

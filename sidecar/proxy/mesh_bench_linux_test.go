@@ -150,7 +150,7 @@ func socat(b *testing.B, p *pod, port, opts string) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	eventually(b, "socat listening", func() bool {
+	waitFor(b, "socat listening", func() bool {
 		out, _ := p.ns.Command("ss", "-Hltn", "sport = :"+port).Output()
 		return strings.Contains(string(out), port)
 	})

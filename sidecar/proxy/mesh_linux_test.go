@@ -97,7 +97,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 func startProxy(t testing.TB, ns *netnstest.NS, env ...string) *pod {
 	t.Helper()
 	p := launchProxy(t, ns, true, env...)
-	eventually(t, "proxy ready in "+ns.Name, func() bool {
+	waitFor(t, "proxy ready in "+ns.Name, func() bool {
 		res, err := p.admin("GET", "/ready")
 		return err == nil && res == 200
 	})
@@ -134,7 +134,7 @@ func launchProxy(t testing.TB, ns *netnstest.NS, rules bool, env ...string) *pod
 			t.Logf("proxy logs in %s:\n%s", ns.Name, p.logs.String())
 		}
 	})
-	eventually(t, "admin listening in "+ns.Name, func() bool {
+	waitFor(t, "admin listening in "+ns.Name, func() bool {
 		_, err := p.admin("GET", "/live")
 		return err == nil
 	})

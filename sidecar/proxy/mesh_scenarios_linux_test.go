@@ -177,7 +177,7 @@ func TestMesh(t *testing.T) {
 			t.Fatalf("bidi end = %v, want EOF", err)
 		}
 		cancel()
-		eventually(t, "bidi call counted on both proxies", func() bool {
+		waitFor(t, "bidi call counted on both proxies", func() bool {
 			return sumSamples(m.client.scrape(t), "response_total", map[string]string{"target_addr": target(9090), "grpc_status": "0"}) == 3 &&
 				sumSamples(m.server.scrape(t), "response_total", map[string]string{"target_addr": target(9090), "grpc_status": "0"}) == 3
 		})
@@ -208,7 +208,7 @@ func TestMesh(t *testing.T) {
 			}
 		}
 		ws.Close()
-		eventually(t, "101 responses counted", func() bool {
+		waitFor(t, "101 responses counted", func() bool {
 			return sumSamples(m.client.scrape(t), "response_total", map[string]string{"target_addr": target(8081), "status_code": "101"}) == 1 &&
 				sumSamples(m.server.scrape(t), "response_total", map[string]string{"target_addr": target(8081), "status_code": "101"}) == 1
 		})
@@ -259,7 +259,7 @@ func TestMesh(t *testing.T) {
 			}
 			c.Close()
 			tgt := target(tc.port)
-			eventually(t, "connections closed", func() bool {
+			waitFor(t, "connections closed", func() bool {
 				return sumSamples(m.client.scrape(t), "tcp_close_total", map[string]string{"target_addr": tgt}) == 2 &&
 					sumSamples(m.server.scrape(t), "tcp_close_total", map[string]string{"target_addr": tgt}) == 2
 			})

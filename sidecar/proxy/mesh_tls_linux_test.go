@@ -257,7 +257,7 @@ func TestMeshMTLS(t *testing.T) {
 	if err != nil || code != 503 || !strings.Contains(body, "no certificate yet") {
 		t.Errorf("/ready before the certificate = %d %q %v, want 503 naming the certificate", code, body, err)
 	}
-	eventually(t, "server proxy ready after its certificate", func() bool {
+	waitFor(t, "server proxy ready after its certificate", func() bool {
 		code, _, err := m.server.adminBody("/ready")
 		return err == nil && code == 200
 	})
@@ -324,7 +324,7 @@ func TestMeshMTLS(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 		onlyTLS(t, "veth traffic on 9090", wire.wire(9090), "grpc.health")
-		eventually(t, "gRPC responses counted with identities", func() bool {
+		waitFor(t, "gRPC responses counted with identities", func() bool {
 			return sumSamples(m.client.scrape(t), "response_total", map[string]string{"target_addr": tgt, "grpc_status": "0", "tls": "true", "server_id": serverPodID.String()}) == 2 &&
 				sumSamples(m.server.scrape(t), "response_total", map[string]string{"target_addr": tgt, "grpc_status": "0", "tls": "true", "client_id": clientPodID.String()}) == 2
 		})

@@ -82,7 +82,7 @@ func TestOpaqueServerSpeaksFirst(t *testing.T) {
 				t.Fatalf("rest %q", rest)
 			}
 			target := ln.Addr().String()
-			eventually(t, "tcp_close_total", func() bool {
+			waitFor(t, "tcp_close_total", func() bool {
 				return h.metric(t, "tcp_close_total", map[string]string{"target_addr": target}) == 2
 			})
 			if got := h.metric(t, "tcp_read_bytes_total", map[string]string{"target_addr": target, "peer": "dst"}); got != float64(len("220 hello\r\necho HELO x\n221 bye\r\n")) {

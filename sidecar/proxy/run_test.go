@@ -36,7 +36,7 @@ func TestRunAdminAndShutdown(t *testing.T) {
 		done <- Run(context.Background(), RunOptions{Config: cfg, Log: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	}()
 	base := "http://127.0.0.1:" + strconv.Itoa(int(cfg.AdminPort))
-	eventually(t, "/ready", func() bool {
+	waitFor(t, "/ready", func() bool {
 		res, err := http.Get(base + "/ready")
 		if err != nil {
 			return false

@@ -45,7 +45,7 @@ func openTap(t testing.TB, p *pod, ca *testpki.CA, req *tappb.ObserveRequest) ta
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the tap session to open", func() bool {
+	waitFor(t, "the tap session to open", func() bool {
 		return sumSamples(p.scrapeTB(t), "tap_sessions", nil) == 1
 	})
 	return stream
@@ -91,7 +91,7 @@ func TestMeshTapStalledReader(t *testing.T) {
 			break // the session ended at its limit
 		}
 	}
-	eventually(t, "the priming tap session to close", func() bool {
+	waitFor(t, "the priming tap session to close", func() bool {
 		return sumSamples(m.server.scrapeTB(t), "tap_sessions", nil) == 0
 	})
 	// The same load untapped, as long as the tapped load: the proxy's
