@@ -103,19 +103,12 @@ func is(b []byte, s string) bool {
 
 // hopByHopName reports the hop-by-hop headers removeHopByHop drops, except
 // Trailer: the fast path relays trailers verbatim, so it keeps their
-// announcement.
+// announcement. It allocates nothing.
 func hopByHopName(name []byte) bool {
-	switch len(name) {
-	case 2:
-		return is(name, "te")
-	case 7:
-		return is(name, "upgrade")
-	case 10:
-		return is(name, "connection") || is(name, "keep-alive")
-	case 16:
-		return is(name, "proxy-connection")
-	case 17:
-		return is(name, "transfer-encoding")
+	for _, k := range fastPathHopByHop {
+		if is(name, k) {
+			return true
+		}
 	}
 	return false
 }

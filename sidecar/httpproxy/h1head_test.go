@@ -130,7 +130,7 @@ func TestChunkSize(t *testing.T) {
 	}
 }
 
-// TestHopByHopNameFollowsTheList: the fast path's switch drops exactly
+// TestHopByHopNameFollowsTheList: the fast path drops exactly
 // the names removeHopByHop drops, except Trailer (relayed with the
 // trailers), whatever their case.
 func TestHopByHopNameFollowsTheList(t *testing.T) {

@@ -13,6 +13,19 @@ var hopByHop = [...]string{
 	"Transfer-Encoding", "Upgrade",
 }
 
+// fastPathHopByHop is hopByHop in lower case (the fast path compares
+// names with is) without Trailer (hopByHopName says why). It is never
+// written after init.
+var fastPathHopByHop = func() []string {
+	var out []string
+	for _, k := range hopByHop {
+		if k != "Trailer" {
+			out = append(out, strings.ToLower(k))
+		}
+	}
+	return out
+}()
+
 // removeHopByHop deletes hop-by-hop headers and every header the
 // Connection header names.
 func removeHopByHop(h http.Header) {
