@@ -195,7 +195,11 @@ func (b *breakerTest) circuitBreaking(t *testing.T) {
 			ejected = append(ejected, a.At)
 		}
 	}
-	runs := bursts(ejected, 250*time.Millisecond)
+	// Runs are split at gaps of half the shortest penalty: no probe comes
+	// sooner after the one before, while the failures that eject the
+	// replica may be spread (a gap of over 250 ms among the first five
+	// was seen on a loaded machine).
+	runs := bursts(ejected, scaled(accrualMinPenalty, 1-accrualJitter/2)/2)
 	if len(runs) == 0 || len(runs[0]) < accrualMaxFailures {
 		t.Fatalf("the failing replica received %d requests before the fix, in runs %v; want at least %d (max-failures) at first, before it is ejected", len(ejected), runLengths(runs), accrualMaxFailures)
 	}

@@ -94,12 +94,23 @@ func TestMeshMTLS(t *testing.T) {
 	t.Run("scaling 1 to 3 spreads requests", func(t *testing.T) {
 		c.Kubectl(t, "-n", ns, "scale", "deployment/hello", "--replicas=3")
 		c.WaitDeploymentReady(t, ns, "hello", 2*time.Minute)
+		// The clock starts when the EndpointSlice lists three ready
+		// endpoints, as for the deletion below.
+		clustertest.WaitFor(t, time.Minute, "three ready endpoints of hello", func(ctx context.Context) (bool, error) {
+			n := 0
+			for _, p := range pods(t, c, ns, "hello") {
+				if readyInSlices(ctx, c, ns, "hello", p.Name) {
+					n++
+				}
+			}
+			return n == 3, nil
+		})
 		ready := time.Now()
 		clustertest.WaitFor(t, 10*time.Second, "requests answered by all three servers", func(context.Context) (bool, error) {
 			hosts, _ := servedBy(since(pollLog(t, c, ns, client.Name), ready))
 			return len(hosts) == 3, nil
 		})
-		t.Logf("all three servers answered %s after the Deployment was ready", time.Since(ready).Round(10*time.Millisecond))
+		t.Logf("all three servers answered %s after the EndpointSlice listed them", time.Since(ready).Round(10*time.Millisecond))
 	})
 
 	t.Run("a deleted endpoint leaves the proxies within 1s", func(t *testing.T) {
