@@ -44,9 +44,11 @@ PLEXUS_EXPECT_CLUSTER_DOWN=1 go test -count=1 -run 'TestTeardownLeavesNothing|Te
 phase "cluster-down and its check"
 if [ "$rc" != 0 ]; then
 	# The failures last, where a reader of only the output's tail sees them:
-	# each failed test and the first lines it logged.
+	# each failed test and the first lines it logged, without the cluster
+	# dumps ("[dump]" lines and the JSON logs they hold).
 	log "what failed:"
-	grep -A4 -E -- '--- FAIL|^panic:|^FAIL' "$test_log" | cut -c1-300 | head -60
+	awk '/--- FAIL|^panic:|^FAIL/ { print; n = 5; next }
+		n > 0 && !/\[dump\]/ && !/^[[:space:]]+\{/ { print; n-- }' "$test_log" | cut -c1-300 | head -80
 	die "tests failed"
 fi
 rm -f "$test_log"

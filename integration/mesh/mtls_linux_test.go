@@ -106,10 +106,17 @@ func TestMeshMTLS(t *testing.T) {
 			return n == 3, nil
 		})
 		ready := time.Now()
-		clustertest.WaitFor(t, 10*time.Second, "requests answered by all three servers", func(context.Context) (bool, error) {
-			hosts, _ := servedBy(since(pollLog(t, c, ns, client.Name), ready))
+		var lines []pollLine
+		err := clustertest.Poll(clustertest.Context(t, 10*time.Second), 200*time.Millisecond, func(context.Context) (bool, error) {
+			lines = since(pollLog(t, c, ns, client.Name), ready)
+			hosts, _ := servedBy(lines)
 			return len(hosts) == 3, nil
 		})
+		if err != nil {
+			hosts, errs := servedBy(lines)
+			t.Fatalf("10s after the EndpointSlice listed three ready endpoints, %d answers came from %v and %d failed (first: %.200q); the client's proxy holds %s",
+				len(lines), hosts, len(errs), errs, proxyEndpoints(t, c, ns, client.Name))
+		}
 		t.Logf("all three servers answered %s after the EndpointSlice listed them", time.Since(ready).Round(10*time.Millisecond))
 	})
 

@@ -180,3 +180,18 @@ func servedBy(lines []pollLine) (hosts map[string]int, errs []string) {
 func ptr[T any](v T) *T { return &v }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// proxyEndpoints returns what the pod's proxy serves on its admin
+// /endpoints (loopback only, so asked from the pod's app container), or
+// why it could not: for failure messages only.
+func proxyEndpoints(t *testing.T, c *clustertest.Cluster, ns, pod string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := kubectlOutput(ctx, c, "", "-n", ns, "exec", pod, "-c", "app", "--",
+		"/testapp", "get", "http://127.0.0.1:4191/endpoints")
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	return strings.TrimSpace(out)
+}

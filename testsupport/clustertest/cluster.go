@@ -104,33 +104,34 @@ func (c *Cluster) deleteNamespace(t testing.TB, name string) {
 }
 
 // Dump prints the logs of every container of every pod in ns, and the
-// namespace's events, to the test log.
+// namespace's events, to the test log. Each entry starts with "[dump]",
+// which integration/test.sh's failure summary leaves out.
 func (c *Cluster) Dump(t testing.TB, ns string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		t.Logf("listing pods in %s: %v", ns, err)
+		t.Logf("[dump] listing pods in %s: %v", ns, err)
 		return
 	}
 	for _, pod := range pods.Items {
-		t.Logf("pod %s/%s: phase %s on %q, conditions %v", ns, pod.Name, pod.Status.Phase, pod.Spec.NodeName, pod.Status.Conditions)
+		t.Logf("[dump] pod %s/%s: phase %s on %q, conditions %v", ns, pod.Name, pod.Status.Phase, pod.Spec.NodeName, pod.Status.Conditions)
 		for _, ctr := range append(pod.Spec.InitContainers, pod.Spec.Containers...) {
 			logs, err := c.Logs(ctx, ns, pod.Name, ctr.Name)
 			if err != nil {
 				logs = "(" + err.Error() + ")"
 			}
-			t.Logf("--- logs of %s/%s[%s]:\n%s", ns, pod.Name, ctr.Name, logs)
+			t.Logf("[dump] --- logs of %s/%s[%s]:\n%s", ns, pod.Name, ctr.Name, logs)
 		}
 	}
 	events, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		t.Logf("listing events in %s: %v", ns, err)
+		t.Logf("[dump] listing events in %s: %v", ns, err)
 		return
 	}
 	for _, e := range events.Items {
-		t.Logf("event %s %s/%s: %s: %s", e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+		t.Logf("[dump] event %s %s/%s: %s: %s", e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
 	}
 }
 
