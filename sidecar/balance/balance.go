@@ -168,7 +168,7 @@ func (e *Endpoint) observe(rtt float64, now int64) {
 // are ignored); do not copy it.
 type Handle struct {
 	ep       *Endpoint
-	start    int64
+	start    int64 // read and written atomically: Connected may come from a dialer's goroutine
 	observed bool
 }
 
@@ -188,7 +188,24 @@ func (h *Handle) Observe(now int64) {
 		return
 	}
 	h.observed = true
-	h.ep.observe(float64(max(now-h.start, 0)), now)
+	h.ep.observe(float64(max(now-atomic.LoadInt64(&h.start), 0)), now)
+}
+
+// Connected says the connection the request waits for is established at
+// now: the RTT sample starts there instead of at Start. A new connection
+// costs a handshake (mesh TLS to a pod that has just started, on a busy
+// node tens of milliseconds) that no later request on it pays; counted,
+// it would be the endpoint's peak, and a newcomer or a rejoining
+// endpoint would win no pick until it decayed (seconds). linkerd2-proxy
+// excludes it too: its balancer picks among endpoints whose connection is
+// ready. Safe to call from another goroutine than the request's.
+func (h *Handle) Connected(now int64) {
+	for {
+		old := atomic.LoadInt64(&h.start)
+		if now <= old || atomic.CompareAndSwapInt64(&h.start, old, now) {
+			return
+		}
+	}
 }
 
 // Done ends the request: it is no longer pending. Calls after the first

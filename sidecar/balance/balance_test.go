@@ -412,3 +412,53 @@ func TestJoinRTTGivesNewcomerItsShare(t *testing.T) {
 		t.Errorf("an endpoint joining at JoinRTT won %d of 1000 pairs against an equal one; want about half", n)
 	}
 }
+
+// A newcomer whose first request waited 100 ms for its connection (a mesh
+// handshake to a pod that has just started, on a busy node) and was then
+// answered in 1 ms: counted from Start, that sample is its peak and it
+// wins no pair against a warm 1 ms endpoint for seconds; counted from
+// Connected, it keeps its share.
+func TestConnectedLeavesHandshakeOut(t *testing.T) {
+	now := int64(0)
+	old := NewEndpoint(Config{}, 0, now)
+	for range 50 { // warm it: 1 ms answers every 50 ms
+		h := old.Start(now)
+		now += int64(time.Millisecond)
+		h.Observe(now)
+		h.Done()
+		now += int64(49 * time.Millisecond)
+	}
+	first := func(connected bool) *Endpoint {
+		e := NewEndpoint(Config{DefaultRTT: JoinRTT([]*Endpoint{old}, now)}, 0, now)
+		h := e.Start(now)
+		if connected {
+			h.Connected(now + int64(100*time.Millisecond))
+			h.Connected(now + int64(50*time.Millisecond)) // an earlier time never moves it back
+		}
+		h.Observe(now + int64(101*time.Millisecond))
+		h.Done()
+		return e
+	}
+	at := now + int64(2*time.Second) // two seconds on
+	share := func(newcomer *Endpoint) int {
+		n := 0
+		for i := range 1000 {
+			if PickP2C([]*Endpoint{old, newcomer}, at, uint64(i)*0x9e3779b97f4a7c15) == newcomer {
+				n++
+			}
+		}
+		return n
+	}
+	if est := first(false).Estimate(at); est < 50*time.Millisecond {
+		t.Errorf("control: counted from Start the first sample left an estimate of %s; want the 101 ms peak, decayed a little", est)
+	}
+	if n := share(first(false)); n != 0 {
+		t.Errorf("control: with its handshake counted the newcomer won %d of 1000 pairs; want 0", n)
+	}
+	if est, warm := first(true).Estimate(at), old.Estimate(at); est > warm*11/10 {
+		t.Errorf("counted from Connected the first sample left an estimate of %s; want no more than the warm endpoint's %s", est, warm)
+	}
+	if n := share(first(true)); n < 300 {
+		t.Errorf("with its handshake left out the newcomer won %d of 1000 pairs against an equal one; want about half", n)
+	}
+}

@@ -227,6 +227,11 @@ func (s *sub) nextProbe() int64 {
 // round-trip time, which feeds the endpoint's peak-EWMA estimate.
 func (p *Pick) FirstByte() { p.h.Observe(monoNow()) }
 
+// Connected records that the connection the request goes out on has just
+// been established: its handshake is not part of the round-trip time (see
+// balance.Handle.Connected).
+func (p *Pick) Connected() { p.h.Connected(monoNow()) }
+
 // Report tells failure accrual how the request ended (nothing when it is
 // off). Call it once, before Done.
 func (p *Pick) Report(o balance.Outcome) {

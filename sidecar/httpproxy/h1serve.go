@@ -180,6 +180,7 @@ func (hc *h1conn) try(h *reqHead, key poolKey, n int) (*upstream, resHead, error
 		if up, err = hc.p.dialUpstream(hc.x.endpoint); err != nil {
 			return nil, resHead{}, err
 		}
+		hc.x.endpoint.connected()
 	}
 	hc.up.Store(up)
 	res, err := hc.exchange(up, h)

@@ -60,8 +60,20 @@ type Endpoint struct {
 	Load Load
 }
 
+// connected tells e's Load, if any, that the request's new connection is
+// up.
+func (e Endpoint) connected() {
+	if e.Load != nil {
+		e.Load.Connected()
+	}
+}
+
 // Load is an endpoint's balancer state for one request.
 type Load interface {
+	// Connected is called when the request had to wait for a new
+	// connection, once it is established (possibly on the dialer's
+	// goroutine): the latency counts from there.
+	Connected()
 	// FirstByte is called when response headers arrive.
 	FirstByte()
 	// Done is called once the attempt has finished, with its outcome
@@ -242,6 +254,9 @@ func (e *tlsError) Unwrap() error { return e.err }
 
 func (p *Proxy) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 	d, err := p.connect(ctx, addr, spiffe.ID{})
+	if ep, ok := ctx.Value(endpointKey{}).(Endpoint); ok && err == nil && ep.Addr.String() == addr {
+		ep.connected()
+	}
 	return d.conn, err
 }
 
@@ -254,6 +269,9 @@ func (p *Proxy) dialTLS(ctx context.Context, _, addr string) (net.Conn, error) {
 		return nil, &dialError{fmt.Errorf("no mesh identity known for %s", addr)}
 	}
 	d, err := p.connect(ctx, addr, ep.Identity)
+	if err == nil {
+		ep.connected()
+	}
 	return d.conn, err
 }
 

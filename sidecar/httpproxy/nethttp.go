@@ -124,9 +124,9 @@ func (p *Proxy) send(ctx context.Context, x *exchange, r, out *http.Request) (re
 		case !x.endpoint.Identity.IsZero():
 			t = p.h1TLS
 		}
-		if !x.endpoint.Identity.IsZero() {
-			actx = context.WithValue(ctx, endpointKey{}, x.endpoint)
-		}
+		// The dialers read the endpoint: its identity, and its Load to
+		// tell of a new connection.
+		actx = context.WithValue(ctx, endpointKey{}, x.endpoint)
 		u := *out.URL
 		u.Host = x.endpoint.Addr.String()
 		o := out.WithContext(actx)

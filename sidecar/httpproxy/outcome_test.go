@@ -17,8 +17,9 @@ import (
 
 // outcomes records the verdicts the pipeline gives each endpoint.
 type outcomes struct {
-	mu  sync.Mutex
-	got []string
+	mu        sync.Mutex
+	got       []string
+	connected int // Connected calls
 }
 
 type recordingLoad struct {
@@ -26,6 +27,11 @@ type recordingLoad struct {
 	addr netip.AddrPort
 }
 
+func (l *recordingLoad) Connected() {
+	l.o.mu.Lock()
+	defer l.o.mu.Unlock()
+	l.o.connected++
+}
 func (l *recordingLoad) FirstByte() {}
 func (l *recordingLoad) Done(o balance.Outcome) {
 	l.o.mu.Lock()
@@ -111,6 +117,40 @@ func TestEndpointFault(t *testing.T) {
 	} {
 		if got := endpointFault(reason); got != want {
 			t.Errorf("endpointFault(%q) = %v, want %v", reason, got, want)
+		}
+	}
+}
+
+// A request that waits for a new connection tells its endpoint's Load
+// once the connection is up, so that the balancer's latency sample leaves
+// the handshake out; one on a pooled connection does not. Both engines.
+func TestConnectedOnlyForNewConnections(t *testing.T) {
+	srv := rtServe(t, "srv", nil)
+	rec := &outcomes{}
+	pol := rtPolicy(rtRoute("web", &pb.OutboundRule{Backends: []*pb.Backend{rtBackend("b", 1)}}))
+	e := newRouteEnv(t, netip.MustParseAddrPort("127.0.0.1:1"), pol, nil, func(o *Options) {
+		o.Balance = func(_ context.Context, _ netip.AddrPort, _ *routes.Backend) (Endpoint, error) {
+			return Endpoint{Addr: srv.addr, Load: &recordingLoad{o: rec, addr: srv.addr}}, nil
+		}
+	})
+	for _, en := range e.engines(t) {
+		e.p.CloseIdle()
+		connected := func() int {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			n := rec.connected
+			rec.connected = 0
+			return n
+		}
+		connected()
+		for i, want := range []int{1, 0, 0} {
+			if res, _ := en.do(t, "GET", "/", nil); res.StatusCode != 200 {
+				t.Fatalf("%s request %d: status %d", en.name, i, res.StatusCode)
+			}
+			rec.take(1)
+			if got := connected(); got != want {
+				t.Errorf("%s request %d: Connected called %d times, want %d (a new connection only for the first)", en.name, i, got, want)
+			}
 		}
 	}
 }
