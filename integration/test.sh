@@ -35,8 +35,16 @@ phase "cluster-up"
 go vet ./...
 rc=0
 test_log=$(mktemp)
-go test -count=1 -timeout 30m ./... 2>&1 | tee "$test_log" || rc=$?
-phase "go test ./..."
+# Two runs: every package but the cluster suite, several at a time; then
+# the cluster suite with the machine to itself. Its balancing checks tell
+# a replica 20 ms slower from the others, which a node whose two cores
+# also run other packages' tests cannot do (a CI run: the other replicas
+# answered 17 requests slower than the slow one).
+cluster_suite=github.com/plexus-mesh/plexus/integration/mesh
+go test -count=1 -timeout 30m $(go list ./... | grep -vx "$cluster_suite") 2>&1 | tee "$test_log" || rc=$?
+phase "go test of every package but the cluster suite"
+go test -count=1 -timeout 45m "$cluster_suite" 2>&1 | tee -a "$test_log" || rc=$?
+phase "go test of the cluster suite ($cluster_suite)"
 unset PLEXUS_TEST_KUBECONFIG
 
 "$HERE/cluster/down.sh"
