@@ -1,7 +1,8 @@
-// Package addlog reads the timings plexus-cni writes to its log (for each
+// Package addlog writes and reads the timings plexus-cni logs (for each
 // ADD of a meshed pod decide_ms, the config and pod lookup, and elapsed_ms,
-// the whole ADD in the process; at debug level get_ms and restore_ms), for
-// benchmarks that run the plugin binary.
+// the whole ADD in the process; at debug level get_ms and restore_ms): the
+// plugin's packages write them with Millis, benchmarks that run the plugin
+// binary read them back.
 package addlog
 
 import (
@@ -11,6 +12,12 @@ import (
 	"strings"
 	"time"
 )
+
+// Millis formats d as plexus-cni's *_ms log values hold it: milliseconds
+// with two decimals, what Durations reads back.
+func Millis(d time.Duration) string {
+	return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond))
+}
 
 // Times returns decide_ms and elapsed_ms of every "ADD done" line with
 // mesh=true in the log file at path, in order.

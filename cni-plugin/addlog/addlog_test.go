@@ -33,3 +33,15 @@ time=2026-11-23T09:00:03Z level=INFO msg="ADD done" plugin=plexus-cni mesh=true 
 		t.Fatal("a missing log is not an error")
 	}
 }
+
+// What Millis writes, Durations reads back (to the 10 µs it keeps).
+func TestMillisReadsBack(t *testing.T) {
+	for _, d := range []time.Duration{0, 1234567 * time.Nanosecond, 20 * time.Millisecond, 3*time.Second + 5*time.Microsecond} {
+		line := `time=x level=INFO msg="ADD done" decide_ms=` + Millis(d)
+		got := Durations([]byte(line), "ADD done", "decide_ms", nil)
+		want := d.Round(10 * time.Microsecond)
+		if len(got) != 1 || (got[0]-want).Abs() > time.Microsecond {
+			t.Errorf("Millis(%s) = %s read back as %v, want %s", d, Millis(d), got, want)
+		}
+	}
+}

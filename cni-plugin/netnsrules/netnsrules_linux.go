@@ -13,6 +13,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
+	"github.com/plexus-mesh/plexus/cni-plugin/addlog"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 	"github.com/plexus-mesh/plexus/cni-plugin/xtables"
 )
@@ -65,7 +66,7 @@ func (t *NetnsTables) Prepare(netns string, fams []rules.Family) {
 			})
 		}
 		t.netns, t.pending = netns, pending
-		t.log.Debug("started iptables-restore ahead of the rules", "families", len(pending), "start_ms", ms(time.Since(start)), "error", err)
+		t.log.Debug("started iptables-restore ahead of the rules", "families", len(pending), "start_ms", addlog.Millis(time.Since(start)), "error", err)
 	})
 }
 
@@ -127,7 +128,7 @@ func (t *NetnsTables) Apply(ctx context.Context, netns string, sets []rules.Rule
 		}
 		runners[i], errs[i] = tools.For(rs.Family)
 	}
-	t.log.Debug("iptables tools ready", "wait_ms", ms(time.Since(start)), "prepared", prepared)
+	t.log.Debug("iptables tools ready", "wait_ms", addlog.Millis(time.Since(start)), "prepared", prepared)
 	err = t.in(netns, func() error {
 		for i := range sets {
 			if pending[i] == nil && errs[i] == nil {
@@ -181,7 +182,7 @@ func (t *NetnsTables) applyOne(ctx context.Context, r *xtables.Runner, pending *
 	script := rules.RenderCreate(rs)
 	start := time.Now()
 	createErr := pending.Restore(ctx, script)
-	t.log.Debug("applied rules", "family", rs.Family.String(), "backend", r.Backend(), "restore_ms", ms(time.Since(start)), "error", createErr, "script", script)
+	t.log.Debug("applied rules", "family", rs.Family.String(), "backend", r.Backend(), "restore_ms", addlog.Millis(time.Since(start)), "error", createErr, "script", script)
 	if createErr == nil {
 		return nil
 	}

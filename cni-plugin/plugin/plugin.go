@@ -18,6 +18,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/plexus-mesh/plexus/cni-plugin/addlog"
 	"github.com/plexus-mesh/plexus/cni-plugin/netconf"
 	"github.com/plexus-mesh/plexus/cni-plugin/netnsrules"
 	"github.com/plexus-mesh/plexus/cni-plugin/podrules"
@@ -127,7 +128,7 @@ func (p *Plugin) Decide(ctx context.Context, log *slog.Logger, conf *netconf.Net
 		}
 		getStart := time.Now()
 		pod, err = podrules.GetPod(ctx, getter, p.Retry, namespace, name)
-		log.Debug("pod GET", "get_ms", ms(time.Since(getStart)), "error", err)
+		log.Debug("pod GET", "get_ms", addlog.Millis(time.Since(getStart)), "error", err)
 		if err != nil {
 			code := ErrCodeAPI
 			if podrules.Transient(err) {
@@ -219,7 +220,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
 		}
 	}
 	log.Info("ADD done", "mesh", d.Mesh, "reason", d.Reason, "args", args.Args,
-		"decide_ms", ms(decided), "elapsed_ms", ms(time.Since(start)))
+		"decide_ms", addlog.Millis(decided), "elapsed_ms", addlog.Millis(time.Since(start)))
 	if _, err := p.Stdout.Write(conf.RawPrevResult()); err != nil {
 		return cniErr(types.ErrIOFailure, "plexus-cni: writing result", err)
 	}
@@ -314,8 +315,6 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 // GC has nothing to collect: all our state lives in pod network namespaces,
 // which disappear with their pods.
 func (p *Plugin) GC(*skel.CmdArgs) error { return nil }
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
 
 // PluginInfo is what VERSION reports.
 func PluginInfo() version.PluginInfo { return version.PluginSupports(SupportedVersions()...) }

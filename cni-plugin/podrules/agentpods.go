@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/plexus-mesh/plexus/cni-plugin/addlog"
 )
 
 // AgentPodPath is where the node agent answers pod lookups on its pod
@@ -56,7 +58,7 @@ func FromAgent(ctx context.Context, log *slog.Logger, socket, namespace, name, u
 	}
 	start := time.Now()
 	pod, err := NewAgentPodGetter(socket, agentLookupTimeout).GetPod(ctx, namespace, name)
-	took := ms(time.Since(start))
+	took := addlog.Millis(time.Since(start))
 	switch {
 	case err != nil:
 		log.Debug("pod not from the node agent; asking the API server", "lookup_ms", took, "error", err)
