@@ -274,3 +274,42 @@ func TestWrongDestinationIdentityRefused(t *testing.T) {
 		t.Fatal("stream to a destination with the wrong identity succeeded")
 	}
 }
+
+// The protocol hint reads the cache: it counts no lookup and leaves no
+// request pending on any endpoint; one endpoint marked opaque is enough
+// (a rollout that adds the marking), none marked is not opaque.
+func TestOpaqueHintPicksNothing(t *testing.T) {
+	e := newEnv(t, nil)
+	opaque := func(w *destinationpb.WeightedAddr) *destinationpb.WeightedAddr {
+		w.ProtocolHint = &destinationpb.ProtocolHint{Protocol: destinationpb.ProtocolHint_OPAQUE}
+		return w
+	}
+	plain := netip.MustParseAddrPort("10.96.0.12:80")
+	e.srv.Set(svc.String(), add(opaque(wa("10.1.0.1:8080", webID)), wa("10.1.0.2:8080", webID)))
+	e.srv.Set(plain.String(), add(wa("10.1.0.3:8080", webID)))
+	lookups := func() float64 { return testutil.ToFloat64(e.r.lookups.WithLabelValues(ResultEndpoints)) }
+	if !e.r.Opaque(context.Background(), svc) {
+		t.Errorf("Opaque(%s) = false with one of its two endpoints marked opaque", svc)
+	}
+	if e.r.Opaque(context.Background(), plain) {
+		t.Errorf("Opaque(%s) = true with no endpoint marked", plain)
+	}
+	if n := lookups(); n != 0 {
+		t.Errorf("the hints counted %v lookups, want 0 (they pick nothing)", n)
+	}
+	for _, set := range e.r.Endpoints() {
+		for _, ep := range set.Endpoints {
+			if ep.Pending != 0 {
+				t.Errorf("%s has %d pending after the hints, want 0", ep.Addr, ep.Pending)
+			}
+		}
+	}
+	p, err := e.r.Pick(context.Background(), svc) // the control: a pick counts
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Done()
+	if n := lookups(); n != 1 {
+		t.Errorf("a pick after the hints: %v lookups, want 1", n)
+	}
+}

@@ -40,9 +40,8 @@ const (
 
 // pickOpts say what a pick is for.
 type pickOpts struct {
-	conn   bool            // an opaque connection: least-loaded
-	noWait bool            // answer from the cache, never wait for an endpoint
-	acc    *accrual.Config // the parent's failure accrual; nil: off
+	conn bool            // an opaque connection: least-loaded
+	acc  *accrual.Config // the parent's failure accrual; nil: off
 }
 
 // PickHTTP returns the endpoint of one HTTP request to dst: among
@@ -69,14 +68,26 @@ func (r *Resolver) PickConn(ctx context.Context, dst netip.AddrPort) (Pick, erro
 }
 
 // Opaque reports whether destination marks dst's endpoints opaque (the
-// protocol hint), waiting only for the first answer about dst.
+// protocol hint), waiting only for the first answer about dst. It reads
+// the cache and picks nothing (no pending count, no lookup counted: the
+// connection's pick comes after). When a rollout mixes marked and
+// unmarked endpoints, one marked is enough: detecting the protocol of a
+// server that speaks first would stall, forwarding HTTP opaquely only
+// loses its L7 features.
 func (r *Resolver) Opaque(ctx context.Context, dst netip.AddrPort) bool {
-	pk, err := r.pick(ctx, subKey{addr: dst}, dst, pickOpts{conn: true, noWait: true})
-	if err != nil {
-		return false
+	s := r.subscription(subKey{addr: dst})
+	defer s.touch()
+	if !s.synced.Load() {
+		waitFirst(ctx, s.first, r.opts.FirstTimeout)
 	}
-	pk.Done()
-	return pk.Opaque
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ep := range s.pickable {
+		if ep.Opaque {
+			return true
+		}
+	}
+	return false
 }
 
 // pick serves the Pick methods: key names the subscription; dst is the
@@ -101,9 +112,6 @@ func (r *Resolver) pick(ctx context.Context, key subKey, dst netip.AddrPort, o p
 			return pk, err
 		}
 		switch {
-		case o.noWait:
-			s.mu.Unlock()
-			return Pick{}, fmt.Errorf("%s: %w", s.dst, ErrNoEndpoints)
 		case s.failFast:
 			s.mu.Unlock()
 			r.failFast.WithLabelValues(FailFastAtOnce).Inc()
