@@ -17,14 +17,15 @@ import (
 	gateway "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/plexus-mesh/plexus/control/cli/authzreport"
+	"github.com/plexus-mesh/plexus/control/cli/command"
 	"github.com/plexus-mesh/plexus/control/healthcheck"
 	"github.com/plexus-mesh/plexus/control/inboundpolicy"
 )
 
 // connectPolicy is connect with the clients inbound policies are read
 // with.
-func connectPolicy(g *globals) (inboundpolicy.Clients, *rest.Config, string, error) {
-	client, restCfg, ns, err := connect(g)
+func connectPolicy(g *command.Globals) (inboundpolicy.Clients, *rest.Config, string, error) {
+	client, restCfg, ns, err := command.Connect(g)
 	if err != nil {
 		return inboundpolicy.Clients{}, nil, "", err
 	}
@@ -39,8 +40,8 @@ func connectPolicy(g *globals) (inboundpolicy.Clients, *rest.Config, string, err
 	return inboundpolicy.Clients{Kube: client, Dynamic: dyn, Gateway: gw}, restCfg, ns, nil
 }
 
-func authzCmd(g *globals, env Env) *cobra.Command {
-	return leaf("authz (deploy|sts|ds|pod)/NAME", "inbound policy of each port of a workload: authz deploy/NAME [--from sa/NAME [--from-ip ADDR]] [-o json]", func(fs *pflag.FlagSet) runFunc {
+func authzCmd(g *command.Globals, env Env) *cobra.Command {
+	return command.Leaf("authz (deploy|sts|ds|pod)/NAME", "inbound policy of each port of a workload: authz deploy/NAME [--from sa/NAME [--from-ip ADDR]] [-o json]", func(fs *pflag.FlagSet) command.RunFunc {
 		from := fs.String("from", "", "evaluate this client on every port: sa/NAME (service account in --from-namespace), a spiffe:// ID, or unauthenticated")
 		fromNS := fs.String("from-namespace", "", "namespace of --from sa/NAME (default: the workload's)")
 		fromIP := fs.String("from-ip", "", "the client's address (default: unknown; each authorization's networks are shown as a condition)")
@@ -49,28 +50,28 @@ func authzCmd(g *globals, env Env) *cobra.Command {
 		return func(ctx context.Context, pos []string) error {
 			kind, name, err := authzreport.ParseTarget(pos)
 			if err != nil {
-				return usagef("%v: want authz (deploy|sts|ds|pod)/NAME or KIND NAME", err)
+				return command.Usagef("%v: want authz (deploy|sts|ds|pod)/NAME or KIND NAME", err)
 			}
-			if err := tableOutput(g); err != nil {
+			if err := command.TableOutput(g); err != nil {
 				return err
 			}
 			if *port > 65535 {
-				return usagef("--port %d: want 1-65535", *port)
+				return command.Usagef("--port %d: want 1-65535", *port)
 			}
 			cfg := authzreport.Config{Kind: kind, Name: name, Port: uint16(*port), ControlPlaneNamespace: healthcheck.Namespace}
 			if *from != "" {
-				if cfg.From, err = authzreport.ParseFrom(*from, cmp.Or(*fromNS, namespace(g))); err != nil {
-					return usageError{err: err}
+				if cfg.From, err = authzreport.ParseFrom(*from, cmp.Or(*fromNS, command.Namespace(g))); err != nil {
+					return command.UsageError{Err: err}
 				}
 			} else if *fromNS != "" {
-				return usagef("--from-namespace needs --from")
+				return command.Usagef("--from-namespace needs --from")
 			}
 			if *fromIP != "" {
 				if *from == "" {
-					return usagef("--from-ip needs --from")
+					return command.Usagef("--from-ip needs --from")
 				}
 				if cfg.FromAddr, err = netip.ParseAddr(*fromIP); err != nil {
-					return usagef("--from-ip: %v", err)
+					return command.Usagef("--from-ip: %v", err)
 				}
 				cfg.FromAddr = cfg.FromAddr.Unmap()
 			}
@@ -81,14 +82,14 @@ func authzCmd(g *globals, env Env) *cobra.Command {
 
 // runAuthz evaluates cfg, in the namespace of g's context, and prints the
 // report (authz and diagnostics policy).
-func runAuthz(ctx context.Context, g *globals, env Env, cfg authzreport.Config, timeout time.Duration) error {
+func runAuthz(ctx context.Context, g *command.Globals, env Env, cfg authzreport.Config, timeout time.Duration) error {
 	clients, _, ns, err := connectPolicy(g)
 	if err != nil {
 		return err
 	}
 	cfg.Namespace = ns
 	if err := cfg.Validate(); err != nil {
-		return usageError{err: err}
+		return command.UsageError{Err: err}
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -96,5 +97,5 @@ func runAuthz(ctx context.Context, g *globals, env Env, cfg authzreport.Config, 
 	if err != nil {
 		return err
 	}
-	return authzreport.Render(env.Stdout, report, g.output)
+	return authzreport.Render(env.Stdout, report, g.Output)
 }

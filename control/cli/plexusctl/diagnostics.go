@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/plexus-mesh/plexus/control/cli/authzreport"
+	"github.com/plexus-mesh/plexus/control/cli/command"
 	"github.com/plexus-mesh/plexus/control/cli/diagnostics"
 	"github.com/plexus-mesh/plexus/control/cli/install"
 	"github.com/plexus-mesh/plexus/control/cli/portforward"
@@ -22,21 +23,21 @@ import (
 )
 
 // diagnosticsCmd is plexusctl diagnostics and its subcommands.
-func diagnosticsCmd(g *globals, env Env) *cobra.Command {
-	cmd := &cobra.Command{Use: "diagnostics", Short: "proxy-metrics po/NAME, endpoints SVC.NS:PORT, policy po/NAME", RunE: parentRun}
+func diagnosticsCmd(g *command.Globals, env Env) *cobra.Command {
+	cmd := &cobra.Command{Use: "diagnostics", Short: "proxy-metrics po/NAME, endpoints SVC.NS:PORT, policy po/NAME", RunE: command.ParentRun}
 	cmd.AddCommand(diagProxyMetricsCmd(g, env), diagEndpointsCmd(g, env), diagPolicyCmd(g, env))
 	return cmd
 }
 
-func diagProxyMetricsCmd(g *globals, env Env) *cobra.Command {
-	return leaf("proxy-metrics (po|deploy)/NAME", "a proxy's raw Prometheus metrics through a port-forward (under any inbound policy): proxy-metrics po/NAME (or deploy/NAME: every pod, each headed # POD NS/NAME)", func(fs *pflag.FlagSet) runFunc {
+func diagProxyMetricsCmd(g *command.Globals, env Env) *cobra.Command {
+	return command.Leaf("proxy-metrics (po|deploy)/NAME", "a proxy's raw Prometheus metrics through a port-forward (under any inbound policy): proxy-metrics po/NAME (or deploy/NAME: every pod, each headed # POD NS/NAME)", func(fs *pflag.FlagSet) command.RunFunc {
 		timeout := fs.Duration("timeout", 30*time.Second, "give up on the API server after this long")
 		return func(ctx context.Context, pos []string) error {
 			kind, name, err := diagnostics.ParseTarget(pos)
 			if err != nil {
-				return usagef("%v: want diagnostics proxy-metrics (po|deploy)/NAME or KIND NAME", err)
+				return command.Usagef("%v: want diagnostics proxy-metrics (po|deploy)/NAME or KIND NAME", err)
 			}
-			client, restCfg, ns, err := connect(g)
+			client, restCfg, ns, err := command.Connect(g)
 			if err != nil {
 				return err
 			}
@@ -52,24 +53,24 @@ func diagProxyMetricsCmd(g *globals, env Env) *cobra.Command {
 	})
 }
 
-func diagEndpointsCmd(g *globals, env Env) *cobra.Command {
-	return leaf("endpoints SVC.NS:PORT", "what destination tells a proxy for SVC.NS:PORT, asked of a ready destination pod as a proxy asks (its first answer to Get), through a port-forward [--compare] [-o wide|json|yaml]", func(fs *pflag.FlagSet) runFunc {
+func diagEndpointsCmd(g *command.Globals, env Env) *cobra.Command {
+	return command.Leaf("endpoints SVC.NS:PORT", "what destination tells a proxy for SVC.NS:PORT, asked of a ready destination pod as a proxy asks (its first answer to Get), through a port-forward [--compare] [-o wide|json|yaml]", func(fs *pflag.FlagSet) command.RunFunc {
 		trustDomain := fs.String("trust-domain", "", "trust domain of destination's identity (default: destination's, read from its Deployment like authz; "+install.DefaultConfig().TrustDomain+" without one)")
 		clusterDomain := fs.String("cluster-domain", install.DefaultClusterDomain, "the cluster's DNS domain")
 		compare := fs.Bool("compare", false, "also compute the endpoints from the EndpointSlices by destination's rules, and name the addresses where they differ")
 		timeout := fs.Duration("timeout", 30*time.Second, "give up on the API server and destination after this long")
 		return func(ctx context.Context, pos []string) error {
 			if len(pos) != 1 {
-				return usagef("want diagnostics endpoints SVC.NS:PORT (or SVC.NS.svc.%s:PORT)", *clusterDomain)
+				return command.Usagef("want diagnostics endpoints SVC.NS:PORT (or SVC.NS.svc.%s:PORT)", *clusterDomain)
 			}
 			a, err := diagnostics.ParseAuthority(pos[0], *clusterDomain)
 			if err != nil {
-				return usagef("%v (e.g. web.shop:80)", err)
+				return command.Usagef("%v (e.g. web.shop:80)", err)
 			}
-			if err := tableOutput(g); err != nil {
+			if err := command.TableOutput(g); err != nil {
 				return err
 			}
-			client, restCfg, _, err := connect(g)
+			client, restCfg, _, err := command.Connect(g)
 			if err != nil {
 				return err
 			}
@@ -93,14 +94,14 @@ func diagEndpointsCmd(g *globals, env Env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return diagnostics.RenderEndpoints(env.Stdout, report, g.output)
+			return diagnostics.RenderEndpoints(env.Stdout, report, g.Output)
 		}
 	})
 }
 
 // runDiagPolicy is plexusctl authz for one pod, without --from.
-func diagPolicyCmd(g *globals, env Env) *cobra.Command {
-	return leaf("policy po/NAME", "inbound policy of each port of a pod: policy po/NAME [--port P] (plexusctl authz without --from)", func(fs *pflag.FlagSet) runFunc {
+func diagPolicyCmd(g *command.Globals, env Env) *cobra.Command {
+	return command.Leaf("policy po/NAME", "inbound policy of each port of a pod: policy po/NAME [--port P] (plexusctl authz without --from)", func(fs *pflag.FlagSet) command.RunFunc {
 		port := fs.Uint("port", 0, "show only this port, declared by the pod or not (default: every TCP port its containers declare)")
 		timeout := fs.Duration("timeout", 30*time.Second, "give up on the API server after this long")
 		return func(ctx context.Context, pos []string) error {
@@ -109,13 +110,13 @@ func diagPolicyCmd(g *globals, env Env) *cobra.Command {
 				err = fmt.Errorf("unknown kind %q: want po|pod (plexusctl authz takes workloads)", kind)
 			}
 			if err != nil {
-				return usagef("%v: want diagnostics policy po/NAME or pod NAME", err)
+				return command.Usagef("%v: want diagnostics policy po/NAME or pod NAME", err)
 			}
-			if err := tableOutput(g); err != nil {
+			if err := command.TableOutput(g); err != nil {
 				return err
 			}
 			if *port > 65535 {
-				return usagef("--port %d: want 1-65535", *port)
+				return command.Usagef("--port %d: want 1-65535", *port)
 			}
 			cfg := authzreport.Config{Kind: authzreport.Pod, Name: name, Port: uint16(*port), ControlPlaneNamespace: healthcheck.Namespace}
 			return runAuthz(ctx, g, env, cfg, *timeout)

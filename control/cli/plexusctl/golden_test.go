@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/plexus-mesh/plexus/control/cli/command"
 	"github.com/plexus-mesh/plexus/testsupport/goldentest"
 )
 
@@ -29,7 +30,7 @@ func commandPaths(c *cobra.Command, prefix []string) [][]string {
 // TestHelpGolden: every command answers -h and --help with its help, the
 // same for both, on stdout, exit 0.
 func TestHelpGolden(t *testing.T) {
-	r := root(&globals{}, Env{})
+	r := root(&command.Globals{}, Env{})
 	r.InitDefaultCompletionCmd() // cobra adds it as it runs
 	paths := append([][]string{nil}, commandPaths(r, nil)...)
 	if len(paths) < 30 {

@@ -1,9 +1,10 @@
-// Package plexusctl is the plexusctl command line, a cobra command tree:
-// kubectl's global flags (kubectl.go), the commands install, upgrade,
-// uninstall, check, inject, uninject, stat, routes, profile, authz, viz
-// (viz*.go), diagnostics, version and cobra's completion, and exit codes
-// 0 (success), 1 (failure) and 2 (usage error: one line naming the problem
-// and the --help to read).
+// Package plexusctl is the plexusctl command line, a cobra command tree
+// built from control/cli/command (kubectl's global flags, leaf commands,
+// usage errors): the commands install, upgrade, uninstall, check, inject,
+// uninject, stat, routes, profile, authz, diagnostics, version and cobra's
+// completion, the viz extension's tree (viz/cli/vizcmd) added as viz, and
+// exit codes 0 (success), 1 (failure) and 2 (usage error: one line naming
+// the problem and the --help to read).
 package plexusctl
 
 import (
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/plexus-mesh/plexus/control/cli/command"
 	"github.com/plexus-mesh/plexus/control/cli/install"
 	"github.com/plexus-mesh/plexus/control/cli/optin"
 	"github.com/plexus-mesh/plexus/control/cli/profile"
@@ -30,6 +32,8 @@ import (
 	"github.com/plexus-mesh/plexus/control/healthcheck"
 	"github.com/plexus-mesh/plexus/control/version"
 	"github.com/plexus-mesh/plexus/deploy"
+	"github.com/plexus-mesh/plexus/viz/cli"
+	"github.com/plexus-mesh/plexus/viz/cli/vizcmd"
 )
 
 // Exit codes.
@@ -40,28 +44,14 @@ const (
 )
 
 // Env is what the command reads from its process.
-type Env struct {
-	Stdin          io.Reader
-	Stdout, Stderr io.Writer
-	// Colour is true when stdout is a terminal (and NO_COLOR is unset).
-	Colour bool
-}
+type Env = command.Env
 
-// usageError marks errors that exit with ExitUsage. quiet ones were
-// already printed (by the flag package).
-type usageError struct {
-	err   error
-	quiet bool
-}
-
-func (u usageError) Error() string { return u.err.Error() }
-func (u usageError) Unwrap() error { return u.err }
-
-func usagef(format string, a ...any) error { return usageError{err: fmt.Errorf(format, a...)} }
+// Colour is whether to colour what goes to stdout (see command.Colour).
+func Colour(stdout io.Writer, getenv func(string) string) bool { return command.Colour(stdout, getenv) }
 
 // root is plexusctl's command tree, with g's flags persistent on every
 // command.
-func root(g *globals, env Env) *cobra.Command {
+func root(g *command.Globals, env Env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "plexusctl",
 		Short: "plexusctl installs, upgrades, checks and observes Plexus",
@@ -78,16 +68,16 @@ resource; the message says what to run for help).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cmd.SetOut(cmd.ErrOrStderr())
 			cmd.Help()
-			return usageError{err: errors.New("no command"), quiet: true}
+			return command.UsageError{Err: errors.New("no command"), Quiet: true}
 		},
 	}
-	g.register(cmd.PersistentFlags())
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err: err} })
+	g.Register(cmd.PersistentFlags())
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return command.UsageError{Err: err} })
 	cmd.AddCommand(
 		installCmd(g, env), upgradeCmd(g, env), uninstallCmd(g, env), checkCmd(g, env),
 		optinCmd(optin.Inject, env), optinCmd(optin.Uninject, env),
 		statCmd(g, env), routesCmd(g, env), profileCmd(g, env), authzCmd(g, env),
-		vizCmd(g, env), diagnosticsCmd(g, env), versionCmd(g, env),
+		vizcmd.Command(g, env), diagnosticsCmd(g, env), versionCmd(g, env),
 	)
 	return cmd
 }
@@ -95,7 +85,7 @@ resource; the message says what to run for help).`,
 // Main runs plexusctl with args (without the program name) and returns the
 // exit code.
 func Main(ctx context.Context, args []string, env Env) int {
-	cmd := root(&globals{}, env)
+	cmd := root(&command.Globals{}, env)
 	if err := singleDashLongFlag(cmd, args); err != nil {
 		fmt.Fprintf(env.Stderr, "plexusctl: %v (see plexusctl --help)\n", err)
 		return ExitUsage
@@ -109,11 +99,11 @@ func Main(ctx context.Context, args []string, env Env) int {
 	if ran != nil {
 		name = ran.CommandPath()
 	}
-	var ue usageError
+	var ue command.UsageError
 	switch {
 	case err == nil:
 		return ExitOK
-	case errors.As(err, &ue) && ue.quiet:
+	case errors.As(err, &ue) && ue.Quiet:
 		return ExitUsage
 	case errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command"):
 		fmt.Fprintf(env.Stderr, "%s: %s (see %s --help)\n", name, strings.Join(strings.Fields(err.Error()), " "), name)
@@ -156,8 +146,8 @@ func singleDashLongFlag(cmd *cobra.Command, args []string) error {
 // errReported is a failure whose details are already printed.
 var errReported = errors.New("failure reported")
 
-func installCmd(g *globals, env Env) *cobra.Command {
-	return leaf("install", "print the manifests for kubectl apply --server-side -f -", func(fs *pflag.FlagSet) runFunc {
+func installCmd(g *command.Globals, env Env) *cobra.Command {
+	return command.Leaf("install", "print the manifests for kubectl apply --server-side -f -", func(fs *pflag.FlagSet) command.RunFunc {
 		cfg := install.DefaultConfig()
 		settingFlags(fs, &cfg)
 		fs.BoolVar(&cfg.CRDsOnly, "crds", false, "print only the CustomResourceDefinitions")
@@ -165,7 +155,7 @@ func installCmd(g *globals, env Env) *cobra.Command {
 		fs.StringVar(&cfg.IssuerCertificateFile, "identity-issuer-certificate-file", "", "PEM issuer certificate, signed by a trust anchor")
 		fs.StringVar(&cfg.IssuerKeyFile, "identity-issuer-key-file", "", "PEM issuer private key")
 		return func(ctx context.Context, args []string) error {
-			if err := noArgs(args, cfg.Validate); err != nil {
+			if err := command.NoArgs(args, cfg.Validate); err != nil {
 				return err
 			}
 			if !cfg.SkipGatewayAPICRDs {
@@ -182,8 +172,8 @@ func installCmd(g *globals, env Env) *cobra.Command {
 }
 
 // connectDynamic is connect with a dynamic client too.
-func connectDynamic(g *globals) (kubernetes.Interface, dynamic.Interface, error) {
-	client, restCfg, _, err := connect(g)
+func connectDynamic(g *command.Globals) (kubernetes.Interface, dynamic.Interface, error) {
+	client, restCfg, _, err := command.Connect(g)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -211,13 +201,13 @@ func settingFlags(fs *pflag.FlagSet, cfg *install.Config) {
 
 // upgradeCmd: the settings of the running install, read back from the
 // cluster, with the flags given set over them.
-func upgradeCmd(g *globals, env Env) *cobra.Command {
-	return leaf("upgrade", "upgrade the cluster's Plexus to this version, keeping its settings, trust anchors and issuer; prune what it no longer ships", func(fs *pflag.FlagSet) runFunc {
+func upgradeCmd(g *command.Globals, env Env) *cobra.Command {
+	return command.Leaf("upgrade", "upgrade the cluster's Plexus to this version, keeping its settings, trust anchors and issuer; prune what it no longer ships", func(fs *pflag.FlagSet) command.RunFunc {
 		given := install.DefaultConfig()
 		settingFlags(fs, &given)
 		timeout := fs.Duration("timeout", upgrade.DefaultTimeout, "how long the control plane and the node agents may take to roll")
 		return func(ctx context.Context, args []string) error {
-			if err := noArgs(args, given.Validate); err != nil {
+			if err := command.NoArgs(args, given.Validate); err != nil {
 				return err
 			}
 			client, dyn, err := connectDynamic(g)
@@ -241,13 +231,13 @@ func upgradeCmd(g *globals, env Env) *cobra.Command {
 				}
 			})
 			if setErr != nil {
-				return usageError{err: setErr}
+				return command.UsageError{Err: setErr}
 			}
 			if err := cfg.Validate(); err != nil {
-				return usageError{err: err}
+				return command.UsageError{Err: err}
 			}
 			if err := upgrade.Check(installed, cfg); err != nil {
-				return usageError{err: err}
+				return command.UsageError{Err: err}
 			}
 			if !cfg.SkipGatewayAPICRDs {
 				if cfg.OmitGatewayAPICRDs, err = planGatewayAPI(ctx, "upgrade", g, env); err != nil {
@@ -265,8 +255,8 @@ const gatewayAPITimeout = 10 * time.Second
 // planGatewayAPI asks the cluster, if one is configured, which Gateway API
 // CRDs it has, prints install's notes on stderr and returns the CRDs to
 // leave out (control/cli/install's package doc has the rule).
-func planGatewayAPI(ctx context.Context, command string, g *globals, env Env) ([]string, error) {
-	_, restCfg, _, err := connect(g)
+func planGatewayAPI(ctx context.Context, verb string, g *command.Globals, env Env) ([]string, error) {
+	_, restCfg, _, err := command.Connect(g)
 	var dyn dynamic.Interface
 	if err == nil {
 		dyn, err = dynamic.NewForConfig(restCfg)
@@ -282,13 +272,13 @@ func planGatewayAPI(ctx context.Context, command string, g *globals, env Env) ([
 		return nil, err
 	}
 	for _, n := range plan.Notes {
-		fmt.Fprintf(env.Stderr, "plexusctl %s: %s\n", command, n)
+		fmt.Fprintf(env.Stderr, "plexusctl %s: %s\n", verb, n)
 	}
 	return plan.Omit, plan.Err
 }
 
-func uninstallCmd(g *globals, env Env) *cobra.Command {
-	return leaf("uninstall", "remove plexus-cni from every node, then print the rest for kubectl delete -f - (or --delete it)", func(fs *pflag.FlagSet) runFunc {
+func uninstallCmd(g *command.Globals, env Env) *cobra.Command {
+	return command.Leaf("uninstall", "remove plexus-cni from every node, then print the rest for kubectl delete -f - (or --delete it)", func(fs *pflag.FlagSet) command.RunFunc {
 		cfg := uninstall.Config{Install: install.DefaultConfig()}
 		fs.StringVar(&cfg.Install.CNIBinDir, "cni-bin-dir", cfg.Install.CNIBinDir, "host directory of the CNI plugin binaries (used only when the node agent's DaemonSet is gone; otherwise its own)")
 		fs.StringVar(&cfg.Install.CNIConfDir, "cni-conf-dir", cfg.Install.CNIConfDir, "host directory of the CNI configuration (likewise)")
@@ -298,7 +288,7 @@ func uninstallCmd(g *globals, env Env) *cobra.Command {
 		fs.DurationVar(&cfg.Timeout, "timeout", uninstall.DefaultTimeout, "how long the nodes may take to remove plexus-cni")
 		fs.BoolVar(&cfg.Delete, "delete", false, "delete the rest through the API instead of printing it")
 		return func(ctx context.Context, args []string) error {
-			if err := noArgs(args, cfg.Validate); err != nil {
+			if err := command.NoArgs(args, cfg.Validate); err != nil {
 				return err
 			}
 			client, dyn, err := connectDynamic(g)
@@ -311,14 +301,14 @@ func uninstallCmd(g *globals, env Env) *cobra.Command {
 	})
 }
 
-func checkCmd(g *globals, env Env) *cobra.Command {
-	return leaf("check", "verify the installation in a cluster", func(fs *pflag.FlagSet) runFunc {
+func checkCmd(g *command.Globals, env Env) *cobra.Command {
+	return command.Leaf("check", "verify the installation in a cluster", func(fs *pflag.FlagSet) command.RunFunc {
 		var cfg healthcheck.Config
 		fs.BoolVar(&cfg.NodeImageMode, "node-image-mode", false, "the CNI plugin is baked into the node images: skip the DaemonSet check")
 		fs.BoolVar(&cfg.Proxy, "proxy", false, "also check the data plane of -n NAMESPACE (default every namespace): proxy versions, certificates, redirect rules, pods that ask for a proxy and run none")
 		timeout := fs.Duration("timeout", 30*time.Second, "give up on the API server after this long")
 		return func(ctx context.Context, args []string) error {
-			if err := noArgs(args, cfg.Validate); err != nil {
+			if err := command.NoArgs(args, cfg.Validate); err != nil {
 				return err
 			}
 			clients, restCfg, _, err := connectPolicy(g)
@@ -327,7 +317,7 @@ func checkCmd(g *globals, env Env) *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(ctx, *timeout)
 			defer cancel()
-			cfg.ProxyNamespace = g.namespace // set only by -n: every namespace by default
+			cfg.ProxyNamespace = g.Namespace // set only by -n: every namespace by default
 			c := healthcheck.Checker{Client: clients.Kube, Policy: clients, Now: time.Now, ServerTime: healthcheck.APIServerTime(restCfg),
 				Scrape: healthcheck.Scraper(stat.ProxyScraper(clients.Kube))}
 			if !healthcheck.Print(env.Stdout, c.Run(ctx, cfg), env.Colour) {
@@ -343,7 +333,7 @@ func optinCmd(mode optin.Mode, env Env) *cobra.Command {
 	if mode == optin.Uninject {
 		use, short = "uninject [FILE|-]...", "remove plexus.dev/inject from manifests (files, or - for stdin)"
 	}
-	return leaf(use, short, func(*pflag.FlagSet) runFunc {
+	return command.Leaf(use, short, func(*pflag.FlagSet) command.RunFunc {
 		return func(_ context.Context, files []string) error {
 			if len(files) == 0 {
 				files = []string{"-"}
@@ -381,59 +371,59 @@ func displayName(f string) string {
 	return f
 }
 
-func statCmd(g *globals, env Env) *cobra.Command {
-	return leaf("stat (ns|deploy|pod)[/NAME] [NAME]", "traffic statistics: stat deploy (every one), stat deploy/web or deploy web [-A] [-l SELECTOR]", func(fs *pflag.FlagSet) runFunc {
-		var sel selection
-		sel.register(fs)
+func statCmd(g *command.Globals, env Env) *cobra.Command {
+	return command.Leaf("stat (ns|deploy|pod)[/NAME] [NAME]", "traffic statistics: stat deploy (every one), stat deploy/web or deploy web [-A] [-l SELECTOR]", func(fs *pflag.FlagSet) command.RunFunc {
+		var sel command.Selection
+		sel.Register(fs)
 		window := fs.Duration("window", 5*time.Second, "time between the two scrapes of each proxy")
 		return func(ctx context.Context, pos []string) error {
 			res, name, err := stat.ParseKindAndName(pos)
 			if err != nil {
-				return usagef("%v: want stat (ns|deploy|pod) [NAME], or KIND/NAME", err)
+				return command.Usagef("%v: want stat (ns|deploy|pod) [NAME], or KIND/NAME", err)
 			}
-			if err := tableOutput(g); err != nil {
+			if err := command.TableOutput(g); err != nil {
 				return err
 			}
 			if err := (stat.Config{Resource: res, Namespace: "any", Window: *window}).Validate(); err != nil {
-				return usageError{err: err}
+				return command.UsageError{Err: err}
 			}
-			client, _, ns, err := connect(g)
+			client, _, ns, err := command.Connect(g)
 			if err != nil {
 				return err
 			}
-			cfg := stat.Config{Resource: res, Name: name, Namespace: sel.namespaceOf(ns)}
-			rows, err := scrapeStat(ctx, client, cfg, *window)
+			cfg := stat.Config{Resource: res, Name: name, Namespace: sel.NamespaceOf(ns)}
+			rows, err := vizcli.ScrapeStat(ctx, client, cfg, *window)
 			if err != nil {
 				return err
 			}
-			if sel.selector != "" {
-				if rows, err = selectRows(ctx, client, res, cfg.Namespace, sel.selector, rows); err != nil {
+			if sel.Selector != "" {
+				if rows, err = vizcli.SelectRows(ctx, client, res, cfg.Namespace, sel.Selector, rows); err != nil {
 					return err
 				}
 			}
-			return stat.Render(env.Stdout, rows, g.output)
+			return stat.Render(env.Stdout, rows, g.Output)
 		}
 	})
 }
 
-func routesCmd(g *globals, env Env) *cobra.Command {
-	return leaf("routes (ns|deploy|pod)/NAME", "per-route traffic a workload sends: routes deploy/NAME (or ns, pod; -o wide|json)", func(fs *pflag.FlagSet) runFunc {
+func routesCmd(g *command.Globals, env Env) *cobra.Command {
+	return command.Leaf("routes (ns|deploy|pod)/NAME", "per-route traffic a workload sends: routes deploy/NAME (or ns, pod; -o wide|json)", func(fs *pflag.FlagSet) command.RunFunc {
 		window := fs.Duration("window", 5*time.Second, "time between the two scrapes of each proxy")
 		return func(ctx context.Context, pos []string) error {
 			res, name, err := stat.ParseTarget(pos)
 			if err != nil {
-				return usagef("%v: want routes (ns|deploy|pod)/NAME or (ns|deploy|pod) NAME", err)
+				return command.Usagef("%v: want routes (ns|deploy|pod)/NAME or (ns|deploy|pod) NAME", err)
 			}
-			if err := tableOutput(g); err != nil {
+			if err := command.TableOutput(g); err != nil {
 				return err
 			}
-			client, _, ns, err := connect(g)
+			client, _, ns, err := command.Connect(g)
 			if err != nil {
 				return err
 			}
 			cfg := stat.Config{Resource: res, Name: name, Namespace: ns, Window: *window}
 			if err := cfg.Validate(); err != nil {
-				return usageError{err: err}
+				return command.UsageError{Err: err}
 			}
 			r := routesview.Routes{Stat: stat.Stat{Client: client, Scrape: stat.ProxyScraper(client), Sleep: stat.Sleep, Now: time.Now}}
 			out, err := r.Run(ctx, cfg)
@@ -443,20 +433,20 @@ func routesCmd(g *globals, env Env) *cobra.Command {
 			for _, e := range out.Errors {
 				fmt.Fprintf(env.Stderr, "plexusctl routes: left out, not scraped: %s\n", e)
 			}
-			return routesview.Render(env.Stdout, out.Rows, g.output)
+			return routesview.Render(env.Stdout, out.Rows, g.Output)
 		}
 	})
 }
 
-func profileCmd(g *globals, env Env) *cobra.Command {
-	return leaf("profile --template SERVICE", "print a ServiceProfile to edit: profile --template SERVICE [-n NAMESPACE]", func(fs *pflag.FlagSet) runFunc {
+func profileCmd(g *command.Globals, env Env) *cobra.Command {
+	return command.Leaf("profile --template SERVICE", "print a ServiceProfile to edit: profile --template SERVICE [-n NAMESPACE]", func(fs *pflag.FlagSet) command.RunFunc {
 		tmpl := fs.Bool("template", false, "print a ready-to-edit ServiceProfile for the Service SERVICE")
 		clusterDomain := fs.String("cluster-domain", install.DefaultClusterDomain, "the cluster's DNS domain")
 		return func(_ context.Context, pos []string) error {
 			if !*tmpl || len(pos) != 1 {
-				return usagef("want profile --template SERVICE [-n NAMESPACE]")
+				return command.Usagef("want profile --template SERVICE [-n NAMESPACE]")
 			}
-			return profile.Template(env.Stdout, profile.Params{Service: pos[0], Namespace: namespace(g), ClusterDomain: *clusterDomain})
+			return profile.Template(env.Stdout, profile.Params{Service: pos[0], Namespace: command.Namespace(g), ClusterDomain: *clusterDomain})
 		}
 	})
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/plexus-mesh/plexus/control/cli/command"
 	"github.com/plexus-mesh/plexus/control/healthcheck"
 	"github.com/plexus-mesh/plexus/control/inject"
 	"github.com/plexus-mesh/plexus/control/version"
@@ -46,18 +47,18 @@ type proxyVersion struct {
 	Pods    int    `json:"pods"`
 }
 
-func versionCmd(g *globals, env Env) *cobra.Command {
-	return leaf("version", "the versions of plexusctl, the control plane and the proxies in the cluster", func(fs *pflag.FlagSet) runFunc {
+func versionCmd(g *command.Globals, env Env) *cobra.Command {
+	return command.Leaf("version", "the versions of plexusctl, the control plane and the proxies in the cluster", func(fs *pflag.FlagSet) command.RunFunc {
 		client := fs.Bool("client", false, "only plexusctl's version (no cluster)")
 		short := fs.Bool("short", false, "the versions alone, one per line: plexusctl's, then the control plane's")
 		timeout := fs.Duration("timeout", 30*time.Second, "give up on the API server after this long")
 		return func(ctx context.Context, args []string) error {
-			if err := noArgs(args, func() error {
-				switch g.output {
+			if err := command.NoArgs(args, func() error {
+				switch g.Output {
 				case "", "json", "yaml":
 					return nil
 				}
-				return fmt.Errorf("unknown output format %q: want json or yaml", g.output)
+				return fmt.Errorf("unknown output format %q: want json or yaml", g.Output)
 			}); err != nil {
 				return err
 			}
@@ -68,7 +69,7 @@ func versionCmd(g *globals, env Env) *cobra.Command {
 				defer cancel()
 				clusterErr = v.fromCluster(ctx, g)
 			}
-			if err := v.print(env.Stdout, g.output, *short); err != nil {
+			if err := v.print(env.Stdout, g.Output, *short); err != nil {
 				return err
 			}
 			return clusterErr
@@ -77,8 +78,8 @@ func versionCmd(g *globals, env Env) *cobra.Command {
 }
 
 // fromCluster reads the control plane's and the proxies' versions.
-func (v *versions) fromCluster(ctx context.Context, g *globals) error {
-	kube, _, _, err := connect(g)
+func (v *versions) fromCluster(ctx context.Context, g *command.Globals) error {
+	kube, _, _, err := command.Connect(g)
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,12 @@
-package plexusctl
+// Package vizcmd is the viz extension's command line, plexusctl viz:
+// install and uninstall, allow-scrapes, tap and top (viztap.go), edges,
+// routes and stat from the viz Prometheus (vizprom.go), and dashboard.
+// plexusctl adds Command to its tree; the commands are built from
+// control/cli/command, like the core's.
+package vizcmd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -11,20 +15,22 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/plexus-mesh/plexus/control/cli/command"
 	"github.com/plexus-mesh/plexus/control/cli/portforward"
 	"github.com/plexus-mesh/plexus/deploy"
 	"github.com/plexus-mesh/plexus/viz/cli"
 	"github.com/plexus-mesh/plexus/viz/cli/browse"
 )
 
-// vizCmd is plexusctl viz and its subcommands.
-func vizCmd(g *globals, env Env) *cobra.Command {
+// Command is plexusctl viz and its subcommands, for plexusctl to add to
+// its tree: g are plexusctl's global flags, env its process streams.
+func Command(g *command.Globals, env command.Env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "viz",
 		Short: "the viz extension: install, tap, top, edges, routes, stat, dashboard",
 		Long: "The viz extension (namespace plexus-viz): tap, Prometheus and the dashboard.\n" +
 			"Kinds: " + vizcli.KindNames + ".",
-		RunE: parentRun,
+		RunE: command.ParentRun,
 	}
 	cmd.AddCommand(
 		vizInstallCmd(env), vizUninstallCmd(env), vizAllowScrapesCmd(g, env),
@@ -34,46 +40,10 @@ func vizCmd(g *globals, env Env) *cobra.Command {
 	return cmd
 }
 
-// parentRun runs a command that only holds others: without one, its help
-// as a usage error; with an unknown one, a usage error naming them.
-func parentRun(cmd *cobra.Command, args []string) error {
-	if len(args) == 0 {
-		cmd.SetOut(cmd.ErrOrStderr())
-		cmd.Help()
-		return usageError{err: errors.New("no command"), quiet: true}
-	}
-	var names []string
-	for _, c := range cmd.Commands() {
-		if c.IsAvailableCommand() {
-			names = append(names, c.Name())
-		}
-	}
-	return usagef("unknown %s command %q: want one of %s", cmd.Name(), args[0], strings.Join(names, ", "))
-}
-
-// selection is -A and -l, on the commands that take them.
-type selection struct {
-	all      bool
-	selector string
-}
-
-func (s *selection) register(fs *pflag.FlagSet) {
-	fs.BoolVarP(&s.all, "all-namespaces", "A", false, "every namespace")
-	fs.StringVarP(&s.selector, "selector", "l", "", "only objects whose labels match (kubectl's -l syntax)")
-}
-
-// namespaceOf is "" (every namespace) with -A, else ns.
-func (s selection) namespaceOf(ns string) string {
-	if s.all {
-		return ""
-	}
-	return ns
-}
-
-func vizInstallCmd(env Env) *cobra.Command {
-	return leaf("install", "print the viz extension's manifests for kubectl apply -f -", func(*pflag.FlagSet) runFunc {
+func vizInstallCmd(env command.Env) *cobra.Command {
+	return command.Leaf("install", "print the viz extension's manifests for kubectl apply -f -", func(*pflag.FlagSet) command.RunFunc {
 		return func(_ context.Context, args []string) error {
-			if err := noArgs(args, func() error { return nil }); err != nil {
+			if err := command.NoArgs(args, func() error { return nil }); err != nil {
 				return err
 			}
 			return vizcli.Renderer{Manifests: deploy.Manifests}.Install(env.Stdout)
@@ -81,10 +51,10 @@ func vizInstallCmd(env Env) *cobra.Command {
 	})
 }
 
-func vizUninstallCmd(env Env) *cobra.Command {
-	return leaf("uninstall", "print the viz extension's objects for kubectl delete -f - (APIService first)", func(*pflag.FlagSet) runFunc {
+func vizUninstallCmd(env command.Env) *cobra.Command {
+	return command.Leaf("uninstall", "print the viz extension's objects for kubectl delete -f - (APIService first)", func(*pflag.FlagSet) command.RunFunc {
 		return func(_ context.Context, args []string) error {
-			if err := noArgs(args, func() error { return nil }); err != nil {
+			if err := command.NoArgs(args, func() error { return nil }); err != nil {
 				return err
 			}
 			return vizcli.Renderer{Manifests: deploy.Manifests}.Uninstall(env.Stdout)
@@ -92,8 +62,8 @@ func vizUninstallCmd(env Env) *cobra.Command {
 	})
 }
 
-func vizAllowScrapesCmd(g *globals, env Env) *cobra.Command {
-	return leaf("allow-scrapes", "print the policy that lets Prometheus scrape the proxies of -n NAMESPACE under any default inbound policy", func(fs *pflag.FlagSet) runFunc {
+func vizAllowScrapesCmd(g *command.Globals, env command.Env) *cobra.Command {
+	return command.Leaf("allow-scrapes", "print the policy that lets Prometheus scrape the proxies of -n NAMESPACE under any default inbound policy", func(fs *pflag.FlagSet) command.RunFunc {
 		var nets []string
 		for _, n := range vizcli.DefaultScrapeNetworks {
 			nets = append(nets, n.String())
@@ -103,8 +73,8 @@ func vizAllowScrapesCmd(g *globals, env Env) *cobra.Command {
 				"Narrow it to the pod network(s) where Prometheus runs; add the nodes' network to keep plexusctl stat, which scrapes through the API server, working")
 		return func(_ context.Context, args []string) error {
 			var cfg vizcli.ScrapeConfig
-			if err := noArgs(args, func() error {
-				cfg.Namespace = namespace(g)
+			if err := command.NoArgs(args, func() error {
+				cfg.Namespace = command.Namespace(g)
 				for _, s := range strings.Split(*networks, ",") {
 					p, err := netip.ParsePrefix(strings.TrimSpace(s))
 					if err != nil {
@@ -121,17 +91,17 @@ func vizAllowScrapesCmd(g *globals, env Env) *cobra.Command {
 	})
 }
 
-func vizDashboardCmd(g *globals, env Env) *cobra.Command {
-	return leaf("dashboard", "port-forward to the dashboard and open it: dashboard [--port 50750] [--show browser|url|none]", func(fs *pflag.FlagSet) runFunc {
+func vizDashboardCmd(g *command.Globals, env command.Env) *cobra.Command {
+	return command.Leaf("dashboard", "port-forward to the dashboard and open it: dashboard [--port 50750] [--show browser|url|none]", func(fs *pflag.FlagSet) command.RunFunc {
 		cfg := browse.Config{Address: browse.DefaultAddress, Port: browse.DefaultPort, Show: browse.ShowBrowser}
 		fs.IntVar(&cfg.Port, "port", cfg.Port, "local port to listen on (0: any free one)")
 		fs.StringVar(&cfg.Address, "address", cfg.Address, "local address to listen on (the dashboard answers only to localhost and loopback names)")
 		fs.StringVar(&cfg.Show, "show", cfg.Show, "browser: print the URL and open it when there is a display; url: print it only; none: print nothing")
 		return func(ctx context.Context, args []string) error {
-			if err := noArgs(args, cfg.Validate); err != nil {
+			if err := command.NoArgs(args, cfg.Validate); err != nil {
 				return err
 			}
-			kube, restCfg, _, err := connect(g)
+			kube, restCfg, _, err := command.Connect(g)
 			if err != nil {
 				return err
 			}

@@ -1,4 +1,4 @@
-package plexusctl
+package vizcmd
 
 // plexusctl viz tap and top: live requests from the tap service.
 
@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"sync"
@@ -14,10 +13,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"golang.org/x/term"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/plexus-mesh/plexus/control/cli/command"
 	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 	"github.com/plexus-mesh/plexus/viz/cli"
 	"github.com/plexus-mesh/plexus/viz/cli/tapview"
@@ -121,9 +120,9 @@ func (e tapEndFlags) resolve(flag, ns string) (namespace, resource, name string,
 }
 
 // tapTargets resolves tap's arguments to the objects to tap.
-func tapTargets(ctx context.Context, kube kubernetes.Interface, t vizcli.Target, ns string, sel selection) ([]vizcli.Object, error) {
+func tapTargets(ctx context.Context, kube kubernetes.Interface, t vizcli.Target, ns string, sel command.Selection) ([]vizcli.Object, error) {
 	switch {
-	case t.Kind == vizcli.Namespaces && t.Name == "" && sel.selector == "":
+	case t.Kind == vizcli.Namespaces && t.Name == "" && sel.Selector == "":
 		return []vizcli.Object{{Name: ns}}, nil
 	case t.Name != "":
 		if t.Kind == vizcli.Namespaces {
@@ -131,32 +130,32 @@ func tapTargets(ctx context.Context, kube kubernetes.Interface, t vizcli.Target,
 		}
 		return []vizcli.Object{{Namespace: ns, Name: t.Name}}, nil
 	}
-	objs, err := vizcli.Select(ctx, kube, t.Kind, sel.namespaceOf(ns), sel.selector)
+	objs, err := vizcli.Select(ctx, kube, t.Kind, sel.NamespaceOf(ns), sel.Selector)
 	if err != nil {
 		return nil, err
 	}
 	if len(objs) == 0 {
-		return nil, fmt.Errorf("no %s matches -l %q", t.Kind, sel.selector)
+		return nil, fmt.Errorf("no %s matches -l %q", t.Kind, sel.Selector)
 	}
 	return objs, nil
 }
 
 // vizTapCmd is tap, or top.
-func vizTapCmd(g *globals, env Env, isTop bool) *cobra.Command {
+func vizTapCmd(g *command.Globals, env command.Env, isTop bool) *cobra.Command {
 	use, short := "tap (KIND/NAME | KIND -l SELECTOR)", "live requests: tap deploy/web [--to deploy/books] [--method GET] [--path /prefix] [-o wide|json]"
 	if isTop {
 		use, short = "top (KIND/NAME | KIND -l SELECTOR)", "the hottest paths of a live tap: top deploy/web [--hide-sources] [--routes]"
 	}
-	return leaf(use, short, func(fs *pflag.FlagSet) runFunc {
+	return command.Leaf(use, short, func(fs *pflag.FlagSet) command.RunFunc {
 		name := "viz tap"
 		if isTop {
 			name = "viz top"
 		}
 		var tf tapFlags
-		var sel selection
+		var sel command.Selection
 		var opts top.Options
 		tf.register(fs)
-		sel.register(fs)
+		sel.Register(fs)
 		if isTop {
 			fs.BoolVar(&opts.HideSources, "hide-sources", false, "group sources together")
 			fs.BoolVar(&opts.Routes, "routes", false, "group by route instead of path")
@@ -165,29 +164,29 @@ func vizTapCmd(g *globals, env Env, isTop bool) *cobra.Command {
 			hint := "want " + name + " KIND/NAME (deploy/web), ns/NAME, or KIND -l SELECTOR"
 			t, err := vizcli.ParseTarget(pos, false)
 			if err != nil {
-				return usagef("%v: %s", err, hint)
+				return command.Usagef("%v: %s", err, hint)
 			}
 			if !t.Kind.Tappable() {
-				return usagef("%s cannot be tapped: %s", t.Kind, hint)
+				return command.Usagef("%s cannot be tapped: %s", t.Kind, hint)
 			}
-			if t.Name == "" && sel.selector == "" && t.Kind != vizcli.Namespaces {
-				return usagef("%s names no object: %s", pos[0], hint)
+			if t.Name == "" && sel.Selector == "" && t.Kind != vizcli.Namespaces {
+				return command.Usagef("%s names no object: %s", pos[0], hint)
 			}
-			if sel.all && sel.selector == "" {
-				return usagef("-A needs -l: %s", hint)
+			if sel.All && sel.Selector == "" {
+				return command.Usagef("-A needs -l: %s", hint)
 			}
 			switch {
-			case isTop && g.output != "":
-				return usagef("top has no -o: it draws a table")
-			case !isTop && g.output != tapview.FormatLines && g.output != tapview.FormatWide && g.output != tapview.FormatJSON:
-				return usagef("unknown output format %q: want wide or json", g.output)
+			case isTop && g.Output != "":
+				return command.Usagef("top has no -o: it draws a table")
+			case !isTop && g.Output != tapview.FormatLines && g.Output != tapview.FormatWide && g.Output != tapview.FormatJSON:
+				return command.Usagef("unknown output format %q: want wide or json", g.Output)
 			}
-			kube, restCfg, ns, err := connect(g)
+			kube, restCfg, ns, err := command.Connect(g)
 			if err != nil {
 				return err
 			}
 			if _, err := tf.request(ns); err != nil {
-				return usageError{err: err}
+				return command.UsageError{Err: err}
 			}
 			objs, err := tapTargets(ctx, kube, t, ns, sel)
 			if err != nil {
@@ -195,7 +194,7 @@ func vizTapCmd(g *globals, env Env, isTop bool) *cobra.Command {
 			}
 			stream := tapStreams(restCfg, t.Kind, objs, tf)
 			if !isTop {
-				p := tapview.Printer{Out: env.Stdout, Notes: env.Stderr, Format: g.output}
+				p := tapview.Printer{Out: env.Stdout, Notes: env.Stderr, Format: g.Output}
 				var mu sync.Mutex
 				return tapError(stream(ctx, func(ev tapapi.Event) error {
 					mu.Lock()
@@ -203,7 +202,7 @@ func vizTapCmd(g *globals, env Env, isTop bool) *cobra.Command {
 					return p.Print(ev)
 				}), t, ns)
 			}
-			s := &top.Session{Out: env.Stdout, TTY: isTerminal(env.Stdout), Opts: opts, Title: "plexusctl viz top " + t.String(), MaxRows: 40}
+			s := &top.Session{Out: env.Stdout, TTY: command.IsTerminal(env.Stdout), Opts: opts, Title: "plexusctl viz top " + t.String(), MaxRows: 40}
 			if f, ok := env.Stdout.(*os.File); ok && s.TTY {
 				s.MaxRows = top.TerminalRows(f, s.MaxRows)
 			}
@@ -281,17 +280,4 @@ func tapError(err error, t vizcli.Target, ns string) error {
 	}
 	return fmt.Errorf("not allowed to tap %s %s: you need verb %s on resource %s/%s in API group %s (bind the ClusterRole plexus-viz-tap): %w",
 		t, where, tapapi.Verb, t.Kind, tapapi.Subresource, tapapi.Group, err)
-}
-
-// isTerminal reports whether w is a terminal (not merely a character
-// device, as /dev/null is).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
-}
-
-// Colour is whether to colour what goes to stdout: only on a terminal,
-// and never with NO_COLOR set (https://no-color.org).
-func Colour(stdout io.Writer, getenv func(string) string) bool {
-	return isTerminal(stdout) && getenv("NO_COLOR") == ""
 }
