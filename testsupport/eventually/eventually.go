@@ -15,24 +15,7 @@ const Interval = 5 * time.Millisecond
 // Within fails t unless cond holds within limit.
 func Within(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
-	if cond() {
-		return
-	}
-	deadline := time.NewTimer(limit)
-	defer deadline.Stop()
-	tick := time.NewTicker(Interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-tick.C:
-			if cond() {
-				return
-			}
-		case <-deadline.C:
-			if cond() {
-				return
-			}
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
+	if !Holds(limit, cond) {
+		t.Fatalf("timed out after %v waiting for %s", limit, what)
 	}
 }

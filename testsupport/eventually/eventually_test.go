@@ -41,3 +41,20 @@ func (f *fakeT) Fatalf(format string, args ...any) {
 	f.msg = fmt.Sprintf(format, args...)
 	runtime.Goexit()
 }
+
+func TestHoldsReportsWithoutFailing(t *testing.T) {
+	var n atomic.Int32
+	if !Holds(5*time.Second, func() bool { return n.Add(1) >= 3 }) {
+		t.Error("Holds = false for a condition that came true")
+	}
+	if got := n.Load(); got != 3 {
+		t.Errorf("checked %d times, want 3 (it returns at the first true)", got)
+	}
+	t0 := time.Now()
+	if Holds(20*time.Millisecond, func() bool { return false }) {
+		t.Error("Holds = true for a condition that never held")
+	}
+	if d := time.Since(t0); d < 20*time.Millisecond {
+		t.Errorf("gave up after %v, before the 20ms limit", d)
+	}
+}
