@@ -103,6 +103,7 @@ func TestDetectReplaysAcrossSplitWrites(t *testing.T) {
 		go func() {
 			for _, c := range tc.chunks {
 				client.Write([]byte(c))
+				// Sleep: the chunks must reach Detect in separate reads, on purpose; nothing tells when it read one.
 				time.Sleep(5 * time.Millisecond)
 			}
 			client.(*net.TCPConn).CloseWrite()
@@ -138,6 +139,7 @@ func TestDetectServerSpeaksFirstTimesOut(t *testing.T) {
 		t.Errorf("got %v with %d peeked bytes, want opaque with none", p, len(conn.Peeked()))
 	}
 	// The deadline must be cleared: a later read waits past the timeout.
+	// Sleep: the write comes after the old 100ms deadline would have passed, on purpose.
 	go func() { time.Sleep(300 * time.Millisecond); client.Write([]byte("late")) }()
 	buf := make([]byte, 4)
 	if _, err := io.ReadFull(conn, buf); err != nil || string(buf) != "late" {

@@ -51,7 +51,7 @@ func TestAccrualThroughPicks(t *testing.T) {
 	}
 	e.wantEjected(t, "10.1.0.1:8080")
 
-	time.Sleep(350 * time.Millisecond) // the penalty is over: one probe is due
+	e.waitProbeDue(t, "10.1.0.1:8080") // the penalty is over: one probe is due
 	var probes int
 	var probe Pick
 	for range 50 {
@@ -113,6 +113,21 @@ func TestAccrualFloor(t *testing.T) {
 
 // wantEjected checks the diagnostics of an ejection: /endpoints' state
 // and the balancer metrics.
+// waitProbeDue waits until addr's penalty is over and its probe is due.
+func (e *env) waitProbeDue(t *testing.T, addr string) {
+	t.Helper()
+	within(t, 3*time.Second, addr+"'s probe due", func() bool {
+		for _, set := range e.r.Endpoints() {
+			for _, ep := range set.Endpoints {
+				if ep.Addr == addr {
+					return ep.State == balance.StateProbing.String()
+				}
+			}
+		}
+		return false
+	})
+}
+
 func (e *env) wantEjected(t *testing.T, addr string) {
 	t.Helper()
 	sets := e.r.Endpoints()

@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +13,9 @@ import (
 
 func TestInboundPolicies(t *testing.T) {
 	changed := make(chan uint16, 8)
+	logs := &logRecorder{}
 	e := newEnv(t, func(o *Options) {
+		o.Log = slog.New(logs)
 		o.PodNamespace, o.PodName = "shop", "web-1"
 		o.FirstTimeout = 200 * time.Millisecond
 		o.InboundChanged = func(port uint16, _ *authz.Policy) { changed <- port }
@@ -68,7 +71,9 @@ func TestInboundPolicies(t *testing.T) {
 	}
 	// The control plane goes away: the last policy stays.
 	e.srv.Stop()
-	time.Sleep(100 * time.Millisecond)
+	within(t, 2*time.Second, "the end of 8080's stream noticed", func() bool {
+		return logs.has("inbound policy stream ended", "port=8080")
+	})
 	if p := e.r.InboundPolicy(ctx, 8080); p == nil || p.Server.GetName() != "deny" {
 		t.Errorf("with destination gone: %+v, want the last policy", p)
 	}

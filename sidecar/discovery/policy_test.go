@@ -329,7 +329,8 @@ func TestPolicyUpdateReplacesTable(t *testing.T) {
 	within(t, time.Second, "update applied", func() bool { return pe.policy(svc) != t1 })
 	t2 := pe.policy(svc)
 	isTable(t, t2, "v2", "extra")
-	time.Sleep(50 * time.Millisecond) // room for a double call
+	// Sleep: room for a double call; nothing marks that none comes.
+	time.Sleep(50 * time.Millisecond)
 	if i1, i2, r1, r2 := pe.tabs.instrumented(t1), pe.tabs.instrumented(t2), pe.tabs.released(t1), pe.tabs.released(t2); i1 != 1 || i2 != 1 || r1 != 1 || r2 != 0 {
 		t.Errorf("instrumented v1 %d, v2 %d; released v1 %d, v2 %d; want 1, 1, 1, 0", i1, i2, r1, r2)
 	}
@@ -379,7 +380,7 @@ func TestPolicyIdleDropped(t *testing.T) {
 		if pe.policy(svc) != t1 {
 			t.Fatal("table changed while in use")
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // Sleep: the pace of use, spread past the idle timeout on purpose
 	}
 	select {
 	case <-st.ctx.Done():
@@ -392,6 +393,7 @@ func TestPolicyIdleDropped(t *testing.T) {
 		t.Fatal("idle policy stream not cancelled")
 	}
 	within(t, time.Second, "idle policy forgotten", func() bool { return !pe.hasPolicySub(svc) })
+	// Sleep: room for a second release (the stream's end, say); its absence has no event.
 	time.Sleep(100 * time.Millisecond)
 	if n := pe.tabs.released(t1); n != 1 {
 		t.Errorf("dropped table released %d times, want 1", n)

@@ -40,7 +40,8 @@ func TestPicksWaitThroughAGap(t *testing.T) {
 			errs <- err
 		})
 	}
-	time.Sleep(300 * time.Millisecond) // a gap shorter than the fail-fast timeout
+	// Sleep: the gap is the scenario, shorter than the fail-fast timeout (see the 250ms check).
+	time.Sleep(300 * time.Millisecond)
 	e.srv.Push(svc.String(), add(wa("10.1.0.2:8080", webID)))
 	wg.Wait()
 	close(errs)

@@ -25,7 +25,7 @@ func TestProbeSuccessWakesWaiters(t *testing.T) {
 	}
 	p.Report(balance.OutcomeFailure)
 	p.Done()
-	time.Sleep(150 * time.Millisecond)
+	e.waitProbeDue(t, "10.1.0.1:8080")
 	probe, err := e.r.PickHTTP(context.Background(), svc, backend) // claims the probe
 	if err != nil {
 		t.Fatal(err)
@@ -43,17 +43,22 @@ func TestProbeSuccessWakesWaiters(t *testing.T) {
 			errs <- err
 		})
 	}
-	time.Sleep(50 * time.Millisecond)
+	s := e.r.subscription(subKey{addr: svc})
+	within(t, time.Second, "three picks waiting on the probe", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.waiting == 3
+	})
+	restored := time.Since(t0)
 	probe.Report(balance.OutcomeSuccess) // restored
 	probe.Done()
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		if err != nil {
-			t.Errorf("waiter failed after %s although the endpoint was restored at 50ms: %v", time.Since(t0), err)
+			t.Errorf("waiter failed after %s although the endpoint was restored at %s: %v", time.Since(t0), restored, err)
 		}
 	}
-	s := e.r.subscription(subKey{addr: svc})
 	s.mu.Lock()
 	ff := s.failFast
 	s.mu.Unlock()
@@ -81,7 +86,7 @@ func TestFailFastEndsWithAProbe(t *testing.T) {
 	if _, err := e.r.PickHTTP(context.Background(), svc, backend); err == nil {
 		t.Fatal("want a fail-fast timeout while ejected 400ms > 200ms")
 	}
-	time.Sleep(450 * time.Millisecond)
+	e.waitProbeDue(t, "10.1.0.1:8080")
 	p, err := e.r.PickHTTP(context.Background(), svc, backend) // probe
 	if err != nil {
 		t.Fatal(err)
@@ -121,6 +126,7 @@ func TestJanitorKeepsWaitingSub(t *testing.T) {
 		p.Done()
 		done <- err
 	}()
+	// Sleep: the gap outlasts the 50ms idle timeout, for the janitor's chances; no pass leaves a trace.
 	time.Sleep(300 * time.Millisecond)
 	e.srv.Push(svc.String(), add(wa("10.1.0.2:8080", webID)))
 	if err := <-done; err != nil {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 	"github.com/plexus-mesh/plexus/testsupport/tcptest"
 )
 
@@ -146,7 +147,7 @@ func TestJoinOneWayTrafficIsNotIdle(t *testing.T) {
 		if _, err := jd.server.Write([]byte("tick")); err != nil {
 			t.Fatalf("write %d: %v (closed as idle while streaming?)", i, err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // Sleep: the stream's pace, past the idle timeout in all, on purpose
 	}
 	jd.server.Close()
 	jd.client.Close()
@@ -220,17 +221,13 @@ func TestJoinNoLeaks(t *testing.T) {
 		jd.client.Close()
 		jd.server.Close()
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		g, fd := runtime.NumGoroutine(), openFDs(t)
-		if g <= baseG && fd <= baseFD {
-			break
-		}
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("leak: goroutines %d→%d, fds %d→%d\n%s", baseG, g, baseFD, fd, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(20 * time.Millisecond)
+	var g, fd int
+	if !eventually.Holds(5*time.Second, func() bool {
+		g, fd = runtime.NumGoroutine(), openFDs(t)
+		return g <= baseG && fd <= baseFD
+	}) {
+		buf := make([]byte, 1<<16)
+		t.Fatalf("leak: goroutines %d→%d, fds %d→%d\n%s", baseG, g, baseFD, fd, buf[:runtime.Stack(buf, true)])
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,12 +21,14 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
 // scripted is an upstream whose every connection runs script.
 type scripted struct {
 	addr    netip.AddrPort
 	accepts atomic.Int32
+	closes  atomic.Int32 // connections the script ended
 }
 
 func upstreamServer(t *testing.T, script func(c net.Conn, r *bufio.Reader)) *scripted {
@@ -44,8 +47,9 @@ func upstreamServer(t *testing.T, script func(c net.Conn, r *bufio.Reader)) *scr
 			}
 			s.accepts.Add(1)
 			go func() {
-				defer c.Close()
 				script(c, bufio.NewReader(c))
+				c.Close()
+				s.closes.Add(1)
 			}()
 		}
 	}()
@@ -113,6 +117,34 @@ func startFast(t *testing.T, dst netip.AddrPort, mut ...func(*Options)) *fast {
 	return f
 }
 
+// pooled counts f's idle upstream connections, and those of them on which
+// something waits: for these tests, the FIN of a server that closed it.
+// (Looking reads what waits, as the pool's own check before reuse does.)
+func (f *fast) pooled() (idle, closed int) {
+	p := &f.p.h1pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, list := range p.idle {
+		for _, u := range list {
+			idle++
+			if !u.clean() {
+				closed++
+			}
+		}
+	}
+	return idle, closed
+}
+
+// waitPooledClosed waits until f's pool holds n idle connections, each
+// closed by its server and the close seen by the proxy's socket.
+func (f *fast) waitPooledClosed(t *testing.T, n int) {
+	t.Helper()
+	eventually.Within(t, 2*time.Second, "the server's close of the pooled connections", func() bool {
+		idle, closed := f.pooled()
+		return idle == n && closed == n
+	})
+}
+
 func (f *fast) dial(t *testing.T) (net.Conn, *bufio.Reader) {
 	t.Helper()
 	c, err := net.Dial("tcp", f.addr)
@@ -159,6 +191,7 @@ func TestFastPathRelaysChunkedBodies(t *testing.T) {
 			"c\r\n", "A\r\n0123456789\r\n0\r\nX-Done: yes\r\n", "\r\n",
 		} {
 			io.WriteString(c, part)
+			// Sleep: the pieces must reach the proxy in separate reads; nothing tells when it has read one.
 			time.Sleep(20 * time.Millisecond)
 		}
 		r.ReadByte() // hold the connection until the proxy closes it
@@ -218,11 +251,11 @@ func TestFastPathReplacesPooledConnectionsTheServerClosed(t *testing.T) {
 	f := startFast(t, up.addr)
 	c, r := f.dial(t)
 	get(t, c, r, "GET", "")
-	time.Sleep(20 * time.Millisecond) // the close arrives
+	f.waitPooledClosed(t, 1)
 	if res, body := get(t, c, r, "GET", ""); res.StatusCode != 200 || body != "ok" {
 		t.Errorf("GET on a closed pooled connection: %d %q, want it probed and skipped", res.StatusCode, body)
 	}
-	time.Sleep(20 * time.Millisecond)
+	f.waitPooledClosed(t, 1)
 	if res, body := get(t, c, r, "POST", "Content-Length: 0\r\n"); res.StatusCode != 200 || body != "ok" {
 		t.Errorf("POST on a closed pooled connection: %d %q, want it probed and skipped", res.StatusCode, body)
 	}
@@ -328,15 +361,16 @@ func TestFastPathMalformedResponseIs502(t *testing.T) {
 		t.Errorf("got %d %q, want 502 %s", res.StatusCode, res.Header.Get(ErrorHeader), ReasonUpstreamReset)
 	}
 	// Counted once the answer is written, so possibly after the client read it.
-	for deadline := time.Now().Add(2 * time.Second); counter(t, f.reg, "response_total") != 1; {
-		if time.Now().After(deadline) {
-			t.Fatalf("response_total = %v, want 1", counter(t, f.reg, "response_total"))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.Within(t, 2*time.Second, "response_total = 1", func() bool {
+		return counter(t, f.reg, "response_total") == 1
+	})
 }
 
 func TestFastPathShutdownClosesIdleAndFinishesBusy(t *testing.T) {
+	// /slow is answered once the test releases it, after Shutdown began.
+	slowArrived, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	releaseSlow := func() { releaseOnce.Do(func() { close(release) }) }
 	up := upstreamServer(t, func(c net.Conn, r *bufio.Reader) {
 		for {
 			req, err := readRequest(r)
@@ -344,17 +378,23 @@ func TestFastPathShutdownClosesIdleAndFinishesBusy(t *testing.T) {
 				return
 			}
 			if req.URL.Path == "/slow" {
-				time.Sleep(300 * time.Millisecond)
+				close(slowArrived)
+				<-release
 			}
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		}
 	})
 	f := startFast(t, up.addr)
+	t.Cleanup(releaseSlow) // before f's Shutdown, should the test end early
 	idle, idleR := f.dial(t)
 	get(t, idle, idleR, "GET", "")
 	busy, busyR := f.dial(t)
 	io.WriteString(busy, "GET /slow HTTP/1.1\r\nHost: svc\r\n\r\n")
-	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-slowArrived: // the request is in flight
+	case <-time.After(2 * time.Second):
+		t.Fatal("/slow did not reach the upstream")
+	}
 
 	done := make(chan struct{})
 	go func() {
@@ -366,6 +406,12 @@ func TestFastPathShutdownClosesIdleAndFinishesBusy(t *testing.T) {
 	if _, err := idleR.ReadByte(); err != io.EOF {
 		t.Errorf("idle connection: %v, want EOF", err)
 	}
+	select {
+	case <-done:
+		t.Fatal("Shutdown returned while a request was in flight")
+	default:
+	}
+	releaseSlow() // Shutdown is under way: it closed the idle connection
 	res, err := http.ReadResponse(busyR, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -448,8 +494,14 @@ func TestFastPathRetryDialsPastOtherDeadConnections(t *testing.T) {
 		}
 		io.ReadAll(res.Body)
 	}
-	time.Sleep(50 * time.Millisecond) // all three back in the pool
-	serve.Store(true)                 // the "restarted" server answers new connections
+	// A warm-up request may have found another's connection in the pool
+	// (the server dropped it, the proxy retried), so "all" is every
+	// connection the server still holds.
+	eventually.Within(t, 2*time.Second, "every open upstream connection back in the pool", func() bool {
+		idle, _ := f.pooled()
+		return idle > 0 && idle == int(up.accepts.Load()-up.closes.Load())
+	})
+	serve.Store(true) // the "restarted" server answers new connections
 	res, body := get(t, conns[0], readers[0], "GET", "")
 	if res.StatusCode != 200 || body != "ok" {
 		t.Errorf("GET after the pool died: %d %q (%s), want 200 on a new connection", res.StatusCode, body, res.Header.Get(ErrorHeader))
@@ -460,8 +512,14 @@ func TestFastPathRetryDialsPastOtherDeadConnections(t *testing.T) {
 // streamed request body reused the buffer its head was read into (here a
 // trailer "HEAD: x" lands where the method was).
 func TestMethodSurvivesAStreamedRequestBody(t *testing.T) {
+	headUp := make(chan struct{})
 	up := upstreamServer(t, func(c net.Conn, r *bufio.Reader) {
-		if _, err := readRequest(r); err == nil {
+		req, err := http.ReadRequest(r)
+		if err != nil {
+			return
+		}
+		close(headUp)
+		if _, err := io.Copy(io.Discard, req.Body); err == nil {
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n"+strings.Repeat("b", 20))
 		}
 		r.ReadByte()
@@ -469,7 +527,13 @@ func TestMethodSurvivesAStreamedRequestBody(t *testing.T) {
 	f := startFast(t, up.addr)
 	c, r := f.dial(t)
 	io.WriteString(c, "POST / HTTP/1.1\r\nHost: svc\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n")
-	time.Sleep(50 * time.Millisecond) // the proxy reads the head, then waits for the trailers
+	// The proxy has read the head (it streamed it upstream) and waits for
+	// the trailers, which come in a read of their own.
+	select {
+	case <-headUp:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the request head did not reach the upstream")
+	}
 	io.WriteString(c, "HEAD: x\r\n\r\n")
 	res, err := http.ReadResponse(r, &http.Request{Method: "POST"})
 	if err != nil {

@@ -14,7 +14,26 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
+
+// drainWoke reports whether p drains and none of its client connections
+// still sits in an idle read Shutdown has yet to wake: a request sent now
+// meets the draining answer, not a read that forwards it.
+func drainWoke(p *Proxy) bool {
+	s := &p.h1conns
+	if !s.draining.Load() {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for hc := range s.set {
+		if hc.idle.Load() {
+			return false
+		}
+	}
+	return true
+}
 
 // A draining fast path forwards nothing new. A meshed client's next
 // request on an idle connection is answered 503 draining (its proxy then
@@ -50,7 +69,7 @@ func TestDrainRefusesMeshedClientsRequests(t *testing.T) {
 			p.Shutdown(ctx)
 			drained <- time.Since(t0)
 		}()
-		time.Sleep(50 * time.Millisecond) // Shutdown has woken the idle connection
+		eventually.Within(t, 2*time.Second, "Shutdown to wake the idle connection", func() bool { return drainWoke(p) })
 		res, err := send()
 		switch {
 		case meshed && (err != nil || res.StatusCode != 503 || res.Header.Get(ErrorHeader) != ReasonDraining || !res.Close):

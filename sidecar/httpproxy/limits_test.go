@@ -68,6 +68,7 @@ func TestResponseHeadersThatNeverComeAreAnswered504(t *testing.T) {
 		}
 		if req.Header.Get("Content-Type") == "application/grpc" {
 			// gRPC has its own deadline: slower than the limit, still answered.
+			// Sleep: the upstream is slow on purpose (past the 200ms limit).
 			time.Sleep(400 * time.Millisecond)
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
 		}
@@ -99,7 +100,8 @@ func TestClientThatLeavesCancelsTheUpstreamRequest(t *testing.T) {
 	f := startFast(t, up.addr)
 	c, _ := f.dial(t)
 	io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: svc\r\n\r\n")
-	time.Sleep(150 * time.Millisecond) // the request waits upstream
+	// Sleep: the request waits upstream past watchAfter, so the client watch polls; no hook marks that.
+	time.Sleep(150 * time.Millisecond)
 	left := time.Now()
 	c.Close()
 	at := within(t, closed, 2*time.Second, "upstream connection closed after the client left")
@@ -215,7 +217,8 @@ func TestTimedOutRequestIsNotSentAgain(t *testing.T) {
 	if res, err := http.ReadResponse(r, nil); err != nil || res.StatusCode != http.StatusGatewayTimeout {
 		t.Fatalf("slow upstream: %v %v, want 504", res, err)
 	}
-	time.Sleep(300 * time.Millisecond) // a retry would have arrived by now
+	// Sleep: a retry would have arrived by now; nothing marks its absence.
+	time.Sleep(300 * time.Millisecond)
 	if n := slow.Load(); n != 1 {
 		t.Errorf("the upstream got the timed-out request %d times, want 1", n)
 	}

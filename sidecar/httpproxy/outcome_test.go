@@ -19,7 +19,16 @@ import (
 type outcomes struct {
 	mu        sync.Mutex
 	got       []string
-	connected int // Connected calls
+	connected int           // Connected calls
+	more      chan struct{} // signalled by each verdict; see signal
+}
+
+// signal returns o.more, made on first use; o.mu is held.
+func (o *outcomes) signal() chan struct{} {
+	if o.more == nil {
+		o.more = make(chan struct{}, 1)
+	}
+	return o.more
 }
 
 type recordingLoad struct {
@@ -37,21 +46,33 @@ func (l *recordingLoad) Done(o balance.Outcome) {
 	l.o.mu.Lock()
 	defer l.o.mu.Unlock()
 	l.o.got = append(l.o.got, fmt.Sprintf("%s=%d", l.addr, o))
+	select {
+	case l.o.signal() <- struct{}{}:
+	default: // take has one to wake on already
+	}
 }
 
 // take returns the verdicts so far once there are n (the last is given
 // after the response reached the client), or after a second.
 func (o *outcomes) take(n int) []string {
-	for deadline := time.Now().Add(time.Second); ; time.Sleep(time.Millisecond) {
-		o.mu.Lock()
-		if len(o.got) >= n || time.Now().After(deadline) {
-			got := o.got
-			o.got = nil
-			o.mu.Unlock()
-			return got
-		}
+	deadline := time.NewTimer(time.Second)
+	defer deadline.Stop()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for len(o.got) < n {
+		more := o.signal()
 		o.mu.Unlock()
+		select {
+		case <-more:
+			o.mu.Lock()
+		case <-deadline.C:
+			o.mu.Lock()
+			n = 0 // what there is
+		}
 	}
+	got := o.got
+	o.got = nil
+	return got
 }
 
 // Each attempt's endpoint is told how it did, for failure accrual: a

@@ -483,9 +483,10 @@ func TestReplayBodyStillStreamingIsContinued(t *testing.T) {
 		want := rtRandom(10<<10 + rest)
 		pr, pw := io.Pipe()
 		b := newReplayBody(pr)
+		retried := make(chan struct{})
 		go func() {
 			pw.Write(want[:10<<10])
-			time.Sleep(20 * time.Millisecond)
+			<-retried // the rest comes once the retry has begun
 			for i := 10 << 10; i < len(want); i += 4 << 10 {
 				pw.Write(want[i:min(i+4<<10, len(want))])
 			}
@@ -497,6 +498,7 @@ func TestReplayBodyStillStreamingIsContinued(t *testing.T) {
 		}
 		// The first attempt failed here; the client is still sending.
 		second := b.attempt()
+		close(retried)
 		got, err := io.ReadAll(second)
 		if err != nil || !bytes.Equal(got, want) {
 			t.Errorf("rest %d: the retry read %d bytes (%v), equal %v; want %d", rest, len(got), err, bytes.Equal(got, want), len(want))
@@ -564,7 +566,8 @@ func TestRouteRetryOfAStreamThatIsStillOpen(t *testing.T) {
 // reads go to the new attempt.
 func TestReplayBodyStaleReaderBlocksNothing(t *testing.T) {
 	pr, pw := io.Pipe()
-	b := newReplayBody(pr)
+	src := newEnteringReader(pr)
+	b := newReplayBody(src)
 	first := b.attempt()
 	go pw.Write([]byte("head"))
 	buf := make([]byte, 64)
@@ -576,7 +579,7 @@ func TestReplayBodyStaleReaderBlocksNothing(t *testing.T) {
 		_, err := first.Read(make([]byte, 64)) // waits for the client
 		staleDone <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	src.waitReads(t, 2) // the first attempt's, then the stale one's, which waits
 	decided := make(chan *attemptBody, 1)
 	go func() {
 		if b.replayable() {
@@ -608,7 +611,8 @@ func TestReplayBodyStaleReaderBlocksNothing(t *testing.T) {
 // attempt fails rather than send a body with a hole in it.
 func TestReplayBodyHoleFailsTheNewerAttempt(t *testing.T) {
 	pr, pw := io.Pipe()
-	b := newReplayBody(pr)
+	src := newEnteringReader(pr)
+	b := newReplayBody(src)
 	first := b.attempt()
 	go pw.Write([]byte("head"))
 	buf := make([]byte, 2*MaxReplayBody)
@@ -620,7 +624,7 @@ func TestReplayBodyHoleFailsTheNewerAttempt(t *testing.T) {
 		_, err := first.Read(buf) // waits for the client, then gets a lot at once
 		staleDone <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	src.waitReads(t, 2) // the first attempt's, then the stale one's, which waits
 	second := b.attempt()
 	go pw.Write(rtRandom(MaxReplayBody))
 	if err := <-staleDone; !errors.Is(err, errStaleAttempt) {
@@ -677,5 +681,36 @@ func TestRouteGRPCRetryDoesNotHoldHeadersOfAWaitingStream(t *testing.T) {
 		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("no response headers in 2s: the proxy held them waiting for a body")
+	}
+}
+
+// enteringReader tells each time a Read of the client's body begins: a
+// reader past that point waits for the client.
+type enteringReader struct {
+	io.ReadCloser
+	entered chan struct{}
+}
+
+func newEnteringReader(r io.ReadCloser) *enteringReader {
+	return &enteringReader{ReadCloser: r, entered: make(chan struct{}, 64)}
+}
+
+func (r *enteringReader) Read(p []byte) (int, error) {
+	select {
+	case r.entered <- struct{}{}:
+	default: // more than anyone waits for
+	}
+	return r.ReadCloser.Read(p)
+}
+
+// waitReads waits until n Reads have begun.
+func (r *enteringReader) waitReads(t *testing.T, n int) {
+	t.Helper()
+	for i := range n {
+		select {
+		case <-r.entered:
+		case <-time.After(2 * time.Second):
+			t.Fatalf("%d of %d reads of the client's body began", i, n)
+		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
 // The route stage end to end: a Proxy fed an OutboundPolicy (compiled and
@@ -311,17 +312,12 @@ func rtCount(t *testing.T, reg *prometheus.Registry, name, route string, labels 
 // the client already read (net/http counts after the handler returns).
 func rtEventually(t *testing.T, reg *prometheus.Registry, name, route string, want float64, labels ...string) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		got := rtCount(t, reg, name, route, labels...)
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("%s{route_name=%q %v} = %v, want %v", name, route, labels, got, want)
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
+	var got float64
+	if !eventually.Holds(3*time.Second, func() bool {
+		got = rtCount(t, reg, name, route, labels...)
+		return got == want
+	}) {
+		t.Errorf("%s{route_name=%q %v} = %v, want %v", name, route, labels, got, want)
 	}
 }
 
@@ -620,7 +616,8 @@ func TestRouteIdleTimeoutRacingReads(t *testing.T) {
 		}
 		b.Close()
 	}
-	time.Sleep(10 * time.Millisecond) // a timer fired twice would panic by now
+	// Sleep: a timer fired twice would panic by now; a firing under way at Close has no hook.
+	time.Sleep(10 * time.Millisecond)
 }
 
 // A Service without routes gets the default route (kind default, name
@@ -647,7 +644,7 @@ func TestRouteDefaultTableCountsEveryRequest(t *testing.T) {
 // route-timeout when the 300ms are up.
 func TestRouteRequestTimeoutCoversRetries(t *testing.T) {
 	up := rtServe(t, "b", func(w http.ResponseWriter, r *http.Request, _ int) bool {
-		time.Sleep(80 * time.Millisecond)
+		time.Sleep(80 * time.Millisecond) // Sleep: the upstream fails slowly on purpose
 		w.WriteHeader(http.StatusServiceUnavailable)
 		return true
 	})

@@ -233,7 +233,7 @@ func TestOversizedHeadersAndSlowloris(t *testing.T) {
 			if _, err := io.WriteString(s, "X-A: b\r\n"); err != nil {
 				return
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // Sleep: the client trickles on purpose (slowloris)
 		}
 	}()
 	s.SetReadDeadline(time.Now().Add(5 * time.Second))

@@ -19,6 +19,7 @@ import (
 	"github.com/plexus-mesh/plexus/sidecar/config"
 	"github.com/plexus-mesh/plexus/sidecar/discovery"
 	"github.com/plexus-mesh/plexus/sidecar/httpproxy"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 	"github.com/plexus-mesh/plexus/testsupport/testpki"
 )
 
@@ -163,12 +164,9 @@ func waitPlaintextConns(t *testing.T, in *Proxy, port uint16, n int) {
 		}
 		return got
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for count() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("the proxy tracks %d plaintext connections to port %d, want %d", count(), port, n)
-		}
-		time.Sleep(10 * time.Millisecond)
+	got := 0
+	if !eventually.Holds(5*time.Second, func() bool { got = count(); return got == n }) {
+		t.Fatalf("the proxy tracks %d plaintext connections to port %d, want %d", got, port, n)
 	}
 }
 

@@ -203,7 +203,7 @@ func TestWebSocketIdleTunnelIsClosed(t *testing.T) {
 		if err := websocket.Message.Receive(ws, &got); err != nil || got != "ping" {
 			t.Fatalf("message %d: %q, %v", i, got, err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // Sleep: the traffic's pace, past the idle timeout in all, on purpose
 	}
 	// ... silence closes it.
 	t0 := time.Now()

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/net/websocket"
 
 	"github.com/plexus-mesh/plexus/sidecar/config"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
 // TestNoLeaksAfterShutdown drives every path (HTTP/1, h2c, WebSocket,
@@ -74,6 +75,7 @@ func TestNoLeaksAfterShutdown(t *testing.T) {
 	g.Write([]byte("\x16\x03\x01garbage"))
 	g.Close()
 	s, _ := net.Dial("tcp", h.addr)
+	// Sleep: the client stays silent past the 100ms detect timeout, on purpose.
 	time.Sleep(200 * time.Millisecond)
 	s.Close()
 	// Opaque server-speaks-first.
@@ -95,17 +97,13 @@ func TestNoLeaksAfterShutdown(t *testing.T) {
 		t.Fatalf("Shutdown: %v", err)
 	}
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		gs, fd := runtime.NumGoroutine(), fds()
+	var gs, fd int
+	if !eventually.Holds(5*time.Second, func() bool {
+		gs, fd = runtime.NumGoroutine(), fds()
 		// The banner server's accept loop stays (it belongs to the test).
-		if gs <= baseG && fd <= baseFD {
-			return
-		}
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("goroutines %d→%d, fds %d→%d\n%s", baseG, gs, baseFD, fd, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(20 * time.Millisecond)
+		return gs <= baseG && fd <= baseFD
+	}) {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("goroutines %d→%d, fds %d→%d\n%s", baseG, gs, baseFD, fd, buf[:runtime.Stack(buf, true)])
 	}
 }

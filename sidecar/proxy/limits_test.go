@@ -136,6 +136,7 @@ func TestResponseHeaderTimeoutDoesNotCutTheBody(t *testing.T) {
 	up := serveLoopback(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(200)
 		w.(http.Flusher).Flush()
+		// Sleep: the body is slower than the header timeout on purpose.
 		time.Sleep(500 * time.Millisecond)
 		io.WriteString(w, "late body")
 	}), Protocols: h2cOnly()})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/sidecar/config"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
 // banner runs a server-speaks-first TCP server (SMTP-like): it greets,
@@ -168,6 +169,7 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 	started := make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		close(started)
+		// Sleep: slow on purpose, in flight while Shutdown drains; no hook tells when the drain waits.
 		time.Sleep(400 * time.Millisecond)
 		io.WriteString(w, "slow but complete")
 	}))
@@ -236,6 +238,7 @@ func TestShutdownDrainsInFlightH2(t *testing.T) {
 	started := make(chan struct{})
 	srv := &http.Server{Protocols: new(http.Protocols), Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		close(started)
+		// Sleep: slow on purpose, in flight while Shutdown drains; no hook tells when the drain waits.
 		time.Sleep(400 * time.Millisecond)
 		io.WriteString(w, "h2 complete")
 	})}
@@ -296,19 +299,17 @@ func TestOpaqueResetCountsFailure(t *testing.T) {
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	io.ReadAll(c)
 	target := ln.Addr().String()
-	deadline := time.Now().Add(5 * time.Second)
-	for h.metric(t, "tcp_close_total", map[string]string{"target_addr": target, "classification": "failure"}) != 2 {
-		if time.Now().After(deadline) {
-			for _, peer := range []string{"src", "dst"} {
-				t.Logf("%s: open_total=%v open=%v", peer,
-					h.metric(t, "tcp_open_total", map[string]string{"target_addr": target, "peer": peer}),
-					h.metric(t, "tcp_open_connections", map[string]string{"target_addr": target, "peer": peer}))
-			}
-			t.Fatalf("failure closes = %v, success closes = %v",
-				h.metric(t, "tcp_close_total", map[string]string{"target_addr": target, "classification": "failure"}),
-				h.metric(t, "tcp_close_total", map[string]string{"target_addr": target, "classification": "success"}))
+	if !eventually.Holds(5*time.Second, func() bool {
+		return h.metric(t, "tcp_close_total", map[string]string{"target_addr": target, "classification": "failure"}) == 2
+	}) {
+		for _, peer := range []string{"src", "dst"} {
+			t.Logf("%s: open_total=%v open=%v", peer,
+				h.metric(t, "tcp_open_total", map[string]string{"target_addr": target, "peer": peer}),
+				h.metric(t, "tcp_open_connections", map[string]string{"target_addr": target, "peer": peer}))
 		}
-		time.Sleep(10 * time.Millisecond)
+		t.Fatalf("failure closes = %v, success closes = %v",
+			h.metric(t, "tcp_close_total", map[string]string{"target_addr": target, "classification": "failure"}),
+			h.metric(t, "tcp_close_total", map[string]string{"target_addr": target, "classification": "success"}))
 	}
 	if got := h.metric(t, "tcp_close_total", map[string]string{"target_addr": target, "classification": "success"}); got != 0 {
 		t.Errorf("success closes = %v", got)

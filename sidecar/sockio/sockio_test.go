@@ -62,7 +62,9 @@ func TestResetAndClose(t *testing.T) {
 	c, s := pair(t)
 	s.SetLinger(0)
 	s.Close() // RST
-	time.Sleep(20 * time.Millisecond)
+	// The Read waits for the RST if it has not arrived yet; the deadline
+	// only bounds a wait for one that never comes.
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
 	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
 		t.Errorf("Read after the peer's reset: %v, want ECONNRESET", err)
 	}
@@ -79,6 +81,7 @@ func TestResetAndClose(t *testing.T) {
 	c2, _ := pair(t)
 	done := make(chan error, 1)
 	go func() { _, err := c2.Read(make([]byte, 1)); done <- err }()
+	// Sleep: the Read must be parked in the poller before Close; nothing tells when it is.
 	time.Sleep(20 * time.Millisecond)
 	c2.Close()
 	select {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/mesh/api/tappb"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 	"github.com/plexus-mesh/plexus/testsupport/testpki"
 )
 
@@ -287,10 +288,7 @@ func TestServerIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !h.Active() && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually.Within(t, 5*time.Second, "the tap session open", h.Active)
 	tp := h.Start(info("inbound", "GET", "/hello"))
 	tp.Response(200)
 	tp.End(200, "", "", -1)
