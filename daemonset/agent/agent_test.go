@@ -327,6 +327,7 @@ func TestRunRemovesTaintOnlyWhenReady(t *testing.T) {
 	cfg, root := node(t, map[string]string{"10-flannel.conflist": bad})
 	client := fake.NewClientset(taintedNode())
 	r := startRun(t, cfg, Deps{Taint: &nodetaint.Remover{Client: client, Node: "n1"}})
+	// Sleep: a taint removal while not ready would have come by now; its absence has no event.
 	time.Sleep(500 * time.Millisecond)
 	if !hasTaint(client) {
 		t.Fatal("taint removed while not ready")
@@ -365,7 +366,8 @@ func TestRunPutsBackRemovedBinary(t *testing.T) {
 	cfg, root := node(t, map[string]string{"10-flannel.conflist": flannel})
 	r := startRun(t, cfg, Deps{})
 	waitFor(t, 3*time.Second, "/ready 200", func() bool { c, _ := get(t, r.url+"/ready"); return c == 200 })
-	time.Sleep(200 * time.Millisecond) // the patch the agent's own conflist write triggers
+	// Sleep: the patch the agent's own conflist write triggers changes nothing, so nothing marks it.
+	time.Sleep(200 * time.Millisecond)
 	want, err := os.ReadFile(cfg.PluginBinary)
 	if err != nil {
 		t.Fatal(err)

@@ -164,6 +164,13 @@ func (f *fixture) patchedWithin(t *testing.T, limit time.Duration) time.Duration
 	return time.Since(t0)
 }
 
+// ownWritePatched waits for the patch the guard's own first write of the
+// conflist triggers (its change event, a debounce later): the second.
+func (f *fixture) ownWritePatched(t *testing.T) {
+	t.Helper()
+	waitFor(t, time.Second, "the patch the guard's own conflist write triggers", func() bool { return f.patches.Load() >= 2 })
+}
+
 func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
 	eventually.Within(t, limit, what, cond)
@@ -199,6 +206,7 @@ func TestWaitsForPrimaryConfig(t *testing.T) {
 		s := f.rec.snapshot()
 		return !s.ready && s.reason != ""
 	})
+	// Sleep: a hot loop would have patched again by now; an idle guard has no event.
 	time.Sleep(200 * time.Millisecond)
 	if n := f.patches.Load(); n != 1 {
 		t.Fatalf("%d patch attempts on an empty dir, want 1 (wait for an event)", n)
@@ -214,6 +222,7 @@ func TestWaitsForPrimaryConfig(t *testing.T) {
 func TestInvalidConfigNoHotLoopThenFixed(t *testing.T) {
 	f := start(t, Config{}, map[string]string{"10-flannel.conflist": `{"name": "cbr0", "plugins": [`})
 	waitFor(t, time.Second, "a failure", func() bool { return len(f.rec.snapshot().failures) > 0 })
+	// Sleep: a hot loop would patch many times in a second; an idle guard has no event.
 	time.Sleep(time.Second)
 	if n := f.patches.Load(); n > 2 {
 		t.Fatalf("%d patch attempts in 1s on an unchanged invalid file", n)
@@ -235,7 +244,7 @@ func TestFightBacksOffAndReports(t *testing.T) {
 	stop := time.Now().Add(3 * time.Second)
 	for time.Now().Before(stop) {
 		f.write(t, "10-flannel.conflist", flannel)
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // Sleep: the rewriting component's pace, on purpose
 	}
 	s := f.rec.snapshot()
 	if s.fights == 0 {
@@ -275,7 +284,7 @@ func TestBinaryRemovedOrReplacedWithinOneSecond(t *testing.T) {
 	f := start(t, Config{Binary: "plexus-cni"}, map[string]string{"10-flannel.conflist": flannel})
 	f.patchedWithin(t, time.Second)
 	waitFor(t, time.Second, "ready", func() bool { return f.rec.snapshot().ready })
-	time.Sleep(200 * time.Millisecond) // the patch our own conflist write triggers
+	f.ownWritePatched(t)
 	back := func(what string) {
 		t.Helper()
 		t0 := time.Now()
@@ -307,11 +316,13 @@ func TestBinaryRemovedOrReplacedWithinOneSecond(t *testing.T) {
 	}
 
 	// Other files in the bin dir are none of the guard's business.
+	// Sleep: settle: how many follow-up patches the changes above cause varies; nothing marks the last.
 	time.Sleep(200 * time.Millisecond)
 	before := f.patches.Load()
 	for i := range 20 {
 		os.WriteFile(filepath.Join(filepath.Dir(f.bin), fmt.Sprintf("plugin-%d", i)), []byte("x"), 0o755)
 	}
+	// Sleep: a patch these writes wrongly caused would have run by now; an ignored event leaves no trace.
 	time.Sleep(300 * time.Millisecond)
 	if n := f.patches.Load() - before; n != 0 {
 		t.Errorf("%d patches after writes to other files of the bin dir, want 0", n)
@@ -324,7 +335,7 @@ func TestBinaryRemovedOrReplacedWithinOneSecond(t *testing.T) {
 func TestBinaryDirRemovedIsWatchedAgain(t *testing.T) {
 	f := start(t, Config{Binary: "plexus-cni"}, map[string]string{"10-flannel.conflist": flannel})
 	f.patchedWithin(t, time.Second)
-	time.Sleep(200 * time.Millisecond) // the patch our own conflist write triggers
+	f.ownWritePatched(t)
 	if err := os.RemoveAll(filepath.Dir(f.bin)); err != nil {
 		t.Fatal(err)
 	}
@@ -334,8 +345,15 @@ func TestBinaryDirRemovedIsWatchedAgain(t *testing.T) {
 		_, err := os.Stat(f.bin)
 		return err == nil
 	})
-	// And the new dir is watched.
-	time.Sleep(100 * time.Millisecond)
+	// And the new dir is watched: the guard watches it again once the
+	// patch that put it back returns, before it starts another. A touch of
+	// the conflist schedules one; once it starts, the watch is in place.
+	n := f.patches.Load()
+	now := time.Now()
+	if err := os.Chtimes(filepath.Join(f.dir, "10-flannel.conflist"), now, now); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Second, "a patch after the one that put the bin dir back", func() bool { return f.patches.Load() > n })
 	if err := os.Remove(f.bin); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/plexus-mesh/plexus/cni-plugin/pluginreport"
 	"github.com/plexus-mesh/plexus/cni-plugin/podrules"
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
 // serve runs Serve on a fresh socket and registry until the test ends.
@@ -64,10 +65,8 @@ func sendRaw(t *testing.T, path string, b []byte) {
 
 func waitCount(t *testing.T, what string, c prometheus.Collector, want float64) {
 	t.Helper()
-	for t0 := time.Now(); time.Since(t0) < 2*time.Second; time.Sleep(5 * time.Millisecond) {
-		if testutil.ToFloat64(c) == want {
-			return
-		}
+	if eventually.Holds(2*time.Second, func() bool { return testutil.ToFloat64(c) == want }) {
+		return
 	}
 	t.Fatalf("%s = %v, want %v", what, testutil.ToFloat64(c), want)
 }

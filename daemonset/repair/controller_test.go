@@ -50,6 +50,7 @@ func TestRunRepairsPodOnceItHasAnIP(t *testing.T) {
 	ctx := context.Background()
 
 	// Let the informer list the pod and a resync pass over it.
+	// Sleep: nothing marks a resync the controller skipped the pod in.
 	time.Sleep(1500 * time.Millisecond)
 	if h.tables.applied() != 0 || testutil.ToFloat64(h.metrics.Checked) != 0 {
 		t.Fatalf("a pod without IP was checked (%v) or applied (%d)", testutil.ToFloat64(h.metrics.Checked), h.tables.applied())
@@ -77,6 +78,7 @@ func TestRunIgnoresOtherNodesPods(t *testing.T) {
 	other := meshedPod(func(p *corev1.Pod) { p.Spec.NodeName = "node-2" })
 	h := newHarness(t, Apply, other)
 	startRun(t, h)
+	// Sleep: the list and a resync must pass; a pod the informer never gets leaves nothing to wait on.
 	time.Sleep(1500 * time.Millisecond)
 	if h.tables.applied() != 0 || len(h.events(t)) != 0 {
 		t.Errorf("another node's pod was repaired: %d applies, %d events", h.tables.applied(), len(h.events(t)))

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
 const calico = `{
@@ -106,14 +108,14 @@ func TestProcessRunSIGTERMLeavesPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
-	ready := false
-	for t0 := time.Now(); time.Since(t0) < 5*time.Second && !ready; time.Sleep(20 * time.Millisecond) {
-		if resp, err := http.Get("http://" + addr + "/ready"); err == nil {
-			ready = resp.StatusCode == 200
-			resp.Body.Close()
+	if !eventually.Holds(5*time.Second, func() bool {
+		resp, err := http.Get("http://" + addr + "/ready")
+		if err != nil {
+			return false
 		}
-	}
-	if !ready {
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}) {
 		t.Fatalf("never ready; log:\n%s", stderr.String())
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
