@@ -22,6 +22,7 @@ import (
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	"github.com/plexus-mesh/plexus/mesh/identity/pki"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
 // testPKI is a mesh's trust anchor and issuer (mesh/identity/pki, as identity
@@ -297,16 +298,11 @@ func TestCallerStreamLimit(t *testing.T) {
 			t.Errorf("another identity's stream: %v", err)
 		}
 		closeFirst()
-		deadline := time.Now().Add(wait)
-		for {
-			_, err := openGet(t, ctx, c.dst).Recv()
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("a stream after one ended: %v", err)
-			}
-			time.Sleep(5 * time.Millisecond)
+		if !eventually.Holds(wait, func() bool {
+			_, err = openGet(t, ctx, c.dst).Recv()
+			return err == nil
+		}) {
+			t.Fatalf("a stream after one ended: %v", err)
 		}
 	})
 

@@ -19,6 +19,7 @@ import (
 
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	"github.com/plexus-mesh/plexus/mesh/meshpod"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
 // testServer runs a Server for client on a loopback gRPC listener until the
@@ -37,13 +38,7 @@ func testServer(t testing.TB, client kubernetes.Interface, cfg Config) (pb.Desti
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for srv.Ready() != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("informers did not sync within 30s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.Within(t, 30*time.Second, "the informers' sync", func() bool { return srv.Ready() == nil })
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -33,6 +33,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/serviceprofile"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
 // routeCluster is a fake cluster with routes: the core clientset (its
@@ -161,11 +162,7 @@ func startCluster(t testing.TB, o clusterOptions, objs ...any) *routeCluster {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	for deadline := time.Now().Add(30 * time.Second); srv.Ready() != nil; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("not ready within 30s")
-		}
-	}
+	eventually.Within(t, 30*time.Second, "the server ready", func() bool { return srv.Ready() == nil })
 	lis := bufconn.Listen(1 << 20)
 	var serverOpts []grpc.ServerOption
 	if o.serverCreds != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/outboundpolicy"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
 // routeConditions is the Accepted and ResolvedRefs conditions Plexus
@@ -39,14 +40,15 @@ func routeConditions(parents []gatewayv1.RouteParentStatus) []string {
 func (c *routeCluster) waitStatus(t testing.TB, ns, name string, want ...string) {
 	t.Helper()
 	var got []string
-	for deadline := time.Now().Add(wait); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	if eventually.Holds(wait, func() bool {
 		r, err := c.httpRoutes(ns).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got = routeConditions(r.Status.Parents); equalStrings(got, want) {
-			return
-		}
+		got = routeConditions(r.Status.Parents)
+		return equalStrings(got, want)
+	}) {
+		return
 	}
 	t.Fatalf("status of HTTPRoute %s/%s:\n got %q\nwant %q", ns, name, got, want)
 }
@@ -66,6 +68,7 @@ func (c *routeCluster) statusWrites() int {
 func (c *routeCluster) quietStatus(t testing.TB, d time.Duration) {
 	t.Helper()
 	before := c.statusWrites()
+	// Sleep: a quiet window is the assertion; a write that never comes has no event.
 	time.Sleep(d)
 	if n := c.statusWrites() - before; n != 0 {
 		var written []string
@@ -182,16 +185,14 @@ func TestGRPCRouteStatusAndPolicy(t *testing.T) {
 	}
 	want := []string{"Accepted=True/Accepted", "ResolvedRefs=False/BackendNotFound: rules[0].backendRefs[0]: Service ns/ghost not found"}
 	var got []string
-	for deadline := time.Now().Add(wait); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	if !eventually.Holds(wait, func() bool {
 		r, err := c.gw.GatewayV1().GRPCRoutes("ns").Get(ctx, "rpc", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got = routeConditions(r.Status.Parents); equalStrings(got, want) {
-			break
-		}
-	}
-	if !equalStrings(got, want) {
+		got = routeConditions(r.Status.Parents)
+		return equalStrings(got, want)
+	}) {
 		t.Fatalf("GRPCRoute status %q, want %q", got, want)
 	}
 	c.quietStatus(t, time.Second)

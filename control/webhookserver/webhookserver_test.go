@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/plexus-mesh/plexus/control/webhookcert"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
 func TestRunServesTheKeptCertificateAndReportsReady(t *testing.T) {
@@ -51,15 +52,15 @@ func TestRunServesTheKeptCertificateAndReportsReady(t *testing.T) {
 		}, client)
 	}()
 	addr := func(name string) string {
-		for {
+		t.Helper()
+		var a string
+		eventually.Within(t, 10*time.Second, "the "+name+" listener", func() bool {
 			mu.Lock()
-			a := addrs[name]
-			mu.Unlock()
-			if a != "" {
-				return a
-			}
-			time.Sleep(time.Millisecond)
-		}
+			defer mu.Unlock()
+			a = addrs[name]
+			return a != ""
+		})
+		return a
 	}
 	readyCode := func() int {
 		resp, err := http.Get("http://" + addr("admin") + "/ready")

@@ -50,7 +50,7 @@ func TestRunMeasuresFromDueTime(t *testing.T) {
 	var n atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if n.Add(1) == 1 {
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(300 * time.Millisecond) // Sleep: the server stalls on purpose
 		}
 	}))
 	defer srv.Close()

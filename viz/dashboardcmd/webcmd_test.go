@@ -1,11 +1,13 @@
 package dashboardcmd
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,6 +41,11 @@ func TestParseFlagsNamesEveryProblem(t *testing.T) {
 	}
 }
 
+// writerFunc is an io.Writer calling itself with each write.
+type writerFunc func(p []byte)
+
+func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
+
 func TestServeStopsWithTheContext(t *testing.T) {
 	cfg, err := ParseFlags([]string{"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, io.Discard)
 	if err != nil {
@@ -46,10 +53,23 @@ func TestServeStopsWithTheContext(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	serving := make(chan struct{})
+	var once sync.Once
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) {
+		if bytes.Contains(p, []byte("msg=serving")) {
+			once.Do(func() { close(serving) })
+		}
+	}), nil))
 	go func() {
-		done <- serve(ctx, cfg, http.NotFoundHandler(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		done <- serve(ctx, cfg, http.NotFoundHandler(), log)
 	}()
-	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-serving: // both listeners open, the servers started
+	case err := <-done:
+		t.Fatalf("serve returned before it served: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not start")
+	}
 	cancel()
 	select {
 	case err := <-done:

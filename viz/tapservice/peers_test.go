@@ -24,6 +24,7 @@ func TestPeerCache(t *testing.T) {
 	var lists atomic.Int32
 	kube.PrependReactor("list", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		lists.Add(1)
+		// Sleep: the List is slow on purpose, so the lookups overlap it.
 		time.Sleep(50 * time.Millisecond)
 		l := &corev1.PodList{}
 		if a.(k8stesting.ListAction).GetListRestrictions().Fields.String() == "status.podIP=10.0.0.7" {

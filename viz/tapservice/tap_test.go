@@ -32,6 +32,7 @@ import (
 	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 	sidecartap "github.com/plexus-mesh/plexus/sidecar/tap"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
 func TestParsePath(t *testing.T) {
@@ -218,9 +219,8 @@ func TestTapThroughTheService(t *testing.T) {
 		t.Fatalf("alice: %d %s", res.StatusCode, b)
 	}
 	go func() {
-		for ctx.Err() == nil && !f.hub.Active() {
-			time.Sleep(10 * time.Millisecond)
-		}
+		// The session is open (or the test is over: ctx ends within 20s).
+		eventually.Holds(20*time.Second, func() bool { return ctx.Err() != nil || f.hub.Active() })
 		for _, r := range []struct{ path, source string }{{"/votes", "10.1.1.7:40000"}, {"/books/0", "10.1.1.1:40000"}, {"/books/1?code=c&tenant=t&page=2", "10.1.1.7:40000"}} {
 			tp := f.hub.Start(&sidecartap.Info{Direction: "inbound", Method: "GET", Path: r.path, Authority: "web",
 				Source: netip.MustParseAddrPort(r.source), Destination: netip.MustParseAddrPort("127.0.0.1:8080"),

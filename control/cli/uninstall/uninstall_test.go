@@ -22,6 +22,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/cli/install"
 	"github.com/plexus-mesh/plexus/deploy"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 	"github.com/plexus-mesh/plexus/testsupport/goldentest"
 )
 
@@ -168,6 +169,19 @@ func (c *cluster) setStatus(ready, desired int32) {
 	}
 }
 
+// count is how many calls so far were call.
+func (c *cluster) count(call string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, s := range c.calls {
+		if s == call {
+			n++
+		}
+	}
+	return n
+}
+
 func (c *cluster) log() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -213,11 +227,15 @@ func agentDaemonSet(t *testing.T, cfg install.Config) *appsv1.DaemonSet {
 
 func TestDeleteOrder(t *testing.T) {
 	c := newCluster(t, []string{"n1", "n2"}, agentDaemonSet(t, install.DefaultConfig()))
+	// The rollout goes on once the uninstall has looked at each step.
 	c.controller = func(*appsv1.DaemonSet) {
-		c.setStatus(0, 2)
-		time.Sleep(30 * time.Millisecond)
-		c.setStatus(1, 2)
-		time.Sleep(30 * time.Millisecond)
+		for _, ready := range []int32{0, 1} {
+			c.setStatus(ready, 2)
+			n := c.count("get daemonsets " + CleanupDaemonSet)
+			if !eventually.Holds(5*time.Second, func() bool { return c.count("get daemonsets "+CleanupDaemonSet) > n }) {
+				c.t.Errorf("the uninstall did not look at the cleanup DaemonSet with %d of 2 ready", ready)
+			}
+		}
 		c.setStatus(2, 2)
 	}
 	cfg := defaultConfig()
