@@ -60,14 +60,21 @@ func kubeBin(t testing.TB) string {
 	return filepath.Dir(matches[len(matches)-1])
 }
 
-func freePort(t testing.TB) int {
+// freePorts returns n distinct free loopback ports: each is held until all
+// are chosen (closed one at a time, the kernel can hand out the same port
+// twice; a CI run gave etcd's peer port to the API server too).
+func freePorts(t testing.TB, n int) []int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	ports := make([]int, n)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 func startProc(t testing.TB, dir, name string, bin string, args ...string) {
@@ -125,7 +132,8 @@ func Start(t testing.TB) *Server {
 	saPub := write("sa.pub", pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}))
 	tokens := write("tokens.csv", []byte(fmt.Sprintf("%s,admin,admin,system:masters\n%s,%s,agent\n%s,nobody,nobody\n", AdminToken, AgentToken, AgentUser, NobodyToken)))
 
-	etcdPort, peerPort, apiPort := freePort(t), freePort(t), freePort(t)
+	ports := freePorts(t, 3)
+	etcdPort, peerPort, apiPort := ports[0], ports[1], ports[2]
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
 	startProc(t, dir, "etcd", filepath.Join(bin, "etcd"),
 		"--data-dir", filepath.Join(dir, "etcd"),
