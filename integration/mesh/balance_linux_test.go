@@ -336,7 +336,7 @@ func (b *balanceTest) slowTurn(t *testing.T) {
 	setDelay(t, x, turnDelayMillis)
 	slowAt := time.Now()
 	t.Cleanup(func() { setDelay(t, x, 0) })
-	time.Sleep(turnSlowFor)
+	time.Sleep(turnSlowFor) // Sleep: how long the replica stays slow is the scenario
 	fixSent := time.Now()
 	setDelay(t, x, 0)
 	fixed := time.Now()
@@ -523,14 +523,14 @@ func (b *balanceTest) underRestarts(t *testing.T, args ...string) (m, p balanceL
 	// only bounds them.
 	args = append(append([]string{"-rate", "200", "-duration", "100s", "-c", "4", "-until-eof"}, args...), b.url("roll"))
 	meshedRun, plainRun := b.meshed.start(t, args...), b.plain.start(t, args...)
-	time.Sleep(2 * time.Second) // under load before the first restart
+	time.Sleep(2 * time.Second) // Sleep: 2s under load before the first restart, part of what is measured
 	began := time.Now()
 	for range 2 {
 		b.c.Kubectl(t, "-n", b.ns, "rollout", "restart", "deployment/roll")
 		b.c.Kubectl(t, "-n", b.ns, "rollout", "status", "deployment/roll", "--timeout=55s")
 	}
 	rolled := time.Since(began)
-	time.Sleep(3 * time.Second) // the last old replicas leave the endpoints
+	time.Sleep(3 * time.Second) // Sleep: load goes on while the last old replicas leave the endpoints, part of what is measured
 	m, p = meshedRun.result(t), plainRun.result(t)
 	if m.Seconds < rolled.Seconds() {
 		t.Fatalf("the meshed load ran %.1fs, less than the %v the restarts took", m.Seconds, rolled.Round(time.Second))

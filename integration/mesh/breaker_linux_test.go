@@ -153,7 +153,7 @@ func (b *breakerTest) circuitBreaking(t *testing.T) {
 	// The fix comes after at least three probes (1s, 2s and 4s, each up
 	// to 1.25 times that plus probeSlack: 10.25s) and leaves the load 8s
 	// to take the replica back.
-	time.Sleep(time.Until(began.Add(12500 * time.Millisecond)))
+	time.Sleep(time.Until(began.Add(12500 * time.Millisecond))) // Sleep: the probes' schedule is what is checked
 	fixed := time.Now()
 	b.setFailing(t, bad, 0)
 	res := timed(t, run)
@@ -333,16 +333,16 @@ func (b *breakerTest) gap(t *testing.T) {
 	b.waitGapAnswers(t)
 	// 20 req/s with room for every request sent during the gap to wait.
 	run := b.start(t, "-rate", "20", "-duration", "60s", "-c", "50", "-until-eof", "-timeline", b.url("gap", "/gap"))
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // Sleep: 2s of load before the gap, part of what is measured
 	removed := time.Now()
 	ctx := clustertest.Context(t, time.Minute)
 	if err := b.c.Client.DiscoveryV1().EndpointSlices(b.ns).Delete(ctx, gapSlice, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("deleting the EndpointSlice of gap: %v", err)
 	}
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // Sleep: the gap's length is the scenario
 	restored := time.Now()
 	b.setGapEndpoint(t)
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // Sleep: 2s of load after the gap, part of what is measured
 	res := timed(t, run)
 
 	var during []timedSample

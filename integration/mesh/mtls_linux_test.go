@@ -60,7 +60,7 @@ func TestMeshMTLS(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // Sleep: the capture's length: what both clients send in 2s is what is checked
 		segs := capture.Stop()
 		fromClient, fromPlain := flowsFrom(segs, client.Status.PodIP), flowsFrom(segs, plain.Status.PodIP)
 		if len(fromClient) == 0 || len(fromPlain) == 0 {
@@ -142,7 +142,7 @@ func TestMeshMTLS(t *testing.T) {
 		})
 		gone := time.Now()
 		t.Logf("the EndpointSlice marked %s not ready %s after its deletion", victim, gone.Sub(deleted).Round(10*time.Millisecond))
-		time.Sleep(4 * time.Second) // collect the answers of the next 3s after the 1s allowed
+		time.Sleep(4 * time.Second) // Sleep: the answers of the 3s after the 1s allowed are what is checked
 		lines := since(pollLog(t, c, ns, client.Name), gone.Add(time.Second))
 		hosts, errs := servedBy(lines)
 		if hosts[victim] != 0 {
@@ -159,7 +159,7 @@ func TestMeshMTLS(t *testing.T) {
 	t.Run("destination down: known services keep working", func(t *testing.T) {
 		scale(t, c, controlNamespace, "plexus-destination", 0)
 		down := time.Now()
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // Sleep: 3s of answers with destination down are what is checked
 		lines := since(pollLog(t, c, ns, client.Name), down)
 		hosts, errs := servedBy(lines)
 		if len(errs) != 0 || len(hosts) == 0 {
@@ -172,7 +172,7 @@ func TestMeshMTLS(t *testing.T) {
 		scale(t, c, controlNamespace, "plexus-identity", 0)
 		down := time.Now()
 		deploy(t, c, ns, "late", 1, meshed, podSpec("late", "serve", ":8080"))
-		time.Sleep(10 * time.Second)
+		time.Sleep(10 * time.Second) // Sleep: the late pod must stay uncertified all along; nothing marks "still waiting"
 		hosts, errs := servedBy(since(pollLog(t, c, ns, client.Name), down))
 		if len(errs) != 0 || len(hosts) == 0 {
 			t.Errorf("with identity down: answers from %v, errors %v", hosts, errs)
@@ -193,15 +193,14 @@ func TestMeshMTLS(t *testing.T) {
 		before := servingIssuer(t, pods(t, c, ns, "late")[0].Status.PodIP, cp.AnchorsPEM)
 		cp.rotateIssuer(t, c)
 		c.Kubectl(t, "-n", ns, "rollout", "restart", "deployment/late")
-		time.Sleep(2 * time.Second)
-		c.WaitDeploymentReady(t, ns, "late", 2*time.Minute)
+		c.Kubectl(t, "-n", ns, "rollout", "status", "deployment/late", "--timeout=2m")
 		after := servingIssuer(t, pods(t, c, ns, "late")[0].Status.PodIP, cp.AnchorsPEM)
 		if after.Equal(before) {
 			t.Errorf("a pod started after the rotation still has a certificate from the old issuer %s", before.Subject)
 		}
 		// Pods certified by the old issuer still serve the meshed client.
 		now := time.Now()
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // Sleep: the client's answers over 2s are what is checked
 		if hosts, errs := servedBy(since(pollLog(t, c, ns, client.Name), now)); len(errs) != 0 || len(hosts) == 0 {
 			t.Errorf("after rotation: answers from %v, errors %v", hosts, errs)
 		}
@@ -241,7 +240,7 @@ func selfCalls(t *testing.T, c *clustertest.Cluster, ns string) {
 		return bothAnswer(pollLog(t, c, ns, ps[0].Name)) && bothAnswer(pollLog(t, c, ns, ps[1].Name)), nil
 	})
 	from := time.Now()
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // Sleep: 3s of each pod's calls are what is checked
 
 	served := map[string]int{} // answers per serving pod, over every log
 	for _, p := range ps {

@@ -1168,7 +1168,7 @@ func (p *authzTest) revocation(t *testing.T) {
 		protoOpaque: a.start(t, append(args, "http://"+host+":7070/")...),
 	}
 	// Both loads send over their connection for a while first.
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // Sleep: 3s of load over the connections first, part of the scenario
 	deleting := time.Now()
 	p.c.Kubectl(t, "-n", p.ns, "delete", "authorizationpolicies.policy.plexus.dev", "revoke-http", "revoke-opaque")
 	deleted := time.Now()

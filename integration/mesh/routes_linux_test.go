@@ -166,7 +166,7 @@ func TestRoutes(t *testing.T) {
 			res, err := r.tryLoad(ctx, "-rate", "100", "-duration", "12s", "-c", "8", "-timeline", r.url("split", "/"))
 			done <- result{res, err}
 		}()
-		time.Sleep(3 * time.Second) // measuring: the load runs on the old weights first (12s of load leaves room for a slow start or apply)
+		time.Sleep(3 * time.Second) // Sleep: measuring: the load runs on the old weights first (12s of load leaves room for a slow start or apply)
 		applied := time.Now()
 		r.apply(t, splitRoute(0, 100))
 		changed := time.Now()

@@ -203,7 +203,7 @@ func upgradeUnderLoad(t *testing.T, c *clustertest.Cluster, ctl plexusctl, upgra
 	client := loadClient{&routesTest{c: c, ns: demoNamespace, client: pods(t, c, demoNamespace, "upgrade-load")[0].Name}, "upgrade"}
 	load := client.start(t, "-rate", upgradeRate, "-c", "8", "-duration", "3m50s", "-until-eof", "-timeout", "10s",
 		"http://web."+demoNamespace+".svc.cluster.local:8080/")
-	time.Sleep(5 * time.Second) // the load before the upgrade
+	time.Sleep(5 * time.Second) // Sleep: 5s of load before the upgrade, part of what is measured
 
 	done := make(chan struct{})
 	go func() {
@@ -225,7 +225,7 @@ func upgradeUnderLoad(t *testing.T, c *clustertest.Cluster, ctl plexusctl, upgra
 	})
 	deploy(t, c, demoNamespace, "mid-upgrade", 1, meshed, restricted(podSpec("mid-upgrade", "serve", ":8080")))
 	<-done
-	time.Sleep(5 * time.Second) // the load after the upgrade
+	time.Sleep(5 * time.Second) // Sleep: 5s of load after the upgrade, part of what is measured
 	res := load.result(t)
 	if t.Failed() {
 		return
@@ -323,10 +323,8 @@ func removeMesh(t *testing.T, c *clustertest.Cluster, ctl plexusctl, env cluster
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c.Client.CoreV1().Namespaces().Delete(ctx, controlNamespace, metav1.DeleteOptions{})
-	for ctx.Err() == nil {
-		if _, err := c.Client.CoreV1().Namespaces().Get(ctx, controlNamespace, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			return
-		}
-		time.Sleep(time.Second)
-	}
+	clustertest.Poll(ctx, time.Second, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().Namespaces().Get(ctx, controlNamespace, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
 }

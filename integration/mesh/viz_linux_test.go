@@ -149,7 +149,7 @@ func vizPrometheus(t *testing.T, c *clustertest.Cluster, ctl plexusctl, failing 
 	// Compare once Prometheus's window holds only the failing books.
 	const window = 30 * time.Second
 	if wait := time.Until(failing.Add(window + 15*time.Second)); wait > 0 {
-		time.Sleep(wait)
+		time.Sleep(wait) // Sleep: Prometheus's window must pass; its rate has no event
 	}
 	out, err := ctl("stat", "deploy", "-n", demoNamespace, "--window", "20s", "-o", "json")
 	if err != nil {
