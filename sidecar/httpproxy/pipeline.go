@@ -93,7 +93,7 @@ func (p *Proxy) route(ctx context.Context, x *exchange, req *Request) {
 			return
 		}
 	}
-	rq := routes.Request{Method: req.Method, Authority: req.Authority, Target: req.Path, Header: req.Header, GRPC: req.GRPC}
+	rq := req.Route()
 	rule, ok := t.Match(&rq)
 	if !ok {
 		x.routeErr = errNoRoute

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/netip"
 
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 )
 
@@ -30,6 +31,12 @@ type Request struct {
 	// Replayable means the whole body is held by the proxy, so the
 	// request can be sent again.
 	Replayable bool
+}
+
+// Route is the request as route rules and authorization policies match
+// it: the one conversion, after the pipeline normalized Path.
+func (r *Request) Route() routes.Request {
+	return routes.Request{Method: r.Method, Authority: r.Authority, Target: r.Path, Header: r.Header, GRPC: r.GRPC}
 }
 
 // HeaderGetter reads a request header by name (case-insensitive): the

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/mesh/policy/authz"
-	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/httpproxy"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 )
@@ -78,7 +77,7 @@ func (p *Proxy) authorizeRequest(req *httpproxy.Request) authz.Decision {
 	d := denied
 	if pol != nil {
 		c := authz.Client{Addr: req.Client, ID: req.TLS.ID}
-		rq := routes.Request{Method: req.Method, Authority: req.Authority, Target: req.Path, Header: req.Header, GRPC: req.GRPC}
+		rq := req.Route()
 		d = pol.Request(&c, &rq)
 	}
 	if d.NoRoute {
