@@ -24,8 +24,22 @@ import (
 //	route      which route rule applies, and which of its backends (routes.Table)
 //	authorize  may this client make it                 (the port's inbound policy, Options.Authorize)
 //	balance    which endpoint: discovery's pick, or the original destination
-//	attempt    send it, response headers due by the deadline; send again when retrySafe says so
+//	attempt    send it, response headers due by the deadline; send again (see below)
 //	observe    metrics at request, response headers and end (tap plugs in here)
+//
+// A request is sent again for one of two reasons, decided in two places
+// that nest:
+//
+//	re-send      no server can have acted on the attempt (retrySafe's
+//	             rule: no connection, nothing written, or a pooled
+//	             connection that broke under an idempotent request): the
+//	             same request to another endpoint, at most maxResends
+//	             times, whatever the route says (attempt, retrySafe,
+//	             willResend; here)
+//	route retry  the route's retry policy names the outcome (a status, a
+//	             gRPC code, a per-attempt timeout), within its budget,
+//	             with the body held for replay (serveRule, retryableAttempt;
+//	             routed.go); each retry is an attempt, which may re-send
 //
 // The engines move bytes: they parse a Request, make one attempt when
 // asked, and relay the response, or the answer the pipeline decided.
