@@ -3,7 +3,10 @@ package identity_test
 import (
 	"context"
 	"crypto/x509"
+	"log/slog"
+	"math/big"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,15 +19,17 @@ import (
 	"github.com/plexus-mesh/plexus/mesh/identity/certify"
 	"github.com/plexus-mesh/plexus/mesh/identity/pki"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 	"github.com/plexus-mesh/plexus/testsupport/identitytest"
+	"github.com/plexus-mesh/plexus/testsupport/logwatch"
 )
 
-// serve runs an identity server for ns on loopback, with the reserved
-// namespaces given, and returns its address.
-func serve(t *testing.T, client kubernetes.Interface, ns string, reserved ...string) (*identity.Server, string) {
+// serve runs an identity server for ns on loopback, logging to log, with
+// the reserved namespaces given, and returns its address.
+func serve(t *testing.T, client kubernetes.Interface, log *slog.Logger, ns string, reserved ...string) (*identity.Server, string) {
 	t.Helper()
 	srv, err := identity.New(identity.Config{TrustDomain: "cluster.local", Namespace: ns, ReservedNamespaces: reserved},
-		identity.Deps{Client: client, Metrics: prometheus.NewRegistry(), Log: identitytest.Log(t)})
+		identity.Deps{Client: client, Metrics: prometheus.NewRegistry(), Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,6 +48,38 @@ func startClient(t *testing.T, addr string, server, id spiffe.ID, token string, 
 	}
 	identitytest.Run(t, c.Run)
 	return c
+}
+
+type loadedSerials struct {
+	mu      sync.Mutex
+	serials map[string]bool
+}
+
+// recordIssuers returns the test's logger, recording the serials of the
+// issuers the server logs as loaded: the event of its picking up a
+// rotated issuer Secret.
+func recordIssuers(t *testing.T) (*slog.Logger, *loadedSerials) {
+	loaded := &loadedSerials{serials: map[string]bool{}}
+	return logwatch.New(identitytest.Log(t).Handler(), func(r slog.Record) {
+		if r.Message != "issuer loaded" {
+			return
+		}
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "serial" {
+				loaded.mu.Lock()
+				loaded.serials[a.Value.String()] = true
+				loaded.mu.Unlock()
+			}
+			return true
+		})
+	}), loaded
+}
+
+// has reports whether the issuer with serial was loaded.
+func (l *loadedSerials) has(serial *big.Int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.serials[serial.Text(16)]
 }
 
 // waitRefused waits until c has failed and returns its Ready error.
@@ -92,7 +129,8 @@ func TestRealAPIServer(t *testing.T) {
 	if _, err := secrets.Create(context.Background(), secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	srv, addr := serve(t, serverClient, ns, tapNS)
+	log, loaded := recordIssuers(t)
+	srv, addr := serve(t, serverClient, log, ns, tapNS)
 	identitytest.Eventually(t, 30*time.Second, "identity server ready", srv.Ready)
 	anchors := x509.NewCertPool()
 	anchors.AddCert(anchor.Cert)
@@ -158,20 +196,14 @@ func TestRealAPIServer(t *testing.T) {
 		if _, err := secrets.Update(context.Background(), rotated, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		// A new workload gets a certificate from the new issuer (and
-		// verifies the server's re-issued serving certificate).
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			c := startClient(t, addr, serverID, webID, k.Token(t, ns, "web", identity.DefaultAudience), anchors)
-			identitytest.Eventually(t, 30*time.Second, "certificate after rotation", c.Ready)
-			cert2, _ := c.Certificate()
-			if string(cert2.Leaf.AuthorityKeyId) == string(issuer2.Cert.SubjectKeyId) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("certificates still come from the old issuer 30s after rotation")
-			}
-			time.Sleep(100 * time.Millisecond)
+		eventually.Within(t, 30*time.Second, "the server to load the rotated issuer", func() bool { return loaded.has(issuer2.Cert.SerialNumber) })
+		// Once it has, a new workload gets a certificate from the new
+		// issuer (and verifies the server's re-issued serving certificate).
+		c := startClient(t, addr, serverID, webID, k.Token(t, ns, "web", identity.DefaultAudience), anchors)
+		identitytest.Eventually(t, 30*time.Second, "certificate after rotation", c.Ready)
+		cert2, _ := c.Certificate()
+		if string(cert2.Leaf.AuthorityKeyId) != string(issuer2.Cert.SubjectKeyId) {
+			t.Fatal("a certificate issued after the server loaded the rotated issuer comes from the old one")
 		}
 		// The certificate from the old issuer still verifies against the anchors.
 		inter := x509.NewCertPool()

@@ -19,6 +19,7 @@ import (
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 	"github.com/plexus-mesh/plexus/testsupport/eventually"
 	"github.com/plexus-mesh/plexus/testsupport/identitytest"
+	"github.com/plexus-mesh/plexus/testsupport/logwatch"
 )
 
 const ns = "plexus-system"
@@ -74,28 +75,6 @@ func (e *env) client(t *testing.T, server spiffe.ID, tokenFile string) *Client {
 	return c
 }
 
-// failureCounter counts the client's failed certificate requests (its
-// warning) and passes every record on.
-type failureCounter struct {
-	slog.Handler
-	n *atomic.Int32
-}
-
-func (h failureCounter) Handle(ctx context.Context, r slog.Record) error {
-	if r.Message == "certificate request failed" {
-		h.n.Add(1)
-	}
-	return h.Handler.Handle(ctx, r)
-}
-
-func (h failureCounter) WithAttrs(as []slog.Attr) slog.Handler {
-	return failureCounter{Handler: h.Handler.WithAttrs(as), n: h.n}
-}
-
-func (h failureCounter) WithGroup(name string) slog.Handler {
-	return failureCounter{Handler: h.Handler.WithGroup(name), n: h.n}
-}
-
 func mustCert(t *testing.T, c *Client) *x509.Certificate {
 	t.Helper()
 	cert, err := c.Certificate()
@@ -113,7 +92,11 @@ func TestFirstCertificateAndRenewal(t *testing.T) {
 		t.Fatalf("Ready before Run = %v", err)
 	}
 	var refused atomic.Int32
-	c.cfg.Log = slog.New(failureCounter{Handler: c.cfg.Log.Handler(), n: &refused})
+	c.cfg.Log = logwatch.New(c.cfg.Log.Handler(), func(r slog.Record) {
+		if r.Message == "certificate request failed" {
+			refused.Add(1)
+		}
+	})
 	identitytest.Run(t, c.Run)
 	identitytest.Eventually(t, 10*time.Second, "first certificate", c.Ready)
 	cert, err := c.Certificate()
