@@ -14,6 +14,7 @@ import (
 	listersv1 "k8s.io/client-go/listers/core/v1"
 
 	"github.com/plexus-mesh/plexus/daemonset/podlookup"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
 // agentLookups is the node agent's pod lookup service, run in the test:
@@ -63,7 +64,8 @@ func (e *env) serveAgentLookups(t testing.TB) *agentLookups {
 // waitFor waits until the informer holds every named pod.
 func (a *agentLookups) waitFor(t testing.TB, names []string) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	missing := 0
+	if !eventually.Holds(30*time.Second, func() bool {
 		pods, err := a.lister.List(labels.Everything())
 		if err != nil {
 			t.Fatal(err)
@@ -72,18 +74,15 @@ func (a *agentLookups) waitFor(t testing.TB, names []string) {
 		for _, p := range pods {
 			held[p.Name] = true
 		}
-		missing := 0
+		missing = 0
 		for _, n := range names {
 			if !held[n] {
 				missing++
 			}
 		}
-		if missing == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the agent's informer still lacks %d of %d pods", missing, len(names))
-		}
+		return missing == 0
+	}) {
+		t.Fatalf("the agent's informer still lacks %d of %d pods", missing, len(names))
 	}
 }
 

@@ -28,7 +28,7 @@ func expectArrival(t *testing.T, rec *recorder, token, wantListener string, want
 		if err = dialFn(); err == nil || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(100 * time.Millisecond) // e.g. IPv6 addresses still tentative
+		time.Sleep(100 * time.Millisecond) // Sleep: paces the retries (a dial may run bash) while e.g. IPv6 addresses are still tentative
 	}
 	if err != nil {
 		t.Fatalf("dial (%s): %v", token, err)

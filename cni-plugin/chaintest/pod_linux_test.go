@@ -138,6 +138,7 @@ type arrival struct {
 type recorder struct {
 	mu       sync.Mutex
 	arrivals []arrival
+	added    chan struct{} // closed at the next arrival; nil until someone waits
 	lns      []net.Listener
 	wg       sync.WaitGroup
 }
@@ -173,6 +174,10 @@ func (r *recorder) listen(t testing.TB, n ns.NetNS, network, addr, label string)
 			_ = c.Close()
 			r.mu.Lock()
 			r.arrivals = append(r.arrivals, a)
+			if r.added != nil {
+				close(r.added)
+				r.added = nil
+			}
 			r.mu.Unlock()
 		}
 	}()
@@ -181,8 +186,9 @@ func (r *recorder) listen(t testing.TB, n ns.NetNS, network, addr, label string)
 
 // find waits up to 3 s for the arrival carrying token.
 func (r *recorder) find(token string) (arrival, bool) {
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) {
+	deadline := time.NewTimer(3 * time.Second)
+	defer deadline.Stop()
+	for {
 		r.mu.Lock()
 		for _, a := range r.arrivals {
 			if a.token == token {
@@ -190,10 +196,17 @@ func (r *recorder) find(token string) (arrival, bool) {
 				return a, true
 			}
 		}
+		if r.added == nil {
+			r.added = make(chan struct{})
+		}
+		added := r.added
 		r.mu.Unlock()
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-added:
+		case <-deadline.C:
+			return arrival{}, false
+		}
 	}
-	return arrival{}, false
 }
 
 // originalDst reads SO_ORIGINAL_DST (IPv4) or IP6T_SO_ORIGINAL_DST (IPv6).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/cni-plugin/rules"
 	"github.com/plexus-mesh/plexus/mesh/podcontract"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
 func requireRootAnd(tb testing.TB, mode Mode) {
@@ -123,7 +125,9 @@ func TestPendingRestore(t *testing.T) {
 
 			cancelled := start()
 			fed := start()
-			time.Sleep(50 * time.Millisecond) // both are up and reading their input
+			eventually.Within(t, 5*time.Second, "both restores blocked reading their input", func() bool {
+				return readingInput(cancelled) && readingInput(fed)
+			})
 			if mode == Legacy {
 				requireLockFree(t)
 			}
@@ -143,6 +147,17 @@ func TestPendingRestore(t *testing.T) {
 			fed.Cancel() // no-op after Restore
 		})
 	}
+}
+
+// readingInput reports whether p's process is blocked reading its input:
+// its /proc/PID/syscall names read(2) on descriptor 0.
+func readingInput(p *Pending) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", p.cmd.Process.Pid))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b))
+	return len(f) >= 2 && f[0] == strconv.Itoa(syscall.SYS_READ) && f[1] == "0x0"
 }
 
 // requireLockFree fails if anyone holds the xtables lock.

@@ -23,6 +23,7 @@ import (
 	"github.com/plexus-mesh/plexus/control/destination/destinationtest"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
 // fromAddr is a listener whose connections come from addr.
@@ -61,11 +62,7 @@ func TestGRPCServerCallers(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	for deadline := time.Now().Add(30 * time.Second); srv.Ready() != nil; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("not ready within 30s")
-		}
-	}
+	eventually.Within(t, 30*time.Second, "the destination server ready", func() bool { return srv.Ready() == nil })
 	serve := func(from net.Addr) string {
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

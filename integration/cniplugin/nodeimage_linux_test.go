@@ -187,6 +187,9 @@ func reloadCNIConfig(t *testing.T, dirfd int, path string) {
 	if err := unix.Unlinkat(dirfd, name, 0); err != nil {
 		t.Errorf("poking the CNI conf dir: %v", err)
 	}
+	// Sleep: containerd reloads its CNI config asynchronously and tells no
+	// one when it is done; only its CRI status (crictl info) shows the
+	// loaded config, and this module has no CRI client.
 	time.Sleep(2 * time.Second)
 }
 

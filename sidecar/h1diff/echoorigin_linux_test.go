@@ -170,7 +170,7 @@ func echoResponse(method, target string, n int, close bool) string {
 // play writes the script's steps; false when a write failed.
 func (s script) play(c net.Conn) bool {
 	for _, st := range s.steps {
-		time.Sleep(st.pause) // the pacing under test, not a wait for a condition
+		time.Sleep(st.pause) // Sleep: the pacing under test (a slow origin), not a wait for a condition
 		if _, err := io.WriteString(c, st.data); err != nil {
 			return false
 		}

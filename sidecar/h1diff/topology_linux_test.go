@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 	"github.com/plexus-mesh/plexus/testsupport/netnstest"
 )
 
@@ -171,18 +172,19 @@ func (tp *topology) startInServer(t *testing.T, logs *syncBuffer, name string, a
 // waitListening waits until something accepts on port in the server
 // namespace.
 func (tp *topology) waitListening(port int) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := dialIn(tp.server, fmt.Sprintf("127.0.0.1:%d", port))
-		if err == nil {
+	var err error
+	eventually.Holds(10*time.Second, func() bool {
+		var c net.Conn
+		if c, err = dialIn(tp.server, fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
 			c.Close()
-			return nil
+			return true
 		}
-		if !errors.Is(err, syscall.ECONNREFUSED) || time.Now().After(deadline) {
-			return fmt.Errorf("nothing listens on %d in %s: %w", port, tp.server.Name, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return !errors.Is(err, syscall.ECONNREFUSED) // another error ends the wait
+	})
+	if err != nil {
+		return fmt.Errorf("nothing listens on %d in %s: %w", port, tp.server.Name, err)
 	}
+	return nil
 }
 
 type syncBuffer struct {

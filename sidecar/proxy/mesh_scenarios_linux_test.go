@@ -320,6 +320,9 @@ func TestMesh(t *testing.T) {
 		started := make(chan struct{})
 		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			close(started)
+			// Sleep: the slow in-flight request under test; it must outlast
+			// the SIGTERM and the start of the drain, and nothing reports
+			// when a drain that wrongly cuts it would have done so.
 			time.Sleep(time.Second)
 			io.WriteString(w, "finished after SIGTERM")
 		})}

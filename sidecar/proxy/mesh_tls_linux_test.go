@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +27,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 	"github.com/plexus-mesh/plexus/sidecar/config"
+	"github.com/plexus-mesh/plexus/sidecar/discovery"
 	"github.com/plexus-mesh/plexus/sidecar/httpproxy"
 	"github.com/plexus-mesh/plexus/testsupport/fakedestination"
 	"github.com/plexus-mesh/plexus/testsupport/netnstest"
@@ -99,10 +102,12 @@ func identityEnv(ca *testpki.CA, id spiffe.ID, extra ...string) []string {
 // sniffer records the TCP payloads crossing an interface in a namespace
 // (AF_PACKET), to prove what is on the wire.
 type sniffer struct {
-	fd   int
-	mu   sync.Mutex
-	segs map[[2]uint16][]byte // TCP payload by {source port, destination port}
-	done chan struct{}
+	fd     int
+	mu     sync.Mutex
+	segs   map[[2]uint16][]byte // TCP payload by {source port, destination port}
+	read   uint64               // frames taken off the socket and recorded
+	queued uint64               // frames the kernel queued to the socket, as drain last saw
+	done   chan struct{}
 }
 
 // sniff captures IPv4 TCP payloads on dev in ns.
@@ -143,6 +148,9 @@ func sniff(t *testing.T, ns *netnstest.NS, dev string) *sniffer {
 				continue
 			}
 			s.record(buf[:n])
+			s.mu.Lock()
+			s.read++
+			s.mu.Unlock()
 		}
 	}()
 	t.Cleanup(func() { close(stop); <-s.done; unix.Close(s.fd) })
@@ -179,6 +187,24 @@ func (s *sniffer) record(f []byte) {
 	defer s.mu.Unlock()
 	k := [2]uint16{sport, dport}
 	s.segs[k] = append(s.segs[k], payload...)
+}
+
+// drain waits until the capture has recorded every frame the kernel
+// queued to its socket so far: every segment that crossed the interface
+// before the call. PACKET_STATISTICS counts the frames queued (and
+// dropped) since it was last read.
+func (s *sniffer) drain(t *testing.T) {
+	t.Helper()
+	waitFor(t, "the capture to record every frame queued to it", func() bool {
+		st, err := unix.GetsockoptTpacketStats(s.fd, unix.SOL_PACKET, unix.PACKET_STATISTICS)
+		if err != nil {
+			t.Fatalf("PACKET_STATISTICS: %v", err)
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.queued += uint64(st.Packets - st.Drops)
+		return s.read >= s.queued
+	})
 }
 
 // wire returns the captured one-way streams to or from port.
@@ -283,7 +309,7 @@ func TestMeshMTLS(t *testing.T) {
 		if peer := rec.last(); peer != inboundSource {
 			t.Errorf("app saw peer %s, want the server proxy's inbound source %s", peer, inboundSource)
 		}
-		time.Sleep(100 * time.Millisecond) // let the capture drain
+		wire.drain(t)
 		onlyTLS(t, "veth traffic on 8080", wire.wire(8080), "secret-request-path", "secret-response-body", "HTTP/1.1")
 		out := map[string]string{"direction": "outbound", "target_addr": tgt, "tls": "true", "server_id": serverPodID.String(), "client_id": ""}
 		in := map[string]string{"direction": "inbound", "target_addr": tgt, "tls": "true", "client_id": clientPodID.String(), "server_id": ""}
@@ -322,7 +348,7 @@ func TestMeshMTLS(t *testing.T) {
 				t.Fatalf("health = %v, %v", res, err)
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
+		wire.drain(t)
 		onlyTLS(t, "veth traffic on 9090", wire.wire(9090), "grpc.health")
 		waitFor(t, "gRPC responses counted with identities", func() bool {
 			return sumSamples(m.client.scrape(t), "response_total", map[string]string{"target_addr": tgt, "grpc_status": "0", "tls": "true", "server_id": serverPodID.String()}) == 2 &&
@@ -394,7 +420,7 @@ func TestMeshMTLS(t *testing.T) {
 		if string(rest) != "got PING" {
 			t.Fatalf("reply %q", rest)
 		}
-		time.Sleep(100 * time.Millisecond)
+		wire.drain(t)
 		onlyTLS(t, "veth traffic on 5432", wire.wire(5432), "secret-greeting", "PING")
 		if got := sumSamples(m.server.scrape(t), "tcp_open_total", map[string]string{"direction": "inbound", "target_addr": tgt, "peer": "src", "tls": "true", "client_id": clientPodID.String()}); got != 1 {
 			t.Errorf("server proxy tcp_open_total{src, tls, client_id} = %v", got)
@@ -468,7 +494,9 @@ func TestMeshMTLS(t *testing.T) {
 			}
 		}
 		dest.Push(svc, fakedestination.Remove(fakedestination.Endpoint(ips[1]+":8090", spiffe.ID{})))
-		time.Sleep(200 * time.Millisecond)
+		waitFor(t, "the client proxy's balancer to drop "+ips[1], func() bool {
+			return slices.Equal(m.client.endpointAddrs(t, svc), []string{ips[0] + ":8090", ips[2] + ":8090"})
+		})
 		before := snapshot()
 		for range 12 {
 			get()
@@ -609,6 +637,29 @@ func TestMeshPlaintextClient(t *testing.T) {
 }
 
 // adminBody GETs an admin path and returns status and body.
+// endpointAddrs are the addresses in the proxy's balancer for dst, from
+// its /endpoints.
+func (p *pod) endpointAddrs(t *testing.T, dst string) []string {
+	t.Helper()
+	code, body, err := p.adminBody("/endpoints")
+	if err != nil || code != 200 {
+		t.Fatalf("/endpoints: %d %v", code, err)
+	}
+	var sets []discovery.EndpointSet
+	if err := json.Unmarshal([]byte(body), &sets); err != nil {
+		t.Fatalf("/endpoints: %v", err)
+	}
+	var addrs []string
+	for _, set := range sets {
+		if set.Destination == dst {
+			for _, ep := range set.Endpoints {
+				addrs = append(addrs, ep.Addr)
+			}
+		}
+	}
+	return addrs
+}
+
 func (p *pod) adminBody(path string) (int, string, error) {
 	return p.getBody("127.0.0.1:4191" + path)
 }

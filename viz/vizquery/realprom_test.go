@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
 // prometheusBinary finds a Prometheus server to test the queries on:
@@ -89,14 +92,20 @@ scrape_configs:
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for scrapes.Load() < 6 {
-		if time.Now().After(deadline) {
-			t.Fatalf("prometheus scraped the fake proxy %d times in 30s", scrapes.Load())
-		}
-		time.Sleep(200 * time.Millisecond)
+	if !eventually.Holds(30*time.Second, func() bool { return scrapes.Load() >= 6 }) {
+		t.Fatalf("prometheus scraped the fake proxy %d times in 30s", scrapes.Load())
 	}
-	time.Sleep(1500 * time.Millisecond) // the last scrape is stored
+	// The sixth scrape is stored: scrape n says 10n plaintext successes.
+	var stored float64
+	if !eventually.Holds(10*time.Second, func() bool {
+		v, _, _, err := c.api.Query(ctx, `max(response_total{tls="false"})`, time.Now())
+		if vec, ok := v.(model.Vector); err == nil && ok && len(vec) == 1 {
+			stored = float64(vec[0].Value)
+		}
+		return stored >= 60
+	}) {
+		t.Fatalf("prometheus holds %g plaintext successes 10s after the sixth scrape, want at least 60", stored)
+	}
 
 	h, err := c.Health(ctx)
 	if err != nil || h.ProxyTargets != 1 || h.ProxyTargetsUp != 1 {

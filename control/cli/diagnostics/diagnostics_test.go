@@ -29,6 +29,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 	"github.com/plexus-mesh/plexus/control/destination/destinationtest"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -359,12 +360,13 @@ func TestEndpoints(t *testing.T) {
 // many are open.
 func openStreams(t *testing.T, dst *destinationtest.Server) float64 {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	var open float64
+	eventually.Holds(5*time.Second, func() bool {
 		families, err := dst.Registry.Gather()
 		if err != nil {
 			t.Fatal(err)
 		}
-		open := 0.0
+		open = 0
 		for _, f := range families {
 			if f.GetName() == "plexus_destination_streams" {
 				for _, m := range f.Metric {
@@ -372,10 +374,9 @@ func openStreams(t *testing.T, dst *destinationtest.Server) float64 {
 				}
 			}
 		}
-		if open == 0 || time.Now().After(deadline) {
-			return open
-		}
-	}
+		return open == 0
+	})
+	return open
 }
 
 // TestEndpointsAnswers: what destination says of a service it does not

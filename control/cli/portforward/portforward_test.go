@@ -86,6 +86,8 @@ func TestDialConn(t *testing.T) {
 	// A deadline set and cleared before it passes does nothing.
 	_ = c.SetDeadline(time.Now().Add(20 * time.Millisecond))
 	_ = c.SetDeadline(time.Time{})
+	// Sleep: past the cleared deadline, to show its timer does not fire;
+	// a timer that does not fire sends no event to wait for.
 	time.Sleep(40 * time.Millisecond)
 	if _, err := c.Write([]byte("again\n")); err != nil {
 		t.Fatalf("write after a cleared deadline: %v", err)

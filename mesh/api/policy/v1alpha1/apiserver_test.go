@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/plexus-mesh/plexus/testsupport/apiservertest"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
 var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
@@ -50,18 +51,16 @@ func policyAPI(t *testing.T) *rest.Config {
 	if t.Failed() {
 		t.FailNow()
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // for all the kinds together
 	for kind, k := range kinds {
-		for {
+		var err error
+		served := eventually.Holds(time.Until(deadline), func() bool {
 			// Listing fails until the kind is served.
-			_, err := dyn.Resource(k.resource).Namespace(testNamespace).List(ctx, metav1.ListOptions{})
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s not served after 30s: %v", kind, err)
-			}
-			time.Sleep(100 * time.Millisecond)
+			_, err = dyn.Resource(k.resource).Namespace(testNamespace).List(ctx, metav1.ListOptions{})
+			return err == nil
+		})
+		if !served {
+			t.Fatalf("%s not served after 30s: %v", kind, err)
 		}
 	}
 	return cfg
