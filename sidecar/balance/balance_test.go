@@ -381,30 +381,41 @@ func TestConfigValidate(t *testing.T) {
 // A newcomer to a set of fast endpoints takes its share at once: with the
 // default RTT it would win no pair against 1 ms endpoints for half a
 // minute (the scale-up that took no traffic in the cluster test).
-func TestJoinRTTGivesNewcomerItsShare(t *testing.T) {
+// warmEndpoint returns an endpoint warmed by 50 answers of 1 ms, one every
+// 50 ms, and the time after them.
+func warmEndpoint() (*Endpoint, int64) {
 	now := int64(0)
-	old := NewEndpoint(Config{}, 0, now)
-	for range 50 { // warm it: 1 ms answers every 50 ms
-		h := old.Start(now)
+	e := NewEndpoint(Config{}, 0, now)
+	for range 50 {
+		h := e.Start(now)
 		now += int64(time.Millisecond)
 		h.Observe(now)
 		h.Done()
 		now += int64(49 * time.Millisecond)
 	}
+	return e, now
+}
+
+// pairsWon is how many of 1,000 picks between old and newcomer at now the
+// newcomer wins.
+func pairsWon(old, newcomer *Endpoint, now int64) int {
+	n := 0
+	for i := range 1000 {
+		if PickP2C([]*Endpoint{old, newcomer}, now, uint64(i)*0x9e3779b97f4a7c15) == newcomer {
+			n++
+		}
+	}
+	return n
+}
+
+func TestJoinRTTGivesNewcomerItsShare(t *testing.T) {
+	old, now := warmEndpoint()
 	cold := NewEndpoint(Config{}, 0, now)
 	joined := NewEndpoint(Config{DefaultRTT: JoinRTT([]*Endpoint{old}, now)}, 0, now)
 	if got := JoinRTT(nil, now); got != DefaultRTT {
 		t.Errorf("JoinRTT of an empty set = %s, want the default %s", got, DefaultRTT)
 	}
-	share := func(newcomer *Endpoint) int {
-		n := 0
-		for i := range 1000 {
-			if PickP2C([]*Endpoint{old, newcomer}, now, uint64(i)*0x9e3779b97f4a7c15) == newcomer {
-				n++
-			}
-		}
-		return n
-	}
+	share := func(newcomer *Endpoint) int { return pairsWon(old, newcomer, now) }
 	if n := share(cold); n != 0 {
 		t.Errorf("control: an endpoint at the default RTT won %d of 1000 pairs against a 1 ms one; want 0", n)
 	}
@@ -419,15 +430,7 @@ func TestJoinRTTGivesNewcomerItsShare(t *testing.T) {
 // wins no pair against a warm 1 ms endpoint for seconds; counted from
 // Connected, it keeps its share.
 func TestConnectedLeavesHandshakeOut(t *testing.T) {
-	now := int64(0)
-	old := NewEndpoint(Config{}, 0, now)
-	for range 50 { // warm it: 1 ms answers every 50 ms
-		h := old.Start(now)
-		now += int64(time.Millisecond)
-		h.Observe(now)
-		h.Done()
-		now += int64(49 * time.Millisecond)
-	}
+	old, now := warmEndpoint()
 	first := func(connected bool) *Endpoint {
 		e := NewEndpoint(Config{DefaultRTT: JoinRTT([]*Endpoint{old}, now)}, 0, now)
 		h := e.Start(now)
@@ -440,15 +443,7 @@ func TestConnectedLeavesHandshakeOut(t *testing.T) {
 		return e
 	}
 	at := now + int64(2*time.Second) // two seconds on
-	share := func(newcomer *Endpoint) int {
-		n := 0
-		for i := range 1000 {
-			if PickP2C([]*Endpoint{old, newcomer}, at, uint64(i)*0x9e3779b97f4a7c15) == newcomer {
-				n++
-			}
-		}
-		return n
-	}
+	share := func(newcomer *Endpoint) int { return pairsWon(old, newcomer, at) }
 	if est := first(false).Estimate(at); est < 50*time.Millisecond {
 		t.Errorf("control: counted from Start the first sample left an estimate of %s; want the 101 ms peak, decayed a little", est)
 	}
