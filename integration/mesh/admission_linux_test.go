@@ -11,6 +11,7 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -84,6 +85,15 @@ func reservedNamespaces(t *testing.T, c *clustertest.Cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The API server's RBAC authorizer learns of the binding from its
+	// watch: until then the refusal would be RBAC's, not the reservation's
+	// (a CI run).
+	clustertest.WaitFor(t, 30*time.Second, "RBAC to let the tenant create namespaces", func(ctx context.Context) (bool, error) {
+		r, err := tenant.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "create", Resource: "namespaces"}},
+		}, metav1.CreateOptions{})
+		return err == nil && r.Status.Allowed, err
+	})
 	_, err = tenant.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "plexus-viz"}}, metav1.CreateOptions{})
 	if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "reserved for a Plexus extension") {
 		t.Errorf("a tenant creating plexus-viz: %v; want refused as reserved", err)
