@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -574,6 +575,15 @@ func vizTapRBAC(t *testing.T, c *clustertest.Cluster) {
 	}
 	bind("reader", "reader", "Role", "pod-reader")
 	bind("tapper", "tapper", "ClusterRole", "plexus-viz-tap")
+	// The API server's RBAC authorizer learns of a binding from its
+	// watch: wait until it lets the tapper tap, or a refusal below could
+	// be that delay's.
+	clustertest.WaitFor(t, 30*time.Second, "RBAC to let tapper tap deployments in "+demoNamespace, func(ctx context.Context) (bool, error) {
+		r, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: "tapper", ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: demoNamespace, Verb: tapapi.Verb,
+				Group: tapapi.Group, Resource: "deployments", Subresource: tapapi.Subresource}}}, metav1.CreateOptions{})
+		return err == nil && r.Status.Allowed, err
+	})
 
 	_, err := tapEvents(t, as("reader"), "deployments", "web", tapapi.Request{}, 1)
 	if !tapclient.IsForbidden(err) {
