@@ -479,31 +479,14 @@ func setDelay(t *testing.T, p corev1.Pod, ms int) {
 func (b *balanceTest) estimates(replicas []corev1.Pod) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	out, err := b.meshed.kubectlIn(ctx, "", "-n", b.ns, "exec", b.meshed.client, "-c", "app", "--",
-		"/testapp", "get", "http://127.0.0.1:4191/endpoints")
+	ewmas, err := proxyEWMAs(ctx, b.c, b.ns, b.meshed.client)
 	if err != nil {
 		return "unknown (" + err.Error() + ")"
 	}
-	_, body, _ := strings.Cut(out, "\n") // after "resolved 127.0.0.1 to 127.0.0.1"
-	var sets []struct {
-		Endpoints []struct {
-			Addr string
-			EWMA float64 `json:"ewmaMillis"`
-		}
-	}
-	if err := json.Unmarshal([]byte(body), &sets); err != nil {
-		return fmt.Sprintf("unknown (%v: %.200s)", err, body)
-	}
-	names := map[string]string{}
-	for _, p := range replicas {
-		names[net.JoinHostPort(p.Status.PodIP, "8080")] = p.Name
-	}
 	var parts []string
-	for _, set := range sets {
-		for _, ep := range set.Endpoints {
-			if name, ok := names[ep.Addr]; ok {
-				parts = append(parts, fmt.Sprintf("%s %.1f ms", name, ep.EWMA))
-			}
+	for _, p := range replicas {
+		if ewma, ok := ewmas["turn"][net.JoinHostPort(p.Status.PodIP, "8080")]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.1f ms", p.Name, ewma))
 		}
 	}
 	if len(parts) == 0 {

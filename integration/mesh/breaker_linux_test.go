@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -126,7 +127,40 @@ func deployBreaker(t *testing.T, c *clustertest.Cluster) *breakerTest {
 	for _, p := range b.backends {
 		receivedAt(t, p, "/warm-up") // the test reaches the pod
 	}
+	b.settled(t)
 	return b
+}
+
+// settled waits until the client's proxy estimates the three replicas
+// alike through both Services. A slow first answer in the warm-up (a
+// replica's proxy fetching its policy, on a busy node) is a peak that
+// keeps that replica out of most picks for seconds (peak EWMA decays with
+// τ = 10s); the control below, which wants each replica near a third of
+// the requests, would then measure the warm-up (a CI run: 17 %).
+func (b *breakerTest) settled(t *testing.T) {
+	t.Helper()
+	var last map[string]map[string]float64
+	clustertest.WaitFor(t, time.Minute, "the client's estimates of the replicas to settle", func(ctx context.Context) (bool, error) {
+		ewmas, err := proxyEWMAs(ctx, b.c, b.ns, b.client)
+		if err != nil {
+			return false, err
+		}
+		last = ewmas
+		for _, svc := range []string{"accrual", "plain"} {
+			if len(ewmas[svc]) != 3 {
+				return false, nil
+			}
+			lo, hi := math.Inf(1), 0.0
+			for _, ms := range ewmas[svc] {
+				lo, hi = min(lo, ms), max(hi, ms)
+			}
+			if hi > 2*lo+1 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	t.Logf("the client's estimates (ms) once settled: %v", last)
 }
 
 // selectorless creates Service name, port 80 named http, without a

@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -194,4 +195,37 @@ func proxyEndpoints(t *testing.T, c *clustertest.Cluster, ns, pod string) string
 		return "unknown (" + err.Error() + ")"
 	}
 	return strings.TrimSpace(out)
+}
+
+// proxyEWMAs reads the peak-EWMA estimates (ms) a pod's proxy holds, by
+// the Service of each endpoint set, then by endpoint address, from its
+// admin /endpoints (loopback only, so asked from the pod's app container).
+func proxyEWMAs(ctx context.Context, c *clustertest.Cluster, ns, pod string) (map[string]map[string]float64, error) {
+	out, err := kubectlOutput(ctx, c, "", "-n", ns, "exec", pod, "-c", "app", "--",
+		"/testapp", "get", "http://127.0.0.1:4191/endpoints")
+	if err != nil {
+		return nil, err
+	}
+	_, body, _ := strings.Cut(out, "\n") // after "resolved 127.0.0.1 to 127.0.0.1"
+	var sets []struct {
+		Labels    map[string]string
+		Endpoints []struct {
+			Addr string
+			EWMA float64 `json:"ewmaMillis"`
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &sets); err != nil {
+		return nil, fmt.Errorf("%v: %.200s", err, body)
+	}
+	ewmas := map[string]map[string]float64{}
+	for _, set := range sets {
+		svc := set.Labels["service"]
+		if ewmas[svc] == nil {
+			ewmas[svc] = map[string]float64{}
+		}
+		for _, ep := range set.Endpoints {
+			ewmas[svc][ep.Addr] = ep.EWMA
+		}
+	}
+	return ewmas, nil
 }
