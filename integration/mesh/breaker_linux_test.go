@@ -256,10 +256,18 @@ func (b *breakerTest) circuitBreaking(t *testing.T) {
 	if d, limit := rejoined.Sub(fixed), scaled(accrualMaxPenalty, 1+accrualJitter/2)+probeSlack; d > limit {
 		t.Errorf("the fixed replica answered its first request %v after the fix, want within %v", d.Round(time.Millisecond), limit)
 	}
+	// Back in means picked like its peers, not probed: a probe is one
+	// request a penalty (at most 2 in the ~5 s left), in is a share
+	// (above 5 %). A third is not what to expect over 5 s: peak EWMA
+	// keeps an endpoint whose one answer was slow (a CPU stall on the
+	// shared node) out of most pairs for τ·ln(peak/peers) — 6 s for
+	// 50 ms against 28 ms — and CI runs measured 14 % and 67 %.
 	after := rejoined.Add(time.Second)
 	sentAfter, servedAfter := countSent(res.Timeline, after, time.Now()), countReceived(got, after, time.Now())
-	if sentAfter < 100 || servedAfter*100 < 15*sentAfter {
-		t.Errorf("from 1s after it rejoined the fixed replica served %d of %d requests, want over 15%% of at least 100", servedAfter, sentAfter)
+	if sentAfter < 100 || servedAfter*100 < 5*sentAfter {
+		ewmas, err := proxyEWMAs(clustertest.Context(t, 10*time.Second), b.c, b.ns, b.client)
+		t.Errorf("from 1s after it rejoined the fixed replica served %d of %d requests, want over 5%% of at least 100 (a probe a penalty would be 1 or 2); the client's estimates (ms) now: %v %v",
+			servedAfter, sentAfter, ewmas["accrual"], err)
 	}
 	t.Logf("without failure accrual the failing replica answered %d of %d; with it: %d of %d after the first second (%d at first), probes after %v; fixed, it answered %v later and then served %d of %d",
 		plain.Statuses["500"], plain.Requests, reached, sent, len(runs[0]), gaps, rejoined.Sub(fixed).Round(time.Millisecond), servedAfter, sentAfter)
