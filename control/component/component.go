@@ -1,7 +1,10 @@
-// Package component is what every plexus-control subcommand shares: flags
-// parsed strictly (no stray arguments, every invalid setting reported), a
-// JSON logger, and a Prometheus registry with the Go and process
-// collectors. Each subcommand's own package keeps its flags and wiring.
+// Package component runs a plexus-control subcommand: the flags every
+// component takes (admin address, kubeconfig, log level), parsed strictly
+// (no stray arguments, every invalid setting reported); what it starts
+// with (a JSON logger, an API client, a Prometheus registry with the Go
+// and process collectors); its admin endpoint; and its parts (servers,
+// watch loops) run together and stopped together. Each subcommand's own
+// package keeps its own flags and wiring.
 package component
 
 import (
@@ -9,10 +12,70 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/plexus-mesh/plexus/control/kubeclient"
 )
+
+// Flags are the settings every component takes.
+type Flags struct {
+	AdminAddr  string // /metrics, /ready and /live; empty: none
+	Kubeconfig string // empty: in-cluster configuration
+	LogLevel   slog.Level
+}
+
+// Register adds --admin-addr (default adminAddr), --kubeconfig and
+// --log-level to fs.
+func (f *Flags) Register(fs *flag.FlagSet, adminAddr string) {
+	fs.StringVar(&f.AdminAddr, "admin-addr", adminAddr, "listen address of /metrics, /ready and /live; empty: none")
+	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
+	fs.TextVar(&f.LogLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
+}
+
+// Validate reports a malformed admin address.
+func (f Flags) Validate() error {
+	return CheckAddr("--admin-addr", f.AdminAddr, true)
+}
+
+// CheckAddr reports a listen address that is not host:port, naming its
+// flag; empty is allowed when optional.
+func CheckAddr(flag, addr string, optional bool) error {
+	if addr == "" && optional {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("%s %q: %w", flag, addr, err)
+	}
+	return nil
+}
+
+// Env is what a component starts with.
+type Env struct {
+	Log      *slog.Logger
+	Rest     *rest.Config // the API server, as the component's user agent
+	Kube     kubernetes.Interface
+	Registry *prometheus.Registry // with the Go and process collectors
+}
+
+// Start builds the Env: a JSON logger writing to w at f's level, a client
+// of the API server that f's kubeconfig (or the pod's service account)
+// names, as userAgent, and a registry.
+func (f Flags) Start(w io.Writer, userAgent string) (Env, error) {
+	rc, err := kubeclient.Config(f.Kubeconfig, userAgent)
+	if err != nil {
+		return Env{}, err
+	}
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return Env{}, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return Env{Log: Logger(w, f.LogLevel), Rest: rc, Kube: kube, Registry: Registry()}, nil
+}
 
 // ParseFlags parses args into fs, refuses positional arguments, then runs
 // validate (nil: none) and wraps what it reports as an invalid

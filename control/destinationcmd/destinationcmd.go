@@ -10,9 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
-	"net/http"
 	"net/netip"
 	"strings"
 	"time"
@@ -22,21 +19,19 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	gateway "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
-	"github.com/plexus-mesh/plexus/control/adminhttp"
 	"github.com/plexus-mesh/plexus/control/component"
 	"github.com/plexus-mesh/plexus/control/destination"
-	"github.com/plexus-mesh/plexus/control/kubeclient"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
 )
 
 // Config is the subcommand's configuration.
 type Config struct {
+	component.Flags
 	Addr        string // gRPC listen address
-	AdminAddr   string // admin HTTP listen address
-	Kubeconfig  string // empty: in-cluster configuration
 	Destination destination.Config
 	// Identity, when Identity.Addr is set, is where the server gets its
 	// own certificate; without it the API is served in plaintext.
@@ -45,19 +40,7 @@ type Config struct {
 
 // Validate reports every problem with c.
 func (c Config) Validate() error {
-	var errs []error
-	for name, addr := range map[string]string{"--addr": c.Addr, "--admin-addr": c.AdminAddr} {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			errs = append(errs, fmt.Errorf("%s %q: %w", name, addr, err))
-		}
-	}
-	if err := c.Destination.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := c.Identity.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return errors.Join(component.CheckAddr("--addr", c.Addr, false), c.Flags.Validate(), c.Destination.Validate(), c.Identity.Validate())
 }
 
 // Options are hooks for the caller (the plexus-control main).
@@ -85,8 +68,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("destination", flag.ContinueOnError)
 	fs.SetOutput(output)
 	fs.StringVar(&cfg.Addr, "addr", ":8086", "gRPC listen address of the Destination API")
-	fs.StringVar(&cfg.AdminAddr, "admin-addr", ":9996", "admin listen address (/metrics, /ready, /live)")
-	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
+	cfg.Flags.Register(fs, ":9996")
 	fs.StringVar(&cfg.Destination.ClusterDomain, "cluster-domain", cfg.Destination.ClusterDomain, "cluster DNS domain of service names")
 	fs.StringVar(&cfg.Destination.TrustDomain, "trust-domain", cfg.Destination.TrustDomain, "trust domain of endpoint identities")
 	fs.IntVar(&cfg.Destination.QueueSize, "queue-size", cfg.Destination.QueueSize, "updates queued per stream before it is ended as too slow")
@@ -118,12 +100,11 @@ func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) err
 	if err != nil {
 		return err
 	}
-	log := component.Logger(stdout, slog.LevelInfo).With("component", "destination")
-
-	client, err := kubeclient.New(cfg.Kubeconfig, "plexus-destination")
+	env, err := cfg.Start(stdout, "plexus-destination")
 	if err != nil {
 		return err
 	}
+	log := env.Log.With("component", "destination")
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if cfg.Identity.Addr != "" && opts.ServerTLS == nil {
@@ -142,12 +123,11 @@ func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) err
 		cfg.Destination.RequireCallerIdentity = false
 		log.Warn("no TLS: destination cannot check callers' identities; it answers anyone (GetInboundPolicy too), bounding streams per address")
 	}
-	reg := component.Registry()
-	srv, err := destination.New(cfg.Destination, client, reg, log)
+	srv, err := destination.New(cfg.Destination, env.Kube, env.Registry, log)
 	if err != nil {
 		return err
 	}
-	if err := watchRoutes(srv, cfg.Kubeconfig); err != nil {
+	if err := watchRoutes(srv, env.Rest); err != nil {
 		return err
 	}
 
@@ -159,52 +139,19 @@ func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) err
 	} else {
 		log.Warn("no TLS configured: serving the Destination API in PLAINTEXT", "addr", cfg.Addr)
 	}
-	gs := grpcServer(srv, tlsCfg)
-
-	lis, err := net.Listen("tcp", cfg.Addr)
+	lns, err := component.Listen(cfg.Addr, cfg.AdminAddr)
 	if err != nil {
-		return fmt.Errorf("listening on %s: %w", cfg.Addr, err)
+		return err
 	}
-	adminLis, err := net.Listen("tcp", cfg.AdminAddr)
-	if err != nil {
-		lis.Close()
-		return fmt.Errorf("listening on %s: %w", cfg.AdminAddr, err)
-	}
-	admin := &http.Server{Handler: adminhttp.Handler(reg, srv.Ready, opts.Ready), ReadHeaderTimeout: 10 * time.Second}
-
-	errc := make(chan error, 3)
-	go func() { errc <- srv.Run(ctx) }()
-	go func() { errc <- gs.Serve(lis) }()
-	go func() { errc <- admin.Serve(adminLis) }()
-	log.Info("serving", "addr", lis.Addr().String(), "admin_addr", adminLis.Addr().String(),
+	log.Info("serving", "addr", lns[0].Addr().String(), "admin_addr", component.Addr(lns[1]),
 		"cluster_domain", cfg.Destination.ClusterDomain, "trust_domain", cfg.Destination.TrustDomain,
 		"default_inbound_policy", cfg.Destination.DefaultInboundPolicy, "cluster_networks", prefixList(cfg.Destination.ClusterNetworks),
 		"verify_inbound_caller", cfg.Destination.VerifyInboundCaller, "require_caller_identity", cfg.Destination.RequireCallerIdentity,
 		"max_streams_per_identity", cfg.Destination.MaxStreamsPerIdentity, "max_loopback_streams", cfg.Destination.MaxLoopbackStreams)
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		if ctx.Err() == nil {
-			runErr = fmt.Errorf("destination stopped: %w", err)
-			if err == nil {
-				runErr = errors.New("destination stopped unexpectedly")
-			}
-		}
-	}
-	cancel()
-	stopped := make(chan struct{})
-	go func() { gs.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(5 * time.Second):
-		gs.Stop()
-	}
-	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
-	defer done()
-	_ = admin.Shutdown(shutdownCtx)
-	return runErr
+	return component.Run(ctx,
+		component.Part{Name: "destination", Run: srv.Run},
+		component.GRPC("destination server", lns[0], grpcServer(srv, tlsCfg)),
+		component.Admin(lns[1], env.Registry, srv.Ready, opts.Ready))
 }
 
 // grpcServer is the Destination API's gRPC server: over tlsCfg (nil:
@@ -227,11 +174,7 @@ func grpcServer(srv *destination.Server, tlsCfg *tls.Config) *grpc.Server {
 // watchRoutes connects the server's route side (Gateway API routes,
 // ServiceProfiles) and its inbound side (policy.plexus.dev), with
 // discovery to tell which of their CRDs exist.
-func watchRoutes(srv *destination.Server, kubeconfig string) error {
-	rc, err := kubeclient.Config(kubeconfig, "plexus-destination")
-	if err != nil {
-		return err
-	}
+func watchRoutes(srv *destination.Server, rc *rest.Config) error {
 	gw, err := gateway.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("gateway API client: %w", err)

@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"time"
@@ -18,43 +17,28 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/component"
 	"github.com/plexus-mesh/plexus/control/inject"
-	"github.com/plexus-mesh/plexus/control/kubeclient"
-	"github.com/plexus-mesh/plexus/control/webhookcert"
 	"github.com/plexus-mesh/plexus/control/webhookserver"
 )
 
 // Options are the injector's flags.
 type Options struct {
-	Addr, AdminAddr, Kubeconfig   string
-	Namespace, Service, TLSSecret string
-	WebhookConfig                 string
-	TrustAnchorsFile              string
-	LogLevel                      slog.Level
-	Inject                        inject.Config
+	webhookserver.Flags
+	TrustAnchorsFile string
+	Inject           inject.Config
 }
 
 func parse(args []string, stderr io.Writer) (Options, error) {
 	o := Options{Inject: inject.Config{Resources: inject.DefaultResources()}}
 	fs := flag.NewFlagSet("injector", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.Addr, "addr", ":8443", "HTTPS address of the webhook")
-	fs.StringVar(&o.AdminAddr, "admin-addr", ":9995", "address of /metrics, /ready and /live")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig (in-cluster config when empty)")
-	fs.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "the control plane's namespace")
-	fs.StringVar(&o.Service, "service", "plexus-injector", "the webhook's Service")
-	fs.StringVar(&o.TLSSecret, "tls-secret", "plexus-injector-tls", "Secret holding the webhook's CA and serving certificate")
-	fs.StringVar(&o.WebhookConfig, "webhook-config", "plexus-injector", "MutatingWebhookConfiguration whose caBundle is kept")
+	o.Flags.Register(fs, "plexus-injector", ":9995")
 	fs.StringVar(&o.TrustAnchorsFile, "trust-anchors-file", "", "PEM file of the identity trust anchors given to proxies")
 	fs.StringVar(&o.Inject.ProxyImage, "proxy-image", "plexus.dev/plexus-proxy:dev", "image of the injected proxy")
 	fs.StringVar(&o.Inject.ProxyVersion, "proxy-version", "dev", "version recorded on injected pods")
 	fs.StringVar(&o.Inject.TrustDomain, "trust-domain", "cluster.local", "identity trust domain")
 	fs.StringVar(&o.Inject.ClusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain")
-	fs.TextVar(&o.LogLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
-	if err := component.ParseFlags(fs, args, nil); err != nil {
+	if err := component.ParseFlags(fs, args, func() error { return o.Flags.Validate() }); err != nil {
 		return o, err
-	}
-	if o.Namespace == "" {
-		return o, errors.New("--namespace (or POD_NAMESPACE) is required")
 	}
 	if o.TrustAnchorsFile == "" {
 		return o, errors.New("--trust-anchors-file is required")
@@ -77,13 +61,11 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := component.Logger(stderr, o.LogLevel)
-	client, err := kubeclient.New(o.Kubeconfig, "plexus-injector")
+	env, err := o.Start(stderr, "plexus-injector")
 	if err != nil {
 		return err
 	}
-	reg := component.Registry()
-	factory := informers.NewSharedInformerFactory(client, 10*time.Minute)
+	factory := informers.NewSharedInformerFactory(env.Kube, 10*time.Minute)
 	nsLister := factory.Core().V1().Namespaces().Lister()
 	factory.Core().V1().Namespaces().Informer()
 	factory.Start(ctx.Done())
@@ -92,13 +74,13 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		Namespace: func(name string) (*corev1.Namespace, error) {
 			return nsLister.Get(name)
 		},
-		Metrics: inject.NewMetrics(reg),
-		Log:     log,
+		Metrics: inject.NewMetrics(env.Registry),
+		Log:     env.Log,
 	}
-	log.Info("injector starting", "addr", o.Addr, "proxyImage", o.Inject.ProxyImage)
+	env.Log.Info("injector starting", "addr", o.Addr, "proxyImage", o.Inject.ProxyImage)
 	return webhookserver.Run(ctx, webhookserver.Config{
-		Addr: o.Addr, AdminAddr: o.AdminAddr, Routes: map[string]http.Handler{"/inject": hook}, Registry: reg,
-		Cert: webhookcert.Config{Namespace: o.Namespace, Service: o.Service, Secret: o.TLSSecret, WebhookConfig: o.WebhookConfig},
+		Addr: o.Addr, AdminAddr: o.AdminAddr, Routes: map[string]http.Handler{"/inject": hook}, Registry: env.Registry,
+		Cert: o.Cert(false),
 		// The namespace cache before serving.
 		Start: func(ctx context.Context) error {
 			for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
@@ -108,6 +90,6 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 			}
 			return nil
 		},
-		Log: log,
-	}, client)
+		Log: env.Log,
+	}, env.Kube)
 }

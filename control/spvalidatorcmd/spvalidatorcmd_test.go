@@ -4,6 +4,9 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/plexus-mesh/plexus/control/component"
+	"github.com/plexus-mesh/plexus/control/webhookserver"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -11,16 +14,16 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{Addr: ":8443", AdminAddr: ":9997", Namespace: "plexus-system", Service: "plexus-sp-validator",
-		TLSSecret: "plexus-sp-validator-tls", WebhookConfig: "plexus-sp-validator", ClusterDomain: "cluster.local"}
+	want := Config{Flags: webhookserver.Flags{Flags: component.Flags{AdminAddr: ":9997"}, Addr: ":8443", Namespace: "plexus-system", Service: "plexus-sp-validator",
+		TLSSecret: "plexus-sp-validator-tls", WebhookConfig: "plexus-sp-validator"}, ClusterDomain: "cluster.local"}
 	if c != want {
 		t.Errorf("defaults %+v, want %+v", c, want)
 	}
 }
 
 func TestValidateReportsEveryProblem(t *testing.T) {
-	c := Config{Addr: "8443", AdminAddr: ":9997", Namespace: "", Service: "plexus-sp-validator",
-		TLSSecret: "Bad_Secret", WebhookConfig: "plexus-sp-validator", ClusterDomain: "cluster.local."}
+	c := Config{Flags: webhookserver.Flags{Flags: component.Flags{AdminAddr: ":9997"}, Addr: "8443", Namespace: "", Service: "plexus-sp-validator",
+		TLSSecret: "Bad_Secret", WebhookConfig: "plexus-sp-validator"}, ClusterDomain: "cluster.local."}
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("accepted")

@@ -28,6 +28,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/plexus-mesh/plexus/control/component"
 )
 
 // Config names the objects and lifetimes.
@@ -86,18 +88,11 @@ func (k *Keeper) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) 
 // Run re-checks every interval until ctx ends, logging failures (the
 // current certificate keeps serving).
 func (k *Keeper) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := k.Ensure(ctx); err != nil {
-				k.cfg.Log.Error("renewing the webhook certificate", "err", err)
-			}
+	component.Every(ctx, interval, func(ctx context.Context) {
+		if err := k.Ensure(ctx); err != nil {
+			k.cfg.Log.Error("renewing the webhook certificate", "err", err)
 		}
-	}
+	})
 }
 
 // Ensure makes sure the Secret holds a certificate valid for more than

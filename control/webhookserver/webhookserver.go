@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/plexus-mesh/plexus/control/adminhttp"
+	"github.com/plexus-mesh/plexus/control/component"
 	"github.com/plexus-mesh/plexus/control/webhookcert"
 )
 
@@ -70,65 +70,56 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		return fmt.Errorf("admin listener: %w", err)
 	}
 	var ready atomic.Bool
-	adminSrv := &http.Server{Handler: adminhttp.Handler(cfg.Registry, func() error {
+	notReady := func() error {
 		if !ready.Load() {
 			return errors.New("no serving certificate yet, or not started")
 		}
 		return nil
-	}), ReadHeaderTimeout: 5 * time.Second}
-	errc := make(chan error, 2)
-	go func() { errc <- fmt.Errorf("admin server: %w", adminSrv.Serve(adminLn)) }()
-	defer shutdown(adminSrv)
-
-	for backoff := time.Second; ; backoff = min(2*backoff, 30*time.Second) {
-		if err = keeper.Ensure(ctx); err == nil {
-			break
+	}
+	webhook := func(ctx context.Context) error {
+		if !ensure(ctx, keeper, cfg.Log) {
+			return nil // ctx ended
 		}
-		cfg.Log.Warn("webhook certificate not ready; retrying", "err", err, "in", backoff)
+		if cfg.Start != nil {
+			if err := cfg.Start(ctx); err != nil {
+				return err
+			}
+		}
+		go keeper.Run(ctx, time.Hour)
+		mux := http.NewServeMux()
+		for path, h := range cfg.Routes {
+			mux.Handle(path, h)
+		}
+		ln, err := listen("tcp", cfg.Addr)
+		if err != nil {
+			return fmt.Errorf("webhook listener: %w", err)
+		}
+		srv := &http.Server{
+			Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+			TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: keeper.GetCertificate},
+			ErrorLog:  slog.NewLogLogger(cfg.Log.Handler(), slog.LevelDebug),
+		}
+		ready.Store(true)
+		defer ready.Store(false)
+		cfg.Log.Info("webhook serving", "addr", ln.Addr().String())
+		return component.HTTP("webhook server", ln, srv).Run(ctx)
+	}
+	return component.Run(ctx, component.Admin(adminLn, cfg.Registry, notReady), component.Part{Name: "webhook server", Run: webhook})
+}
+
+// ensure gets the serving certificate in place, retrying with backoff
+// until it is or ctx ends (false).
+func ensure(ctx context.Context, keeper *webhookcert.Keeper, log *slog.Logger) bool {
+	for backoff := time.Second; ; backoff = min(2*backoff, 30*time.Second) {
+		err := keeper.Ensure(ctx)
+		if err == nil {
+			return true
+		}
+		log.Warn("webhook certificate not ready; retrying", "err", err, "in", backoff)
 		select {
 		case <-ctx.Done():
-			return nil
-		case err := <-errc:
-			return err
+			return false
 		case <-time.After(backoff):
 		}
 	}
-	if cfg.Start != nil {
-		if err := cfg.Start(ctx); err != nil {
-			return err
-		}
-	}
-	go keeper.Run(ctx, time.Hour)
-
-	mux := http.NewServeMux()
-	for path, h := range cfg.Routes {
-		mux.Handle(path, h)
-	}
-	ln, err := listen("tcp", cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("webhook listener: %w", err)
-	}
-	srv := &http.Server{
-		Handler: mux, ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: keeper.GetCertificate},
-		ErrorLog:  slog.NewLogLogger(cfg.Log.Handler(), slog.LevelDebug),
-	}
-	go func() { errc <- fmt.Errorf("webhook server: %w", srv.ServeTLS(ln, "", "")) }()
-	defer shutdown(srv)
-	ready.Store(true)
-	cfg.Log.Info("webhook serving", "addr", ln.Addr().String())
-
-	select {
-	case <-ctx.Done():
-		err = nil
-	case err = <-errc:
-	}
-	ready.Store(false)
-	return err
-}
-
-func shutdown(srv *http.Server) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	srv.Shutdown(ctx)
 }

@@ -15,6 +15,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/plexus-mesh/plexus/control/component"
 	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 )
 
@@ -188,19 +189,11 @@ func (s *Server) tapStream(w http.ResponseWriter, r *http.Request) {
 	keepalive.Add(1)
 	go func() { // comments keep proxies and the browser from timing the stream out
 		defer keepalive.Done()
-		tick := time.NewTicker(15 * time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				if write(": keepalive\n\n") != nil {
-					cancel()
-					return
-				}
+		component.Every(ctx, 15*time.Second, func(context.Context) {
+			if write(": keepalive\n\n") != nil {
+				cancel()
 			}
-		}
+		})
 	}()
 	_ = send("start", map[string]string{"target": t.Resource + "/" + t.Name, "namespace": t.Namespace})
 	req := t.request(s.cfg.TapMaxEventRate)

@@ -17,15 +17,13 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	gateway "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
-	"github.com/plexus-mesh/plexus/control/adminhttp"
 	"github.com/plexus-mesh/plexus/control/component"
 	"github.com/plexus-mesh/plexus/control/healthcheck"
 	"github.com/plexus-mesh/plexus/control/inboundpolicy"
-	"github.com/plexus-mesh/plexus/control/kubeclient"
 	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 	"github.com/plexus-mesh/plexus/viz/dashboard"
 	"github.com/plexus-mesh/plexus/viz/tapclient"
@@ -41,27 +39,17 @@ const DefaultAddr = "127.0.0.1:8084"
 
 // Config is the subcommand's configuration.
 type Config struct {
+	component.Flags
 	Addr          string // dashboard listen address
-	AdminAddr     string // admin listen address; empty: none
 	PrometheusURL string
-	Kubeconfig    string // empty: in-cluster configuration
 	// NodeImageMode skips the node agent DaemonSet in the health checks.
 	NodeImageMode bool
 	Web           dashboard.Config
-	LogLevel      slog.Level
 }
 
 // Validate reports every problem with c.
 func (c Config) Validate() error {
-	var errs []error
-	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
-		errs = append(errs, fmt.Errorf("--addr %q: %w", c.Addr, err))
-	}
-	if c.AdminAddr != "" {
-		if _, _, err := net.SplitHostPort(c.AdminAddr); err != nil {
-			errs = append(errs, fmt.Errorf("--admin-addr %q: %w", c.AdminAddr, err))
-		}
-	}
+	errs := []error{component.CheckAddr("--addr", c.Addr, false), c.Flags.Validate()}
 	if u, err := url.Parse(c.PrometheusURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, fmt.Errorf("--prometheus-url %q: want an http(s) URL", c.PrometheusURL))
 	}
@@ -77,9 +65,8 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("web", flag.ContinueOnError)
 	fs.SetOutput(output)
 	fs.StringVar(&cfg.Addr, "addr", DefaultAddr, "listen address of the dashboard; keep it on loopback (reached by port-forward): its pages and live tap carry the dashboard's cluster-wide rights, unauthenticated")
-	fs.StringVar(&cfg.AdminAddr, "admin-addr", ":9994", "admin listen address (/metrics, /ready, /live); empty: none")
+	cfg.Flags.Register(fs, ":9994")
 	fs.StringVar(&cfg.PrometheusURL, "prometheus-url", vizquery.DefaultURL, "the viz extension's Prometheus")
-	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
 	fs.StringVar(&cfg.Web.ControlNamespace, "control-namespace", cfg.Web.ControlNamespace, "namespace of the control plane")
 	fs.StringVar(&cfg.Web.AllowedHosts, "allowed-hosts", "", "regular expression of further Host names the dashboard answers to (matched whole, any port), besides localhost, 127.0.0.1 and [::1]")
 	fs.IntVar(&cfg.Web.MaxTapStreams, "max-tap-streams", cfg.Web.MaxTapStreams, "live taps served at once")
@@ -87,7 +74,6 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs.Float64Var(&cfg.Web.TapMaxEventRate, "tap-max-rate", cfg.Web.TapMaxEventRate, "events per second a live tap asks the tap service for (0: its default)")
 	fs.DurationVar(&cfg.Web.Window, "window", cfg.Web.Window, "range golden metrics are rated over")
 	fs.BoolVar(&cfg.NodeImageMode, "node-image-mode", false, "the CNI plugin is baked into the node images: skip the DaemonSet check")
-	fs.TextVar(&cfg.LogLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	if err := component.ParseFlags(fs, args, func() error { return cfg.Validate() }); err != nil {
 		return Config{}, err
 	}
@@ -101,8 +87,12 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := component.Logger(stdout, cfg.LogLevel).With("component", "web")
-	src, err := connect(cfg)
+	env, err := cfg.Start(stdout, "plexus-web")
+	if err != nil {
+		return err
+	}
+	log := env.Log.With("component", "web")
+	src, err := connect(cfg, env)
 	if err != nil {
 		return err
 	}
@@ -110,21 +100,14 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return serve(ctx, cfg, s.Handler(), log)
+	return serve(ctx, cfg, env.Registry, s.Handler(), log)
 }
 
 // connect builds the dashboard's sources: Prometheus, the tap service
 // through the API server and the health checks, all with the dashboard's
 // own credentials.
-func connect(cfg Config) (dashboard.Sources, error) {
-	rc, err := kubeclient.Config(cfg.Kubeconfig, "plexus-web")
-	if err != nil {
-		return dashboard.Sources{}, err
-	}
-	kube, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return dashboard.Sources{}, fmt.Errorf("kubernetes client: %w", err)
-	}
+func connect(cfg Config, env component.Env) (dashboard.Sources, error) {
+	rc, kube := env.Rest, env.Kube
 	dyn, err := dynamic.NewForConfig(rc)
 	if err != nil {
 		return dashboard.Sources{}, fmt.Errorf("dynamic client: %w", err)
@@ -149,42 +132,17 @@ func connect(cfg Config) (dashboard.Sources, error) {
 }
 
 // serve runs the dashboard and the admin endpoint until ctx ends.
-func serve(ctx context.Context, cfg Config, h http.Handler, log *slog.Logger) error {
-	lis, err := net.Listen("tcp", cfg.Addr)
+func serve(ctx context.Context, cfg Config, reg *prometheus.Registry, h http.Handler, log *slog.Logger) error {
+	lns, err := component.Listen(cfg.Addr, cfg.AdminAddr)
 	if err != nil {
-		return fmt.Errorf("listening on %s: %w", cfg.Addr, err)
+		return err
 	}
 	srv := dashboard.NewHTTPServer(cfg.Addr, h)
 	srv.BaseContext = func(net.Listener) context.Context { return ctx } // live taps end with the server
-	servers := []*http.Server{srv}
-	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(lis) }()
-	if cfg.AdminAddr != "" {
-		adminLis, err := net.Listen("tcp", cfg.AdminAddr)
-		if err != nil {
-			lis.Close()
-			return fmt.Errorf("listening on %s: %w", cfg.AdminAddr, err)
-		}
-		reg := component.Registry()
-		admin := &http.Server{Handler: adminhttp.Handler(reg), ReadHeaderTimeout: 10 * time.Second}
-		servers = append(servers, admin)
-		go func() { errc <- admin.Serve(adminLis) }()
+	if ap, err := netip.ParseAddrPort(lns[0].Addr().String()); err != nil || !ap.Addr().IsLoopback() {
+		log.Warn("the dashboard listens beyond loopback: any client that reaches it reads every namespace's metrics and live requests with its rights", "addr", lns[0].Addr().String())
 	}
-	if ap, err := netip.ParseAddrPort(lis.Addr().String()); err != nil || !ap.Addr().IsLoopback() {
-		log.Warn("the dashboard listens beyond loopback: any client that reaches it reads every namespace's metrics and live requests with its rights", "addr", lis.Addr().String())
-	}
-	log.Info("serving", "addr", lis.Addr().String(), "admin_addr", cfg.AdminAddr, "prometheus", cfg.PrometheusURL,
+	log.Info("serving", "addr", lns[0].Addr().String(), "admin_addr", component.Addr(lns[1]), "prometheus", cfg.PrometheusURL,
 		"allowed_hosts", cfg.Web.AllowedHosts, "max_tap_streams", cfg.Web.MaxTapStreams)
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		runErr = fmt.Errorf("web stopped: %w", err)
-	}
-	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
-	defer done()
-	for _, s := range servers {
-		_ = s.Shutdown(shutdownCtx)
-	}
-	return runErr
+	return component.Run(ctx, component.HTTP("web server", lns[0], srv), component.Admin(lns[1], reg))
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plexus-mesh/plexus/control/component"
 	"github.com/plexus-mesh/plexus/viz/vizquery"
 )
 
@@ -61,7 +62,7 @@ func TestServeStopsWithTheContext(t *testing.T) {
 		}
 	}), nil))
 	go func() {
-		done <- serve(ctx, cfg, http.NotFoundHandler(), log)
+		done <- serve(ctx, cfg, component.Registry(), http.NotFoundHandler(), log)
 	}()
 	select {
 	case <-serving: // both listeners open, the servers started

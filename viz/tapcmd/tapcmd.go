@@ -17,9 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/plexus-mesh/plexus/control/adminhttp"
 	"github.com/plexus-mesh/plexus/control/component"
-	"github.com/plexus-mesh/plexus/control/kubeclient"
 	"github.com/plexus-mesh/plexus/control/webhookcert"
 	"github.com/plexus-mesh/plexus/mesh/identity/certify"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
@@ -28,20 +26,19 @@ import (
 
 // Config is the tap service's command line.
 type Config struct {
-	Addr, AdminAddr string
+	component.Flags
+	Addr string
 	// TLSSecret holds the aggregated API's serving certificate, kept
 	// (created, renewed, its CA patched into the APIService) by the
 	// service itself.
 	TLSSecret         string
 	APIService        string
-	Kubeconfig        string
 	TrustDomain       string
 	ControlNamespace  string // where identity and its trust anchors are
 	IdentityAddr      string
 	IdentityTokenFile string
 	Namespace         string // this pod's
 	ServiceAccount    string
-	LogLevel          slog.Level
 }
 
 // Validate names every missing setting.
@@ -57,7 +54,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s is required", f.name))
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, c.Flags.Validate())...)
 }
 
 // ParseFlags reads the command line.
@@ -66,17 +63,15 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("plexus-control tap", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&c.Addr, "addr", ":8443", "the aggregated API's HTTPS address")
-	fs.StringVar(&c.AdminAddr, "admin-addr", ":9995", "admin address (/live, /ready, /metrics); empty: none")
+	c.Flags.Register(fs, ":9995")
 	fs.StringVar(&c.TLSSecret, "tls-secret", "plexus-tap-tls", "Secret (in --namespace) of the serving certificate, kept by the service")
 	fs.StringVar(&c.APIService, "api-service", "v1alpha1.tap.plexus.dev", "the APIService whose caBundle the service keeps")
-	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig; empty: in-cluster")
 	fs.StringVar(&c.TrustDomain, "trust-domain", "cluster.local", "the mesh's trust domain")
 	fs.StringVar(&c.ControlNamespace, "control-namespace", "plexus-system", "the control plane's namespace (identity, and its trust anchors ConfigMap)")
 	fs.StringVar(&c.IdentityAddr, "identity-addr", "plexus-identity.plexus-system.svc.cluster.local:8080", "identity service host:port")
 	fs.StringVar(&c.IdentityTokenFile, "identity-token-file", "/var/run/secrets/plexus.dev/identity/token", "service-account token for identity.plexus.dev")
 	fs.StringVar(&c.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "this pod's namespace (default $POD_NAMESPACE)")
 	fs.StringVar(&c.ServiceAccount, "service-account", "plexus-tap", "this pod's service account")
-	fs.TextVar(&c.LogLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	return c, component.ParseFlags(fs, args, func() error { return c.Validate() })
 }
 
@@ -86,11 +81,11 @@ func Main(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := component.Logger(os.Stderr, cfg.LogLevel)
-	kube, err := kubeclient.New(cfg.Kubeconfig, "plexus-tap")
+	env, err := cfg.Start(os.Stderr, "plexus-tap")
 	if err != nil {
 		return err
 	}
+	log, kube := env.Log, env.Kube
 	auth, err := frontProxy(ctx, kube)
 	if err != nil {
 		return err
@@ -123,7 +118,6 @@ func Main(ctx context.Context, args []string, out io.Writer) error {
 	h := tapservice.New(tapservice.Options{Kube: kube, Auth: auth, Certs: certs, TrustDomain: cfg.TrustDomain, Log: log})
 	go refreshFrontProxy(ctx, kube, h, log)
 	srv := &http.Server{
-		Addr:    cfg.Addr,
 		Handler: h,
 		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: keeper.GetCertificate,
 			// Verified by the handler against the aggregation layer's CAs:
@@ -134,26 +128,12 @@ func Main(ctx context.Context, args []string, out io.Writer) error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	errc := make(chan error, 2)
-	go func() { errc <- srv.ListenAndServeTLS("", "") }()
-	var admin *http.Server
-	if cfg.AdminAddr != "" {
-		reg := component.Registry()
-		admin = &http.Server{Addr: cfg.AdminAddr, Handler: adminhttp.Handler(reg, certs.Ready), ReadHeaderTimeout: 10 * time.Second}
-		go func() { errc <- admin.ListenAndServe() }()
-	}
-	log.Info("tap service serving", "addr", cfg.Addr, "identity", certs.ID().String())
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
+	lns, err := component.Listen(cfg.Addr, cfg.AdminAddr)
+	if err != nil {
 		return err
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if admin != nil {
-		admin.Shutdown(sctx)
-	}
-	return srv.Shutdown(sctx)
+	log.Info("tap service serving", "addr", lns[0].Addr().String(), "identity", certs.ID().String())
+	return component.Run(ctx, component.HTTP("tap server", lns[0], srv), component.Admin(lns[1], env.Registry, certs.Ready))
 }
 
 // frontProxy reads how the API server forwards callers, waiting for the
@@ -186,21 +166,14 @@ func readFrontProxy(ctx context.Context, kube kubernetes.Interface) (*tapservice
 // refreshFrontProxy re-reads how the API server forwards callers every few
 // minutes, so that a rotated front-proxy CA is taken without a restart.
 func refreshFrontProxy(ctx context.Context, kube kubernetes.Interface, h *tapservice.Handler, log *slog.Logger) {
-	t := time.NewTicker(5 * time.Minute)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	component.Every(ctx, 5*time.Minute, func(ctx context.Context) {
 		fp, err := readFrontProxy(ctx, kube)
 		if err != nil {
 			log.Warn("re-reading the API server's front-proxy settings; keeping the last", "err", err)
-			continue
+			return
 		}
 		h.SetAuth(fp)
-	}
+	})
 }
 
 // trustAnchors reads the mesh's trust anchors from the control plane's

@@ -1,4 +1,4 @@
-package adminhttp
+package component
 
 import (
 	"errors"
@@ -11,13 +11,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-func TestHandler(t *testing.T) {
+func TestAdminHandler(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "plexus_test_total", Help: "x"})
 	reg.MustRegister(c)
 	c.Inc()
 	var reason error = errors.New("no certificate yet")
-	srv := httptest.NewServer(Handler(reg, nil, func() error { return reason }))
+	srv := httptest.NewServer(AdminHandler(reg, nil, func() error { return reason }))
 	defer srv.Close()
 	get := func(path string) (int, string) {
 		resp, err := http.Get(srv.URL + path)
