@@ -28,10 +28,7 @@ type agentLookups struct {
 // names that socket in plexus-cni's config, as the agent does.
 func (e *env) serveAgentLookups(t testing.TB) *agentLookups {
 	t.Helper()
-	m, err := podlookup.NewMetrics(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := podlookup.NewMetrics(prometheus.NewRegistry())
 	factory := informers.NewSharedInformerFactoryWithOptions(e.kube, 0, informers.WithNamespace(e.namespace))
 	a := &agentLookups{lister: factory.Core().V1().Pods().Lister(), metrics: m}
 	ctx, cancel := context.WithCancel(context.Background())

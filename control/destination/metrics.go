@@ -1,6 +1,9 @@
 package destination
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
 
 // RPC label values.
 const (
@@ -21,29 +24,13 @@ type metrics struct {
 	refused  *prometheus.CounterVec // streams refused to their caller, by rpc and reason
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
 	m := &metrics{
-		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "plexus_destination_streams",
-			Help: "Open destination streams, by rpc.",
-		}, []string{"rpc"}),
-		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "plexus_destination_updates_total",
-			Help: "Messages queued to destination streams, by rpc and kind (add, remove, no_endpoints, profile).",
-		}, []string{"rpc", "kind"}),
-		overflow: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "plexus_destination_stream_overflow_total",
-			Help: "Destination streams ended because their update queue overflowed, by rpc.",
-		}, []string{"rpc"}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "plexus_destination_refused_streams_total",
-			Help: "Destination streams refused to their caller, by rpc and reason: no_client_certificate, invalid_identity, foreign_trust_domain (Unauthenticated), identity_stream_limit, loopback_stream_limit, address_stream_limit (ResourceExhausted), not_own_pod (PermissionDenied).",
-		}, []string{"rpc", "reason"}),
+		streams:  f.NewGaugeVec(prometheus.GaugeOpts{Name: "plexus_destination_streams", Help: "Open destination streams, by rpc."}, []string{"rpc"}),
+		updates:  f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_destination_updates_total", Help: "Messages queued to destination streams, by rpc and kind (add, remove, no_endpoints, profile)."}, []string{"rpc", "kind"}),
+		overflow: f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_destination_stream_overflow_total", Help: "Destination streams ended because their update queue overflowed, by rpc."}, []string{"rpc"}),
+		refused:  f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_destination_refused_streams_total", Help: "Destination streams refused to their caller, by rpc and reason: no_client_certificate, invalid_identity, foreign_trust_domain (Unauthenticated), identity_stream_limit, loopback_stream_limit, address_stream_limit (ResourceExhausted), not_own_pod (PermissionDenied)."}, []string{"rpc", "reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.streams, m.updates, m.overflow, m.refused} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
+	return m
 }

@@ -37,10 +37,7 @@ func New(cfg Config, client kubernetes.Interface, reg prometheus.Registerer, log
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("destination config: %w", err)
 	}
-	m, err := newMetrics(reg)
-	if err != nil {
-		return nil, fmt.Errorf("registering destination metrics: %w", err)
-	}
+	m := newMetrics(reg)
 	w, err := newWatcher(cfg, client, log)
 	if err != nil {
 		return nil, err

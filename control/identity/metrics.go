@@ -1,6 +1,9 @@
 package identity
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
 
 type metrics struct {
 	issued       prometheus.Counter
@@ -9,32 +12,16 @@ type metrics struct {
 	loadErrors   prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
 	m := &metrics{
-		issued: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "plexus_identity_certificates_issued_total",
-			Help: "Leaf certificates issued by Certify.",
-		}),
-		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "plexus_identity_certify_rejected_total",
-			Help: "Certify requests refused, by reason.",
-		}, []string{"reason"}),
-		issuerExpiry: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "plexus_identity_issuer_expiry_timestamp_seconds",
-			Help: "NotAfter of the issuer certificate in use, as a Unix time; 0 while none is loaded.",
-		}),
-		loadErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "plexus_identity_issuer_load_errors_total",
-			Help: "Issuer Secret versions that could not be loaded (the previous issuer stays in use).",
-		}),
+		issued:       f.NewCounter(prometheus.CounterOpts{Name: "plexus_identity_certificates_issued_total", Help: "Leaf certificates issued by Certify."}),
+		rejected:     f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_identity_certify_rejected_total", Help: "Certify requests refused, by reason."}, []string{"reason"}),
+		issuerExpiry: f.NewGauge(prometheus.GaugeOpts{Name: "plexus_identity_issuer_expiry_timestamp_seconds", Help: "NotAfter of the issuer certificate in use, as a Unix time; 0 while none is loaded."}),
+		loadErrors:   f.NewCounter(prometheus.CounterOpts{Name: "plexus_identity_issuer_load_errors_total", Help: "Issuer Secret versions that could not be loaded (the previous issuer stays in use)."}),
 	}
 	for _, r := range rejectReasons {
 		m.rejected.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.issued, m.rejected, m.issuerExpiry, m.loadErrors} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
+	return m
 }

@@ -65,10 +65,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if deps.Client == nil || deps.Metrics == nil || deps.Log == nil {
 		return nil, errors.New("identity: Client, Metrics and Log are required")
 	}
-	m, err := newMetrics(deps.Metrics)
-	if err != nil {
-		return nil, fmt.Errorf("identity metrics: %w", err)
-	}
+	m := newMetrics(deps.Metrics)
 	now := deps.Now
 	if now == nil {
 		now = time.Now

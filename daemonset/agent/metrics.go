@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 
@@ -28,43 +29,18 @@ type Metrics struct {
 }
 
 // NewMetrics creates the metrics and registers them on reg.
-func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
 	m := &Metrics{
-		Installs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "plexus_node_installs_total",
-			Help: "Writes that put the CNI plugin in place, by what was written (binary, credentials, conflist).",
-		}, []string{"what"}),
-		Repatches: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "plexus_node_repatches_total",
-			Help: "Times the primary CNI config was rewritten by another component and patched again.",
-		}),
-		Fights: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "plexus_node_fights_total",
-			Help: "Times repeated rewrites of the primary CNI config made the agent back off.",
-		}),
-		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "plexus_node_errors_total",
-			Help: "Failed attempts, by stage (install, patch, token, taint, event, repair, report).",
-		}, []string{"stage"}),
-		TokenSyncs: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "plexus_node_token_syncs_total",
-			Help: "Times the rotated service account token was copied for the plugin.",
-		}),
-		TaintRemovals: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "plexus_node_taint_removals_total",
-			Help: "Times the plexus.dev/cni-not-ready taint was removed from the node.",
-		}),
-		Ready: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "plexus_node_ready",
-			Help: "1 when the plugin is installed and last in the primary CNI config.",
-		}),
+		Installs:      f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_node_installs_total", Help: "Writes that put the CNI plugin in place, by what was written (binary, credentials, conflist)."}, []string{"what"}),
+		Repatches:     f.NewCounter(prometheus.CounterOpts{Name: "plexus_node_repatches_total", Help: "Times the primary CNI config was rewritten by another component and patched again."}),
+		Fights:        f.NewCounter(prometheus.CounterOpts{Name: "plexus_node_fights_total", Help: "Times repeated rewrites of the primary CNI config made the agent back off."}),
+		Errors:        f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_node_errors_total", Help: "Failed attempts, by stage (install, patch, token, taint, event, repair, report)."}, []string{"stage"}),
+		TokenSyncs:    f.NewCounter(prometheus.CounterOpts{Name: "plexus_node_token_syncs_total", Help: "Times the rotated service account token was copied for the plugin."}),
+		TaintRemovals: f.NewCounter(prometheus.CounterOpts{Name: "plexus_node_taint_removals_total", Help: "Times the plexus.dev/cni-not-ready taint was removed from the node."}),
+		Ready:         f.NewGauge(prometheus.GaugeOpts{Name: "plexus_node_ready", Help: "1 when the plugin is installed and last in the primary CNI config."}),
 	}
-	for _, c := range []prometheus.Collector{m.Installs, m.Repatches, m.Fights, m.Errors, m.TokenSyncs, m.TaintRemovals, m.Ready} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("registering metrics: %w", err)
-		}
-	}
-	return m, nil
+	return m
 }
 
 // readiness is the agent's health as the guard last reported it; it

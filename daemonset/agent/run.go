@@ -58,10 +58,7 @@ func Run(ctx context.Context, cfg RunConfig, deps Deps) error {
 		return err
 	}
 	reg, log, ln := deps.Registry, deps.Log, deps.Listener
-	m, err := NewMetrics(reg)
-	if err != nil {
-		return err
-	}
+	m := NewMetrics(reg)
 	ready := newReadiness(m, log)
 	if deps.Taint != nil {
 		if err := deps.Taint.Validate(); err != nil {
@@ -168,10 +165,7 @@ func startRepair(ctx context.Context, cfg RunConfig, entry []byte, deps Deps, no
 	if err != nil {
 		return fmt.Errorf("repair: %w", err)
 	}
-	rm, err := repair.NewMetrics(deps.Registry)
-	if err != nil {
-		return err
-	}
+	rm := repair.NewMetrics(deps.Registry)
 	finder, err := podnetns.New(cfg.At(cfg.NetnsDir))
 	if err != nil {
 		return fmt.Errorf("repair: %w", err)
@@ -198,12 +192,9 @@ func startRepair(ctx context.Context, cfg RunConfig, entry []byte, deps Deps, no
 // the report socket until ctx ends, and returns the socket's host path for
 // the conflist entry ("" without one: the plugin then sends nothing).
 func listenReports(ctx context.Context, paths Paths, reg prometheus.Registerer, m *Metrics, log *slog.Logger) string {
-	pm, merr := pluginmetrics.NewMetrics(reg)
+	pm := pluginmetrics.NewMetrics(reg)
 	return servePluginSocket(ctx, paths, paths.ReportSocket(), "report", "no plugin ADD/DEL/CHECK metrics", m, log,
 		func(path string) (func() error, error) {
-			if merr != nil {
-				return nil, merr
-			}
 			l, err := pluginreport.Listen(path)
 			if err != nil {
 				return nil, err
@@ -217,12 +208,9 @@ func listenReports(ctx context.Context, paths Paths, reg prometheus.Registerer, 
 // socket's host path for the conflist entry ("" without one: the plugin
 // then reads every pod from the API server).
 func listenPodLookups(ctx context.Context, paths Paths, nodePods informers.SharedInformerFactory, reg prometheus.Registerer, m *Metrics, log *slog.Logger) string {
-	pm, merr := podlookup.NewMetrics(reg)
+	pm := podlookup.NewMetrics(reg)
 	return servePluginSocket(ctx, paths, paths.PodSocket(), "lookup", "the plugin will read every pod from the API server", m, log,
 		func(path string) (func() error, error) {
-			if merr != nil {
-				return nil, merr
-			}
 			l, err := podlookup.Listen(path)
 			if err != nil {
 				return nil, err

@@ -12,6 +12,7 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/plexus-mesh/plexus/cni-plugin/pluginreport"
 )
@@ -31,37 +32,16 @@ type Metrics struct {
 }
 
 // NewMetrics creates the metrics and registers them on reg.
-func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
 	m := &Metrics{
-		Commands: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "plexus_node_plugin_commands_total",
-			Help: "CNI commands plexus-cni reported, by command (ADD, DEL, CHECK) and outcome (success, skipped: ADD of a pod that is not meshed, error).",
-		}, []string{"command", "outcome"}),
-		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "plexus_node_plugin_errors_total",
-			Help: "Failed CNI commands plexus-cni reported, by command and CNI error code (cni-plugin/README.md lists them).",
-		}, []string{"command", "code"}),
-		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "plexus_node_plugin_duration_seconds",
-			Help:    "Time plexus-cni spent on a command, as it reported it (process start not included).",
-			Buckets: Buckets,
-		}, []string{"command"}),
-		Decide: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "plexus_node_plugin_decide_seconds",
-			Help:    "Part of an ADD spent deciding whether the pod is meshed (the pod lookup), as plexus-cni reported it.",
-			Buckets: Buckets,
-		}, []string{"command"}),
-		Invalid: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "plexus_node_plugin_reports_invalid_total",
-			Help: "Datagrams on the report socket that were not a valid report (garbage, oversized, unknown values).",
-		}),
+		Commands: f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_node_plugin_commands_total", Help: "CNI commands plexus-cni reported, by command (ADD, DEL, CHECK) and outcome (success, skipped: ADD of a pod that is not meshed, error)."}, []string{"command", "outcome"}),
+		Errors:   f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_node_plugin_errors_total", Help: "Failed CNI commands plexus-cni reported, by command and CNI error code (cni-plugin/README.md lists them)."}, []string{"command", "code"}),
+		Duration: f.NewHistogramVec(prometheus.HistogramOpts{Name: "plexus_node_plugin_duration_seconds", Help: "Time plexus-cni spent on a command, as it reported it (process start not included).", Buckets: Buckets}, []string{"command"}),
+		Decide:   f.NewHistogramVec(prometheus.HistogramOpts{Name: "plexus_node_plugin_decide_seconds", Help: "Part of an ADD spent deciding whether the pod is meshed (the pod lookup), as plexus-cni reported it.", Buckets: Buckets}, []string{"command"}),
+		Invalid:  f.NewCounter(prometheus.CounterOpts{Name: "plexus_node_plugin_reports_invalid_total", Help: "Datagrams on the report socket that were not a valid report (garbage, oversized, unknown values)."}),
 	}
-	for _, c := range []prometheus.Collector{m.Commands, m.Errors, m.Duration, m.Decide, m.Invalid} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("registering plugin metrics: %w", err)
-		}
-	}
-	return m, nil
+	return m
 }
 
 // Observe counts one valid report.

@@ -27,10 +27,7 @@ import (
 func serve(t *testing.T) (path string, m *Metrics, reg *prometheus.Registry) {
 	t.Helper()
 	reg = prometheus.NewRegistry()
-	m, err := NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m = NewMetrics(reg)
 	path = filepath.Join(t.TempDir(), "reports.sock")
 	l, err := pluginreport.Listen(path)
 	if err != nil {

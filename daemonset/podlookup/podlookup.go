@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	listersv1 "k8s.io/client-go/listers/core/v1"
@@ -35,18 +36,12 @@ type Metrics struct {
 }
 
 // NewMetrics registers the lookup metrics.
-func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	m := &Metrics{Lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "plexus_node_pod_lookups_total",
-		Help: "Pod lookups of plexus-cni answered by the agent, by result (hit, miss, invalid).",
-	}, []string{"result"})}
-	if err := reg.Register(m.Lookups); err != nil {
-		return nil, fmt.Errorf("registering pod lookup metrics: %w", err)
-	}
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{Lookups: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{Name: "plexus_node_pod_lookups_total", Help: "Pod lookups of plexus-cni answered by the agent, by result (hit, miss, invalid)."}, []string{"result"})}
 	for _, r := range []string{"hit", "miss", "invalid"} {
 		m.Lookups.WithLabelValues(r)
 	}
-	return m, nil
+	return m
 }
 
 // Handler serves GET plugin.AgentPodPath + "<namespace>/<name>" from pods:

@@ -47,10 +47,7 @@ func serve(t *testing.T, m *Metrics, pods ...*corev1.Pod) string {
 }
 
 func newMetrics(t *testing.T) *Metrics {
-	m, err := NewMetrics(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := NewMetrics(prometheus.NewRegistry())
 	return m
 }
 

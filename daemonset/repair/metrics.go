@@ -1,9 +1,8 @@
 package repair
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // Metrics are the repair's Prometheus metrics.
@@ -17,24 +16,14 @@ type Metrics struct {
 }
 
 // NewMetrics creates the metrics and registers them on reg.
-func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
 	m := &Metrics{
-		Repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "plexus_node_repairs_total",
-			Help: "Meshed pods found without their redirect rules, by action (applied, deleted, reported, failed).",
-		}, []string{"action"}),
-		Checked: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "plexus_node_pods_checked_total",
-			Help: "Checks of a running meshed pod's redirect rules.",
-		}),
+		Repairs: f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_node_repairs_total", Help: "Meshed pods found without their redirect rules, by action (applied, deleted, reported, failed)."}, []string{"action"}),
+		Checked: f.NewCounter(prometheus.CounterOpts{Name: "plexus_node_pods_checked_total", Help: "Checks of a running meshed pod's redirect rules."}),
 	}
 	for _, a := range []Outcome{Applied, Deleted, Reported, failed} {
 		m.Repairs.WithLabelValues(string(a)) // export zeros, for alerts on increase()
 	}
-	for _, c := range []prometheus.Collector{m.Repairs, m.Checked} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("registering repair metrics: %w", err)
-		}
-	}
-	return m, nil
+	return m
 }

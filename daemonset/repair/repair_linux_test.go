@@ -65,10 +65,7 @@ func TestRepairInRealNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := NewMetrics(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := NewMetrics(prometheus.NewRegistry())
 	conf, err := netconf.ParseConf([]byte(`{"type":"plexus-cni","kubeconfig":"/k"}`))
 	if err != nil {
 		t.Fatal(err)

@@ -101,10 +101,7 @@ func newHarness(t *testing.T, mode Mode, objs ...runtime.Object) *harness {
 func newRepairer(t *testing.T, client kubernetes.Interface, mode Mode) (*Repairer, *memTables, *Metrics) {
 	t.Helper()
 	tables := newMemTables()
-	metrics, err := NewMetrics(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
+	metrics := NewMetrics(prometheus.NewRegistry())
 	conf, err := netconf.ParseConf([]byte(`{"type":"plexus-cni","kubeconfig":"/k","exclude_namespaces":["kube-system","infra"]}`))
 	if err != nil {
 		t.Fatal(err)
