@@ -4,6 +4,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/plexus-mesh/plexus/mesh/policy/percent"
 )
 
 // Redaction: what a tap's events hide, the one rule the proxies apply
@@ -133,7 +135,7 @@ func (r *Redaction) Path(p string) string {
 	last := 0
 	// param redacts p[i:j] when it names a redacted parameter.
 	param := func(i, j int) {
-		if eq := strings.IndexByte(p[i:j], '='); eq >= 0 && i+eq+1 < j && r.QueryParam(queryUnescape(p[i:i+eq])) {
+		if eq := strings.IndexByte(p[i:j], '='); eq >= 0 && i+eq+1 < j && r.QueryParam(percent.Query(p[i:i+eq])) {
 			if b == nil {
 				b = make([]byte, 0, len(p)+len(Redacted))
 			}
@@ -189,41 +191,6 @@ func ValidQueryParamName(s string) bool {
 		}
 	}
 	return true
-}
-
-// queryUnescape decodes a query parameter's name as servers do: '+' is a
-// space and %XX a byte; a malformed escape is kept as it is.
-func queryUnescape(s string) string {
-	if !strings.ContainsAny(s, "%+") {
-		return s
-	}
-	b := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '+':
-			b = append(b, ' ')
-		case c == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]):
-			b = append(b, unhex(s[i+1])<<4|unhex(s[i+2]))
-			i += 2
-		default:
-			b = append(b, c)
-		}
-	}
-	return string(b)
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-func unhex(c byte) byte {
-	switch {
-	case c <= '9':
-		return c - '0'
-	case c <= 'F':
-		return c - 'A' + 10
-	}
-	return c - 'a' + 10
 }
 
 // listed reports whether names holds name.

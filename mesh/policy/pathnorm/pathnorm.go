@@ -26,6 +26,8 @@ import (
 	"errors"
 	"net/url"
 	"strings"
+
+	"github.com/plexus-mesh/plexus/mesh/policy/percent"
 )
 
 // ErrInvalidEncoding: a "%" not followed by two hex digits.
@@ -50,10 +52,10 @@ func Target(target string) (string, error) {
 		if path[j] != '%' {
 			continue
 		}
-		if j+2 >= len(path) || !isHex(path[j+1]) || !isHex(path[j+2]) {
+		if !percent.EscapeAt(path, j) {
 			return "", ErrInvalidEncoding
 		}
-		if c := unhex(path[j+1])<<4 | unhex(path[j+2]); unreserved(c) || isLowerHex(path[j+1]) || isLowerHex(path[j+2]) {
+		if c := percent.Byte(path[j+1], path[j+2]); unreserved(c) || isLowerHex(path[j+1]) || isLowerHex(path[j+2]) {
 			normal = false
 		}
 		j += 2
@@ -70,7 +72,7 @@ func Target(target string) (string, error) {
 			b.WriteByte(c)
 			continue
 		}
-		d := unhex(path[j+1])<<4 | unhex(path[j+2])
+		d := percent.Byte(path[j+1], path[j+2])
 		if unreserved(d) {
 			b.WriteByte(d)
 		} else {
@@ -115,13 +117,13 @@ func Ambiguous(target string) string {
 		case '#':
 			return Fragment
 		case '%':
-			if i+2 >= len(path) || !isHex(path[i+1]) || !isHex(path[i+2]) {
+			if !percent.EscapeAt(path, i) {
 				return InvalidEncoding
 			}
-			switch c := unhex(path[i+1])<<4 | unhex(path[i+2]); {
+			switch c := percent.Byte(path[i+1], path[i+2]); {
 			case c == '/' || c == '\\':
 				return EncodedSlash
-			case c == '%' && i+4 < len(path) && isHex(path[i+3]) && isHex(path[i+4]):
+			case c == '%' && i+4 < len(path) && percent.IsHex(path[i+3]) && percent.IsHex(path[i+4]):
 				return DoubleEncoding
 			case c < 0x20 || c == 0x7f:
 				return EncodedControl
@@ -178,16 +180,5 @@ func unreserved(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
 }
 
-func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
-
 func isLowerHex(c byte) bool { return 'a' <= c && c <= 'f' }
 
-func unhex(c byte) byte {
-	switch {
-	case c <= '9':
-		return c - '0'
-	case c <= 'F':
-		return c - 'A' + 10
-	}
-	return c - 'a' + 10
-}

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/plexus-mesh/plexus/mesh/policy/pathnorm"
+	"github.com/plexus-mesh/plexus/mesh/policy/percent"
 )
 
 // entry is one (rule, match) pair of the table.
@@ -90,7 +91,7 @@ func (m *match) matches(r *Request, path, query string) bool {
 			if !matchQueryRegexp(q.re, raw) {
 				return false
 			}
-		} else if !unescapedEqual(raw, q.value) {
+		} else if !percent.QueryEqual(raw, q.value) {
 			return false
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"regexp/syntax"
 	"strings"
 	"sync"
+
+	"github.com/plexus-mesh/plexus/mesh/policy/percent"
 )
 
 // pathRegexp is a path regular expression anchored to the whole path,
@@ -109,7 +111,7 @@ func matchQueryRegexp(v *valueRegexp, raw string) bool {
 		return v.re.MatchString(raw)
 	}
 	bp := unescapeBufs.Get().(*[]byte)
-	b := appendUnescaped((*bp)[:0], raw)
+	b := percent.AppendQuery((*bp)[:0], raw)
 	ok := v.re.Match(b)
 	*bp = b
 	unescapeBufs.Put(bp)
