@@ -150,7 +150,7 @@ func TestHelmInstall(t *testing.T) {
 			}
 		}
 		out, err := ctl("stat", "svc/web", "-n", demoNamespace)
-		if err == nil || !strings.Contains(out, `unknown resource "svc"`) || strings.Count(strings.TrimSpace(out), "\n") > 0 {
+		if err == nil || !strings.Contains(out, `unknown kind "svc"`) || strings.Count(strings.TrimSpace(out), "\n") > 0 {
 			t.Errorf("stat svc/web: %v, want one line naming the resource:\n%s", err, out)
 		}
 	})

@@ -21,6 +21,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/plexus-mesh/plexus/control/cli/kinds"
 	"github.com/plexus-mesh/plexus/control/destination"
 	"github.com/plexus-mesh/plexus/control/inboundpolicy"
 	"github.com/plexus-mesh/plexus/control/inboundpolicy/inboundpolicytest"
@@ -52,7 +53,7 @@ func TestParseTarget(t *testing.T) {
 		{args: []string{"deploy/a/b"}, err: `bad name "a/b"`},
 		{args: []string{"deploy/a", "b"}, err: "want one object"},
 		{args: nil, err: "want one object"},
-		{args: []string{"widget/a"}, err: `unknown resource kind "widget": want ns, po, deploy`},
+		{args: []string{"widget/a"}, err: `unknown kind "widget": want ns, po, deploy`},
 	} {
 		got, err := ParseTarget(tc.args, tc.needName)
 		switch {
@@ -62,10 +63,10 @@ func TestParseTarget(t *testing.T) {
 			t.Errorf("ParseTarget(%q) = %v, %v; want %v", tc.args, got, err, tc.want)
 		}
 	}
-	if !Deployments.Tappable() || !Namespaces.Tappable() || Kind("nodes").Tappable() {
+	if !Tappable(Deployments) || !Tappable(Namespaces) || Tappable(Kind("nodes")) {
 		t.Error("Tappable: want deployments and namespaces, not nodes")
 	}
-	if Deployments.Short() != "deploy" || Deployments.Object() != "Deployment" || KindOfObject("StatefulSet") != StatefulSets {
+	if Deployments.Short() != "deploy" || Deployments.Object() != "Deployment" || kinds.OfObject("StatefulSet") != StatefulSets {
 		t.Error("names of kinds")
 	}
 }

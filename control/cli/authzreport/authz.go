@@ -16,7 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/plexus-mesh/plexus/control/cli/stat"
+	"github.com/plexus-mesh/plexus/control/cli/kinds"
 	"github.com/plexus-mesh/plexus/control/inboundpolicy"
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
@@ -34,33 +34,20 @@ const (
 	Pod         Kind = "pod"
 )
 
+// workloads are the kinds authz takes.
+var workloads = []kinds.Kind{kinds.Deployments, kinds.StatefulSets, kinds.DaemonSets, kinds.Pods}
+
 // ParseKind accepts kubectl's names and short names.
 func ParseKind(s string) (Kind, error) {
-	switch strings.ToLower(s) {
-	case "deploy", "deployment", "deployments":
-		return Deployment, nil
-	case "sts", "statefulset", "statefulsets":
-		return StatefulSet, nil
-	case "ds", "daemonset", "daemonsets":
-		return DaemonSet, nil
-	case "po", "pod", "pods":
-		return Pod, nil
-	}
-	return "", fmt.Errorf("unknown kind %q: want deploy|deployment, sts|statefulset, ds|daemonset or po|pod", s)
+	k, err := kinds.Parse(s, workloads...)
+	return Kind(k.Singular()), err
 }
 
 // ParseTarget reads one workload from kubectl-style arguments: KIND/NAME
 // or KIND NAME.
 func ParseTarget(args []string) (Kind, string, error) {
-	kind, name, err := stat.SplitTarget(args)
-	if err != nil {
-		return "", "", err
-	}
-	k, err := ParseKind(kind)
-	if err != nil {
-		return "", "", err
-	}
-	return k, name, nil
+	k, name, err := kinds.ParseTarget(args, workloads...)
+	return Kind(k.Singular()), name, err
 }
 
 // From is the client of --from: a service account (whose identity

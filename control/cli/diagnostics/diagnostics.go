@@ -7,9 +7,7 @@
 package diagnostics
 
 import (
-	"fmt"
-	"strings"
-
+	"github.com/plexus-mesh/plexus/control/cli/kinds"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 )
 
@@ -23,27 +21,9 @@ const (
 	Deployment = stat.Deployments
 )
 
-// ParseKind accepts kubectl's names and short names.
-func ParseKind(s string) (Kind, error) {
-	switch strings.ToLower(s) {
-	case "po", "pod", "pods":
-		return Pod, nil
-	case "deploy", "deployment", "deployments":
-		return Deployment, nil
-	}
-	return "", fmt.Errorf("unknown kind %q: want po|pod or deploy|deployment", s)
-}
-
 // ParseTarget reads one object from kubectl-style arguments: KIND/NAME or
-// KIND NAME.
+// KIND NAME, a pod or a deployment.
 func ParseTarget(args []string) (Kind, string, error) {
-	kind, name, err := stat.SplitTarget(args)
-	if err != nil {
-		return "", "", err
-	}
-	k, err := ParseKind(kind)
-	if err != nil {
-		return "", "", err
-	}
-	return k, name, nil
+	k, name, err := kinds.ParseTarget(args, kinds.Pods, kinds.Deployments)
+	return Kind(k.Singular()), name, err
 }

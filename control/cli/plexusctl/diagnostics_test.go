@@ -93,7 +93,7 @@ func TestDiagnostics(t *testing.T) {
 		{"endpoints help", []string{"diagnostics", "endpoints", "-h"}, ExitOK, "what destination tells a proxy for SVC.NS:PORT, asked of a ready destination pod as a proxy asks (its first answer to Get), through a port-forward [--compare] [-o wide|json|yaml]\n\nUsage:\n  plexusctl diagnostics endpoints SVC.NS:PORT [flags]", ""},
 		{"unknown subcommand", []string{"diagnostics", "frob"}, ExitUsage, "", `plexusctl diagnostics: unknown diagnostics command "frob": want one of endpoints, policy, proxy-metrics (see plexusctl diagnostics --help)`},
 		{"metrics no object", []string{"diagnostics", "proxy-metrics"}, ExitUsage, "", "want diagnostics proxy-metrics (po|deploy)/NAME"},
-		{"metrics unknown kind", []string{"diagnostics", "proxy-metrics", "svc/web"}, ExitUsage, "", `unknown kind "svc": want po|pod or deploy|deployment`},
+		{"metrics unknown kind", []string{"diagnostics", "proxy-metrics", "svc/web"}, ExitUsage, "", `unknown kind "svc": want po or deploy`},
 		{"metrics no kubeconfig", []string{"diagnostics", "proxy-metrics", "po/web-1", "--kubeconfig", missing}, ExitFail, "", "listing pods in shop: "},
 		{"metrics pod", []string{"diagnostics", "proxy-metrics", "pod", "web-1", "--kubeconfig", kc}, ExitOK, "request_total 1\n", ""},
 		{"metrics po/", []string{"--kubeconfig", kc, "diagnostics", "proxy-metrics", "po/web-1", "-n", "shop"}, ExitOK, "request_total 1\n", ""},

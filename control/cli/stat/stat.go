@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/plexus-mesh/plexus/control/cli/kinds"
 	"github.com/plexus-mesh/plexus/control/meshstats"
 	"github.com/plexus-mesh/plexus/mesh/meshpod"
 )
@@ -31,61 +31,21 @@ const (
 	Pods        Resource = "pod"
 )
 
-// ParseResource accepts kubectl's names and short names.
-func ParseResource(s string) (Resource, error) {
-	switch s {
-	case "ns", "namespace", "namespaces":
-		return Namespaces, nil
-	case "deploy", "deployment", "deployments":
-		return Deployments, nil
-	case "po", "pod", "pods":
-		return Pods, nil
-	}
-	return "", fmt.Errorf("unknown resource %q: want ns|namespace, deploy|deployment or pod", s)
-}
+// Kinds are the kinds stat takes, in the order hints list them.
+var Kinds = []kinds.Kind{kinds.Namespaces, kinds.Deployments, kinds.Pods}
 
 // ParseTarget reads one object from kubectl-style arguments: KIND/NAME or
-// KIND NAME, KIND as ParseResource takes it.
+// KIND NAME, KIND one of Kinds.
 func ParseTarget(args []string) (Resource, string, error) {
-	kind, name, err := SplitTarget(args)
-	if err != nil {
-		return "", "", err
-	}
-	res, err := ParseResource(kind)
-	if err != nil {
-		return "", "", err
-	}
-	return res, name, nil
+	k, name, err := kinds.ParseTarget(args, Kinds...)
+	return Resource(k.Singular()), name, err
 }
 
 // ParseKindAndName reads kubectl-style arguments naming every object of a
 // kind (KIND) or one (KIND/NAME or KIND NAME); name is "" for every one.
 func ParseKindAndName(args []string) (Resource, string, error) {
-	if len(args) == 1 && !strings.Contains(args[0], "/") {
-		res, err := ParseResource(args[0])
-		return res, "", err
-	}
-	if len(args) == 0 {
-		return "", "", fmt.Errorf("no resource")
-	}
-	return ParseTarget(args)
-}
-
-// SplitTarget splits kubectl-style arguments naming one object, KIND/NAME
-// or KIND NAME, into its kind (unchecked) and name.
-func SplitTarget(args []string) (kind, name string, err error) {
-	switch {
-	case len(args) == 1 && strings.Contains(args[0], "/"):
-		kind, name, _ = strings.Cut(args[0], "/")
-	case len(args) == 2 && !strings.Contains(args[0], "/"):
-		kind, name = args[0], args[1]
-	default:
-		return "", "", fmt.Errorf("want one object, KIND/NAME or KIND NAME, got %q", strings.Join(args, " "))
-	}
-	if name == "" || strings.Contains(name, "/") {
-		return "", "", fmt.Errorf("bad name %q", name)
-	}
-	return kind, name, nil
+	k, name, err := kinds.ParseKindOrTarget(args, Kinds...)
+	return Resource(k.Singular()), name, err
 }
 
 // AdminPort is the proxy's metrics port (ARCHITECTURE.md §2).
@@ -104,7 +64,7 @@ var ErrNotFound = errors.New("not found")
 
 // Validate reports a setting that cannot be measured.
 func (c Config) Validate() error {
-	if _, err := ParseResource(string(c.Resource)); err != nil {
+	if _, err := kinds.Parse(string(c.Resource), Kinds...); err != nil {
 		return err
 	}
 	if c.Resource != Namespaces && c.Namespace == "" {

@@ -173,7 +173,7 @@ func TestNotFoundAndInvalid(t *testing.T) {
 	if err := (Config{Resource: Pods, Namespace: "shop", Window: 0}).Validate(); err == nil {
 		t.Error("zero window accepted")
 	}
-	if _, err := ParseResource("svc"); err == nil {
+	if _, _, err := ParseTarget([]string{"svc/web"}); err == nil {
 		t.Error("resource svc accepted")
 	}
 	if err := Render(&bytes.Buffer{}, nil, "xml"); err == nil {

@@ -181,4 +181,3 @@ func unreserved(c byte) bool {
 }
 
 func isLowerHex(c byte) bool { return 'a' <= c && c <= 'f' }
-

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/plexus-mesh/plexus/control/cli/kinds"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 	"github.com/plexus-mesh/plexus/viz/cli"
 	"github.com/plexus-mesh/plexus/viz/vizquery"
@@ -95,7 +96,7 @@ func name(w vizquery.Workload, qualify bool) string {
 	case w.Kind == vizquery.KindServiceAccount:
 		return "sa/" + w.Name
 	case qualify && w.Kind != "":
-		return vizcli.ShortName(w.Kind) + "/" + w.Name
+		return kinds.ShortName(w.Kind) + "/" + w.Name
 	}
 	return w.Name
 }

@@ -16,8 +16,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/plexus-mesh/plexus/control/cli/kinds"
 	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
-	"github.com/plexus-mesh/plexus/viz/cli"
 )
 
 // Formats of a Printer.
@@ -168,7 +168,7 @@ func GRPCStatus(code int) string {
 // else its pod ("po/web-1"); "" when the tap service did not know it.
 func Resource(p tapapi.Peer) string {
 	if p.WorkloadKind != "" && p.WorkloadName != "" {
-		return vizcli.ShortName(p.WorkloadKind) + "/" + p.WorkloadName
+		return kinds.ShortName(p.WorkloadKind) + "/" + p.WorkloadName
 	}
 	if p.Pod != "" {
 		return "po/" + p.Pod

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/plexus-mesh/plexus/control/cli/command"
+	"github.com/plexus-mesh/plexus/control/cli/kinds"
 	"github.com/plexus-mesh/plexus/control/cli/portforward"
 	"github.com/plexus-mesh/plexus/deploy"
 	"github.com/plexus-mesh/plexus/viz/cli"
@@ -29,7 +30,7 @@ func Command(g *command.Globals, env command.Env) *cobra.Command {
 		Use:   "viz",
 		Short: "the viz extension: install, tap, top, edges, routes, stat, dashboard",
 		Long: "The viz extension (namespace plexus-viz): tap, Prometheus and the dashboard.\n" +
-			"Kinds: " + vizcli.KindNames + ".",
+			"Kinds: " + kinds.Hint(kinds.All...) + ".",
 		RunE: command.ParentRun,
 	}
 	cmd.AddCommand(

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/plexus-mesh/plexus/control/cli/command"
+	"github.com/plexus-mesh/plexus/control/cli/kinds"
 	"github.com/plexus-mesh/plexus/control/cli/routesview"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 	"github.com/plexus-mesh/plexus/viz/cli"
@@ -58,7 +59,7 @@ func vizEdgesCmd(g *command.Globals, env command.Env) *cobra.Command {
 			switch len(pos) {
 			case 0:
 			case 1:
-				if kind, err = vizcli.ParseKind(pos[0]); err != nil {
+				if kind, err = kinds.Parse(pos[0]); err != nil {
 					return command.Usagef("%v: want viz edges [KIND] [-n NAMESPACE | -A]", err)
 				}
 				if kind == vizcli.Pods || kind == vizcli.Namespaces || kind == vizcli.Services {

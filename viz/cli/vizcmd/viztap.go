@@ -110,7 +110,7 @@ func (e tapEndFlags) resolve(flag, ns string) (namespace, resource, name string,
 	if err != nil {
 		return "", "", "", fmt.Errorf("%s %q: %w", flag, e.resource, err)
 	}
-	if !end.Kind.Tappable() {
+	if !vizcli.Tappable(end.Kind) {
 		return "", "", "", fmt.Errorf("%s %q: %s cannot be filtered on", flag, e.resource, end.Kind)
 	}
 	if end.Kind == vizcli.Namespaces {
@@ -166,7 +166,7 @@ func vizTapCmd(g *command.Globals, env command.Env, isTop bool) *cobra.Command {
 			if err != nil {
 				return command.Usagef("%v: %s", err, hint)
 			}
-			if !t.Kind.Tappable() {
+			if !vizcli.Tappable(t.Kind) {
 				return command.Usagef("%s cannot be tapped: %s", t.Kind, hint)
 			}
 			if t.Name == "" && sel.Selector == "" && t.Kind != vizcli.Namespaces {
