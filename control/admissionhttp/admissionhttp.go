@@ -1,6 +1,7 @@
 // Package admissionhttp is the HTTP side every Plexus admission webhook
 // shares: it reads an admission.k8s.io/v1 AdmissionReview from a POST,
-// asks a decision function for the answer and writes it back.
+// asks a decision function for the answer and writes it back; and the
+// count of a webhook's answers.
 package admissionhttp
 
 import (
@@ -10,12 +11,22 @@ import (
 	"mime"
 	"net/http"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	admissionv1 "k8s.io/api/admission/v1"
 )
 
 // MaxReviewBytes bounds an AdmissionReview body (the API server's own
 // request limit is 3 MiB).
 const MaxReviewBytes = 3 << 20
+
+// ReviewCounter registers on reg and returns plexus_WEBHOOK_reviews_total,
+// the reviews of objects (a word: "Pod") the webhook answered, by result.
+func ReviewCounter(reg prometheus.Registerer, webhook, objects string) *prometheus.CounterVec {
+	return promauto.With(reg).NewCounterVec(prometheus.CounterOpts{
+		Name: "plexus_" + webhook + "_reviews_total", Help: objects + " admission reviews answered, by result.",
+	}, []string{"result"})
+}
 
 // Serve answers one AdmissionReview with decide's response, given the
 // request's UID. A body that is not a review is answered 400 (or 415 for

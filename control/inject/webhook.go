@@ -25,11 +25,7 @@ type Metrics struct {
 
 // NewMetrics registers the webhook's metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{Reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "plexus_injector_reviews_total", Help: "Pod admission reviews answered, by result.",
-	}, []string{"result"})}
-	reg.MustRegister(m.Reviews)
-	return m
+	return &Metrics{Reviews: admissionhttp.ReviewCounter(reg, "injector", "Pod")}
 }
 
 // Webhook answers AdmissionReviews for pods with the injection patch.
