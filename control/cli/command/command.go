@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/plexus-mesh/plexus/control/cli/portforward"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 )
 
@@ -118,6 +119,17 @@ func Connect(g *Globals) (kubernetes.Interface, *rest.Config, string, error) {
 		return nil, nil, "", fmt.Errorf("kubernetes client: %w", err)
 	}
 	return client, cfg, ns, nil
+}
+
+// ConnectPods is Connect with a dialer to pods' ports through the API
+// server (port-forward) in place of the configuration.
+func ConnectPods(g *Globals) (kubernetes.Interface, portforward.PodDialer, string, error) {
+	client, cfg, ns, err := Connect(g)
+	if err != nil {
+		return nil, portforward.PodDialer{}, "", err
+	}
+	dialer, err := portforward.NewPodDialer(cfg)
+	return client, dialer, ns, err
 }
 
 func clientConfig(g *Globals) clientcmd.ClientConfig {

@@ -16,7 +16,6 @@ import (
 	"github.com/plexus-mesh/plexus/control/cli/command"
 	"github.com/plexus-mesh/plexus/control/cli/diagnostics"
 	"github.com/plexus-mesh/plexus/control/cli/install"
-	"github.com/plexus-mesh/plexus/control/cli/portforward"
 	"github.com/plexus-mesh/plexus/control/cli/stat"
 	"github.com/plexus-mesh/plexus/control/healthcheck"
 	"github.com/plexus-mesh/plexus/control/inboundpolicy"
@@ -37,11 +36,7 @@ func diagProxyMetricsCmd(g *command.Globals, env Env) *cobra.Command {
 			if err != nil {
 				return command.Usagef("%v: want diagnostics proxy-metrics (po|deploy)/NAME or KIND NAME", err)
 			}
-			client, restCfg, ns, err := command.Connect(g)
-			if err != nil {
-				return err
-			}
-			dialer, err := portforward.NewPodDialer(restCfg)
+			client, dialer, ns, err := command.ConnectPods(g)
 			if err != nil {
 				return err
 			}
@@ -70,11 +65,7 @@ func diagEndpointsCmd(g *command.Globals, env Env) *cobra.Command {
 			if err := command.TableOutput(g); err != nil {
 				return err
 			}
-			client, restCfg, _, err := command.Connect(g)
-			if err != nil {
-				return err
-			}
-			dialer, err := portforward.NewPodDialer(restCfg)
+			client, dialer, _, err := command.ConnectPods(g)
 			if err != nil {
 				return err
 			}

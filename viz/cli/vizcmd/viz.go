@@ -17,7 +17,6 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/cli/command"
 	"github.com/plexus-mesh/plexus/control/cli/kinds"
-	"github.com/plexus-mesh/plexus/control/cli/portforward"
 	"github.com/plexus-mesh/plexus/deploy"
 	"github.com/plexus-mesh/plexus/viz/cli"
 	"github.com/plexus-mesh/plexus/viz/cli/browse"
@@ -102,11 +101,7 @@ func vizDashboardCmd(g *command.Globals, env command.Env) *cobra.Command {
 			if err := command.NoArgs(args, cfg.Validate); err != nil {
 				return err
 			}
-			kube, restCfg, _, err := command.Connect(g)
-			if err != nil {
-				return err
-			}
-			dialer, err := portforward.NewPodDialer(restCfg)
+			kube, dialer, _, err := command.ConnectPods(g)
 			if err != nil {
 				return err
 			}
