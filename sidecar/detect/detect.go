@@ -10,6 +10,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/plexus-mesh/plexus/sidecar/sockio"
 )
 
 // Protocol is the result of detection.
@@ -145,12 +147,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 func (c *Conn) Peeked() []byte { return c.data }
 
 // CloseWrite half-closes the underlying connection when it supports it.
-func (c *Conn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return fmt.Errorf("detect: %T cannot half-close", c.Conn)
-}
+func (c *Conn) CloseWrite() error { return sockio.CloseWrite(c.Conn) }
 
 func (c *Conn) release() {
 	if c.buf != nil {

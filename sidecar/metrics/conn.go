@@ -2,13 +2,14 @@ package metrics
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/plexus-mesh/plexus/sidecar/sockio"
 )
 
 // Conn is a net.Conn that counts its bytes into tcp_read_bytes_total and
@@ -91,9 +92,4 @@ func (c *Conn) Close() error {
 }
 
 // CloseWrite half-closes the underlying connection.
-func (c *Conn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return fmt.Errorf("metrics: %T cannot half-close", c.Conn)
-}
+func (c *Conn) CloseWrite() error { return sockio.CloseWrite(c.Conn) }

@@ -38,26 +38,28 @@ func (p *Proxy) inboundPolicy(port uint16) (pol *authz.Policy, enforce bool) {
 	return p.opts.Inbound.InboundPolicy(context.Background(), port), true
 }
 
-// admitInbound runs the connection-level check of an inbound connection
-// c (conn: after mesh TLS): a connection the proxy will not parse HTTP on
-// (opaque, or a Server whose protocol is opaque or TLS) is authorized
-// now, and refused (closed) when denied; every admitted one is watched
-// for revocation until release runs.
-func (p *Proxy) admitInbound(c, conn net.Conn, dst netip.AddrPort, tl metrics.TLS, opaque bool, release func()) (isOpaque bool, rel func(), ok bool) {
-	pol, _ := p.inboundPolicy(dst.Port())
+// admitInbound runs the connection-level check of an inbound connection:
+// a connection the proxy will not parse HTTP on (opaque, or a Server
+// whose protocol is opaque or TLS) is authorized now, and refused
+// (closed: false) when denied; every admitted one is watched for
+// revocation until it is released.
+func (p *Proxy) admitInbound(a *accepted) bool {
+	pol, _ := p.inboundPolicy(a.dst.Port())
 	if pol != nil && (pol.Protocol == "opaque" || pol.Protocol == "TLS") {
-		opaque = true
+		a.opaque = true
 	}
-	client := remoteIP(c)
+	client := remoteIP(a.sock)
 	// Watched before it is authorized: a policy change between the two
 	// is then either seen by the check or revokes the connection.
-	forget := p.inbound.watch(c, inboundConn{port: dst.Port(), client: authz.Client{Addr: client, ID: tl.ID}, tls: tl, opaque: opaque})
-	if opaque && !p.authorizeConn(dst, client, tl) {
+	forget := p.inbound.watch(a.sock, inboundConn{port: a.dst.Port(), client: authz.Client{Addr: client, ID: a.tls.ID}, tls: a.tls, opaque: a.opaque})
+	if a.opaque && !p.authorizeConn(a.dst, client, a.tls) {
 		forget()
-		conn.Close()
-		return opaque, release, false
+		a.conn.Close()
+		return false
 	}
-	return opaque, func() { forget(); release() }, true
+	release := a.release
+	a.release = func() { forget(); release() }
+	return true
 }
 
 // remoteIP is c's peer address, or the zero Addr.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"net/netip"
 	"time"
 
 	"github.com/plexus-mesh/plexus/mesh/identity/mtls"
@@ -20,15 +19,16 @@ import (
 const OpaquePeekTimeout = time.Second
 
 // inboundTLS, for an inbound connection with identity configured, peeks
-// for a mesh ClientHello: mesh mTLS is terminated and the decrypted
-// stream returned with its client identity; other traffic is refused
-// under the mtls policy, otherwise returned as is (every peeked byte
-// replayed). undecided means the client sent nothing decisive in time:
-// forward it as opaque. ok is false when c was closed.
-func (p *Proxy) inboundTLS(c net.Conn, dir string, dst netip.AddrPort) (conn net.Conn, tl metrics.TLS, undecided, ok bool) {
-	if dir != metrics.Inbound || p.tlsConf == nil {
-		return c, tl, false, true
+// for a mesh ClientHello: mesh mTLS is terminated, a.conn becomes the
+// decrypted stream and a.tls says who the client is; other traffic is
+// refused under the mtls policy, otherwise kept as is (every peeked byte
+// replayed), and made opaque when the client sent nothing decisive in
+// time. false means a.conn was closed.
+func (p *Proxy) inboundTLS(a *accepted) bool {
+	if a.dir != metrics.Inbound || p.tlsConf == nil {
+		return true
 	}
+	c, dir, dst := a.conn, a.dir, a.dst
 	m, log := p.opts.Metrics, p.opts.Log
 	timeout := p.opts.Config.DetectTimeout
 	if p.opts.Config.OpaquePorts.Has(dst.Port()) {
@@ -38,7 +38,7 @@ func (p *Proxy) inboundTLS(c net.Conn, dir string, dst netip.AddrPort) (conn net
 	if err != nil {
 		log.Debug("peek failed", "dst", dst, "src", c.RemoteAddr(), "err", err)
 		c.Close()
-		return nil, tl, false, false
+		return false
 	}
 	if kind == mtls.Mesh {
 		ctx, cancel := context.WithTimeout(context.Background(), ConnectTimeout)
@@ -47,17 +47,19 @@ func (p *Proxy) inboundTLS(c net.Conn, dir string, dst netip.AddrPort) (conn net
 		if err != nil {
 			m.Refused(metrics.RefusedHandshake)
 			log.Info("refused inbound mesh connection: handshake failed", "dst", dst, "src", c.RemoteAddr(), "err", err)
-			return nil, tl, false, false
+			return false
 		}
-		return tc, metrics.TLS{On: true, PeerID: m.PeerID(dir, id), ID: id.String()}, false, true
+		a.conn, a.tls = tc, metrics.TLS{On: true, PeerID: m.PeerID(dir, id), ID: id.String()}
+		return true
 	}
 	if p.opts.Config.InboundPolicy == config.PolicyMTLS {
 		m.Refused(metrics.RefusedPlaintext)
 		log.Debug("refused inbound plaintext connection (inbound policy mtls)", "dst", dst, "src", c.RemoteAddr())
 		c.Close()
-		return nil, tl, false, false
+		return false
 	}
-	return pc, tl, kind == mtls.Undecided, true
+	a.conn, a.opaque = pc, a.opaque || kind == mtls.Undecided
+	return true
 }
 
 // secure runs the mesh mTLS client handshake on c, expecting id.

@@ -69,6 +69,7 @@ type failable struct {
 
 func (f failable) Fail() { f.mc.Fail() }
 
+// CloseWrite half-closes, or closes what cannot half-close.
 func (f failable) CloseWrite() error {
 	if cw, ok := f.Conn.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()

@@ -287,12 +287,26 @@ func (p *Proxy) Serve(ln net.Listener, direction string) error {
 
 // handle recovers the destination, detects the protocol and dispatches.
 // release gives back the connection's slot once it is closed.
+// accepted is one accepted connection on its way to a forwarder or an
+// HTTP server: the socket, what is read and written (the socket, then
+// its TLS session), what was learnt of it, and the release of its slots.
+type accepted struct {
+	sock    *net.TCPConn // tracked (Shutdown closes it); closing conn closes it
+	conn    net.Conn
+	dir     string
+	dst     netip.AddrPort
+	tls     metrics.TLS
+	opaque  bool   // forwarded as bytes, never read as HTTP
+	release func() // its slots; the HTTP server calls it once it has the connection
+}
+
 func (p *Proxy) handle(c *net.TCPConn, dir string, release func()) {
 	m, log := p.opts.Metrics, p.opts.Log
+	a := &accepted{sock: c, dir: dir, release: release}
 	handed := false // to the HTTP server, which releases on close
 	defer func() {
 		if !handed {
-			release()
+			a.release()
 		}
 	}()
 	// Tracked until handed to the HTTP server, so Shutdown can cut
@@ -324,7 +338,7 @@ func (p *Proxy) handle(c *net.TCPConn, dir string, release func()) {
 		c.Close()
 		return
 	}
-	raw := sockio.Wrap(c) // c itself stays tracked: closing it closes raw
+	a.dst, a.conn = dst, sockio.Wrap(c)
 	if p.probe != nil && dir == metrics.Inbound && dst.Port() == p.opts.Config.RedirectProbePort {
 		p.probed.Store(true)
 		m.RedirectProbe()
@@ -335,7 +349,7 @@ func (p *Proxy) handle(c *net.TCPConn, dir string, release func()) {
 			return
 		}
 		// The probe server closes it, giving back both its slots.
-		pc := &httpConn{Conn: raw, dst: dst, release: sync.OnceFunc(func() { probeRelease(); release() })}
+		pc := &httpConn{Conn: a.conn, dst: dst, release: sync.OnceFunc(func() { probeRelease(); release() })}
 		if !p.probe.ln.push(pc) {
 			pc.Close()
 			return
@@ -344,28 +358,18 @@ func (p *Proxy) handle(c *net.TCPConn, dir string, release func()) {
 		return
 	}
 	target := m.Target(dir, dst)
-	conn, tl, undecided, ok := p.inboundTLS(raw, dir, dst)
-	if !ok {
+	a.opaque = p.opts.Config.OpaquePorts.Has(dst.Port())
+	if !p.inboundTLS(a) {
 		return
 	}
-	opaque := p.opts.Config.OpaquePorts.Has(dst.Port()) || undecided
-	if dir == metrics.Inbound && p.opts.Inbound != nil {
-		var ok bool
-		if opaque, release, ok = p.admitInbound(c, conn, dst, tl, opaque, release); !ok {
-			return
-		}
+	if dir == metrics.Inbound && p.opts.Inbound != nil && !p.admitInbound(a) {
+		return
 	}
-	src := m.TrackConn(conn, dir, target, metrics.PeerSrc, tl)
-	if opaque {
+	src := m.TrackConn(a.conn, dir, target, metrics.PeerSrc, a.tls)
+	// Outbound, the endpoint's protocol hint may make the port opaque.
+	if a.opaque || dir == metrics.Outbound && p.opts.Resolver != nil && p.opts.Resolver.Opaque(context.Background(), dst) {
 		p.forwardOpaque(src, src, dir, dst, target)
 		return
-	}
-	if dir == metrics.Outbound && p.opts.Resolver != nil {
-		// The endpoint's protocol hint may make the port opaque.
-		if p.opts.Resolver.Opaque(context.Background(), dst) {
-			p.forwardOpaque(src, src, dir, dst, target)
-			return
-		}
 	}
 	proto, dc, err := p.detector.Detect(src)
 	if err != nil {
@@ -380,7 +384,7 @@ func (p *Proxy) handle(c *net.TCPConn, dir string, release func()) {
 		// connection is authorized now, as an opaque one.
 		if dir == metrics.Inbound && p.opts.Inbound != nil {
 			p.inbound.markOpaque(c)
-			if !p.authorizeConn(dst, remoteIP(c), tl) {
+			if !p.authorizeConn(dst, remoteIP(c), a.tls) {
 				src.Close()
 				return
 			}
@@ -393,11 +397,11 @@ func (p *Proxy) handle(c *net.TCPConn, dir string, release func()) {
 	if proto == detect.HTTP1 {
 		// The fast path; a request it does not handle comes back with
 		// the rest of the connection, for the server.
-		if hc = srv.proxy.ServeHTTP1(httpproxy.ClientConn{Conn: dc, Raw: rawConn(c), Dst: dst, TLS: tl}); hc == nil {
+		if hc = srv.proxy.ServeHTTP1(httpproxy.ClientConn{Conn: dc, Raw: rawConn(c), Dst: dst, TLS: a.tls}); hc == nil {
 			return
 		}
 	}
-	if !srv.ln.push(&httpConn{Conn: hc, dst: dst, tls: tl, release: release}) {
+	if !srv.ln.push(&httpConn{Conn: hc, dst: dst, tls: a.tls, release: a.release}) {
 		hc.Close() // shutting down
 		return
 	}

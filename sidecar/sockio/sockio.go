@@ -14,6 +14,7 @@
 package sockio
 
 import (
+	"fmt"
 	"io"
 	"net"
 )
@@ -60,4 +61,14 @@ func (c *Conn) opError(op string, err error) error {
 		return err
 	}
 	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+}
+
+// CloseWrite half-closes c when it can (a TCP connection, or a wrapper
+// that passes CloseWrite on, as each of the proxy's does), and says it
+// cannot otherwise.
+func CloseWrite(c net.Conn) error {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return fmt.Errorf("%T cannot half-close", c)
 }
