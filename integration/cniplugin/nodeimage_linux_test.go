@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -159,17 +160,32 @@ func pointRuntimeAt(t *testing.T, conf string, mounts map[string]string) {
 		if err := unix.Mount(image, node, "", unix.MS_BIND, ""); err != nil {
 			t.Fatalf("bind-mounting %s over %s: %v", image, node, err)
 		}
-		t.Cleanup(func() {
-			if err := unix.Unmount(node, 0); err != nil {
-				t.Errorf("unmounting %s: %v", node, err)
-			}
-		})
+		t.Cleanup(func() { unmount(t, node) })
 	}
 	t.Cleanup(func() {
 		// Unmounted (cleanups run last in, first out): the runtime goes back to the node's config.
 		reloadCNIConfig(t, unix.AT_FDCWD, conf)
 	})
 	reloadCNIConfig(t, confFd, "")
+}
+
+// unmount removes the bind mount at dir. The runtime may be running a
+// plugin from it that moment (another test's pod coming or going: CI saw
+// EBUSY), so a busy mount is retried for a few seconds, then detached:
+// it leaves the mount tree at once and goes when the last plugin exits.
+func unmount(t *testing.T, dir string) {
+	t.Helper()
+	err := unix.Unmount(dir, 0)
+	for deadline := time.Now().Add(5 * time.Second); errors.Is(err, unix.EBUSY) && time.Now().Before(deadline); err = unix.Unmount(dir, 0) {
+		time.Sleep(100 * time.Millisecond) // Sleep: nothing tells when a plugin started from the mount exits
+	}
+	if errors.Is(err, unix.EBUSY) {
+		t.Logf("%s still busy after 5s; detaching it", dir)
+		err = unix.Unmount(dir, unix.MNT_DETACH)
+	}
+	if err != nil {
+		t.Errorf("unmounting %s: %v", dir, err)
+	}
 }
 
 // reloadCNIConfig creates and removes a file in the watched conf dir
