@@ -3,6 +3,7 @@ package mesh
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -315,7 +316,7 @@ func (b *balanceTest) slowTurn(t *testing.T) {
 	path := "/" + meshedClient
 	runs := make([]*runningLoad, 0, 2)
 	for _, client := range []loadClient{b.meshed, b.plain} {
-		runs = append(runs, client.start(t, "-rate", itoa(turnRate), "-duration", "90s", "-c", "4", "-until-eof", "-timeline",
+		runs = append(runs, client.start(t, "-rate", itoa(turnRate), "-duration", "90s", "-c", "4", "-timeline",
 			b.meshed.url("turn", "/"+client.name)))
 	}
 
@@ -351,6 +352,8 @@ func (b *balanceTest) slowTurn(t *testing.T) {
 		return now.Sub(fixed) >= turnWindow && countReceived(receivedAt(t, x, path), now.Add(-turnWindow), now)*5 >= turnWindowSent, nil
 	})
 	cancel()
+	runs[0].stop(t)
+	runs[1].stop(t)
 	m, p := runs[0].result(t), runs[1].result(t)
 
 	for _, res := range []balanceLoad{m, p} {
@@ -502,9 +505,9 @@ func (b *balanceTest) estimates(replicas []corev1.Pod) string {
 // pods of all three generations of roll: the load spanned both restarts.
 func (b *balanceTest) underRestarts(t *testing.T, args ...string) (m, p balanceLoad) {
 	t.Helper()
-	// -until-eof ends the loads when the restarts are done; -duration
-	// only bounds them.
-	args = append(append([]string{"-rate", "200", "-duration", "100s", "-c", "4", "-until-eof"}, args...), b.url("roll"))
+	// stop ends the loads when the restarts are done; -duration only
+	// bounds them.
+	args = append(append([]string{"-rate", "200", "-duration", "100s", "-c", "4"}, args...), b.url("roll"))
 	meshedRun, plainRun := b.meshed.start(t, args...), b.plain.start(t, args...)
 	time.Sleep(2 * time.Second) // Sleep: 2s under load before the first restart, part of what is measured
 	began := time.Now()
@@ -514,6 +517,8 @@ func (b *balanceTest) underRestarts(t *testing.T, args ...string) (m, p balanceL
 	}
 	rolled := time.Since(began)
 	time.Sleep(3 * time.Second) // Sleep: load goes on while the last old replicas leave the endpoints, part of what is measured
+	meshedRun.stop(t)
+	plainRun.stop(t)
 	m, p = meshedRun.result(t), plainRun.result(t)
 	if m.Seconds < rolled.Seconds() {
 		t.Fatalf("the meshed load ran %.1fs, less than the %v the restarts took", m.Seconds, rolled.Round(time.Second))
@@ -566,49 +571,85 @@ func (l balanceLoad) slowSummary() string {
 
 // runningLoad is a `testapp load` running in a client pod.
 type runningLoad struct {
-	from           string
+	client         loadClient
 	args           []string
+	stopFile, out  string // the load's -stop-file and -out in the pod
 	cmd            *exec.Cmd
-	stdin          io.WriteCloser
 	stdout, stderr strings.Builder
 }
 
 // start starts `testapp load args...` in the client pod through
-// `kubectl exec -i`, every request carrying x-request-id NAME-{i}.
+// `kubectl exec`, every request carrying x-request-id NAME-{i}. The load
+// also writes its summary to a file in the pod, and stop ends it.
 func (l loadClient) start(t *testing.T, args ...string) *runningLoad {
 	t.Helper()
 	bin := os.Getenv(clustertest.EnvKubectl)
 	if bin == "" {
 		bin = "kubectl"
 	}
-	args = append([]string{"-H", "x-request-id: " + l.name + "-{i}"}, args...)
-	r := &runningLoad{from: l.name, args: args}
+	id := fmt.Sprintf("/tmp/load-%s-%d", l.name, time.Now().UnixNano())
+	r := &runningLoad{client: l, stopFile: id + ".stop", out: id + ".json"}
+	r.args = append([]string{"-H", "x-request-id: " + l.name + "-{i}", "-stop-file", r.stopFile, "-out", r.out}, args...)
 	r.cmd = exec.CommandContext(clustertest.Context(t, 4*time.Minute), bin,
-		append([]string{"--kubeconfig", l.c.Kubeconfig, "-n", l.ns, "exec", "-i", l.client, "-c", "app", "--", "/testapp", "load"}, args...)...)
+		append([]string{"--kubeconfig", l.c.Kubeconfig, "-n", l.ns, "exec", l.client, "-c", "app", "--", "/testapp", "load"}, r.args...)...)
 	r.cmd.Stdout, r.cmd.Stderr = &r.stdout, &r.stderr
-	var err error
-	if r.stdin, err = r.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
 	if err := r.cmd.Start(); err != nil {
 		t.Fatalf("starting testapp load in the %s client: %v", l.name, err)
 	}
 	return r
 }
 
-// result closes the load's standard input (which ends a run with
-// -until-eof), waits for it and returns its summary.
+// stop ends a load whose length the test did not know in advance (its
+// -duration only bounds it); result then returns its summary.
+func (r *runningLoad) stop(t *testing.T) {
+	t.Helper()
+	r.inPod(t, "touch", r.stopFile)
+}
+
+// summary waits for the load to end and returns its summary's JSON. If
+// kubectl exec's stream broke while the load ran on in the pod (CI saw
+// the API server reset one), it reads the summary from the load's -out
+// file instead.
+func (r *runningLoad) summary(t *testing.T) []byte {
+	t.Helper()
+	err := r.cmd.Wait()
+	if err == nil && json.Valid([]byte(r.stdout.String())) {
+		return []byte(r.stdout.String())
+	}
+	what := fmt.Sprintf("%s client: testapp load %s", r.client.name, strings.Join(r.args, " "))
+	if strings.Contains(r.stderr.String(), "command terminated with exit code") {
+		t.Fatalf("%s: %v: %s%.2000s", what, err, r.stderr.String(), r.stdout.String())
+	}
+	t.Logf("%s: kubectl exec: %v: %s; reading %s in the pod", what, err, strings.TrimSpace(r.stderr.String()), r.out)
+	return []byte(r.inPod(t, "cat", "-wait", "4m", r.out))
+}
+
+// result waits for the load to end and returns its summary.
 func (r *runningLoad) result(t *testing.T) balanceLoad {
 	t.Helper()
-	r.stdin.Close()
-	if err := r.cmd.Wait(); err != nil {
-		t.Fatalf("%s client: testapp load %s: %v: %s", r.from, strings.Join(r.args, " "), err, r.stderr.String())
-	}
-	res := balanceLoad{from: r.from}
-	if err := json.Unmarshal([]byte(r.stdout.String()), &res); err != nil {
-		t.Fatalf("%s client: testapp load %s: %v: %.2000s", r.from, strings.Join(r.args, " "), err, r.stdout.String())
+	text := r.summary(t)
+	res := balanceLoad{from: r.client.name}
+	if err := json.Unmarshal(text, &res); err != nil {
+		t.Fatalf("%s client: testapp load %s: %v: %.2000s", r.client.name, strings.Join(r.args, " "), err, text)
 	}
 	return res
+}
+
+// inPod runs `testapp args...` in the load's client pod, trying three
+// times: each call does something that may be repeated.
+func (r *runningLoad) inPod(t *testing.T, args ...string) string {
+	t.Helper()
+	var errs []error
+	for range 3 {
+		out, err := kubectlOutput(clustertest.Context(t, 5*time.Minute), r.client.c, "",
+			append([]string{"-n", r.client.ns, "exec", r.client.client, "-c", "app", "--", "/testapp"}, args...)...)
+		if err == nil {
+			return out
+		}
+		errs = append(errs, err)
+	}
+	t.Fatalf("%s client: testapp %s: %v", r.client.name, strings.Join(args, " "), errors.Join(errs...))
+	return ""
 }
 
 // podLogs follows the log of the app container of every pod of an app,

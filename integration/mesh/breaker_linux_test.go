@@ -375,7 +375,7 @@ func (b *breakerTest) gap(t *testing.T) {
 	b.setGapEndpoint(t) // there already, unless fail-fast did not run
 	b.waitGapAnswers(t)
 	// 20 req/s with room for every request sent during the gap to wait.
-	run := b.start(t, "-rate", "20", "-duration", "60s", "-c", "50", "-until-eof", "-timeline", b.url("gap", "/gap"))
+	run := b.start(t, "-rate", "20", "-duration", "60s", "-c", "50", "-timeline", b.url("gap", "/gap"))
 	time.Sleep(2 * time.Second) // Sleep: 2s of load before the gap, part of what is measured
 	removed := time.Now()
 	ctx := clustertest.Context(t, time.Minute)
@@ -386,6 +386,7 @@ func (b *breakerTest) gap(t *testing.T) {
 	restored := time.Now()
 	b.setGapEndpoint(t)
 	time.Sleep(2 * time.Second) // Sleep: 2s of load after the gap, part of what is measured
+	run.stop(t)
 	res := timed(t, run)
 
 	var during []timedSample
@@ -502,9 +503,8 @@ func (s timedSample) start() time.Time { return time.Unix(0, s.StartUnixNano) }
 // timed waits for a load started with -timeline and returns its summary.
 func timed(t *testing.T, r *runningLoad) timedLoad {
 	t.Helper()
-	r.result(t)
 	var res timedLoad
-	if err := json.Unmarshal([]byte(r.stdout.String()), &res); err != nil {
+	if err := json.Unmarshal(r.summary(t), &res); err != nil {
 		t.Fatal(err)
 	}
 	if len(res.Timeline) != res.Requests || res.Requests == 0 {

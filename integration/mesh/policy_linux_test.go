@@ -1224,7 +1224,7 @@ func (p *authzTest) controlPlaneDown(t *testing.T) {
 	url := "http://mtls." + p.ns + ".svc.cluster.local/"
 	// Running loads keep the clients' discovery of mtls in use (idle
 	// subscriptions end after a minute) through the outage.
-	args := []string{"-rate", "5", "-duration", "3m", "-until-eof", "-c", "1", "-timeout", "2s", "-timeline", url}
+	args := []string{"-rate", "5", "-duration", "3m", "-c", "1", "-timeout", "2s", "-timeline", url}
 	runA, runB := a.start(t, args...), b.start(t, args...)
 	scale(t, p.c, controlNamespace, "plexus-destination", 0)
 	down := time.Now()
@@ -1262,6 +1262,7 @@ func (p *authzTest) controlPlaneDown(t *testing.T) {
 		name string
 		want string
 	}{{runA, "a", "200"}, {runB, "b", "403"}} {
+		l.run.stop(t)
 		res := timed(t, l.run)
 		var during, wrong int
 		for _, s := range res.Timeline {

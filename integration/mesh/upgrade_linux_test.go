@@ -201,7 +201,7 @@ func upgradeUnderLoad(t *testing.T, c *clustertest.Cluster, ctl plexusctl, upgra
 	podsBefore := podUIDs(t, c, demoNamespace)
 
 	client := loadClient{&routesTest{c: c, ns: demoNamespace, client: pods(t, c, demoNamespace, "upgrade-load")[0].Name}, "upgrade"}
-	load := client.start(t, "-rate", upgradeRate, "-c", "8", "-duration", "3m50s", "-until-eof", "-timeout", "10s",
+	load := client.start(t, "-rate", upgradeRate, "-c", "8", "-duration", "3m50s", "-timeout", "10s",
 		"http://web."+demoNamespace+".svc.cluster.local:8080/")
 	time.Sleep(5 * time.Second) // Sleep: 5s of load before the upgrade, part of what is measured
 
@@ -226,6 +226,7 @@ func upgradeUnderLoad(t *testing.T, c *clustertest.Cluster, ctl plexusctl, upgra
 	deploy(t, c, demoNamespace, "mid-upgrade", 1, meshed, restricted(podSpec("mid-upgrade", "serve", ":8080")))
 	<-done
 	time.Sleep(5 * time.Second) // Sleep: 5s of load after the upgrade, part of what is measured
+	load.stop(t)
 	res := load.result(t)
 	if t.Failed() {
 		return

@@ -44,7 +44,8 @@ type loadConfig struct {
 	grpc        bool
 	target      string
 	slow        time.Duration // -slow-threshold
-	untilEOF    bool
+	stopFile    string
+	out         string
 }
 
 // Validate reports every problem of the flags.
@@ -80,7 +81,8 @@ func parseLoad(args []string) (*loadConfig, error) {
 	fs.BoolVar(&c.timeline, "timeline", false, "add every request's start, latency, status and server to the summary")
 	fs.BoolVar(&c.grpc, "grpc", false, "call grpc.health.v1.Health/Check on HOST:PORT instead of HTTP; headers are metadata")
 	fs.DurationVar(&c.slow, "slow-threshold", 0, "report slow_share, the share of requests that took longer than this")
-	fs.BoolVar(&c.untilEOF, "until-eof", false, "also stop sending when standard input ends (kubectl exec -i: the caller closes it)")
+	fs.StringVar(&c.stopFile, "stop-file", "", "also stop sending once this file exists (testapp touch creates it)")
+	fs.StringVar(&c.out, "out", "", "also write the summary to this file, before printing it")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -172,14 +174,7 @@ func load(args []string) error {
 		return err
 	}
 	defer closeFn()
-	var eof chan struct{} // nil, which never ends the run, without -until-eof
-	if c.untilEOF {
-		eof = make(chan struct{})
-		go func() {
-			io.Copy(io.Discard, os.Stdin)
-			close(eof)
-		}()
-	}
+	stop := whenExists(c.stopFile)
 
 	total, at := c.n, func(int) time.Duration { return 0 }
 	if c.rate > 0 {
@@ -204,7 +199,7 @@ func load(args []string) error {
 			done <- struct{}{}
 		}()
 	}
-	sent := dispatch(work, total, func(i int) time.Time { return start.Add(at(i)) }, eof)
+	sent := dispatch(work, total, func(i int) time.Time { return start.Add(at(i)) }, stop)
 	close(work)
 	for range c.concurrency {
 		<-done
@@ -214,9 +209,18 @@ func load(args []string) error {
 	if c.slow > 0 {
 		s.SlowShare = slowShare(samples[:sent], c.slow)
 	}
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(s)
+	text, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	text = append(text, '\n')
+	if c.out != "" {
+		if err := writeFile(c.out, text); err != nil {
+			return err
+		}
+	}
+	_, err = os.Stdout.Write(text)
+	return err
 }
 
 // dispatch hands requests 0 to total-1 to the workers, each at its time,

@@ -7,6 +7,8 @@
 //	testapp poll [-interval D] [-new-conn] URL
 //	testapp lookup NAME...
 //	testapp load [flags] URL | -grpc HOST:PORT
+//	testapp touch FILE...                  create each FILE (ends a load's -stop-file)
+//	testapp cat [-wait D] FILE             print FILE once it exists (a load's -out)
 //
 // # serve
 //
@@ -90,10 +92,12 @@
 // -H 'x-attempt-key: {run}-{i}' gives every request its own attempt key
 // and -H 'x-fail-key: {run}-{worker}' every connection its own failure
 // sequence. Every request carries x-request-id: {run}-{i}, unique per
-// request, unless -H sets x-request-id. With -until-eof the run also ends
-// when standard input does (kubectl exec -i: the caller closes it to end
-// a run whose length it does not know in advance; -duration still bounds
-// it), and the summary covers the requests sent until then. With -grpc
+// request, unless -H sets x-request-id. With -stop-file FILE the run also
+// ends once FILE exists (the caller runs testapp touch FILE to end a run
+// whose length it does not know in advance; -duration still bounds it),
+// and the summary covers the requests sent until then. With -out FILE the
+// summary is also written to FILE, whole, before it is printed: a caller
+// whose kubectl exec stream broke reads it with testapp cat -wait D FILE. With -grpc
 // the target is HOST:PORT, each request is a Health/Check and the headers
 // are sent as metadata.
 package main
@@ -113,7 +117,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: testapp serve [-grpc ADDR] [-delay D] [-exit-on-term] [ADDR...] | testapp get URL... | testapp poll [-interval D] [-new-conn] URL | testapp lookup NAME... | testapp load [flags] URL")
+		fmt.Fprintln(os.Stderr, "usage: testapp serve [-grpc ADDR] [-delay D] [-exit-on-term] [ADDR...] | testapp get URL... | testapp poll [-interval D] [-new-conn] URL | testapp lookup NAME... | testapp load [flags] URL | testapp touch FILE... | testapp cat [-wait D] FILE")
 		os.Exit(2)
 	}
 	var err error
@@ -136,8 +140,12 @@ func main() {
 		err = lookup(os.Args[2:])
 	case "poll":
 		err = poll(os.Args[2:])
+	case "touch":
+		err = touch(os.Args[2:])
+	case "cat":
+		err = cat(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q (want serve, get, poll, lookup or load)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (want serve, get, poll, lookup, load, touch or cat)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testapp:", err)
