@@ -113,11 +113,18 @@ func (hc *h1conn) next() (ok, handOff bool) {
 		return false, true
 	}
 	hc.fill(&hc.head)
-	hc.p.route(context.Background(), &hc.x, &hc.req)
-	if !hc.x.plain() || hc.x.routeErr == nil && hc.req.Path != string(hc.head.target) {
-		// Filters, timeouts or retries, or a path to forward in normal
-		// form (pathnorm): net/http's engine serves them.
+	// Routes with filters, timeouts or retries, or a path to forward in
+	// normal form (pathnorm): net/http's engine serves the request, and
+	// routes it; it is handed over before it is routed here.
+	t := hc.p.table(context.Background(), hc.dst)
+	if !t.Plain() {
 		return false, true
+	}
+	if hc.x.normalize(hc.p, &hc.req) {
+		if hc.req.Path != string(hc.head.target) {
+			return false, true
+		}
+		hc.x.matchRule(t)
 	}
 	// A body must keep coming; the head's deadline no longer applies.
 	hc.rd.idleFor(o.BodyIdleTimeout)

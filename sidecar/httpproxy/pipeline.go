@@ -42,7 +42,11 @@ import (
 //	             routed.go); each retry is an attempt, which may re-send
 //
 // The engines move bytes: they parse a Request, make one attempt when
-// asked, and relay the response, or the answer the pipeline decided.
+// asked, and relay the response, or the answer the pipeline decided. The
+// fast path hands a connection to net/http before routing its request
+// when some rule of the destination needs more than a backend choice
+// (routes.Table.Plain) or the path is to be forwarded in normal form, so
+// every request is routed once, by the engine that serves it.
 
 // exchange is one request's way through the stages.
 type exchange struct {
@@ -81,33 +85,54 @@ type exchange struct {
 }
 
 // route runs the route stage: which rule of the destination's routes
-// applies and which backend takes the request. The HTTP/1 fast path runs
-// it before begin, to hand requests whose rule needs more than a backend
-// choice (Rule.Plain) to the net/http engine.
+// applies and which backend takes the request.
 //
 // It first puts the request's path in normal form (pathnorm), which is
 // what routes, policy and the tap see and what is forwarded; a path
 // badly encoded, or ambiguous where the routes tell paths apart, is
 // refused (400 invalid-path).
 func (p *Proxy) route(ctx context.Context, x *exchange, req *Request) {
+	if x.normalize(p, req) {
+		x.matchRule(p.table(ctx, req.Dst))
+	}
+}
+
+// table is the route table of requests to dst; nil without routes.
+func (p *Proxy) table(ctx context.Context, dst netip.AddrPort) *routes.Table {
+	if p.opts.Routes == nil {
+		return nil
+	}
+	return p.opts.Routes(ctx, dst)
+}
+
+// normalize starts x as req's exchange, routed, and puts req's path in
+// normal form; false (x.routeErr set) when the path is badly encoded.
+// The HTTP/1 fast path runs normalize and matchRule itself, to hand requests
+// the net/http engine must serve over before routing them.
+func (x *exchange) normalize(p *Proxy, req *Request) bool {
 	*x = exchange{p: p, req: req, endpoint: Endpoint{Addr: req.Dst}, routed: true}
 	norm, err := pathnorm.Target(req.Path)
 	if err != nil {
 		x.routeErr = invalidPath(pathnorm.InvalidEncoding)
-		return
+		return false
 	}
 	req.Path = norm
-	if p.opts.Routes == nil {
+	return true
+}
+
+// matchRule finds the rule of t (nil: none, the original destination) that
+// applies to x's request and picks its backend.
+func (x *exchange) matchRule(t *routes.Table) {
+	if t == nil {
 		return
 	}
-	t := p.opts.Routes(ctx, req.Dst)
 	if t.PathSensitive() {
-		if why := pathnorm.Ambiguous(norm); why != "" {
+		if why := pathnorm.Ambiguous(x.req.Path); why != "" {
 			x.routeErr = invalidPath(why)
 			return
 		}
 	}
-	rq := req.Route()
+	rq := x.req.Route()
 	rule, ok := t.Match(&rq)
 	if !ok {
 		x.routeErr = errNoRoute

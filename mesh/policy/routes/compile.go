@@ -70,6 +70,7 @@ func Compile(p *destinationpb.OutboundPolicy) (*Table, error) {
 			}
 			rule.matches = ms
 			route.Rules = append(route.Rules, rule)
+			c.table.needsMore = c.table.needsMore || !rule.Plain
 			for _, m := range ms {
 				entries = append(entries, entry{rule: rule, m: m})
 				c.table.pathSensitive = c.table.pathSensitive || m.tellsPathsApart()

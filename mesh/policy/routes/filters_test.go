@@ -269,9 +269,17 @@ func TestPlain(t *testing.T) {
 	for _, c := range cases {
 		r := rule()
 		c.edit(r)
-		got := mustCompile(t, policy(route("r", nil, r))).Routes[0].Rules[0].Plain
-		if got != c.want {
+		table := mustCompile(t, policy(route("r", nil, r), route("bare", nil, rule())))
+		if got := table.Routes[0].Rules[0].Plain; got != c.want {
 			t.Errorf("%s: Plain = %v, want %v", c.name, got, c.want)
 		}
+		// The table beside a bare route's: plain only if every rule is.
+		if got := table.Plain(); got != c.want {
+			t.Errorf("%s beside a bare rule: Table.Plain = %v, want %v", c.name, got, c.want)
+		}
+	}
+	var none *Table
+	if !none.Plain() || !Default().Plain() {
+		t.Error("a nil table or the default table is not Plain")
 	}
 }

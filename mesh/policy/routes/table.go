@@ -30,7 +30,14 @@ type Table struct {
 	// pathSensitive: some match tells paths apart (anything but a prefix
 	// of "/"), so an ambiguous path is refused (PathSensitive).
 	pathSensitive bool
+	// needsMore: some rule is not Plain (Plain).
+	needsMore bool
 }
+
+// Plain reports whether every rule of the table is Plain: a request to
+// the destination then needs nothing but a backend choice, whichever rule
+// it matches. A nil table is plain.
+func (t *Table) Plain() bool { return t == nil || !t.needsMore }
 
 // PathSensitive reports whether the table's matches tell paths apart:
 // the proxy then refuses a request whose path is ambiguous (pathnorm).
