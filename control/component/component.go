@@ -77,6 +77,20 @@ func (f Flags) Start(w io.Writer, userAgent string) (Env, error) {
 	return Env{Log: Logger(w, f.LogLevel), Rest: rc, Kube: kube, Registry: Registry()}, nil
 }
 
+// Begin is how a component's Main begins: parse its flags from args
+// (parse writes usage and flag errors to out), then Start its Env, as
+// userAgent, logging to logs.
+func Begin[C interface {
+	Start(w io.Writer, userAgent string) (Env, error)
+}](args []string, out, logs io.Writer, userAgent string, parse func([]string, io.Writer) (C, error)) (C, Env, error) {
+	cfg, err := parse(args, out)
+	if err != nil {
+		return cfg, Env{}, err
+	}
+	env, err := cfg.Start(logs, userAgent)
+	return cfg, env, err
+}
+
 // ParseFlags parses args into fs, refuses positional arguments, then runs
 // validate (nil: none) and wraps what it reports as an invalid
 // configuration. Pass validate as a closure over the config the flags

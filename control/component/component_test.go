@@ -55,3 +55,42 @@ func TestLoggerLevelAndRegistry(t *testing.T) {
 		t.Errorf("registry lacks the Go or process collector: %v", have)
 	}
 }
+
+// startRecorder is a config whose Start records how it was called.
+type startRecorder struct {
+	addr      string
+	userAgent *string
+}
+
+func (r startRecorder) Start(w io.Writer, userAgent string) (Env, error) {
+	*r.userAgent = userAgent
+	return Env{Log: slog.New(slog.NewTextHandler(w, nil))}, nil
+}
+
+func TestBegin(t *testing.T) {
+	var started string
+	parse := func(args []string, out io.Writer) (startRecorder, error) {
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		fs.SetOutput(out)
+		r := startRecorder{userAgent: &started}
+		fs.StringVar(&r.addr, "addr", ":1", "")
+		return r, ParseFlags(fs, args, nil)
+	}
+	var out, logs bytes.Buffer
+	cfg, env, err := Begin([]string{"--addr", ":2"}, &out, &logs, "plexus-x", parse)
+	if err != nil || cfg.addr != ":2" || started != "plexus-x" || env.Log == nil {
+		t.Fatalf("Begin = %+v, %+v, %v; started as %q", cfg, env, err, started)
+	}
+	env.Log.Info("hello")
+	if !strings.Contains(logs.String(), "hello") {
+		t.Errorf("the Env does not log to logs: %q", logs.String())
+	}
+
+	started = ""
+	if _, _, err := Begin([]string{"--nope"}, &out, &logs, "plexus-x", parse); err == nil || started != "" {
+		t.Errorf("a bad flag: err %v, started as %q; want the error and no Start", err, started)
+	}
+	if !strings.Contains(out.String(), "nope") {
+		t.Errorf("the flag error is not written to out: %q", out.String())
+	}
+}

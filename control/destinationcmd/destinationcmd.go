@@ -96,11 +96,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 
 // Run is Main with hooks.
 func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) error {
-	cfg, err := ParseFlags(args, stdout)
-	if err != nil {
-		return err
-	}
-	env, err := cfg.Start(stdout, "plexus-destination")
+	cfg, env, err := component.Begin(args, stdout, stdout, "plexus-destination", ParseFlags)
 	if err != nil {
 		return err
 	}

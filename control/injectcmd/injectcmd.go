@@ -57,11 +57,7 @@ func parse(args []string, stderr io.Writer) (Options, error) {
 
 // Main runs the injector until ctx ends.
 func Main(ctx context.Context, args []string, stderr io.Writer) error {
-	o, err := parse(args, stderr)
-	if err != nil {
-		return err
-	}
-	env, err := o.Start(stderr, "plexus-injector")
+	o, env, err := component.Begin(args, stderr, stderr, "plexus-injector", parse)
 	if err != nil {
 		return err
 	}

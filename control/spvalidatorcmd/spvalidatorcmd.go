@@ -51,11 +51,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 
 // Main runs the validator until ctx ends.
 func Main(ctx context.Context, args []string, stderr io.Writer) error {
-	c, err := ParseFlags(args, stderr)
-	if err != nil {
-		return err
-	}
-	env, err := c.Start(stderr, "plexus-sp-validator")
+	c, env, err := component.Begin(args, stderr, stderr, "plexus-sp-validator", ParseFlags)
 	if err != nil {
 		return err
 	}

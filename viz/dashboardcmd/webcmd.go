@@ -83,11 +83,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 // Main runs `plexus-control web` with args (without the subcommand
 // name) until ctx ends.
 func Main(ctx context.Context, args []string, stdout io.Writer) error {
-	cfg, err := ParseFlags(args, stdout)
-	if err != nil {
-		return err
-	}
-	env, err := cfg.Start(stdout, "plexus-web")
+	cfg, env, err := component.Begin(args, stdout, stdout, "plexus-web", ParseFlags)
 	if err != nil {
 		return err
 	}

@@ -77,11 +77,7 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 
 // Main runs the tap service until ctx ends.
 func Main(ctx context.Context, args []string, out io.Writer) error {
-	cfg, err := ParseFlags(args, out)
-	if err != nil {
-		return err
-	}
-	env, err := cfg.Start(os.Stderr, "plexus-tap")
+	cfg, env, err := component.Begin(args, out, os.Stderr, "plexus-tap", ParseFlags)
 	if err != nil {
 		return err
 	}
