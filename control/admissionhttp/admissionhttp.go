@@ -20,12 +20,17 @@ import (
 // request limit is 3 MiB).
 const MaxReviewBytes = 3 << 20
 
-// ReviewCounter registers on reg and returns plexus_WEBHOOK_reviews_total,
-// the reviews of objects (a word: "Pod") the webhook answered, by result.
-func ReviewCounter(reg prometheus.Registerer, webhook, objects string) *prometheus.CounterVec {
-	return promauto.With(reg).NewCounterVec(prometheus.CounterOpts{
+// Metrics count a webhook's answers.
+type Metrics struct {
+	Reviews *prometheus.CounterVec // by result, which the webhook names
+}
+
+// NewMetrics registers on reg plexus_WEBHOOK_reviews_total, the reviews
+// of objects (a word: "Pod") the webhook answered, by result.
+func NewMetrics(reg prometheus.Registerer, webhook, objects string) *Metrics {
+	return &Metrics{Reviews: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{
 		Name: "plexus_" + webhook + "_reviews_total", Help: objects + " admission reviews answered, by result.",
-	}, []string{"result"})
+	}, []string{"result"})}
 }
 
 // Serve answers one AdmissionReview with decide's response, given the

@@ -18,14 +18,9 @@ import (
 // MaxReviewBytes bounds an AdmissionReview body (a pod is far smaller).
 const MaxReviewBytes = admissionhttp.MaxReviewBytes
 
-// Metrics count the webhook's answers.
-type Metrics struct {
-	Reviews *prometheus.CounterVec // result: injected, skipped, rejected, error
-}
-
 // NewMetrics registers the webhook's metrics on reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
-	return &Metrics{Reviews: admissionhttp.ReviewCounter(reg, "injector", "Pod")}
+func NewMetrics(reg prometheus.Registerer) *admissionhttp.Metrics {
+	return admissionhttp.NewMetrics(reg, "injector", "Pod")
 }
 
 // Webhook answers AdmissionReviews for pods with the injection patch.
@@ -33,7 +28,7 @@ type Webhook struct {
 	Config Config
 	// Namespace returns a namespace by name (from an informer's lister).
 	Namespace func(name string) (*corev1.Namespace, error)
-	Metrics   *Metrics
+	Metrics   *admissionhttp.Metrics // results: injected, skipped, rejected, error
 	Log       *slog.Logger
 }
 

@@ -17,9 +17,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/plexus-mesh/plexus/control/admissionhttp"
 )
 
-func testWebhook(t *testing.T) (*httptest.Server, *Metrics) {
+func testWebhook(t *testing.T) (*httptest.Server, *admissionhttp.Metrics) {
 	t.Helper()
 	m := NewMetrics(prometheus.NewRegistry())
 	enabled := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{AnnotationInject: "enabled"}}}

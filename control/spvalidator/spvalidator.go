@@ -18,14 +18,9 @@ import (
 	"github.com/plexus-mesh/plexus/control/serviceprofile"
 )
 
-// Metrics count the webhook's answers.
-type Metrics struct {
-	Reviews *prometheus.CounterVec // result: allowed, denied, skipped, error
-}
-
 // NewMetrics registers the webhook's metrics on reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
-	return &Metrics{Reviews: admissionhttp.ReviewCounter(reg, "sp_validator", "ServiceProfile")}
+func NewMetrics(reg prometheus.Registerer) *admissionhttp.Metrics {
+	return admissionhttp.NewMetrics(reg, "sp_validator", "ServiceProfile")
 }
 
 // Webhook answers AdmissionReviews for ServiceProfiles.
@@ -33,7 +28,7 @@ type Webhook struct {
 	// ClusterDomain is what a profile's name must end in
 	// (<svc>.<ns>.svc.<ClusterDomain>).
 	ClusterDomain string
-	Metrics       *Metrics // may be nil
+	Metrics       *admissionhttp.Metrics // may be nil; results: allowed, denied, skipped, error
 	Log           *slog.Logger
 }
 

@@ -14,9 +14,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/plexus-mesh/plexus/control/admissionhttp"
 )
 
-func testServer(t *testing.T) (*httptest.Server, *Metrics) {
+func testServer(t *testing.T) (*httptest.Server, *admissionhttp.Metrics) {
 	t.Helper()
 	m := NewMetrics(prometheus.NewRegistry())
 	srv := httptest.NewServer(&Webhook{ClusterDomain: "cluster.local", Metrics: m, Log: slog.New(slog.DiscardHandler)})
