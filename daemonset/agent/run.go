@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
@@ -248,26 +249,19 @@ func servePluginSocket(ctx context.Context, paths Paths, sock, stage, without st
 	return sock
 }
 
-// syncToken copies the rotated service account token for the plugin.
+// syncToken copies the rotated service account token for the plugin,
+// now and every interval.
 func syncToken(ctx context.Context, c *plugininstall.Credentials, every time.Duration, m *Metrics, log *slog.Logger) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			wrote, err := c.SyncToken()
-			if err != nil {
-				m.Errors.WithLabelValues("token").Inc()
-				log.Error("copying the service account token for the plugin", "err", err)
-				continue
-			}
-			if wrote {
-				m.TokenSyncs.Inc()
-			}
+	wait.UntilWithContext(ctx, func(context.Context) {
+		wrote, err := c.SyncToken()
+		switch {
+		case err != nil:
+			m.Errors.WithLabelValues("token").Inc()
+			log.Error("copying the service account token for the plugin", "err", err)
+		case wrote:
+			m.TokenSyncs.Inc()
 		}
-	}
+	}, every)
 }
 
 // removeTaint removes the node's taint each time the agent becomes ready,
@@ -279,7 +273,7 @@ func removeTaint(ctx context.Context, r *nodetaint.Remover, becameReady <-chan s
 			return
 		case <-becameReady:
 		}
-		for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+		for backoff := time.Second; ; backoff = min(2*backoff, 30*time.Second) {
 			removed, err := r.Remove(ctx)
 			if err == nil {
 				if removed {
@@ -293,7 +287,7 @@ func removeTaint(ctx context.Context, r *nodetaint.Remover, becameReady <-chan s
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(wait):
+			case <-time.After(backoff):
 			}
 		}
 	}
