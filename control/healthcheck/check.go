@@ -57,6 +57,28 @@ const (
 	Fail
 )
 
+// How output shows each status: its name, its mark, and the mark's
+// terminal colour (green, yellow, red).
+var (
+	statusNames   = [...]string{OK: "ok", Warn: "warn", Fail: "fail"}
+	statusSymbols = [...]string{OK: "✔", Warn: "‼", Fail: "✘"}
+	statusColours = [...]string{OK: "32", Warn: "33", Fail: "31"}
+)
+
+// String is the status's name: ok, warn or fail.
+func (s Status) String() string { return statusNames[s.known()] }
+
+// Symbol is the status's mark: ✔, ‼ or ✘.
+func (s Status) Symbol() string { return statusSymbols[s.known()] }
+
+// known is s, or Fail for a value that is not a status.
+func (s Status) known() Status {
+	if s < OK || s > Fail {
+		return Fail
+	}
+	return s
+}
+
 // Result is one line of output.
 type Result struct {
 	Name   string
@@ -305,16 +327,13 @@ func Print(w io.Writer, rs []Result, colour bool) bool {
 		return "\x1b[" + code + "m" + s + "\x1b[0m"
 	}
 	for _, r := range rs {
-		switch r.Status {
-		case OK:
-			fmt.Fprintf(w, "%s %s\n", paint("32", "✔"), r.Name)
+		mark := paint(statusColours[r.Status.known()], r.Status.Symbol())
+		if r.Status == OK {
+			fmt.Fprintf(w, "%s %s\n", mark, r.Name)
 			continue
-		case Warn:
-			fmt.Fprintf(w, "%s %s: %s\n", paint("33", "‼"), r.Name, r.Detail)
-		case Fail:
-			passed = false
-			fmt.Fprintf(w, "%s %s: %s\n", paint("31", "✘"), r.Name, r.Detail)
 		}
+		passed = passed && r.Status == Warn
+		fmt.Fprintf(w, "%s %s: %s\n", mark, r.Name, r.Detail)
 		if r.Hint != "" {
 			fmt.Fprintf(w, "    hint: %s\n", r.Hint)
 		}

@@ -286,3 +286,14 @@ func TestNodeImageModeSkipsDaemonSet(t *testing.T) {
 		}
 	}
 }
+
+func TestStatusNamesAndSymbols(t *testing.T) {
+	for _, c := range []struct {
+		s            Status
+		name, symbol string
+	}{{OK, "ok", "✔"}, {Warn, "warn", "‼"}, {Fail, "fail", "✘"}, {Status(7), "fail", "✘"}, {Status(-1), "fail", "✘"}} {
+		if c.s.String() != c.name || c.s.Symbol() != c.symbol {
+			t.Errorf("Status(%d): %q %q, want %q %q", int(c.s), c.s.String(), c.s.Symbol(), c.name, c.symbol)
+		}
+	}
+}

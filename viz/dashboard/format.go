@@ -59,8 +59,6 @@ var funcs = template.FuncMap{
 	"tapResource":   tapResource,
 	"routeName":     routestats.RouteName, // as plexusctl routes names them
 	"serviceName":   routestats.ServiceName,
-	"statusClass":   statusClass,
-	"statusSymbol":  statusSymbol,
 	"pathEscape":    url.PathEscape,
 	"edgeTitle":     edgeTitle,
 	"workloadLabel": func(w vizquery.Workload) string { return w.String() },

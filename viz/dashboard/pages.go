@@ -261,26 +261,6 @@ func (s *Server) controlPlane(w http.ResponseWriter, r *http.Request) {
 	s.render(w, "controlplane.html", page{Title: "Control plane", Nav: "controlplane", Refresh: 60, Errors: errs, Body: b})
 }
 
-func statusClass(st healthcheck.Status) string {
-	switch st {
-	case healthcheck.OK:
-		return "ok"
-	case healthcheck.Warn:
-		return "warn"
-	}
-	return "fail"
-}
-
-func statusSymbol(st healthcheck.Status) string {
-	switch st {
-	case healthcheck.OK:
-		return "✔"
-	case healthcheck.Warn:
-		return "‼"
-	}
-	return "✘"
-}
-
 // validName accepts a Kubernetes object name (a DNS subdomain).
 func validName(s string) bool { return len(validation.IsDNS1123Subdomain(s)) == 0 }
 
