@@ -2,11 +2,10 @@ package config
 
 import (
 	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"net"
-	"strings"
 
+	"github.com/plexus-mesh/plexus/mesh/identity/pki"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
 
@@ -29,36 +28,19 @@ func (c Config) DestinationServerID() spiffe.ID {
 	return spiffe.New(c.TrustDomain, c.ControlNamespace, DestinationServiceAccount)
 }
 
-// TrustAnchors parses TrustAnchorsPEM: one or more CERTIFICATE blocks and
-// nothing else.
+// TrustAnchors parses TrustAnchorsPEM: one or more CA certificates in
+// CERTIFICATE blocks and nothing else.
 func (c Config) TrustAnchors() (*x509.CertPool, error) {
+	certs, err := pki.ParseCerts([]byte(c.TrustAnchorsPEM))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", EnvTrustAnchors, err)
+	}
 	pool := x509.NewCertPool()
-	rest := []byte(c.TrustAnchorsPEM)
-	n := 0
-	for {
-		var b *pem.Block
-		b, rest = pem.Decode(rest)
-		if b == nil {
-			break
-		}
-		if b.Type != "CERTIFICATE" {
-			return nil, fmt.Errorf("%s: unexpected PEM block %q, want CERTIFICATE", EnvTrustAnchors, b.Type)
-		}
-		cert, err := x509.ParseCertificate(b.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("%s: certificate %d: %w", EnvTrustAnchors, n+1, err)
-		}
+	for i, cert := range certs {
 		if !cert.IsCA {
-			return nil, fmt.Errorf("%s: certificate %d (%s) is not a CA", EnvTrustAnchors, n+1, cert.Subject)
+			return nil, fmt.Errorf("%s: certificate %d (%s) is not a CA", EnvTrustAnchors, i+1, cert.Subject)
 		}
 		pool.AddCert(cert)
-		n++
-	}
-	if strings.TrimSpace(string(rest)) != "" {
-		return nil, fmt.Errorf("%s: trailing data that is not PEM", EnvTrustAnchors)
-	}
-	if n == 0 {
-		return nil, fmt.Errorf("%s: no PEM certificate found", EnvTrustAnchors)
 	}
 	return pool, nil
 }

@@ -3,13 +3,14 @@ package tapservice
 import (
 	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/plexus-mesh/plexus/mesh/identity/pki"
 )
 
 // The tap service is an extension API server: the Kubernetes API server
@@ -37,24 +38,13 @@ func FrontProxyFromConfigMap(data map[string]string) (*FrontProxy, error) {
 	if ca == "" {
 		return nil, errors.New("kube-system/extension-apiserver-authentication has no requestheader-client-ca-file: the API server runs without --requestheader-client-ca-file, so it cannot forward callers to an aggregated API")
 	}
-	pool := x509.NewCertPool()
-	rest := []byte(ca)
-	n := 0
-	for {
-		var b *pem.Block
-		b, rest = pem.Decode(rest)
-		if b == nil {
-			break
-		}
-		c, err := x509.ParseCertificate(b.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("requestheader-client-ca-file: %w", err)
-		}
-		pool.AddCert(c)
-		n++
+	certs, err := pki.ParseCerts([]byte(ca))
+	if err != nil {
+		return nil, fmt.Errorf("requestheader-client-ca-file: %w", err)
 	}
-	if n == 0 {
-		return nil, errors.New("requestheader-client-ca-file holds no PEM certificate")
+	pool := x509.NewCertPool()
+	for _, c := range certs {
+		pool.AddCert(c)
 	}
 	fp := &FrontProxy{CAs: pool}
 	for _, f := range []struct {

@@ -1,6 +1,7 @@
 package pki
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/x509"
@@ -19,13 +20,17 @@ func EncodeCerts(certs ...*x509.Certificate) []byte {
 }
 
 // ParseCerts decodes every CERTIFICATE block of PEM text, in order. Text
-// with no certificate, or with blocks of another type, is an error.
+// with no certificate, with blocks of another type, or with anything but
+// white space after the last block, is an error.
 func ParseCerts(pemText []byte) ([]*x509.Certificate, error) {
 	var certs []*x509.Certificate
 	for rest := pemText; ; {
 		var block *pem.Block
 		block, rest = pem.Decode(rest)
 		if block == nil {
+			if len(bytes.TrimSpace(rest)) != 0 {
+				return nil, errors.New("trailing data that is not PEM")
+			}
 			break
 		}
 		if block.Type != "CERTIFICATE" {

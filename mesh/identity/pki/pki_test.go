@@ -219,7 +219,10 @@ func TestPEMRoundTrip(t *testing.T) {
 	if err != nil || !k.Equal(inter.Key) {
 		t.Errorf("SEC 1 key: %v", err)
 	}
-	for _, bad := range []string{"", "garbage", string(keyPEM)} {
+	if _, err := ParseCerts(append(EncodeCerts(anchor.Cert), "\n \n"...)); err != nil {
+		t.Errorf("ParseCerts of a certificate and white space: %v", err)
+	}
+	for _, bad := range []string{"", "garbage", string(keyPEM), string(EncodeCerts(anchor.Cert)) + "trailing"} {
 		if _, err := ParseCerts([]byte(bad)); err == nil {
 			t.Errorf("ParseCerts(%.20q) succeeded", bad)
 		}
