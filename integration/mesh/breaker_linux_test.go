@@ -235,7 +235,8 @@ func (b *breakerTest) circuitBreaking(t *testing.T) {
 	// was seen on a loaded machine).
 	runs := bursts(ejected, scaled(accrualMinPenalty, 1-accrualJitter/2)/2)
 	if len(runs) == 0 || len(runs[0]) < accrualMaxFailures {
-		t.Fatalf("the failing replica received %d requests before the fix, in runs %v; want at least %d (max-failures) at first, before it is ejected", len(ejected), runLengths(runs), accrualMaxFailures)
+		t.Fatalf("the failing replica received %d requests before the fix, in runs %v; want at least %d (max-failures) at first, before it is ejected; the client's balancer now: %s",
+			len(ejected), runLengths(runs), accrualMaxFailures, b.clientEndpoints())
 	}
 	gaps := checkProbes(t, runs)
 	if len(gaps) < 3 {
@@ -476,6 +477,19 @@ func (b *breakerTest) waitGapAnswers(t *testing.T) {
 		}
 		return false, fmt.Errorf("statuses %v %v", res.Statuses, res.Errors)
 	})
+}
+
+// clientEndpoints is the client proxy's /endpoints document (each
+// endpoint's state, pending requests and estimate), for a failure's
+// message.
+func (b *breakerTest) clientEndpoints() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := kubectlOutput(ctx, b.c, "", "-n", b.ns, "exec", b.client, "-c", "app", "--", "/testapp", "get", "http://127.0.0.1:4191/endpoints")
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	return out
 }
 
 // start starts testapp load in the client pod (loadClient.start).
