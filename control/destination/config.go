@@ -86,6 +86,8 @@ type Config struct {
 	// MaxLoopbackStreams bounds the streams open at once by all callers
 	// on loopback without a certificate together.
 	MaxLoopbackStreams int
+	// StatusLease elects the replica that writes route status.
+	StatusLease StatusLease
 }
 
 // DefaultConfig returns the configuration with every default filled in.
@@ -129,6 +131,9 @@ func (c Config) Validate() error {
 	}
 	if !slices.Contains(policyv1alpha1.AccessPolicies(), c.DefaultInboundPolicy) {
 		errs = append(errs, fmt.Errorf("default inbound policy %q: want one of %v", c.DefaultInboundPolicy, policyv1alpha1.AccessPolicies()))
+	}
+	if err := c.StatusLease.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if len(c.ClusterNetworks) == 0 {
 		errs = append(errs, errors.New("cluster networks: at least one is needed (none would let cluster-* policies allow any address)"))

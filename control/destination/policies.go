@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gateway "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
@@ -45,9 +46,11 @@ type RouteClients struct {
 
 // policies is the route side of the server.
 type policies struct {
-	cfg Config
-	log *slog.Logger
-	w   *watcher
+	cfg     Config
+	log     *slog.Logger
+	w       *watcher
+	kube    kubernetes.Interface // the status Lease's
+	metrics *metrics
 
 	gwFactory  gatewayinformers.SharedInformerFactory
 	dynFactory dynamicinformer.DynamicSharedInformerFactory
@@ -85,8 +88,8 @@ type policyStream struct {
 	last           *pb.OutboundPolicy
 }
 
-func newPolicies(cfg Config, w *watcher, log *slog.Logger) *policies {
-	return &policies{cfg: cfg, w: w, log: log, kick: make(chan struct{}, 1),
+func newPolicies(cfg Config, w *watcher, kube kubernetes.Interface, m *metrics, log *slog.Logger) *policies {
+	return &policies{cfg: cfg, w: w, kube: kube, metrics: m, log: log, kick: make(chan struct{}, 1),
 		streams: map[*policyStream]struct{}{}, warned: newOnceLog(log), dirty: map[string]struct{}{}}
 }
 
@@ -146,7 +149,7 @@ func (p *policies) watch(c RouteClients) error {
 	} else {
 		p.log.Warn("the ServiceProfile CRD is not installed: ServiceProfiles are ignored (plexusctl install --crds)")
 	}
-	p.status = newStatusWriter(c.Gateway, p, p.log)
+	p.status = newStatusWriter(c.Gateway, p)
 	return nil
 }
 

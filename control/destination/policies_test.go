@@ -88,6 +88,14 @@ type clusterOptions struct {
 // over an in-memory gRPC connection, until the test ends.
 func startCluster(t testing.TB, o clusterOptions, objs ...any) *routeCluster {
 	t.Helper()
+	c := fakeCluster(t, o.crds, objs...)
+	c.serve(t, o)
+	return c
+}
+
+// fakeCluster is the fake clientsets holding objs, with no server yet.
+func fakeCluster(t testing.TB, crds bool, objs ...any) *routeCluster {
+	t.Helper()
 	var core, gw, dyn []runtime.Object
 	for _, obj := range objs {
 		switch obj := obj.(type) {
@@ -115,7 +123,7 @@ func startCluster(t testing.TB, o clusterOptions, objs ...any) *routeCluster {
 		dyn:  dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds, dyn...),
 	}
 	statusSubresource(c.gw)
-	if o.crds {
+	if crds {
 		c.core.Discovery().(*fakediscovery.FakeDiscovery).Resources = append([]*metav1.APIResourceList{
 			{GroupVersion: "gateway.networking.k8s.io/v1", APIResources: []metav1.APIResource{
 				{Name: "httproutes", Namespaced: true, Kind: "HTTPRoute"},
@@ -126,6 +134,13 @@ func startCluster(t testing.TB, o clusterOptions, objs ...any) *routeCluster {
 			}},
 		}, policyDiscovery())
 	}
+	return c
+}
+
+// serve runs a Server on c's clientsets, configured by o, until the test
+// ends, and connects c.dst to it.
+func (c *routeCluster) serve(t testing.TB, o clusterOptions) {
+	t.Helper()
 	logTo := o.logTo
 	if logTo == nil {
 		logTo = io.Discard
@@ -193,7 +208,6 @@ func startCluster(t testing.TB, o clusterOptions, objs ...any) *routeCluster {
 		return pb.NewDestinationClient(conn)
 	}
 	c.dst = c.dial(clientCreds)
-	return c
 }
 
 // fromAddr is a listener whose connections come from addr.

@@ -42,7 +42,7 @@ func New(cfg Config, client kubernetes.Interface, reg prometheus.Registerer, log
 	if err != nil {
 		return nil, err
 	}
-	pol := newPolicies(cfg, w, log)
+	pol := newPolicies(cfg, w, client, m, log)
 	w.serviceChanged = func() { pol.changed() }
 	return &Server{cfg: cfg, log: log, metrics: m, watcher: w, policies: pol,
 		callers: newStreamCounts(), refusals: newEveryLog(log, time.Minute)}, nil

@@ -24,8 +24,8 @@ type statusWriter struct {
 	kickc  chan struct{}
 }
 
-func newStatusWriter(c gateway.Interface, p *policies, log *slog.Logger) *statusWriter {
-	return &statusWriter{client: c, p: p, log: log, kickc: make(chan struct{}, 1)}
+func newStatusWriter(c gateway.Interface, p *policies) *statusWriter {
+	return &statusWriter{client: c, p: p, log: p.log, kickc: make(chan struct{}, 1)}
 }
 
 func (w *statusWriter) kick() {
@@ -35,10 +35,23 @@ func (w *statusWriter) kick() {
 	}
 }
 
-// run writes status after each kick (and every minute, to repair writes
-// that failed) until ctx ends. Only one replica should write; with one
-// destination replica that holds (leader election is not done yet).
+// run writes status while this replica holds the status Lease
+// (Config.StatusLease), until ctx ends: one replica writes, the others
+// stand by.
 func (w *statusWriter) run(ctx context.Context) {
+	leader := w.p.metrics.statusLeader
+	w.p.cfg.StatusLease.whileLeading(ctx, w.p.kube, w.log, func(on bool) {
+		if on {
+			leader.Set(1)
+		} else {
+			leader.Set(0)
+		}
+	}, w.write)
+}
+
+// write writes status now, after each kick, and every minute (to repair
+// writes that failed) until ctx ends.
+func (w *statusWriter) write(ctx context.Context) {
 	tick := time.NewTicker(time.Minute)
 	defer tick.Stop()
 	for {
@@ -65,9 +78,8 @@ func (w *statusWriter) sync(ctx context.Context) {
 		}
 		c := r.DeepCopy() // never mutate the cache
 		c.Status.Parents = merged
-		if _, err := w.client.GatewayV1().HTTPRoutes(c.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil {
-			w.log.Warn("writing HTTPRoute status failed; retrying later", "route", c.Namespace+"/"+c.Name, "err", err)
-		}
+		_, err := w.client.GatewayV1().HTTPRoutes(c.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{})
+		w.written(ctx, "HTTPRoute", c.Namespace+"/"+c.Name, err)
 	}
 	for _, r := range listTyped[*gatewayv1.GRPCRoute](w.p.grpcRoutes) {
 		parents := outboundpolicy.GRPCRouteParents(r, lookup, metav1.Now())
@@ -77,8 +89,19 @@ func (w *statusWriter) sync(ctx context.Context) {
 		}
 		c := r.DeepCopy()
 		c.Status.Parents = merged
-		if _, err := w.client.GatewayV1().GRPCRoutes(c.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil {
-			w.log.Warn("writing GRPCRoute status failed; retrying later", "route", c.Namespace+"/"+c.Name, "err", err)
-		}
+		_, err := w.client.GatewayV1().GRPCRoutes(c.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{})
+		w.written(ctx, "GRPCRoute", c.Namespace+"/"+c.Name, err)
+	}
+}
+
+// written counts a status update and logs one that failed.
+func (w *statusWriter) written(ctx context.Context, kind, route string, err error) {
+	if err == nil {
+		w.p.metrics.statusWrites.WithLabelValues("ok").Inc()
+		return
+	}
+	w.p.metrics.statusWrites.WithLabelValues("error").Inc()
+	if ctx.Err() == nil {
+		w.log.Warn("writing "+kind+" status failed; retrying later", "route", route, "err", err)
 	}
 }

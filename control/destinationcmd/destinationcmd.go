@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"strings"
 	"time"
 
@@ -88,7 +89,18 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs.IntVar(&cfg.Destination.MaxLoopbackStreams, "max-loopback-streams", cfg.Destination.MaxLoopbackStreams,
 		"streams all callers on loopback without a client certificate (port-forwards, e.g. plexusctl diagnostics endpoints) may have open at once together")
 	cfg.Identity.flags(fs)
-	if err := component.ParseFlags(fs, args, func() error { return cfg.Validate() }); err != nil {
+	lease := &cfg.Destination.StatusLease
+	fs.StringVar(&lease.Name, "status-lease", destination.DefaultStatusLease,
+		"the Lease the replicas elect the one that writes route status with (\"\": no election, this replica writes)")
+	fs.StringVar(&lease.Namespace, "status-lease-namespace", os.Getenv("POD_NAMESPACE"),
+		"namespace of --status-lease (default $POD_NAMESPACE; empty: no election)")
+	lease.Identity, _ = os.Hostname() // the pod's name
+	if err := component.ParseFlags(fs, args, func() error {
+		if lease.Namespace == "" {
+			lease.Name = "" // run outside a pod: the one replica writes
+		}
+		return cfg.Validate()
+	}); err != nil {
 		return Config{}, err
 	}
 	return cfg, nil
@@ -101,6 +113,11 @@ func Run(ctx context.Context, args []string, stdout io.Writer, opts Options) err
 		return err
 	}
 	log := env.Log.With("component", "destination")
+	if l := cfg.Destination.StatusLease; l.Name != "" {
+		log.Info("route status: written by the replica that holds the lease", "lease", l.Namespace+"/"+l.Name, "identity", l.Identity)
+	} else {
+		log.Info("route status: no leader election (no --status-lease or no namespace for it); this replica writes")
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if cfg.Identity.Addr != "" && opts.ServerTLS == nil {
