@@ -299,6 +299,11 @@ func TestRoutes(t *testing.T) {
 			t.Errorf("ResolvedRefs reason %q (%s), want BackendNotFound", rc.Reason, rc.Message)
 		}
 		r.waitCondition(t, "HTTPRoute", "missing", string(gatewayv1.RouteConditionAccepted), metav1.ConditionTrue)
+		// The status writer was elected: the Lease names a destination pod.
+		lease, err := c.Client.CoordinationV1().Leases(controlNamespace).Get(clustertest.Context(t, time.Minute), "plexus-destination-status", metav1.GetOptions{})
+		if err != nil || lease.Spec.HolderIdentity == nil || !strings.HasPrefix(*lease.Spec.HolderIdentity, "plexus-destination-") {
+			t.Errorf("the route status Lease: %v %v; want one held by a plexus-destination pod", lease, err)
+		}
 		res := r.load(t, "-n", "3", r.url("missing", "/"))
 		if res.Statuses["500"] != 3 || res.First.Header.Get("Plexus-Proxy-Error") == "" {
 			t.Errorf("statuses %v, plexus-proxy-error %q; want 3 × 500 naming the reason", res.Statuses, res.First.Header.Get("Plexus-Proxy-Error"))
