@@ -141,6 +141,7 @@ unmount_under() {
 [ -d "$STATE_DIR" ] || [ -d "$RUN_DIR" ] || { log "no local cluster to tear down"; exit 0; }
 log "tearing down the local cluster"
 
+"$HERE/node.sh" remove-all --locked # the nodes node.sh added, first
 netns=$(pod_netns)
 stop kube-proxy kubelet
 kill_pods

@@ -38,6 +38,14 @@ NODE_NAME=${NODE_NAME:-plexus-local}
 # bridge gateway, never routed off the machine.
 NODE_IP=10.213.0.1
 POD_CIDR=10.244.0.0/24
+# Every node's pods (node N has 10.244.N-1.0/24) and every node's address
+# (node N is 10.213.0.N): integration/cluster/node.sh adds nodes.
+CLUSTER_POD_CIDR=10.244.0.0/16
+NODES_CIDR=10.213.0.0/24
+# The kubelet's serving certificate in PKI_DIR, and its cgroup root (empty:
+# the kubelet's default); node.sh sets both for the nodes it adds.
+KUBELET_CERT=kubelet
+KUBELET_CGROUP_ROOT=
 POD_GATEWAY=10.244.0.1
 SERVICE_CIDR=10.96.0.0/16
 KUBERNETES_SERVICE_IP=10.96.0.1

@@ -117,7 +117,7 @@ write_kubeconfigs() {
 }
 
 # The primary network: a bridge with host-local addresses and only the
-# cluster's own routes (pod subnet, services, the node) -- no default route.
+# cluster's own routes (pods, services, the nodes) -- no default route.
 write_cni_config() {
 	local p
 	for p in bridge host-local loopback portmap; do
@@ -137,7 +137,7 @@ write_cni_config() {
       "ipam": {
         "type": "host-local",
         "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$POD_GATEWAY"}]],
-        "routes": [{"dst": "$SERVICE_CIDR"}, {"dst": "$NODE_IP/32"}],
+        "routes": [{"dst": "$SERVICE_CIDR"}, {"dst": "$CLUSTER_POD_CIDR"}, {"dst": "$NODES_CIDR"}, {"dst": "$NODE_IP/32"}],
         "dataDir": "$STATE_DIR/cni/ipam"
       }
     },
@@ -215,10 +215,11 @@ authentication:
   webhook: {enabled: true}
   x509: {clientCAFile: $PKI_DIR/ca.crt}
 authorization: {mode: Webhook}
-tlsCertFile: $PKI_DIR/kubelet.crt
-tlsPrivateKeyFile: $PKI_DIR/kubelet.key
+tlsCertFile: $PKI_DIR/$KUBELET_CERT.crt
+tlsPrivateKeyFile: $PKI_DIR/$KUBELET_CERT.key
 containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
 cgroupDriver: cgroupfs
+${KUBELET_CGROUP_ROOT:+cgroupRoot: $KUBELET_CGROUP_ROOT}
 failCgroupV1: false
 failSwapOn: false
 makeIPTablesUtilChains: false
@@ -241,7 +242,7 @@ kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: $STATE_DIR/kube-proxy.kubeconfig}
 hostnameOverride: $NODE_NAME
 mode: iptables
-clusterCIDR: $POD_CIDR
+clusterCIDR: $CLUSTER_POD_CIDR
 bindAddress: $NODE_IP
 metricsBindAddress: 127.0.0.1:10249
 healthzBindAddress: 127.0.0.1:10256

@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# Adds nodes to the running local cluster, or removes them: node N (2-9)
+# is its own kubelet, containerd and kube-proxy in its own network and
+# mount namespaces, joined to the one control plane. The mount namespace
+# keeps every path string of node 1 and binds the node's own directories
+# over the ones a DaemonSet or the runtime writes (the CNI bin and conf
+# dirs, /var/lib/cni, /run/netns), so one hostPath serves every node.
+# Node N is 10.213.0.N on a host bridge, its pods 10.244.(N-1).0/24 routed
+# through it; its zone is zone-b for even N, else zone-a (node 1's).
+#
+#	node.sh add N...       start nodes N... (cluster-up first)
+#	node.sh remove N...    stop them and remove all they made
+#	node.sh remove-all     every added node (cluster-down runs it)
+#
+# Experimental: the cluster tests and make test run on node 1 alone.
+set -Eeuo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/env.sh"
+source "$HERE/lib.sh"
+
+[ "$(id -u)" = 0 ] || die "node.sh needs root"
+
+# The nodes' bridge on the host, with the host's address on it: node 1
+# is the host itself.
+HOSTBR=plexusnodes0
+HOSTBR_IP=10.213.0.254
+
+# vars N: the names and paths of node N.
+vars() {
+	N=$1
+	NAME=plexus-local-$N
+	IP=10.213.0.$N
+	PODCIDR=10.244.$((N - 1)).0/24
+	PODGW=10.244.$((N - 1)).1
+	ND=$STATE_DIR/nodes/$NAME
+	NR=$RUN_DIR/nodes/$NAME
+	NETNS=plexus-$NAME
+	MNT=$NR/ns/mnt
+	SOCK=$NR/containerd/containerd.sock
+	CG=$NAME
+	ZONE=zone-$([ $((N % 2)) = 0 ] && echo b || echo a)
+}
+
+remove() {
+	for c in kube-proxy kubelet containerd; do
+		pid=$(cat "$ND/pids/$c.pid" 2>/dev/null || true)
+		[ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+	done
+	sleep 2
+	for c in kube-proxy kubelet containerd; do
+		pid=$(cat "$ND/pids/$c.pid" 2>/dev/null || true)
+		[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
+	done
+	# shims and pod processes left in the node's cgroups
+	for h in /sys/fs/cgroup/*/; do
+		[ -d "$h$CG" ] || continue
+		find "$h$CG" -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+	done
+	sleep 1
+	for h in /sys/fs/cgroup/*/; do
+		[ -d "$h$CG" ] && find "$h$CG" -depth -type d -exec rmdir {} + 2>/dev/null || true
+	done
+	umount -l "$MNT" 2>/dev/null || true
+	umount -l "$NR/ns" 2>/dev/null || true
+	ip netns del "$NETNS" 2>/dev/null || true
+	ip link del "pn$N" 2>/dev/null || true
+	ip route del "$PODCIDR" 2>/dev/null || true
+	kubectl delete node "$NAME" --wait=false --request-timeout=5s >/dev/null 2>&1 || true
+	rm -rf "$NR" "$ND"
+	log "node $NAME removed"
+}
+
+add() {
+	[ -f "$STATE_DIR/up.complete" ] || die "no local cluster: make cluster-up first"
+	[ -d "$ND" ] && die "node $NAME exists (node.sh remove $N)"
+	mkdir -p "$ND/netns" "$ND/pids" "$ND/logs" "$ND/cni/bin" "$ND/cni/net.d" "$ND/varlibcni" "$ND/kubelet/root" "$ND/kubelet/pod-logs" "$ND/containerd" "$NR/ns"
+	# PKI: the node's kubelet client and serving certificates.
+	(
+		cd "$PKI_DIR"
+		umask 077
+		for spec in "kubelet-client-$N|/O=system:nodes/CN=system:node:$NAME|clientAuth|" "kubelet-$N|/CN=$NAME|serverAuth|DNS:$NAME,IP:$IP"; do
+			IFS='|' read -r name subject usage san <<<"$spec"
+			[ -f "$name.crt" ] && continue
+			openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "$subject" -keyout "$name.key" -out "$name.csr" 2>/dev/null
+			{
+				echo "basicConstraints=critical,CA:FALSE"
+				echo "keyUsage=critical,digitalSignature,keyEncipherment"
+				echo "extendedKeyUsage=$usage"
+				[ -n "$san" ] && echo "subjectAltName=$san"
+			} >"$name.ext"
+			openssl x509 -req -in "$name.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 -extfile "$name.ext" -out "$name.crt" 2>/dev/null
+			rm -f "$name.csr" "$name.ext"
+		done
+	)
+	kubeconfig "$ND/kubelet.kubeconfig" "system:node:$NAME" "kubelet-client-$N" "https://$NODE_IP:$APISERVER_PORT"
+
+	# Network: a host bridge for the nodes, the node's netns on it.
+	ip link show "$HOSTBR" >/dev/null 2>&1 || {
+		ip link add "$HOSTBR" type bridge
+		ip addr add "$HOSTBR_IP/24" dev "$HOSTBR"
+		ip link set "$HOSTBR" up
+	}
+	ip netns add "$NETNS"
+	ip link add "pn$N" type veth peer name eth0 netns "$NETNS"
+	ip link set "pn$N" master "$HOSTBR" up
+	ip -n "$NETNS" link set lo up
+	ip -n "$NETNS" addr add "$IP/24" dev eth0
+	ip -n "$NETNS" link set eth0 up
+	ip -n "$NETNS" route add "$NODE_IP/32" via "$HOSTBR_IP"
+	ip -n "$NETNS" route add "$CLUSTER_POD_CIDR" via "$HOSTBR_IP" # the other nodes' pods, through the host
+	ip -n "$NETNS" route add "$SERVICE_CIDR" via "$HOSTBR_IP"
+	ip route replace "$PODCIDR" via "$IP"
+	ip netns exec "$NETNS" sysctl -qw net.ipv4.ip_forward=1
+	ip netns exec "$NETNS" sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null || echo "bridge-nf-call-iptables not per netns"
+
+	# Mount namespace: same path strings, the node's own directories.
+	mount --bind "$NR/ns" "$NR/ns"
+	mount --make-private "$NR/ns"
+	touch "$MNT"
+	unshare --mount="$MNT" --propagation slave true
+	nsenter --mount="$MNT" -- sh -c "
+		mount --bind '$ND/cni/bin' '$CNI_BIN_DIR'
+		mount --bind '$ND/cni/net.d' '$CNI_CONF_DIR'
+		mkdir -p /var/lib/cni && mount --bind '$ND/varlibcni' /var/lib/cni
+		mkdir -p '$ND/netns' && mount --bind '$ND/netns' /run/netns && mount --make-shared /run/netns
+	"
+
+	# cgroups: the node's own root in every hierarchy (cgroup v1), as kind
+	# does: two kubelets under one /kubepods would kill each other's pods.
+	for h in /sys/fs/cgroup/*/; do
+		[ -L "${h%/}" ] && continue
+		mkdir -p "$h$CG"
+		if [ -f "${h}cpuset.cpus" ]; then
+			cat "${h}cpuset.cpus" >"$h$CG/cpuset.cpus"
+			cat "${h}cpuset.mems" >"$h$CG/cpuset.mems"
+		fi
+	done
+	cp "$STATE_DIR/kube-proxy.kubeconfig" "$ND/"
+
+	# Node 1's configuration writers and starter, with node N's values:
+	# its directories on the host (seen at node 1's paths inside its mount
+	# namespace), its address, pods, certificate and cgroup root.
+	(
+		innode="nsenter --net=/run/netns/$NETNS --mount=$MNT --"
+		STATE_DIR=$ND RUN_DIR=$NR CONTAINERD_SOCK=$SOCK LOG_DIR=$ND/logs PID_DIR=$ND/pids
+		NODE_NAME=$NAME NODE_IP=$IP POD_CIDR=$PODCIDR POD_GATEWAY=$PODGW
+		KUBELET_CERT=kubelet-$N KUBELET_CGROUP_ROOT=/$CG
+		CNI_BIN_DIR=$ND/cni/bin CNI_CONF_DIR=$ND/cni/net.d write_cni_config
+		write_containerd_config # its CNI dirs: node 1's paths, in the namespace
+		# shellcheck disable=SC2086
+		start containerd $innode containerd --config "$STATE_DIR/containerd/config.toml"
+		wait_for containerd 30 ctr --address "$CONTAINERD_SOCK" version
+		import_images
+		write_kubelet_config
+		# shellcheck disable=SC2086
+		start kubelet $innode "$KUBE_BIN/kubelet" --config "$STATE_DIR/kubelet/config.yaml" \
+			--kubeconfig "$STATE_DIR/kubelet.kubeconfig" --root-dir "$STATE_DIR/kubelet/root" \
+			--hostname-override "$NODE_NAME" --node-ip "$NODE_IP" --node-labels "topology.kubernetes.io/zone=$ZONE"
+		write_kube_proxy_config
+		# shellcheck disable=SC2086
+		start kube-proxy $innode "$KUBE_BIN/kube-proxy" --config "$STATE_DIR/kube-proxy.yaml"
+	)
+	wait_node "$NAME" 60
+	kubectl label node "$NODE_NAME" topology.kubernetes.io/zone=zone-a >/dev/null 2>&1 || true
+	log "node $NAME is Ready ($IP, pods $PODCIDR, $ZONE; logs: $ND/logs)"
+}
+
+# wait_node NAME SECONDS: waits for the node to be Ready.
+wait_node() {
+	local deadline=$((SECONDS + $2))
+	until [ "$(kubectl get node "$1" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]; do
+		[ "$SECONDS" -lt "$deadline" ] || die "node $1 not Ready after $2s; logs: $ND/logs"
+		sleep 0.5
+	done
+}
+
+cmd=${1:-}
+shift || true
+case $cmd in
+add | remove)
+	[ $# -gt 0 ] || die "usage: node.sh $cmd N..."
+	take_lock
+	for n in "$@"; do
+		[[ $n =~ ^[2-9]$ ]] || die "node number $n: want 2 to 9"
+		vars "$n"
+		"$cmd"
+	done
+	;;
+remove-all)
+	[ "${1:-}" = --locked ] || take_lock
+	for d in "$STATE_DIR"/nodes/plexus-local-*; do
+		[ -d "$d" ] || continue
+		vars "${d##*-}"
+		remove
+	done
+	ip link del "$HOSTBR" 2>/dev/null || true
+	;;
+*) die "usage: node.sh add N... | remove N... | remove-all" ;;
+esac
