@@ -4,7 +4,8 @@
 #   2. go vet, then all Go tests -- unit, root/netns and cluster tests --
 #      with the cluster's kubeconfig, kubectl and the CNI reference plugins;
 #   3. tears the cluster down and proves nothing was left behind;
-#   4. cycles cluster-up/cluster-down five times and proves it again.
+#   4. cycles cluster-up/cluster-down five times (the first with a second
+#      node, integration/cluster/node.sh) and proves it again.
 # Tears down a running local cluster first. Expects `make deps images` to
 # have run (the Makefile does that first).
 set -euo pipefail
@@ -63,6 +64,11 @@ rm -f "$test_log"
 
 for i in 1 2 3 4 5; do
 	"$HERE/cluster/up.sh" >/dev/null || die "cluster-up failed in cycle $i"
+	# The first cycle's cluster gets a second node (node.sh waits for it
+	# to be Ready): cluster-down must remove it too.
+	if [ "$i" = 1 ]; then
+		"$HERE/cluster/node.sh" add 2 || die "node.sh add 2 failed in cycle 1"
+	fi
 	"$HERE/cluster/down.sh" || die "cluster-down failed in cycle $i"
 done
 PLEXUS_EXPECT_CLUSTER_DOWN=1 go test -count=1 -run TestTeardownLeavesNothing ./integration/localcluster
