@@ -75,11 +75,14 @@ deps:
 deps-%:
 	$(CLUSTER)/deps.sh $*
 
-## cluster-up / cluster-down: the local single-node Kubernetes
+## cluster-up / cluster-down: the local Kubernetes, one node unless
+## NODES=N (2-9) adds nodes 2..N (integration/cluster/node.sh, experimental)
 # Only what the cluster and the demo run: Helm and Chromium are for the
 # tests (make test brings them with deps).
+NODES ?= 1
 cluster-up: deps-apt deps-kube deps-cni images
 	$(CLUSTER)/up.sh
+	$(CLUSTER)/node.sh ensure $(NODES)
 cluster-down:
 	$(CLUSTER)/down.sh
 

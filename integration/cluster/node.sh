@@ -9,6 +9,8 @@
 # through it; its zone is zone-b for even N, else zone-a (node 1's).
 #
 #	node.sh add N...       start nodes N... (cluster-up first)
+#	node.sh ensure COUNT   nodes 2..COUNT running and Ready, adding (or
+#	                       replacing) those that are not (make cluster-up NODES=COUNT)
 #	node.sh remove N...    stop them and remove all they made
 #	node.sh remove-all     every added node (cluster-down runs it)
 #
@@ -165,10 +167,14 @@ add() {
 	log "node $NAME is Ready ($IP, pods $PODCIDR, $ZONE; logs: $ND/logs)"
 }
 
+ready() {
+	[ "$(kubectl get node "$1" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+}
+
 # wait_node NAME SECONDS: waits for the node to be Ready.
 wait_node() {
 	local deadline=$((SECONDS + $2))
-	until [ "$(kubectl get node "$1" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]; do
+	until ready "$1"; do
 		[ "$SECONDS" -lt "$deadline" ] || die "node $1 not Ready after $2s; logs: $ND/logs"
 		sleep 0.5
 	done
@@ -186,6 +192,19 @@ add | remove)
 		"$cmd"
 	done
 	;;
+ensure)
+	[[ ${1:-} =~ ^[1-9]$ ]] || die "usage: node.sh ensure COUNT (1-9)"
+	take_lock
+	for ((n = 2; n <= $1; n++)); do
+		vars "$n"
+		if [ -d "$ND" ]; then
+			ready "$NAME" && continue
+			log "node $NAME is not Ready; replacing it"
+			remove
+		fi
+		add
+	done
+	;;
 remove-all)
 	[ "${1:-}" = --locked ] || take_lock
 	for d in "$STATE_DIR"/nodes/plexus-local-*; do
@@ -195,5 +214,5 @@ remove-all)
 	done
 	ip link del "$HOSTBR" 2>/dev/null || true
 	;;
-*) die "usage: node.sh add N... | remove N... | remove-all" ;;
+*) die "usage: node.sh add N... | ensure COUNT | remove N... | remove-all" ;;
 esac
