@@ -65,9 +65,12 @@ rm -f "$test_log"
 for i in 1 2 3 4 5; do
 	"$HERE/cluster/up.sh" >/dev/null || die "cluster-up failed in cycle $i"
 	# The first cycle's cluster gets a second node (node.sh waits for it
-	# to be Ready): cluster-down must remove it too.
+	# to be Ready), TestAddedNode proves its pods reach node 1's and DNS,
+	# and cluster-down must remove it too.
 	if [ "$i" = 1 ]; then
 		"$HERE/cluster/node.sh" add 2 || die "node.sh add 2 failed in cycle 1"
+		PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN PLEXUS_CLUSTER_ADDED_NODE=plexus-local-2 \
+			go test -count=1 -run TestAddedNode ./integration/localcluster || die "TestAddedNode failed in cycle 1"
 	fi
 	"$HERE/cluster/down.sh" || die "cluster-down failed in cycle $i"
 done

@@ -1,0 +1,103 @@
+package localcluster
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/plexus-mesh/plexus/testsupport/clustertest"
+)
+
+// EnvAddedNode names a node integration/cluster/node.sh added to the
+// running cluster; TestAddedNode runs only when it is set (make test's
+// first up/down cycle adds node 2 and sets it).
+const EnvAddedNode = "PLEXUS_CLUSTER_ADDED_NODE"
+
+// TestAddedNode: a node node.sh added is Ready in its zone, its pods and
+// node 1's reach each other by pod IP both ways, its pods resolve names
+// through cluster DNS (on node 1), and the API server reaches its kubelet
+// (logs, exec).
+func TestAddedNode(t *testing.T) {
+	added := os.Getenv(EnvAddedNode)
+	if added == "" {
+		t.Skip(EnvAddedNode + " is not set (make test sets it once node.sh added a node)")
+	}
+	c := clustertest.Connect(t)
+	ctx := clustertest.Context(t, 3*time.Minute)
+	node, err := c.Client.CoreV1().Nodes().Get(ctx, added, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if zone := node.Labels["topology.kubernetes.io/zone"]; zone == "" {
+		t.Errorf("node %s has no zone label", added)
+	}
+	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := ""
+	for _, n := range nodes.Items {
+		if n.Name != added && first == "" {
+			first = n.Name
+		}
+	}
+	if first == "" {
+		t.Fatalf("no node besides %s", added)
+	}
+
+	ns := c.Namespace(t, "nodes", nil)
+	ips := map[string]string{}
+	for name, on := range map[string]string{"here": first, "there": added} {
+		_, err := c.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PodSpec{NodeName: on, Containers: []corev1.Container{{
+				Name: "app", Image: testappImage, ImagePullPolicy: corev1.PullNever, Args: []string{"serve", ":8080"},
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
+					PeriodSeconds: 1,
+				},
+			}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	clustertest.WaitFor(t, 2*time.Minute, "both pods ready", func(ctx context.Context) (bool, error) {
+		for _, name := range []string{"here", "there"} {
+			p, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || !podReady(p) {
+				return false, err
+			}
+			ips[name] = p.Status.PodIP
+		}
+		return true, nil
+	})
+
+	for _, hop := range [][2]string{{"here", "there"}, {"there", "here"}} {
+		out := c.Kubectl(t, "-n", ns, "exec", hop[0], "--", "/testapp", "get", "http://"+ips[hop[1]]+":8080/across")
+		if !strings.Contains(out, "hello from "+hop[1]+" ") {
+			t.Errorf("%s → %s (%s): %q, want an answer from %s", hop[0], hop[1], ips[hop[1]], out, hop[1])
+		}
+	}
+	if out := c.Kubectl(t, "-n", ns, "exec", "there", "--", "/testapp", "lookup", "kubernetes.default.svc.cluster.local"); !strings.Contains(out, "10.96.0.1") {
+		t.Errorf("cluster DNS from %s: %q, want 10.96.0.1", added, out)
+	}
+	if out := c.Kubectl(t, "-n", ns, "logs", "there"); !strings.Contains(out, "serving on :8080 as there") {
+		t.Errorf("kubectl logs of a pod on %s: %q", added, out)
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
