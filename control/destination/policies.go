@@ -196,7 +196,11 @@ func (p *policies) start(ctx context.Context) error {
 // route status up to date, until ctx ends.
 func (p *policies) run(ctx context.Context) {
 	if p.status != nil {
-		go p.status.run(ctx)
+		// Waited for: a leader releases the status Lease on its way out,
+		// so that another replica takes over at once, not after it expires.
+		released := make(chan struct{})
+		go func() { defer close(released); p.status.run(ctx) }()
+		defer func() { <-released }()
 	}
 	for {
 		select {

@@ -67,11 +67,13 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.synced.Store(true)
 	s.log.Info("destination informer caches synced")
-	go s.policies.run(ctx)
+	policiesDone := make(chan struct{})
+	go func() { defer close(policiesDone); s.policies.run(ctx) }()
 	if s.inbound != nil {
 		go s.inbound.run(ctx)
 	}
 	s.watcher.run(ctx, s.cfg.Workers)
+	<-policiesDone // the status Lease released
 	return nil
 }
 

@@ -121,8 +121,14 @@ func TestRouteStatusOneWriter(t *testing.T) {
 	}
 
 	leader.stop()
-	eventually.Within(t, 10*time.Second, "the follower to lead once the leader stopped", follower.leading)
+	// Released on the way out, not left to expire: the follower takes
+	// over within a few retry periods, far sooner than the 3 s lease.
 	l, err := c.core.CoordinationV1().Leases("plexus-system").Get(ctx, DefaultStatusLease, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == leader.name || leader.leading() {
+		t.Fatalf("lease %+v (%v) right after its holder %s stopped (leading: %v): want it released", l.Spec, err, leader.name, leader.leading())
+	}
+	eventually.Within(t, time.Second, "the follower to lead once the leader released the lease", follower.leading)
+	l, err = c.core.CoordinationV1().Leases("plexus-system").Get(ctx, DefaultStatusLease, metav1.GetOptions{})
 	if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != follower.name {
 		t.Fatalf("lease %+v (%v): want held by %s", l, err, follower.name)
 	}
