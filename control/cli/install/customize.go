@@ -151,18 +151,24 @@ func makeHA(d object) (object, error) {
 		return nil, err
 	}
 	spec["replicas"] = HAReplicas
-	podSpec["affinity"] = object{
-		"podAntiAffinity": object{
-			"preferredDuringSchedulingIgnoredDuringExecution": []any{
-				object{
-					"weight": 100,
-					"podAffinityTerm": object{
-						"labelSelector": object{"matchLabels": runtime.DeepCopyJSONValue(match)},
-						"topologyKey":   "kubernetes.io/hostname",
-					},
-				},
-			},
-		},
+	// Spread over nodes where there are enough: at most one replica more
+	// on one node than on another (on one node all may run there), never
+	// counting a node whose taints the pod does not tolerate, and
+	// counting only the Deployment's current revision during a rollout.
+	// Over zones, as far as the nodes allow.
+	spread := func(key, when string) object {
+		return object{
+			"maxSkew":           1,
+			"topologyKey":       key,
+			"whenUnsatisfiable": when,
+			"labelSelector":     object{"matchLabels": runtime.DeepCopyJSONValue(match)},
+			"matchLabelKeys":    []any{"pod-template-hash"},
+			"nodeTaintsPolicy":  "Honor",
+		}
+	}
+	podSpec["topologySpreadConstraints"] = []any{
+		spread("kubernetes.io/hostname", "DoNotSchedule"),
+		spread("topology.kubernetes.io/zone", "ScheduleAnyway"),
 	}
 	meta, err := mapAt(d, "metadata")
 	if err != nil {
