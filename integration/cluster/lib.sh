@@ -19,8 +19,9 @@ cluster_healthy() {
 	kubectl get --raw /readyz >/dev/null 2>&1 && node_ready
 }
 
+# node_ready [NAME]: whether the node (default node 1) is Ready.
 node_ready() {
-	[ "$(kubectl get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+	[ "$(kubectl get node "${1:-$NODE_NAME}" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
 }
 
 check_ports() {
@@ -261,4 +262,23 @@ apply_coredns() {
 print_env() {
 	echo "export KUBECONFIG=$KUBECONFIG_ADMIN"
 	echo "export PATH=$KUBE_BIN:\$PATH   # kubectl $KUBE_VERSION"
+}
+
+openssl_quiet() { openssl "$@" 2>/dev/null || { openssl "$@"; die "openssl $1 failed"; }; }
+
+# cert NAME SUBJECT USAGE [SAN]: NAME.crt and NAME.key in the current
+# directory (PKI_DIR), signed by the cluster CA there.
+cert() {
+	local name=$1 subject=$2 usage=$3 san=${4:-}
+	openssl_quiet req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+		-subj "$subject" -keyout "$name.key" -out "$name.csr"
+	{
+		echo "basicConstraints=critical,CA:FALSE"
+		echo "keyUsage=critical,digitalSignature,keyEncipherment"
+		echo "extendedKeyUsage=$usage"
+		[ -n "$san" ] && echo "subjectAltName=$san"
+	} >"$name.ext"
+	openssl_quiet x509 -req -in "$name.csr" -CA ca.crt -CAkey ca.key -CAcreateserial \
+		-days 365 -extfile "$name.ext" -out "$name.crt"
+	rm -f "$name.csr" "$name.ext"
 }

@@ -80,19 +80,8 @@ add() {
 	(
 		cd "$PKI_DIR"
 		umask 077
-		for spec in "kubelet-client-$N|/O=system:nodes/CN=system:node:$NAME|clientAuth|" "kubelet-$N|/CN=$NAME|serverAuth|DNS:$NAME,IP:$IP"; do
-			IFS='|' read -r name subject usage san <<<"$spec"
-			[ -f "$name.crt" ] && continue
-			openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "$subject" -keyout "$name.key" -out "$name.csr" 2>/dev/null
-			{
-				echo "basicConstraints=critical,CA:FALSE"
-				echo "keyUsage=critical,digitalSignature,keyEncipherment"
-				echo "extendedKeyUsage=$usage"
-				[ -n "$san" ] && echo "subjectAltName=$san"
-			} >"$name.ext"
-			openssl x509 -req -in "$name.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 -extfile "$name.ext" -out "$name.crt" 2>/dev/null
-			rm -f "$name.csr" "$name.ext"
-		done
+		[ -f "kubelet-client-$N.crt" ] || cert "kubelet-client-$N" "/O=system:nodes/CN=system:node:$NAME" clientAuth
+		[ -f "kubelet-$N.crt" ] || cert "kubelet-$N" "/CN=$NAME" serverAuth "DNS:$NAME,IP:$IP"
 	)
 	kubeconfig "$ND/kubelet.kubeconfig" "system:node:$NAME" "kubelet-client-$N" "https://$NODE_IP:$APISERVER_PORT"
 
@@ -167,14 +156,10 @@ add() {
 	log "node $NAME is Ready ($IP, pods $PODCIDR, $ZONE; logs: $ND/logs)"
 }
 
-ready() {
-	[ "$(kubectl get node "$1" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
-}
-
 # wait_node NAME SECONDS: waits for the node to be Ready.
 wait_node() {
 	local deadline=$((SECONDS + $2))
-	until ready "$1"; do
+	until node_ready "$1"; do
 		[ "$SECONDS" -lt "$deadline" ] || die "node $1 not Ready after $2s; logs: $ND/logs"
 		sleep 0.5
 	done
@@ -198,7 +183,7 @@ ensure)
 	for ((n = 2; n <= $1; n++)); do
 		vars "$n"
 		if [ -d "$ND" ]; then
-			ready "$NAME" && continue
+			node_ready "$NAME" && continue
 			log "node $NAME is not Ready; replacing it"
 			remove
 		fi

@@ -4,6 +4,7 @@
 # Kept when it exists and is still valid for this node.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
+source "$(dirname "$0")/lib.sh"
 
 mkdir -p "$PKI_DIR"
 cd "$PKI_DIR"
@@ -14,27 +15,10 @@ if [ -f ca.crt ] && [ -f front-proxy-client.crt ] && [ -f .complete ] && grep -q
 fi
 rm -f ./*.crt ./*.key ./*.csr ./*.pub ./*.ext ./*.srl .complete
 
-openssl_quiet() { openssl "$@" 2>/dev/null || { openssl "$@"; die "openssl $1 failed"; }; }
 
 openssl_quiet req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 \
 	-subj "/CN=plexus-local-cluster-ca" -keyout ca.key -out ca.crt \
 	-addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
-
-# cert NAME SUBJECT USAGE [SAN]: a certificate signed by the cluster CA.
-cert() {
-	local name=$1 subject=$2 usage=$3 san=${4:-}
-	openssl_quiet req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
-		-subj "$subject" -keyout "$name.key" -out "$name.csr"
-	{
-		echo "basicConstraints=critical,CA:FALSE"
-		echo "keyUsage=critical,digitalSignature,keyEncipherment"
-		echo "extendedKeyUsage=$usage"
-		[ -n "$san" ] && echo "subjectAltName=$san"
-	} >"$name.ext"
-	openssl_quiet x509 -req -in "$name.csr" -CA ca.crt -CAkey ca.key -CAcreateserial \
-		-days 365 -extfile "$name.ext" -out "$name.crt"
-	rm -f "$name.csr" "$name.ext"
-}
 
 cert apiserver "/CN=kube-apiserver" serverAuth \
 	"DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.$CLUSTER_DOMAIN,DNS:localhost,IP:127.0.0.1,IP:$NODE_IP,IP:$KUBERNETES_SERVICE_IP"

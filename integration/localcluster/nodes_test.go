@@ -71,7 +71,7 @@ func TestAddedNode(t *testing.T) {
 	clustertest.WaitFor(t, 2*time.Minute, "both pods ready", func(ctx context.Context) (bool, error) {
 		for _, name := range []string{"here", "there"} {
 			p, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil || !podReady(p) {
+			if err != nil || !clustertest.PodReady(p) {
 				return false, err
 			}
 			ips[name] = p.Status.PodIP
@@ -91,13 +91,4 @@ func TestAddedNode(t *testing.T) {
 	if out := c.Kubectl(t, "-n", ns, "logs", "there"); !strings.Contains(out, "serving on :8080 as there") {
 		t.Errorf("kubectl logs of a pod on %s: %q", added, out)
 	}
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

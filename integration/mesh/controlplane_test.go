@@ -121,7 +121,7 @@ func scale(t *testing.T, c *clustertest.Cluster, ns, name string, replicas int) 
 		}
 		ready := 0
 		for _, p := range pods.Items {
-			if p.DeletionTimestamp == nil && podReady(&p) {
+			if p.DeletionTimestamp == nil && clustertest.PodReady(&p) {
 				ready++
 			}
 		}

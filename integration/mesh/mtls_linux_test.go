@@ -178,7 +178,7 @@ func TestMeshMTLS(t *testing.T) {
 			t.Errorf("with identity down: answers from %v, errors %v", hosts, errs)
 		}
 		late := latePod(t, c, ns)
-		if podReady(late) {
+		if clustertest.PodReady(late) {
 			t.Fatalf("pod %s became ready without an identity service", late.Name)
 		}
 		logs, _ := c.Logs(clustertest.Context(t, 30*time.Second), ns, late.Name, "plexus-proxy")

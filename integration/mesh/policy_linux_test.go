@@ -1252,7 +1252,7 @@ func (p *authzTest) controlPlaneDown(t *testing.T) {
 		return false, fmt.Errorf("/ready: %s", ready)
 	})
 	seen := time.Now()
-	if podReady(&late) {
+	if clustertest.PodReady(&late) {
 		t.Errorf("pod %s is ready without an inbound policy", late.Name)
 	}
 	t.Logf("%v after its creation, the late pod's proxy says: %s", seen.Sub(late.CreationTimestamp.Time).Round(time.Second), strings.TrimSpace(ready))
@@ -1285,7 +1285,7 @@ func (p *authzTest) controlPlaneDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if podReady(again) {
+	if clustertest.PodReady(again) {
 		t.Errorf("pod %s became ready %v after its creation, with destination still down", late.Name, time.Since(late.CreationTimestamp.Time).Round(time.Second))
 	}
 	scale(t, p.c, controlNamespace, "plexus-destination", 1)

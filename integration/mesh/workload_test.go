@@ -99,15 +99,6 @@ func pods(t *testing.T, c *clustertest.Cluster, ns, name string) []corev1.Pod {
 	return out
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // proxyMetrics reads a pod's proxy metrics through the API server.
 func proxyMetrics(t *testing.T, c *clustertest.Cluster, ns, pod string) string {
 	t.Helper()

@@ -110,3 +110,13 @@ func (c *Cluster) RunPod(t testing.TB, ns, name, image string, args ...string) s
 	}
 	return logs
 }
+
+// PodReady reports whether the pod's Ready condition is True.
+func PodReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
