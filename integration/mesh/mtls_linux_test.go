@@ -112,19 +112,32 @@ func TestMeshMTLS(t *testing.T) {
 			hosts, _ := servedBy(lines)
 			return len(hosts) == 3, nil
 		})
+		if err != nil && proxyHoldsReady(t, c, ns, client.Name, "hello", 3) {
+			// The proxy knows all three, yet one took no request: its first
+			// answer was slow (on a loaded node, one scheduling delay is
+			// enough), a peak that wins no pick until it decays (tower's
+			// peak EWMA, τ = 10s). That is the balancer working; wait for
+			// the decay, and say so.
+			hosts, _ := servedBy(lines)
+			t.Logf("10s after the EndpointSlice listed them, the client's proxy held three ready endpoints but only %v answered (each first: %v); the estimates:%s; waiting up to a minute for the decay",
+				hosts, firstAnswers(lines, ready), proxyEndpoints(t, c, ns, client.Name))
+			err = clustertest.Poll(clustertest.Context(t, time.Minute), time.Second, func(context.Context) (bool, error) {
+				lines = since(pollLog(t, c, ns, client.Name), ready)
+				hosts, _ := servedBy(lines)
+				return len(hosts) == 3, nil
+			})
+		}
 		if err != nil {
 			hosts, errs := servedBy(lines)
-			t.Fatalf("10s after the EndpointSlice listed three ready endpoints, %d answers came from %v and %d failed (first: %.200q); the client's proxy holds %s",
-				len(lines), hosts, len(errs), errs, proxyEndpoints(t, c, ns, client.Name))
-		}
-		firsts := map[string]string{}
-		for _, l := range lines {
-			var host string
-			if _, err := fmt.Sscanf(l.Text, "hello from %s", &host); err == nil && l.OK && firsts[host] == "" {
-				firsts[host] = l.At.Sub(ready).Round(10 * time.Millisecond).String()
+			var addrs []string
+			for _, p := range pods(t, c, ns, "hello") {
+				addrs = append(addrs, p.Name+"="+p.Status.PodIP)
 			}
+			// One fact per line: CI shows the first lines of a failure, cut.
+			t.Fatalf("10s after the EndpointSlice listed three ready endpoints, %d answers came from %v and %d failed (first: %.100q)\n  pods: %s\n  each server's first answer ever, from then: %v\n  the client's proxy holds:%s",
+				len(lines), hosts, len(errs), errs, strings.Join(addrs, " "), firstAnswers(pollLog(t, c, ns, client.Name), ready), proxyEndpoints(t, c, ns, client.Name))
 		}
-		t.Logf("all three servers answered %s after the EndpointSlice listed them (each first: %v)", time.Since(ready).Round(10*time.Millisecond), firsts)
+		t.Logf("all three servers answered %s after the EndpointSlice listed them (each first: %v)", time.Since(ready).Round(10*time.Millisecond), firstAnswers(lines, ready))
 	})
 
 	t.Run("a deleted endpoint leaves the proxies within 1s", func(t *testing.T) {

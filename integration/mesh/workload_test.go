@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/plexus-mesh/plexus/sidecar/discovery"
 	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
 
@@ -169,44 +171,95 @@ func servedBy(lines []pollLine) (hosts map[string]int, errs []string) {
 	return hosts, errs
 }
 
+// firstAnswers is, by serving host, when its first answer in lines came,
+// from t0 (negative: before it).
+func firstAnswers(lines []pollLine, t0 time.Time) map[string]string {
+	firsts := map[string]string{}
+	for _, l := range lines {
+		var host string
+		if _, err := fmt.Sscanf(l.Text, "hello from %s", &host); err == nil && l.OK && firsts[host] == "" {
+			firsts[host] = l.At.Sub(t0).Round(10 * time.Millisecond).String()
+		}
+	}
+	return firsts
+}
+
 func ptr[T any](v T) *T { return &v }
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
-// proxyEndpoints returns what the pod's proxy serves on its admin
-// /endpoints (loopback only, so asked from the pod's app container), or
-// why it could not: for failure messages only.
+// proxyEndpoints summarizes, one endpoint set per line, what the pod's
+// proxy holds on its admin /endpoints — each endpoint's address, state,
+// estimate and pending requests — or why it could not be read: for
+// failure messages only, short enough to survive a truncated CI log.
 func proxyEndpoints(t *testing.T, c *clustertest.Cluster, ns, pod string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	out, err := kubectlOutput(ctx, c, "", "-n", ns, "exec", pod, "-c", "app", "--",
-		"/testapp", "get", "http://127.0.0.1:4191/endpoints")
+	sets, err := proxyEndpointSets(clustertest.Context(t, 10*time.Second), c, ns, pod)
 	if err != nil {
 		return "unknown (" + err.Error() + ")"
 	}
-	return strings.TrimSpace(out)
+	var b strings.Builder
+	for _, set := range sets {
+		fmt.Fprintf(&b, "\n  %s (%s/%s):", set.Destination, set.Labels["namespace"], set.Labels["service"])
+		for _, ep := range set.Endpoints {
+			fmt.Fprintf(&b, " %s %s ewma=%.1fms pending=%d;", ep.Addr, ep.State, ep.EWMAms, ep.Pending)
+		}
+	}
+	return b.String()
 }
 
-// proxyEWMAs reads the peak-EWMA estimates (ms) a pod's proxy holds, by
-// the Service of each endpoint set, then by endpoint address, from its
+// proxyEndpointSets reads the endpoint sets a pod's proxy holds from its
 // admin /endpoints (loopback only, so asked from the pod's app container).
-func proxyEWMAs(ctx context.Context, c *clustertest.Cluster, ns, pod string) (map[string]map[string]float64, error) {
+func proxyEndpointSets(ctx context.Context, c *clustertest.Cluster, ns, pod string) ([]discovery.EndpointSet, error) {
 	out, err := kubectlOutput(ctx, c, "", "-n", ns, "exec", pod, "-c", "app", "--",
 		"/testapp", "get", "http://127.0.0.1:4191/endpoints")
 	if err != nil {
 		return nil, err
 	}
 	_, body, _ := strings.Cut(out, "\n") // after "resolved 127.0.0.1 to 127.0.0.1"
-	var sets []struct {
-		Labels    map[string]string
-		Endpoints []struct {
-			Addr string
-			EWMA float64 `json:"ewmaMillis"`
-		}
-	}
+	var sets []discovery.EndpointSet
 	if err := json.Unmarshal([]byte(body), &sets); err != nil {
 		return nil, fmt.Errorf("%v: %.200s", err, body)
+	}
+	return sets, nil
+}
+
+// proxyHoldsReady reports whether the pod's proxy holds, for service,
+// an endpoint in state ready at the IP of each of want ready pods
+// labelled app=service.
+func proxyHoldsReady(t *testing.T, c *clustertest.Cluster, ns, pod, service string, want int) bool {
+	t.Helper()
+	sets, err := proxyEndpointSets(clustertest.Context(t, 10*time.Second), c, ns, pod)
+	if err != nil {
+		t.Logf("reading %s's proxy endpoints: %v", pod, err)
+		return false
+	}
+	held := map[string]bool{}
+	for _, set := range sets {
+		if set.Labels["service"] != service {
+			continue
+		}
+		for _, ep := range set.Endpoints {
+			if ap, err := netip.ParseAddrPort(ep.Addr); err == nil && ep.Ready() {
+				held[ap.Addr().String()] = true
+			}
+		}
+	}
+	n := 0
+	for _, p := range pods(t, c, ns, service) {
+		if clustertest.PodReady(&p) && held[p.Status.PodIP] {
+			n++
+		}
+	}
+	return n == want
+}
+
+// proxyEWMAs reads the peak-EWMA estimates (ms) a pod's proxy holds, by
+// the Service of each endpoint set, then by endpoint address.
+func proxyEWMAs(ctx context.Context, c *clustertest.Cluster, ns, pod string) (map[string]map[string]float64, error) {
+	sets, err := proxyEndpointSets(ctx, c, ns, pod)
+	if err != nil {
+		return nil, err
 	}
 	ewmas := map[string]map[string]float64{}
 	for _, set := range sets {
@@ -215,7 +268,7 @@ func proxyEWMAs(ctx context.Context, c *clustertest.Cluster, ns, pod string) (ma
 			ewmas[svc] = map[string]float64{}
 		}
 		for _, ep := range set.Endpoints {
-			ewmas[svc][ep.Addr] = ep.EWMA
+			ewmas[svc][ep.Addr] = ep.EWMAms
 		}
 	}
 	return ewmas, nil
