@@ -170,6 +170,20 @@ func TestMeshMTLS(t *testing.T) {
 	})
 
 	t.Run("destination down: known services keep working", func(t *testing.T) {
+		// Known: every replica, the deleted one's replacement too, has
+		// answered, so each holds its port's policy (the port is not
+		// declared, so the policy is fetched on the first request, and a
+		// pod that never had one refuses: fail closed).
+		from := time.Now()
+		clustertest.WaitFor(t, 30*time.Second, "an answer from every hello replica", func(context.Context) (bool, error) {
+			hosts, _ := servedBy(since(pollLog(t, c, ns, client.Name), from))
+			for _, p := range pods(t, c, ns, "hello") {
+				if hosts[p.Name] == 0 {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
 		scale(t, c, controlNamespace, "plexus-destination", 0)
 		down := time.Now()
 		time.Sleep(3 * time.Second) // Sleep: 3s of answers with destination down are what is checked

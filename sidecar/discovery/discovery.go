@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"sync"
 	"time"
@@ -191,9 +192,19 @@ func New(opts Options) *Resolver {
 
 // Dial returns a gRPC connection to the destination service at addr over
 // TLS 1.3, presenting src's certificate and requiring the server to prove
-// serverID.
+// serverID. It connects once src has a certificate: a handshake without
+// one would fail and leave the connection in gRPC's reconnect backoff,
+// seconds after the certificate came (a new pod's first requests to an
+// undeclared port were denied for want of the policy meanwhile).
 func Dial(addr string, src mtls.CertSource, serverID spiffe.ID) (*grpc.ClientConn, error) {
 	cc, err := grpc.NewClient(addr,
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			if err := mtls.WaitForCertificate(ctx, src); err != nil {
+				return nil, err
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", addr)
+		}),
 		grpc.WithTransportCredentials(credentials.NewTLS(mtls.ClientConfig(src, serverID))),
 		// A control plane that vanishes without a FIN (node lost) is
 		// noticed within Time+Timeout, and the cache keeps serving.

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
@@ -24,6 +25,33 @@ type CertSource interface {
 	ID() spiffe.ID
 	Roots() *x509.CertPool
 	Certificate() (*tls.Certificate, error)
+}
+
+// certificatePoll is how often WaitForCertificate asks src again.
+const certificatePoll = 20 * time.Millisecond
+
+// WaitForCertificate returns once src holds a valid certificate, or ctx's
+// error (with src's reason) when ctx ends first. A client that dials
+// before its first certificate can only fail the handshake, and gRPC then
+// backs off (a second, growing) before it tries again: waiting at the
+// dial instead starts its streams as soon as the certificate is issued.
+func WaitForCertificate(ctx context.Context, src CertSource) error {
+	_, err := src.Certificate()
+	if err == nil {
+		return nil
+	}
+	t := time.NewTicker(certificatePoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", context.Cause(ctx), err)
+		case <-t.C:
+			if _, err = src.Certificate(); err == nil {
+				return nil
+			}
+		}
+	}
 }
 
 // ClientConfig returns a TLS 1.3 client configuration that presents src's

@@ -197,3 +197,48 @@ func TestPeekLeavesOtherTrafficIntact(t *testing.T) {
 		})
 	}
 }
+
+// laterSource has no certificate until ready is closed.
+type laterSource struct {
+	CertSource
+	ready chan struct{}
+}
+
+func (s laterSource) Certificate() (*tls.Certificate, error) {
+	select {
+	case <-s.ready:
+		return s.CertSource.Certificate()
+	default:
+		return nil, errors.New("no certificate yet")
+	}
+}
+
+// TestWaitForCertificate: it returns once the source has a certificate,
+// and when the context ends first, an error carrying both reasons.
+func TestWaitForCertificate(t *testing.T) {
+	src := laterSource{CertSource: testpki.New("mesh").Source(clientID), ready: make(chan struct{})}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := WaitForCertificate(ctx, src)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no certificate yet") {
+		t.Fatalf("without a certificate: %v, want the deadline and the source's reason", err)
+	}
+
+	done := make(chan error, 1)
+	go func() { done <- WaitForCertificate(context.Background(), src) }()
+	select {
+	case err := <-done:
+		t.Fatalf("returned %v before the certificate", err)
+	case <-time.After(3 * certificatePoll):
+	}
+	close(src.ready)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("still waiting 5s after the certificate came")
+	}
+}
