@@ -84,6 +84,7 @@ type policyStream struct {
 	ip             netip.Addr // valid: the path is an IP, resolved on each recompute
 	port           uint16
 	clientNS       string
+	clientNode     string // for the client's zone, looked up on each recompute
 	tr             *translator[*pb.OutboundPolicy]
 	last           *pb.OutboundPolicy
 }
@@ -244,10 +245,10 @@ func (p *policies) changed(keys ...string) {
 	}
 }
 
-// subscribe adds a stream for t as seen from clientNS and queues its
-// first policy.
-func (p *policies) subscribe(t target, clientNS string, tr *translator[*pb.OutboundPolicy]) (unsubscribe func()) {
-	s := &policyStream{svcNS: t.Namespace, svcName: t.Name, ip: t.IP, port: t.Port, clientNS: clientNS, tr: tr}
+// subscribe adds a stream for t as seen from the client's namespace and
+// node and queues its first policy.
+func (p *policies) subscribe(t target, client clientContext, tr *translator[*pb.OutboundPolicy]) (unsubscribe func()) {
+	s := &policyStream{svcNS: t.Namespace, svcName: t.Name, ip: t.IP, port: t.Port, clientNS: client.NS, clientNode: client.NodeName, tr: tr}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.streams[s] = struct{}{}
@@ -287,6 +288,7 @@ func (p *policies) policy(s *policyStream) *pb.OutboundPolicy {
 	in := outboundpolicy.Input{
 		ClusterDomain:   p.cfg.ClusterDomain,
 		ClientNamespace: s.clientNS,
+		ClientZone:      p.w.nodeZone(s.clientNode),
 		Service:         svc,
 		Port:            int32(s.port),
 		HTTPRoutes:      listTyped[*gatewayv1.HTTPRoute](p.httpRoutes),

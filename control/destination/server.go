@@ -96,7 +96,7 @@ func (s *Server) GetProfile(req *pb.GetDestination, stream grpc.ServerStreamingS
 }
 
 // GetOutboundPolicy streams the routes of req.Path as the asking proxy's
-// namespace (its context token) sees them.
+// namespace (its context token) sees them, zone-aware for its node's zone.
 func (s *Server) GetOutboundPolicy(req *pb.GetDestination, stream grpc.ServerStreamingServer[pb.OutboundPolicy]) error {
 	return grpcError(s.getOutboundPolicy(req, stream))
 }
@@ -109,21 +109,25 @@ func (s *Server) getOutboundPolicy(req *pb.GetDestination, stream grpc.ServerStr
 	tr := newTranslator(s.cfg.QueueSize,
 		func(*pb.OutboundPolicy) { s.metrics.updates.WithLabelValues(rpcGetOutboundPolicy, "policy").Inc() },
 		s.overflowed(rpcGetOutboundPolicy, req.GetPath()))
-	unsubscribe := s.policies.subscribe(t, clientNamespace(req.GetContextToken()), tr)
+	unsubscribe := s.policies.subscribe(t, parseContext(req.GetContextToken()), tr)
 	defer unsubscribe()
 	return serveStream(s, stream.Context(), rpcGetOutboundPolicy, tr, stream.Send)
 }
 
-// clientNamespace reads the asking proxy's namespace from its context
-// token ({"ns": "..."}); "" when there is none.
-func clientNamespace(token string) string {
-	var t struct {
-		NS string `json:"ns"`
+// clientContext is what the asking proxy says of itself in its context
+// token ({"ns": "...", "nodeName": "..."}); zero values when the token
+// is empty or not that JSON.
+type clientContext struct {
+	NS       string `json:"ns"`
+	NodeName string `json:"nodeName"`
+}
+
+func parseContext(token string) clientContext {
+	var c clientContext
+	if json.Unmarshal([]byte(token), &c) != nil {
+		return clientContext{}
 	}
-	if json.Unmarshal([]byte(token), &t) != nil {
-		return ""
-	}
-	return t.NS
+	return c
 }
 
 func (s *Server) get(req *pb.GetDestination, stream grpc.ServerStreamingServer[pb.Update]) error {

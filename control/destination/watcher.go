@@ -49,8 +49,10 @@ type watcher struct {
 	services cache.SharedIndexInformer
 	slices   cache.SharedIndexInformer
 	pods     cache.SharedIndexInformer
+	nodes    cache.SharedIndexInformer // for the zone of a client's node
 	svcList  corelisters.ServiceLister
 	podList  corelisters.PodLister
+	nodeList corelisters.NodeLister
 	queue    workqueue.TypedInterface[key]
 
 	// serviceChanged, when set, is told of every Service change (the outbound
@@ -63,11 +65,14 @@ type watcher struct {
 }
 
 func newWatcher(cfg Config, client kubernetes.Interface, log *slog.Logger) (*watcher, error) {
-	// Drop managedFields before objects enter the caches: they are large
-	// and never read.
+	// Drop managedFields before objects enter the caches, and a Node's
+	// status (its image list): they are large and never read.
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(func(obj any) (any, error) {
 		if o, ok := obj.(metav1.Object); ok {
 			o.SetManagedFields(nil)
+		}
+		if n, ok := obj.(*corev1.Node); ok {
+			n.Status = corev1.NodeStatus{}
 		}
 		return obj, nil
 	}))
@@ -78,8 +83,10 @@ func newWatcher(cfg Config, client kubernetes.Interface, log *slog.Logger) (*wat
 		services: factory.Core().V1().Services().Informer(),
 		slices:   factory.Discovery().V1().EndpointSlices().Informer(),
 		pods:     factory.Core().V1().Pods().Informer(),
+		nodes:    factory.Core().V1().Nodes().Informer(),
 		svcList:  factory.Core().V1().Services().Lister(),
 		podList:  factory.Core().V1().Pods().Lister(),
+		nodeList: factory.Core().V1().Nodes().Lister(),
 		queue:    workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[key]{Name: "plexus-destination"}),
 		pubs:     map[key]map[uint16]*publisher{},
 	}
@@ -192,6 +199,18 @@ func (w *watcher) subscribe(t target, add func(*publisher), remove func(*publish
 			}
 		}
 	}
+}
+
+// nodeZone is the zone label of node ("" when it has none or is unknown).
+func (w *watcher) nodeZone(node string) string {
+	if node == "" {
+		return ""
+	}
+	n, err := w.nodeList.Get(node)
+	if err != nil {
+		return ""
+	}
+	return n.Labels[corev1.LabelTopologyZone]
 }
 
 // serviceByIP finds the service with ClusterIP ip.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/control/serviceprofile"
 	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/api/balancerannotations"
 	"github.com/plexus-mesh/plexus/mesh/api/routeannotations"
 )
 
@@ -33,6 +34,9 @@ type Input struct {
 	// ClientNamespace is the asking proxy's namespace; "" (unknown): the
 	// producer routes only.
 	ClientNamespace string
+	// ClientZone is the asking proxy's zone (its node's
+	// topology.kubernetes.io/zone); "" (unknown): no zone-aware balancing.
+	ClientZone string
 	// Service is the parent; it must not be nil.
 	Service *corev1.Service
 	// Port is the Service port the client connects to.
@@ -62,14 +66,18 @@ type Input struct {
 // the port (source "httproute"; the GRPCRoutes alone when there are
 // any), else a default route to the Service
 // itself (source "default"). Whatever the source, FailureAccrual comes
-// from the Service's balancer annotations. The output is deterministic.
+// from the Service's balancer annotations, and ZoneAware from them and its
+// trafficDistribution when the client's zone is known. The output is
+// deterministic.
 func Translate(in Input) *destinationpb.OutboundPolicy {
 	e := newEnv(in)
 	var serviceErr error
 	e.service, serviceErr = routeannotations.Parse(in.Service.Annotations)
 	accrual, accrualErr := failureAccrual(in.Service.Annotations)
+	zoneAware, zoneErr := balancerannotations.ParseZoneAware(in.Service.Annotations, in.Service.Spec.TrafficDistribution)
 	servicePrefix := fmt.Sprintf("Service %s/%s: ", in.Service.Namespace, in.Service.Name)
 	warnings := append(prefixEach(servicePrefix, serviceErr), prefixEach(servicePrefix, accrualErr)...)
+	warnings = append(warnings, prefixEach(servicePrefix, zoneErr)...)
 	profile := in.Profile
 	if profile != nil {
 		if err := profile.Validate(in.ClusterDomain); err != nil {
@@ -85,6 +93,9 @@ func Translate(in Input) *destinationpb.OutboundPolicy {
 		Parent:         e.parentRef(),
 		Opaque:         profile != nil && slices.Contains(profile.Spec.OpaquePorts, uint32(in.Port)),
 		FailureAccrual: accrual,
+	}
+	if zoneAware && in.ClientZone != "" {
+		policy.ZoneAware = &destinationpb.ZoneAware{LocalZone: in.ClientZone}
 	}
 	switch {
 	case profile != nil && (len(profile.Spec.Routes) > 0 || len(profile.Spec.DstOverrides) > 0):

@@ -21,7 +21,15 @@ const (
 	AnnotationMaxPenalty        = "balancer.plexus.dev/failure-accrual-consecutive-max-penalty"
 	AnnotationJitterRatio       = "balancer.plexus.dev/failure-accrual-consecutive-jitter-ratio"
 	AnnotationMinHealthyPercent = "balancer.plexus.dev/min-healthy-percent"
+	// AnnotationZoneAware turns zone-aware balancing on ("true") or off
+	// ("false") for a Service's clients, whatever its trafficDistribution.
+	AnnotationZoneAware = "balancer.plexus.dev/zone-aware"
 )
+
+// TrafficDistributionPreferClose is the Service spec.trafficDistribution
+// value (Kubernetes 1.31+) that turns zone-aware balancing on when
+// AnnotationZoneAware is not set.
+const TrafficDistributionPreferClose = "PreferClose"
 
 // AccrualConsecutive is the one value of AnnotationFailureAccrual: it
 // turns consecutive-failure accrual on.
@@ -140,4 +148,24 @@ func durationInto(d *time.Duration) func(string) error {
 		*d = v
 		return nil
 	}
+}
+
+// ParseZoneAware reads whether a Service with these annotations and
+// spec.trafficDistribution (nil or "" when unset) asks for zone-aware
+// balancing: AnnotationZoneAware when set ("true" or "false"), else
+// whether trafficDistribution is PreferClose. A malformed annotation is
+// an error naming it, and counts as unset.
+func ParseZoneAware(annotations map[string]string, trafficDistribution *string) (bool, error) {
+	preferClose := trafficDistribution != nil && *trafficDistribution == TrafficDistributionPreferClose
+	raw, ok := annotations[AnnotationZoneAware]
+	if !ok {
+		return preferClose, nil
+	}
+	switch strings.TrimSpace(raw) {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	}
+	return preferClose, fmt.Errorf("%s: %q is not \"true\" or \"false\"", AnnotationZoneAware, raw)
 }

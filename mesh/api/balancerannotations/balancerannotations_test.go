@@ -147,3 +147,34 @@ func TestStandardLibraryOnly(t *testing.T) {
 		t.Errorf("balancerannotations links more than the standard library: %v", deps)
 	}
 }
+
+func TestParseZoneAware(t *testing.T) {
+	preferClose, other := TrafficDistributionPreferClose, "PreferSameNode"
+	for name, tc := range map[string]struct {
+		annotations map[string]string
+		td          *string
+		want        bool
+		wantErr     string
+	}{
+		"neither":                         {want: false},
+		"PreferClose":                     {td: &preferClose, want: true},
+		"another distribution":            {td: &other, want: false},
+		"annotation on":                   {annotations: map[string]string{AnnotationZoneAware: "true"}, want: true},
+		"annotation off over PreferClose": {annotations: map[string]string{AnnotationZoneAware: " false "}, td: &preferClose, want: false},
+		"malformed, PreferClose applies":  {annotations: map[string]string{AnnotationZoneAware: "yes"}, td: &preferClose, want: true, wantErr: AnnotationZoneAware + `: "yes" is not`},
+		"malformed, off":                  {annotations: map[string]string{AnnotationZoneAware: "1"}, want: false, wantErr: AnnotationZoneAware},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := ParseZoneAware(tc.annotations, tc.td)
+			if got != tc.want {
+				t.Errorf("on = %v, want %v", got, tc.want)
+			}
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("unexpected error %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("error %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}

@@ -120,7 +120,7 @@ func (x OutboundRoute_Protocol) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OutboundRoute_Protocol.Descriptor instead.
 func (OutboundRoute_Protocol) EnumDescriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{13, 0}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{14, 0}
 }
 
 type PathMatch_Kind int32
@@ -169,7 +169,7 @@ func (x PathMatch_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PathMatch_Kind.Descriptor instead.
 func (PathMatch_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{16, 0}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{17, 0}
 }
 
 type HeaderMatch_Kind int32
@@ -215,7 +215,7 @@ func (x HeaderMatch_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use HeaderMatch_Kind.Descriptor instead.
 func (HeaderMatch_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{17, 0}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{18, 0}
 }
 
 type QueryMatch_Kind int32
@@ -261,7 +261,7 @@ func (x QueryMatch_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use QueryMatch_Kind.Descriptor instead.
 func (QueryMatch_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{18, 0}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{19, 0}
 }
 
 type GetDestination struct {
@@ -964,8 +964,14 @@ type OutboundPolicy struct {
 	// (balancer.plexus.dev/failure-accrual: consecutive): the proxy ejects
 	// the endpoints of this parent's backends that fail this way.
 	FailureAccrual *FailureAccrual `protobuf:"bytes,5,opt,name=failure_accrual,json=failureAccrual,proto3" json:"failure_accrual,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Set when the parent Service asks for zone-aware balancing
+	// (balancer.plexus.dev/zone-aware: "true", or trafficDistribution
+	// PreferClose without the annotation saying "false") and the asking
+	// proxy's zone is known (its context token's nodeName, that node's
+	// topology.kubernetes.io/zone label).
+	ZoneAware     *ZoneAware `protobuf:"bytes,6,opt,name=zone_aware,json=zoneAware,proto3" json:"zone_aware,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OutboundPolicy) Reset() {
@@ -1033,6 +1039,62 @@ func (x *OutboundPolicy) GetFailureAccrual() *FailureAccrual {
 	return nil
 }
 
+func (x *OutboundPolicy) GetZoneAware() *ZoneAware {
+	if x != nil {
+		return x.ZoneAware
+	}
+	return nil
+}
+
+// Zone-aware balancing: the proxy sends a request of this parent's
+// backends to an endpoint in its own zone, unless none is available or
+// the best of them costs more than the best elsewhere by the spill ratio
+// (load and latency, as the peak-EWMA estimate sees them).
+type ZoneAware struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The asking proxy's zone; endpoints in it carry the same "zone" label.
+	LocalZone     string `protobuf:"bytes,1,opt,name=local_zone,json=localZone,proto3" json:"local_zone,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ZoneAware) Reset() {
+	*x = ZoneAware{}
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ZoneAware) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ZoneAware) ProtoMessage() {}
+
+func (x *ZoneAware) ProtoReflect() protoreflect.Message {
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ZoneAware.ProtoReflect.Descriptor instead.
+func (*ZoneAware) Descriptor() ([]byte, []int) {
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ZoneAware) GetLocalZone() string {
+	if x != nil {
+		return x.LocalZone
+	}
+	return ""
+}
+
 // Consecutive-failure accrual (circuit breaking), from the Service's
 // balancer.plexus.dev annotations with the defaults of ARCHITECTURE.md §8 filled
 // in: every field is set.
@@ -1054,7 +1116,7 @@ type FailureAccrual struct {
 
 func (x *FailureAccrual) Reset() {
 	*x = FailureAccrual{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[12]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1128,7 @@ func (x *FailureAccrual) String() string {
 func (*FailureAccrual) ProtoMessage() {}
 
 func (x *FailureAccrual) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[12]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1141,7 @@ func (x *FailureAccrual) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailureAccrual.ProtoReflect.Descriptor instead.
 func (*FailureAccrual) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{12}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FailureAccrual) GetConsecutiveFailures() uint32 {
@@ -1135,7 +1197,7 @@ type OutboundRoute struct {
 
 func (x *OutboundRoute) Reset() {
 	*x = OutboundRoute{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[13]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1147,7 +1209,7 @@ func (x *OutboundRoute) String() string {
 func (*OutboundRoute) ProtoMessage() {}
 
 func (x *OutboundRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[13]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1160,7 +1222,7 @@ func (x *OutboundRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutboundRoute.ProtoReflect.Descriptor instead.
 func (*OutboundRoute) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{13}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *OutboundRoute) GetRef() *ResourceRef {
@@ -1211,7 +1273,7 @@ type OutboundRule struct {
 
 func (x *OutboundRule) Reset() {
 	*x = OutboundRule{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[14]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1223,7 +1285,7 @@ func (x *OutboundRule) String() string {
 func (*OutboundRule) ProtoMessage() {}
 
 func (x *OutboundRule) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[14]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1236,7 +1298,7 @@ func (x *OutboundRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutboundRule.ProtoReflect.Descriptor instead.
 func (*OutboundRule) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{14}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *OutboundRule) GetMatches() []*RouteMatch {
@@ -1297,7 +1359,7 @@ type RouteMatch struct {
 
 func (x *RouteMatch) Reset() {
 	*x = RouteMatch{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[15]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1309,7 +1371,7 @@ func (x *RouteMatch) String() string {
 func (*RouteMatch) ProtoMessage() {}
 
 func (x *RouteMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[15]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1322,7 +1384,7 @@ func (x *RouteMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteMatch.ProtoReflect.Descriptor instead.
 func (*RouteMatch) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{15}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RouteMatch) GetPath() *PathMatch {
@@ -1370,7 +1432,7 @@ type PathMatch struct {
 
 func (x *PathMatch) Reset() {
 	*x = PathMatch{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[16]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1444,7 @@ func (x *PathMatch) String() string {
 func (*PathMatch) ProtoMessage() {}
 
 func (x *PathMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[16]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1457,7 @@ func (x *PathMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathMatch.ProtoReflect.Descriptor instead.
 func (*PathMatch) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{16}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PathMatch) GetKind() PathMatch_Kind {
@@ -1424,7 +1486,7 @@ type HeaderMatch struct {
 
 func (x *HeaderMatch) Reset() {
 	*x = HeaderMatch{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[17]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1498,7 @@ func (x *HeaderMatch) String() string {
 func (*HeaderMatch) ProtoMessage() {}
 
 func (x *HeaderMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[17]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1511,7 @@ func (x *HeaderMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderMatch.ProtoReflect.Descriptor instead.
 func (*HeaderMatch) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{17}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HeaderMatch) GetKind() HeaderMatch_Kind {
@@ -1485,7 +1547,7 @@ type QueryMatch struct {
 
 func (x *QueryMatch) Reset() {
 	*x = QueryMatch{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[18]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1559,7 @@ func (x *QueryMatch) String() string {
 func (*QueryMatch) ProtoMessage() {}
 
 func (x *QueryMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[18]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1572,7 @@ func (x *QueryMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryMatch.ProtoReflect.Descriptor instead.
 func (*QueryMatch) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{18}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *QueryMatch) GetKind() QueryMatch_Kind {
@@ -1551,7 +1613,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[19]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +1625,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[19]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +1638,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{19}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Condition) GetKind() isCondition_Kind {
@@ -1675,7 +1737,7 @@ type Conditions struct {
 
 func (x *Conditions) Reset() {
 	*x = Conditions{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[20]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1687,7 +1749,7 @@ func (x *Conditions) String() string {
 func (*Conditions) ProtoMessage() {}
 
 func (x *Conditions) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[20]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1700,7 +1762,7 @@ func (x *Conditions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Conditions.ProtoReflect.Descriptor instead.
 func (*Conditions) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{20}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Conditions) GetConditions() []*Condition {
@@ -1725,7 +1787,7 @@ type Filter struct {
 
 func (x *Filter) Reset() {
 	*x = Filter{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[21]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1737,7 +1799,7 @@ func (x *Filter) String() string {
 func (*Filter) ProtoMessage() {}
 
 func (x *Filter) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[21]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1750,7 +1812,7 @@ func (x *Filter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Filter.ProtoReflect.Descriptor instead.
 func (*Filter) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{21}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Filter) GetKind() isFilter_Kind {
@@ -1835,7 +1897,7 @@ type HeaderModifier struct {
 
 func (x *HeaderModifier) Reset() {
 	*x = HeaderModifier{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[22]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1847,7 +1909,7 @@ func (x *HeaderModifier) String() string {
 func (*HeaderModifier) ProtoMessage() {}
 
 func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[22]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1860,7 +1922,7 @@ func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderModifier.ProtoReflect.Descriptor instead.
 func (*HeaderModifier) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{22}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *HeaderModifier) GetSet() []*Header {
@@ -1894,7 +1956,7 @@ type Header struct {
 
 func (x *Header) Reset() {
 	*x = Header{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[23]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +1968,7 @@ func (x *Header) String() string {
 func (*Header) ProtoMessage() {}
 
 func (x *Header) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[23]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +1981,7 @@ func (x *Header) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Header.ProtoReflect.Descriptor instead.
 func (*Header) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{23}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Header) GetName() string {
@@ -1949,7 +2011,7 @@ type PathModifier struct {
 
 func (x *PathModifier) Reset() {
 	*x = PathModifier{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[24]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1961,7 +2023,7 @@ func (x *PathModifier) String() string {
 func (*PathModifier) ProtoMessage() {}
 
 func (x *PathModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[24]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1974,7 +2036,7 @@ func (x *PathModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathModifier.ProtoReflect.Descriptor instead.
 func (*PathModifier) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{24}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PathModifier) GetKind() isPathModifier_Kind {
@@ -2036,7 +2098,7 @@ type RequestRedirect struct {
 
 func (x *RequestRedirect) Reset() {
 	*x = RequestRedirect{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[25]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2110,7 @@ func (x *RequestRedirect) String() string {
 func (*RequestRedirect) ProtoMessage() {}
 
 func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[25]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2123,7 @@ func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRedirect.ProtoReflect.Descriptor instead.
 func (*RequestRedirect) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{25}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RequestRedirect) GetScheme() string {
@@ -2109,7 +2171,7 @@ type URLRewrite struct {
 
 func (x *URLRewrite) Reset() {
 	*x = URLRewrite{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[26]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2121,7 +2183,7 @@ func (x *URLRewrite) String() string {
 func (*URLRewrite) ProtoMessage() {}
 
 func (x *URLRewrite) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[26]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2134,7 +2196,7 @@ func (x *URLRewrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use URLRewrite.ProtoReflect.Descriptor instead.
 func (*URLRewrite) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{26}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *URLRewrite) GetHostname() string {
@@ -2169,7 +2231,7 @@ type Backend struct {
 
 func (x *Backend) Reset() {
 	*x = Backend{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[27]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2181,7 +2243,7 @@ func (x *Backend) String() string {
 func (*Backend) ProtoMessage() {}
 
 func (x *Backend) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[27]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2194,7 +2256,7 @@ func (x *Backend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backend.ProtoReflect.Descriptor instead.
 func (*Backend) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{27}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Backend) GetRef() *ResourceRef {
@@ -2246,7 +2308,7 @@ type Timeouts struct {
 
 func (x *Timeouts) Reset() {
 	*x = Timeouts{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[28]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2258,7 +2320,7 @@ func (x *Timeouts) String() string {
 func (*Timeouts) ProtoMessage() {}
 
 func (x *Timeouts) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[28]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2271,7 +2333,7 @@ func (x *Timeouts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timeouts.ProtoReflect.Descriptor instead.
 func (*Timeouts) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{28}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Timeouts) GetRequest() *durationpb.Duration {
@@ -2315,7 +2377,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[29]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2327,7 +2389,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[29]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2340,7 +2402,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{29}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RetryPolicy) GetLimit() uint32 {
@@ -2395,7 +2457,7 @@ type StatusRange struct {
 
 func (x *StatusRange) Reset() {
 	*x = StatusRange{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[30]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2469,7 @@ func (x *StatusRange) String() string {
 func (*StatusRange) ProtoMessage() {}
 
 func (x *StatusRange) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[30]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2482,7 @@ func (x *StatusRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRange.ProtoReflect.Descriptor instead.
 func (*StatusRange) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{30}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StatusRange) GetMin() uint32 {
@@ -2449,7 +2511,7 @@ type RetryBudget struct {
 
 func (x *RetryBudget) Reset() {
 	*x = RetryBudget{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[31]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2461,7 +2523,7 @@ func (x *RetryBudget) String() string {
 func (*RetryBudget) ProtoMessage() {}
 
 func (x *RetryBudget) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[31]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2474,7 +2536,7 @@ func (x *RetryBudget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudget.ProtoReflect.Descriptor instead.
 func (*RetryBudget) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{31}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RetryBudget) GetRatio() float64 {
@@ -2508,7 +2570,7 @@ type ResponseClass struct {
 
 func (x *ResponseClass) Reset() {
 	*x = ResponseClass{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[32]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2520,7 +2582,7 @@ func (x *ResponseClass) String() string {
 func (*ResponseClass) ProtoMessage() {}
 
 func (x *ResponseClass) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[32]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2533,7 +2595,7 @@ func (x *ResponseClass) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseClass.ProtoReflect.Descriptor instead.
 func (*ResponseClass) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{32}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ResponseClass) GetCondition() *ResponseMatch {
@@ -2565,7 +2627,7 @@ type ResponseMatch struct {
 
 func (x *ResponseMatch) Reset() {
 	*x = ResponseMatch{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[33]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2577,7 +2639,7 @@ func (x *ResponseMatch) String() string {
 func (*ResponseMatch) ProtoMessage() {}
 
 func (x *ResponseMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[33]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2590,7 +2652,7 @@ func (x *ResponseMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseMatch.ProtoReflect.Descriptor instead.
 func (*ResponseMatch) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{33}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ResponseMatch) GetKind() isResponseMatch_Kind {
@@ -2673,7 +2735,7 @@ type ResponseMatches struct {
 
 func (x *ResponseMatches) Reset() {
 	*x = ResponseMatches{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[34]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2685,7 +2747,7 @@ func (x *ResponseMatches) String() string {
 func (*ResponseMatches) ProtoMessage() {}
 
 func (x *ResponseMatches) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[34]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,7 +2760,7 @@ func (x *ResponseMatches) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseMatches.ProtoReflect.Descriptor instead.
 func (*ResponseMatches) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{34}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ResponseMatches) GetMatches() []*ResponseMatch {
@@ -2719,7 +2781,7 @@ type InboundPolicyRequest struct {
 
 func (x *InboundPolicyRequest) Reset() {
 	*x = InboundPolicyRequest{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[35]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2731,7 +2793,7 @@ func (x *InboundPolicyRequest) String() string {
 func (*InboundPolicyRequest) ProtoMessage() {}
 
 func (x *InboundPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[35]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2744,7 +2806,7 @@ func (x *InboundPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InboundPolicyRequest.ProtoReflect.Descriptor instead.
 func (*InboundPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{35}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *InboundPolicyRequest) GetNamespace() string {
@@ -2800,7 +2862,7 @@ type InboundPolicy struct {
 
 func (x *InboundPolicy) Reset() {
 	*x = InboundPolicy{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[36]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2812,7 +2874,7 @@ func (x *InboundPolicy) String() string {
 func (*InboundPolicy) ProtoMessage() {}
 
 func (x *InboundPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[36]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2825,7 +2887,7 @@ func (x *InboundPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InboundPolicy.ProtoReflect.Descriptor instead.
 func (*InboundPolicy) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{36}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *InboundPolicy) GetServer() *ResourceRef {
@@ -2896,7 +2958,7 @@ type Authorization struct {
 
 func (x *Authorization) Reset() {
 	*x = Authorization{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[37]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2908,7 +2970,7 @@ func (x *Authorization) String() string {
 func (*Authorization) ProtoMessage() {}
 
 func (x *Authorization) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[37]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2921,7 +2983,7 @@ func (x *Authorization) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Authorization.ProtoReflect.Descriptor instead.
 func (*Authorization) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{37}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Authorization) GetRef() *ResourceRef {
@@ -2976,7 +3038,7 @@ type Network struct {
 
 func (x *Network) Reset() {
 	*x = Network{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[38]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2988,7 +3050,7 @@ func (x *Network) String() string {
 func (*Network) ProtoMessage() {}
 
 func (x *Network) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[38]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3001,7 +3063,7 @@ func (x *Network) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Network.ProtoReflect.Descriptor instead.
 func (*Network) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{38}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Network) GetCidr() string {
@@ -3030,7 +3092,7 @@ type InboundRoute struct {
 
 func (x *InboundRoute) Reset() {
 	*x = InboundRoute{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[39]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3042,7 +3104,7 @@ func (x *InboundRoute) String() string {
 func (*InboundRoute) ProtoMessage() {}
 
 func (x *InboundRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[39]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3055,7 +3117,7 @@ func (x *InboundRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InboundRoute.ProtoReflect.Descriptor instead.
 func (*InboundRoute) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{39}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *InboundRoute) GetRef() *ResourceRef {
@@ -3093,7 +3155,7 @@ type RateLimit struct {
 
 func (x *RateLimit) Reset() {
 	*x = RateLimit{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[40]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3105,7 +3167,7 @@ func (x *RateLimit) String() string {
 func (*RateLimit) ProtoMessage() {}
 
 func (x *RateLimit) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[40]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3118,7 +3180,7 @@ func (x *RateLimit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateLimit.ProtoReflect.Descriptor instead.
 func (*RateLimit) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{40}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RateLimit) GetRef() *ResourceRef {
@@ -3160,7 +3222,7 @@ type RateLimitOverride struct {
 
 func (x *RateLimitOverride) Reset() {
 	*x = RateLimitOverride{}
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[41]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3172,7 +3234,7 @@ func (x *RateLimitOverride) String() string {
 func (*RateLimitOverride) ProtoMessage() {}
 
 func (x *RateLimitOverride) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[41]
+	mi := &file_mesh_api_destinationpb_destination_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3185,7 +3247,7 @@ func (x *RateLimitOverride) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateLimitOverride.ProtoReflect.Descriptor instead.
 func (*RateLimitOverride) Descriptor() ([]byte, []int) {
-	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{41}
+	return file_mesh_api_destinationpb_destination_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RateLimitOverride) GetRequestsPerSecond() uint32 {
@@ -3258,13 +3320,18 @@ const file_mesh_api_destinationpb_destination_proto_rawDesc = "" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x12\n" +
 	"\x04port\x18\x05 \x01(\rR\x04port\x12!\n" +
-	"\fsection_name\x18\x06 \x01(\tR\vsectionName\"\x8a\x02\n" +
+	"\fsection_name\x18\x06 \x01(\tR\vsectionName\"\xcb\x02\n" +
 	"\x0eOutboundPolicy\x12:\n" +
 	"\x06parent\x18\x01 \x01(\v2\".plexus.destination.v1.ResourceRefR\x06parent\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\tR\x06source\x12<\n" +
 	"\x06routes\x18\x03 \x03(\v2$.plexus.destination.v1.OutboundRouteR\x06routes\x12\x16\n" +
 	"\x06opaque\x18\x04 \x01(\bR\x06opaque\x12N\n" +
-	"\x0ffailure_accrual\x18\x05 \x01(\v2%.plexus.destination.v1.FailureAccrualR\x0efailureAccrual\"\x8e\x02\n" +
+	"\x0ffailure_accrual\x18\x05 \x01(\v2%.plexus.destination.v1.FailureAccrualR\x0efailureAccrual\x12?\n" +
+	"\n" +
+	"zone_aware\x18\x06 \x01(\v2 .plexus.destination.v1.ZoneAwareR\tzoneAware\"*\n" +
+	"\tZoneAware\x12\x1d\n" +
+	"\n" +
+	"local_zone\x18\x01 \x01(\tR\tlocalZone\"\x8e\x02\n" +
 	"\x0eFailureAccrual\x121\n" +
 	"\x14consecutive_failures\x18\x01 \x01(\rR\x13consecutiveFailures\x12:\n" +
 	"\vmin_penalty\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\n" +
@@ -3454,7 +3521,7 @@ func file_mesh_api_destinationpb_destination_proto_rawDescGZIP() []byte {
 }
 
 var file_mesh_api_destinationpb_destination_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_mesh_api_destinationpb_destination_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_mesh_api_destinationpb_destination_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_mesh_api_destinationpb_destination_proto_goTypes = []any{
 	(ProtocolHint_Protocol)(0),   // 0: plexus.destination.v1.ProtocolHint.Protocol
 	(OutboundRoute_Protocol)(0),  // 1: plexus.destination.v1.OutboundRoute.Protocol
@@ -3473,124 +3540,126 @@ var file_mesh_api_destinationpb_destination_proto_goTypes = []any{
 	(*Route)(nil),                // 14: plexus.destination.v1.Route
 	(*ResourceRef)(nil),          // 15: plexus.destination.v1.ResourceRef
 	(*OutboundPolicy)(nil),       // 16: plexus.destination.v1.OutboundPolicy
-	(*FailureAccrual)(nil),       // 17: plexus.destination.v1.FailureAccrual
-	(*OutboundRoute)(nil),        // 18: plexus.destination.v1.OutboundRoute
-	(*OutboundRule)(nil),         // 19: plexus.destination.v1.OutboundRule
-	(*RouteMatch)(nil),           // 20: plexus.destination.v1.RouteMatch
-	(*PathMatch)(nil),            // 21: plexus.destination.v1.PathMatch
-	(*HeaderMatch)(nil),          // 22: plexus.destination.v1.HeaderMatch
-	(*QueryMatch)(nil),           // 23: plexus.destination.v1.QueryMatch
-	(*Condition)(nil),            // 24: plexus.destination.v1.Condition
-	(*Conditions)(nil),           // 25: plexus.destination.v1.Conditions
-	(*Filter)(nil),               // 26: plexus.destination.v1.Filter
-	(*HeaderModifier)(nil),       // 27: plexus.destination.v1.HeaderModifier
-	(*Header)(nil),               // 28: plexus.destination.v1.Header
-	(*PathModifier)(nil),         // 29: plexus.destination.v1.PathModifier
-	(*RequestRedirect)(nil),      // 30: plexus.destination.v1.RequestRedirect
-	(*URLRewrite)(nil),           // 31: plexus.destination.v1.URLRewrite
-	(*Backend)(nil),              // 32: plexus.destination.v1.Backend
-	(*Timeouts)(nil),             // 33: plexus.destination.v1.Timeouts
-	(*RetryPolicy)(nil),          // 34: plexus.destination.v1.RetryPolicy
-	(*StatusRange)(nil),          // 35: plexus.destination.v1.StatusRange
-	(*RetryBudget)(nil),          // 36: plexus.destination.v1.RetryBudget
-	(*ResponseClass)(nil),        // 37: plexus.destination.v1.ResponseClass
-	(*ResponseMatch)(nil),        // 38: plexus.destination.v1.ResponseMatch
-	(*ResponseMatches)(nil),      // 39: plexus.destination.v1.ResponseMatches
-	(*InboundPolicyRequest)(nil), // 40: plexus.destination.v1.InboundPolicyRequest
-	(*InboundPolicy)(nil),        // 41: plexus.destination.v1.InboundPolicy
-	(*Authorization)(nil),        // 42: plexus.destination.v1.Authorization
-	(*Network)(nil),              // 43: plexus.destination.v1.Network
-	(*InboundRoute)(nil),         // 44: plexus.destination.v1.InboundRoute
-	(*RateLimit)(nil),            // 45: plexus.destination.v1.RateLimit
-	(*RateLimitOverride)(nil),    // 46: plexus.destination.v1.RateLimitOverride
-	nil,                          // 47: plexus.destination.v1.AddrSet.MetricLabelsEntry
-	nil,                          // 48: plexus.destination.v1.WeightedAddr.MetricLabelsEntry
-	(*durationpb.Duration)(nil),  // 49: google.protobuf.Duration
+	(*ZoneAware)(nil),            // 17: plexus.destination.v1.ZoneAware
+	(*FailureAccrual)(nil),       // 18: plexus.destination.v1.FailureAccrual
+	(*OutboundRoute)(nil),        // 19: plexus.destination.v1.OutboundRoute
+	(*OutboundRule)(nil),         // 20: plexus.destination.v1.OutboundRule
+	(*RouteMatch)(nil),           // 21: plexus.destination.v1.RouteMatch
+	(*PathMatch)(nil),            // 22: plexus.destination.v1.PathMatch
+	(*HeaderMatch)(nil),          // 23: plexus.destination.v1.HeaderMatch
+	(*QueryMatch)(nil),           // 24: plexus.destination.v1.QueryMatch
+	(*Condition)(nil),            // 25: plexus.destination.v1.Condition
+	(*Conditions)(nil),           // 26: plexus.destination.v1.Conditions
+	(*Filter)(nil),               // 27: plexus.destination.v1.Filter
+	(*HeaderModifier)(nil),       // 28: plexus.destination.v1.HeaderModifier
+	(*Header)(nil),               // 29: plexus.destination.v1.Header
+	(*PathModifier)(nil),         // 30: plexus.destination.v1.PathModifier
+	(*RequestRedirect)(nil),      // 31: plexus.destination.v1.RequestRedirect
+	(*URLRewrite)(nil),           // 32: plexus.destination.v1.URLRewrite
+	(*Backend)(nil),              // 33: plexus.destination.v1.Backend
+	(*Timeouts)(nil),             // 34: plexus.destination.v1.Timeouts
+	(*RetryPolicy)(nil),          // 35: plexus.destination.v1.RetryPolicy
+	(*StatusRange)(nil),          // 36: plexus.destination.v1.StatusRange
+	(*RetryBudget)(nil),          // 37: plexus.destination.v1.RetryBudget
+	(*ResponseClass)(nil),        // 38: plexus.destination.v1.ResponseClass
+	(*ResponseMatch)(nil),        // 39: plexus.destination.v1.ResponseMatch
+	(*ResponseMatches)(nil),      // 40: plexus.destination.v1.ResponseMatches
+	(*InboundPolicyRequest)(nil), // 41: plexus.destination.v1.InboundPolicyRequest
+	(*InboundPolicy)(nil),        // 42: plexus.destination.v1.InboundPolicy
+	(*Authorization)(nil),        // 43: plexus.destination.v1.Authorization
+	(*Network)(nil),              // 44: plexus.destination.v1.Network
+	(*InboundRoute)(nil),         // 45: plexus.destination.v1.InboundRoute
+	(*RateLimit)(nil),            // 46: plexus.destination.v1.RateLimit
+	(*RateLimitOverride)(nil),    // 47: plexus.destination.v1.RateLimitOverride
+	nil,                          // 48: plexus.destination.v1.AddrSet.MetricLabelsEntry
+	nil,                          // 49: plexus.destination.v1.WeightedAddr.MetricLabelsEntry
+	(*durationpb.Duration)(nil),  // 50: google.protobuf.Duration
 }
 var file_mesh_api_destinationpb_destination_proto_depIdxs = []int32{
 	7,  // 0: plexus.destination.v1.Update.add:type_name -> plexus.destination.v1.AddrSet
 	7,  // 1: plexus.destination.v1.Update.remove:type_name -> plexus.destination.v1.AddrSet
 	12, // 2: plexus.destination.v1.Update.no_endpoints:type_name -> plexus.destination.v1.NoEndpoints
 	8,  // 3: plexus.destination.v1.AddrSet.addrs:type_name -> plexus.destination.v1.WeightedAddr
-	47, // 4: plexus.destination.v1.AddrSet.metric_labels:type_name -> plexus.destination.v1.AddrSet.MetricLabelsEntry
+	48, // 4: plexus.destination.v1.AddrSet.metric_labels:type_name -> plexus.destination.v1.AddrSet.MetricLabelsEntry
 	9,  // 5: plexus.destination.v1.WeightedAddr.addr:type_name -> plexus.destination.v1.TcpAddress
-	48, // 6: plexus.destination.v1.WeightedAddr.metric_labels:type_name -> plexus.destination.v1.WeightedAddr.MetricLabelsEntry
+	49, // 6: plexus.destination.v1.WeightedAddr.metric_labels:type_name -> plexus.destination.v1.WeightedAddr.MetricLabelsEntry
 	10, // 7: plexus.destination.v1.WeightedAddr.tls_identity:type_name -> plexus.destination.v1.TlsIdentity
 	11, // 8: plexus.destination.v1.WeightedAddr.protocol_hint:type_name -> plexus.destination.v1.ProtocolHint
 	0,  // 9: plexus.destination.v1.ProtocolHint.protocol:type_name -> plexus.destination.v1.ProtocolHint.Protocol
 	14, // 10: plexus.destination.v1.DestinationProfile.routes:type_name -> plexus.destination.v1.Route
 	15, // 11: plexus.destination.v1.OutboundPolicy.parent:type_name -> plexus.destination.v1.ResourceRef
-	18, // 12: plexus.destination.v1.OutboundPolicy.routes:type_name -> plexus.destination.v1.OutboundRoute
-	17, // 13: plexus.destination.v1.OutboundPolicy.failure_accrual:type_name -> plexus.destination.v1.FailureAccrual
-	49, // 14: plexus.destination.v1.FailureAccrual.min_penalty:type_name -> google.protobuf.Duration
-	49, // 15: plexus.destination.v1.FailureAccrual.max_penalty:type_name -> google.protobuf.Duration
-	15, // 16: plexus.destination.v1.OutboundRoute.ref:type_name -> plexus.destination.v1.ResourceRef
-	1,  // 17: plexus.destination.v1.OutboundRoute.protocol:type_name -> plexus.destination.v1.OutboundRoute.Protocol
-	19, // 18: plexus.destination.v1.OutboundRoute.rules:type_name -> plexus.destination.v1.OutboundRule
-	20, // 19: plexus.destination.v1.OutboundRule.matches:type_name -> plexus.destination.v1.RouteMatch
-	26, // 20: plexus.destination.v1.OutboundRule.filters:type_name -> plexus.destination.v1.Filter
-	32, // 21: plexus.destination.v1.OutboundRule.backends:type_name -> plexus.destination.v1.Backend
-	33, // 22: plexus.destination.v1.OutboundRule.timeouts:type_name -> plexus.destination.v1.Timeouts
-	34, // 23: plexus.destination.v1.OutboundRule.retry:type_name -> plexus.destination.v1.RetryPolicy
-	37, // 24: plexus.destination.v1.OutboundRule.response_classes:type_name -> plexus.destination.v1.ResponseClass
-	21, // 25: plexus.destination.v1.RouteMatch.path:type_name -> plexus.destination.v1.PathMatch
-	22, // 26: plexus.destination.v1.RouteMatch.headers:type_name -> plexus.destination.v1.HeaderMatch
-	23, // 27: plexus.destination.v1.RouteMatch.query:type_name -> plexus.destination.v1.QueryMatch
-	24, // 28: plexus.destination.v1.RouteMatch.condition:type_name -> plexus.destination.v1.Condition
-	2,  // 29: plexus.destination.v1.PathMatch.kind:type_name -> plexus.destination.v1.PathMatch.Kind
-	3,  // 30: plexus.destination.v1.HeaderMatch.kind:type_name -> plexus.destination.v1.HeaderMatch.Kind
-	4,  // 31: plexus.destination.v1.QueryMatch.kind:type_name -> plexus.destination.v1.QueryMatch.Kind
-	25, // 32: plexus.destination.v1.Condition.all:type_name -> plexus.destination.v1.Conditions
-	25, // 33: plexus.destination.v1.Condition.any:type_name -> plexus.destination.v1.Conditions
-	24, // 34: plexus.destination.v1.Condition.not:type_name -> plexus.destination.v1.Condition
-	24, // 35: plexus.destination.v1.Conditions.conditions:type_name -> plexus.destination.v1.Condition
-	27, // 36: plexus.destination.v1.Filter.request_header_modifier:type_name -> plexus.destination.v1.HeaderModifier
-	27, // 37: plexus.destination.v1.Filter.response_header_modifier:type_name -> plexus.destination.v1.HeaderModifier
-	30, // 38: plexus.destination.v1.Filter.request_redirect:type_name -> plexus.destination.v1.RequestRedirect
-	31, // 39: plexus.destination.v1.Filter.url_rewrite:type_name -> plexus.destination.v1.URLRewrite
-	28, // 40: plexus.destination.v1.HeaderModifier.set:type_name -> plexus.destination.v1.Header
-	28, // 41: plexus.destination.v1.HeaderModifier.add:type_name -> plexus.destination.v1.Header
-	29, // 42: plexus.destination.v1.RequestRedirect.path:type_name -> plexus.destination.v1.PathModifier
-	29, // 43: plexus.destination.v1.URLRewrite.path:type_name -> plexus.destination.v1.PathModifier
-	15, // 44: plexus.destination.v1.Backend.ref:type_name -> plexus.destination.v1.ResourceRef
-	26, // 45: plexus.destination.v1.Backend.filters:type_name -> plexus.destination.v1.Filter
-	49, // 46: plexus.destination.v1.Timeouts.request:type_name -> google.protobuf.Duration
-	49, // 47: plexus.destination.v1.Timeouts.response:type_name -> google.protobuf.Duration
-	49, // 48: plexus.destination.v1.Timeouts.idle:type_name -> google.protobuf.Duration
-	35, // 49: plexus.destination.v1.RetryPolicy.http_statuses:type_name -> plexus.destination.v1.StatusRange
-	49, // 50: plexus.destination.v1.RetryPolicy.attempt_timeout:type_name -> google.protobuf.Duration
-	36, // 51: plexus.destination.v1.RetryPolicy.budget:type_name -> plexus.destination.v1.RetryBudget
-	49, // 52: plexus.destination.v1.RetryBudget.ttl:type_name -> google.protobuf.Duration
-	38, // 53: plexus.destination.v1.ResponseClass.condition:type_name -> plexus.destination.v1.ResponseMatch
-	35, // 54: plexus.destination.v1.ResponseMatch.status:type_name -> plexus.destination.v1.StatusRange
-	39, // 55: plexus.destination.v1.ResponseMatch.all:type_name -> plexus.destination.v1.ResponseMatches
-	39, // 56: plexus.destination.v1.ResponseMatch.any:type_name -> plexus.destination.v1.ResponseMatches
-	38, // 57: plexus.destination.v1.ResponseMatch.not:type_name -> plexus.destination.v1.ResponseMatch
-	38, // 58: plexus.destination.v1.ResponseMatches.matches:type_name -> plexus.destination.v1.ResponseMatch
-	15, // 59: plexus.destination.v1.InboundPolicy.server:type_name -> plexus.destination.v1.ResourceRef
-	42, // 60: plexus.destination.v1.InboundPolicy.authorizations:type_name -> plexus.destination.v1.Authorization
-	44, // 61: plexus.destination.v1.InboundPolicy.routes:type_name -> plexus.destination.v1.InboundRoute
-	45, // 62: plexus.destination.v1.InboundPolicy.rate_limit:type_name -> plexus.destination.v1.RateLimit
-	15, // 63: plexus.destination.v1.Authorization.ref:type_name -> plexus.destination.v1.ResourceRef
-	43, // 64: plexus.destination.v1.Authorization.networks:type_name -> plexus.destination.v1.Network
-	15, // 65: plexus.destination.v1.InboundRoute.ref:type_name -> plexus.destination.v1.ResourceRef
-	20, // 66: plexus.destination.v1.InboundRoute.matches:type_name -> plexus.destination.v1.RouteMatch
-	42, // 67: plexus.destination.v1.InboundRoute.authorizations:type_name -> plexus.destination.v1.Authorization
-	15, // 68: plexus.destination.v1.RateLimit.ref:type_name -> plexus.destination.v1.ResourceRef
-	46, // 69: plexus.destination.v1.RateLimit.overrides:type_name -> plexus.destination.v1.RateLimitOverride
-	5,  // 70: plexus.destination.v1.Destination.Get:input_type -> plexus.destination.v1.GetDestination
-	5,  // 71: plexus.destination.v1.Destination.GetProfile:input_type -> plexus.destination.v1.GetDestination
-	5,  // 72: plexus.destination.v1.Destination.GetOutboundPolicy:input_type -> plexus.destination.v1.GetDestination
-	40, // 73: plexus.destination.v1.Destination.GetInboundPolicy:input_type -> plexus.destination.v1.InboundPolicyRequest
-	6,  // 74: plexus.destination.v1.Destination.Get:output_type -> plexus.destination.v1.Update
-	13, // 75: plexus.destination.v1.Destination.GetProfile:output_type -> plexus.destination.v1.DestinationProfile
-	16, // 76: plexus.destination.v1.Destination.GetOutboundPolicy:output_type -> plexus.destination.v1.OutboundPolicy
-	41, // 77: plexus.destination.v1.Destination.GetInboundPolicy:output_type -> plexus.destination.v1.InboundPolicy
-	74, // [74:78] is the sub-list for method output_type
-	70, // [70:74] is the sub-list for method input_type
-	70, // [70:70] is the sub-list for extension type_name
-	70, // [70:70] is the sub-list for extension extendee
-	0,  // [0:70] is the sub-list for field type_name
+	19, // 12: plexus.destination.v1.OutboundPolicy.routes:type_name -> plexus.destination.v1.OutboundRoute
+	18, // 13: plexus.destination.v1.OutboundPolicy.failure_accrual:type_name -> plexus.destination.v1.FailureAccrual
+	17, // 14: plexus.destination.v1.OutboundPolicy.zone_aware:type_name -> plexus.destination.v1.ZoneAware
+	50, // 15: plexus.destination.v1.FailureAccrual.min_penalty:type_name -> google.protobuf.Duration
+	50, // 16: plexus.destination.v1.FailureAccrual.max_penalty:type_name -> google.protobuf.Duration
+	15, // 17: plexus.destination.v1.OutboundRoute.ref:type_name -> plexus.destination.v1.ResourceRef
+	1,  // 18: plexus.destination.v1.OutboundRoute.protocol:type_name -> plexus.destination.v1.OutboundRoute.Protocol
+	20, // 19: plexus.destination.v1.OutboundRoute.rules:type_name -> plexus.destination.v1.OutboundRule
+	21, // 20: plexus.destination.v1.OutboundRule.matches:type_name -> plexus.destination.v1.RouteMatch
+	27, // 21: plexus.destination.v1.OutboundRule.filters:type_name -> plexus.destination.v1.Filter
+	33, // 22: plexus.destination.v1.OutboundRule.backends:type_name -> plexus.destination.v1.Backend
+	34, // 23: plexus.destination.v1.OutboundRule.timeouts:type_name -> plexus.destination.v1.Timeouts
+	35, // 24: plexus.destination.v1.OutboundRule.retry:type_name -> plexus.destination.v1.RetryPolicy
+	38, // 25: plexus.destination.v1.OutboundRule.response_classes:type_name -> plexus.destination.v1.ResponseClass
+	22, // 26: plexus.destination.v1.RouteMatch.path:type_name -> plexus.destination.v1.PathMatch
+	23, // 27: plexus.destination.v1.RouteMatch.headers:type_name -> plexus.destination.v1.HeaderMatch
+	24, // 28: plexus.destination.v1.RouteMatch.query:type_name -> plexus.destination.v1.QueryMatch
+	25, // 29: plexus.destination.v1.RouteMatch.condition:type_name -> plexus.destination.v1.Condition
+	2,  // 30: plexus.destination.v1.PathMatch.kind:type_name -> plexus.destination.v1.PathMatch.Kind
+	3,  // 31: plexus.destination.v1.HeaderMatch.kind:type_name -> plexus.destination.v1.HeaderMatch.Kind
+	4,  // 32: plexus.destination.v1.QueryMatch.kind:type_name -> plexus.destination.v1.QueryMatch.Kind
+	26, // 33: plexus.destination.v1.Condition.all:type_name -> plexus.destination.v1.Conditions
+	26, // 34: plexus.destination.v1.Condition.any:type_name -> plexus.destination.v1.Conditions
+	25, // 35: plexus.destination.v1.Condition.not:type_name -> plexus.destination.v1.Condition
+	25, // 36: plexus.destination.v1.Conditions.conditions:type_name -> plexus.destination.v1.Condition
+	28, // 37: plexus.destination.v1.Filter.request_header_modifier:type_name -> plexus.destination.v1.HeaderModifier
+	28, // 38: plexus.destination.v1.Filter.response_header_modifier:type_name -> plexus.destination.v1.HeaderModifier
+	31, // 39: plexus.destination.v1.Filter.request_redirect:type_name -> plexus.destination.v1.RequestRedirect
+	32, // 40: plexus.destination.v1.Filter.url_rewrite:type_name -> plexus.destination.v1.URLRewrite
+	29, // 41: plexus.destination.v1.HeaderModifier.set:type_name -> plexus.destination.v1.Header
+	29, // 42: plexus.destination.v1.HeaderModifier.add:type_name -> plexus.destination.v1.Header
+	30, // 43: plexus.destination.v1.RequestRedirect.path:type_name -> plexus.destination.v1.PathModifier
+	30, // 44: plexus.destination.v1.URLRewrite.path:type_name -> plexus.destination.v1.PathModifier
+	15, // 45: plexus.destination.v1.Backend.ref:type_name -> plexus.destination.v1.ResourceRef
+	27, // 46: plexus.destination.v1.Backend.filters:type_name -> plexus.destination.v1.Filter
+	50, // 47: plexus.destination.v1.Timeouts.request:type_name -> google.protobuf.Duration
+	50, // 48: plexus.destination.v1.Timeouts.response:type_name -> google.protobuf.Duration
+	50, // 49: plexus.destination.v1.Timeouts.idle:type_name -> google.protobuf.Duration
+	36, // 50: plexus.destination.v1.RetryPolicy.http_statuses:type_name -> plexus.destination.v1.StatusRange
+	50, // 51: plexus.destination.v1.RetryPolicy.attempt_timeout:type_name -> google.protobuf.Duration
+	37, // 52: plexus.destination.v1.RetryPolicy.budget:type_name -> plexus.destination.v1.RetryBudget
+	50, // 53: plexus.destination.v1.RetryBudget.ttl:type_name -> google.protobuf.Duration
+	39, // 54: plexus.destination.v1.ResponseClass.condition:type_name -> plexus.destination.v1.ResponseMatch
+	36, // 55: plexus.destination.v1.ResponseMatch.status:type_name -> plexus.destination.v1.StatusRange
+	40, // 56: plexus.destination.v1.ResponseMatch.all:type_name -> plexus.destination.v1.ResponseMatches
+	40, // 57: plexus.destination.v1.ResponseMatch.any:type_name -> plexus.destination.v1.ResponseMatches
+	39, // 58: plexus.destination.v1.ResponseMatch.not:type_name -> plexus.destination.v1.ResponseMatch
+	39, // 59: plexus.destination.v1.ResponseMatches.matches:type_name -> plexus.destination.v1.ResponseMatch
+	15, // 60: plexus.destination.v1.InboundPolicy.server:type_name -> plexus.destination.v1.ResourceRef
+	43, // 61: plexus.destination.v1.InboundPolicy.authorizations:type_name -> plexus.destination.v1.Authorization
+	45, // 62: plexus.destination.v1.InboundPolicy.routes:type_name -> plexus.destination.v1.InboundRoute
+	46, // 63: plexus.destination.v1.InboundPolicy.rate_limit:type_name -> plexus.destination.v1.RateLimit
+	15, // 64: plexus.destination.v1.Authorization.ref:type_name -> plexus.destination.v1.ResourceRef
+	44, // 65: plexus.destination.v1.Authorization.networks:type_name -> plexus.destination.v1.Network
+	15, // 66: plexus.destination.v1.InboundRoute.ref:type_name -> plexus.destination.v1.ResourceRef
+	21, // 67: plexus.destination.v1.InboundRoute.matches:type_name -> plexus.destination.v1.RouteMatch
+	43, // 68: plexus.destination.v1.InboundRoute.authorizations:type_name -> plexus.destination.v1.Authorization
+	15, // 69: plexus.destination.v1.RateLimit.ref:type_name -> plexus.destination.v1.ResourceRef
+	47, // 70: plexus.destination.v1.RateLimit.overrides:type_name -> plexus.destination.v1.RateLimitOverride
+	5,  // 71: plexus.destination.v1.Destination.Get:input_type -> plexus.destination.v1.GetDestination
+	5,  // 72: plexus.destination.v1.Destination.GetProfile:input_type -> plexus.destination.v1.GetDestination
+	5,  // 73: plexus.destination.v1.Destination.GetOutboundPolicy:input_type -> plexus.destination.v1.GetDestination
+	41, // 74: plexus.destination.v1.Destination.GetInboundPolicy:input_type -> plexus.destination.v1.InboundPolicyRequest
+	6,  // 75: plexus.destination.v1.Destination.Get:output_type -> plexus.destination.v1.Update
+	13, // 76: plexus.destination.v1.Destination.GetProfile:output_type -> plexus.destination.v1.DestinationProfile
+	16, // 77: plexus.destination.v1.Destination.GetOutboundPolicy:output_type -> plexus.destination.v1.OutboundPolicy
+	42, // 78: plexus.destination.v1.Destination.GetInboundPolicy:output_type -> plexus.destination.v1.InboundPolicy
+	75, // [75:79] is the sub-list for method output_type
+	71, // [71:75] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_mesh_api_destinationpb_destination_proto_init() }
@@ -3603,24 +3672,24 @@ func file_mesh_api_destinationpb_destination_proto_init() {
 		(*Update_Remove)(nil),
 		(*Update_NoEndpoints)(nil),
 	}
-	file_mesh_api_destinationpb_destination_proto_msgTypes[19].OneofWrappers = []any{
+	file_mesh_api_destinationpb_destination_proto_msgTypes[20].OneofWrappers = []any{
 		(*Condition_Method)(nil),
 		(*Condition_PathRegex)(nil),
 		(*Condition_All)(nil),
 		(*Condition_Any)(nil),
 		(*Condition_Not)(nil),
 	}
-	file_mesh_api_destinationpb_destination_proto_msgTypes[21].OneofWrappers = []any{
+	file_mesh_api_destinationpb_destination_proto_msgTypes[22].OneofWrappers = []any{
 		(*Filter_RequestHeaderModifier)(nil),
 		(*Filter_ResponseHeaderModifier)(nil),
 		(*Filter_RequestRedirect)(nil),
 		(*Filter_UrlRewrite)(nil),
 	}
-	file_mesh_api_destinationpb_destination_proto_msgTypes[24].OneofWrappers = []any{
+	file_mesh_api_destinationpb_destination_proto_msgTypes[25].OneofWrappers = []any{
 		(*PathModifier_Full)(nil),
 		(*PathModifier_Prefix)(nil),
 	}
-	file_mesh_api_destinationpb_destination_proto_msgTypes[33].OneofWrappers = []any{
+	file_mesh_api_destinationpb_destination_proto_msgTypes[34].OneofWrappers = []any{
 		(*ResponseMatch_Status)(nil),
 		(*ResponseMatch_All)(nil),
 		(*ResponseMatch_Any)(nil),
@@ -3632,7 +3701,7 @@ func file_mesh_api_destinationpb_destination_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mesh_api_destinationpb_destination_proto_rawDesc), len(file_mesh_api_destinationpb_destination_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   44,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
