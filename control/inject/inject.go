@@ -238,6 +238,7 @@ func (c Config) container(s settings) corev1.Container {
 		{Name: "PLEXUS_PROXY_TRUST_ANCHORS", Value: c.TrustAnchorsPEM},
 		{Name: "PLEXUS_PROXY_POD_NAMESPACE", ValueFrom: field("metadata.namespace")},
 		{Name: "PLEXUS_PROXY_POD_NAME", ValueFrom: field("metadata.name")},
+		{Name: "PLEXUS_PROXY_NODE_NAME", ValueFrom: field("spec.nodeName")},
 		{Name: "PLEXUS_PROXY_SERVICE_ACCOUNT", ValueFrom: field("spec.serviceAccountName")},
 		{Name: "PLEXUS_PROXY_IDENTITY_TOKEN_FILE", Value: TokenDir + "/token"},
 		{Name: "PLEXUS_PROXY_REDIRECT_PROBE_PORT", Value: strconv.Itoa(RedirectProbePort)},

@@ -29,6 +29,7 @@ const (
 	EnvTrustDomain     = "PLEXUS_PROXY_TRUST_DOMAIN"
 	EnvPodNamespace    = "PLEXUS_PROXY_POD_NAMESPACE"
 	EnvPodName         = "PLEXUS_PROXY_POD_NAME"
+	EnvNodeName        = "PLEXUS_PROXY_NODE_NAME"
 	EnvInboundPorts    = "PLEXUS_PROXY_INBOUND_PORTS"
 	EnvServiceAccount  = "PLEXUS_PROXY_SERVICE_ACCOUNT"
 	EnvTokenFile       = "PLEXUS_PROXY_IDENTITY_TOKEN_FILE"
@@ -140,6 +141,9 @@ type Config struct {
 	// proxy asks destination for; without it no inbound policy applies
 	// (a pod injected before policies existed: every client allowed).
 	PodName string
+	// NodeName (downward API) is told to destination, which answers with
+	// the node's zone for zone-aware balancing; unset: no zone preference.
+	NodeName string
 	// InboundPorts are the ports the pod's containers declare: their
 	// inbound policies are asked for at start, and /ready waits for them.
 	InboundPorts PortSet
@@ -286,6 +290,7 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	str(EnvTrustDomain, &c.TrustDomain)
 	str(EnvPodNamespace, &c.PodNamespace)
 	str(EnvPodName, &c.PodName)
+	str(EnvNodeName, &c.NodeName)
 	if v, ok := get(EnvInboundPorts); ok {
 		ports(EnvInboundPorts, v, &c.InboundPorts)
 	}

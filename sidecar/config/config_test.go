@@ -212,3 +212,21 @@ func TestParsePortSet(t *testing.T) {
 		}
 	}
 }
+
+// TestContextToken: the namespace and node go to destination as JSON
+// (destination's parseContext reads it), whatever characters they hold;
+// an unknown node is left out.
+func TestContextToken(t *testing.T) {
+	for _, tc := range []struct {
+		c    Config
+		want string
+	}{
+		{Config{PodNamespace: "shop", NodeName: "node-1"}, `{"ns":"shop","nodeName":"node-1"}`},
+		{Config{PodNamespace: "shop"}, `{"ns":"shop"}`},
+		{Config{PodNamespace: `a"b`, NodeName: "<n>"}, `{"ns":"a\"b","nodeName":"\u003cn\u003e"}`},
+	} {
+		if got := tc.c.ContextToken(); got != tc.want {
+			t.Errorf("ContextToken of %+v = %s, want %s", tc.c, got, tc.want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"net"
 
@@ -11,6 +12,16 @@ import (
 
 // The proxy's identity: who it is, whom it trusts, and the control-plane
 // identities it must see proven.
+
+// ContextToken is what the proxy tells destination of itself with every
+// request: its namespace (which routes it sees) and node (its zone).
+func (c Config) ContextToken() string {
+	b, _ := json.Marshal(struct {
+		NS       string `json:"ns"`
+		NodeName string `json:"nodeName,omitempty"`
+	}{c.PodNamespace, c.NodeName})
+	return string(b)
+}
 
 // IdentityEnabled reports whether the proxy has a workload identity (mTLS).
 func (c Config) IdentityEnabled() bool { return c.IdentityAddr != "" }

@@ -39,6 +39,7 @@ type sub struct {
 	lbs      []*balance.Endpoint
 	brs      []*balance.Breaker
 	acc      *balance.Accrual // failure accrual; nil: off
+	zs       zoneSplit        // zone-aware balancing (zone.go)
 	// changed is closed and replaced whenever pickable may have changed:
 	// it wakes the picks waiting for an endpoint.
 	changed  chan struct{}
@@ -165,6 +166,7 @@ func (s *sub) rebuild() {
 			s.brs[i] = ep.br
 		}
 	}
+	s.zs.split(s.pickable, s.lbs, s.brs)
 	if len(pickable) > 0 {
 		s.failFast = false
 	}

@@ -42,6 +42,7 @@ const (
 type pickOpts struct {
 	conn bool            // an opaque connection: least-loaded
 	acc  *accrual.Config // the parent's failure accrual; nil: off
+	zone string          // zone-aware balancing: the proxy's zone; "": off
 }
 
 // PickHTTP returns the endpoint of one HTTP request to dst: among
@@ -52,7 +53,7 @@ type pickOpts struct {
 func (r *Resolver) PickHTTP(ctx context.Context, dst netip.AddrPort, backend *routes.Backend) (Pick, error) {
 	var o pickOpts
 	if backend != nil {
-		o.acc = backend.Accrual
+		o.acc, o.zone = backend.Accrual, backend.LocalZone
 		if backend.Authority != "" {
 			return r.pickService(ctx, backend.Authority, o)
 		}
@@ -186,6 +187,7 @@ func (r *Resolver) pickLocked(s *sub, dst netip.AddrPort, o pickOpts) (pk Pick, 
 	now := monoNow()
 	if !o.conn {
 		s.setAccrual(o.acc)
+		s.setZone(o.zone)
 	}
 	var ep *endpoint
 	var br *balance.Breaker
@@ -193,14 +195,21 @@ func (r *Resolver) pickLocked(s *sub, dst netip.AddrPort, o pickOpts) (pk Pick, 
 	case o.conn:
 		ep = s.pickable[balance.IndexLeastLoaded(s.lbs, rand.Uint64())]
 	case s.acc != nil:
-		i := balance.IndexP2CAvailable(s.brs, now, rand.Uint64())
+		i, zoned := s.zs.pick(now, rand.Uint64(), rand.Uint64(), true)
+		if !zoned {
+			i = balance.IndexP2CAvailable(s.brs, now, rand.Uint64())
+		}
 		if i < 0 {
 			r.lookups.WithLabelValues(ResultNoEndpoints).Inc()
 			return Pick{}, errWait, s.nextProbe()
 		}
 		ep, br = s.pickable[i], s.brs[i]
 	default:
-		ep = s.pickable[balance.IndexP2C(s.lbs, now, rand.Uint64())]
+		i, zoned := s.zs.pick(now, rand.Uint64(), rand.Uint64(), false)
+		if !zoned {
+			i = balance.IndexP2C(s.lbs, now, rand.Uint64())
+		}
+		ep = s.pickable[i]
 	}
 	r.lookedUp.Inc()
 	s.failFast = false // an endpoint is available again (a probe may have restored it)

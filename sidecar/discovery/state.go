@@ -24,9 +24,15 @@ type EndpointSet struct {
 	FailFast bool `json:"failFast"`
 	// Ejections and Probes count failure accrual's ejections and probe
 	// requests since it was last configured for this set.
-	Ejections uint64          `json:"ejections,omitempty"`
-	Probes    uint64          `json:"probes,omitempty"`
-	Endpoints []EndpointState `json:"endpoints"`
+	Ejections uint64 `json:"ejections,omitempty"`
+	Probes    uint64 `json:"probes,omitempty"`
+	// LocalZone is set while zone-aware balancing is on: the proxy's
+	// zone; LocalRequests and RemoteRequests count its picks by where
+	// they went since the set was created.
+	LocalZone      string          `json:"localZone,omitempty"`
+	LocalRequests  uint64          `json:"localRequests,omitempty"`
+	RemoteRequests uint64          `json:"remoteRequests,omitempty"`
+	Endpoints      []EndpointState `json:"endpoints"`
 }
 
 // EndpointState is one endpoint's balancer state.
@@ -82,6 +88,9 @@ func (s *sub) state(now int64) (EndpointSet, bool) {
 	if s.acc != nil {
 		st := s.acc.Stats()
 		set.Ejections, set.Probes = st.Ejections, st.Probes
+	}
+	if s.zs.zone != "" {
+		set.LocalZone, set.LocalRequests, set.RemoteRequests = s.zs.zone, s.zs.localPicks.Load(), s.zs.remotePicks.Load()
 	}
 	pickable := make(map[*endpoint]bool, len(s.pickable))
 	for _, ep := range s.pickable {

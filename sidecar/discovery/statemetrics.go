@@ -6,11 +6,12 @@ import "github.com/prometheus/client_golang/prometheus"
 // outbound_http_balancer_endpoints{endpoint_state="ready|pending"}
 // (ejected, probing with the probe in flight, and terminating endpoints
 // not in use are pending) and failure accrual's ejections and probes, per
-// backend Service port. Sets of the same backend (asked for by address
-// and by name) are summed.
+// backend Service port, and with zone-aware balancing on,
+// outbound_http_balancer_zone_requests_total{zone_locality="local|remote"}.
+// Sets of the same backend (asked for by address and by name) are summed.
 type balancerCollector struct {
-	r                          *Resolver
-	endpoints, ejected, probed *prometheus.Desc
+	r                                 *Resolver
+	endpoints, ejected, probed, zoned *prometheus.Desc
 }
 
 func newBalancerCollector(r *Resolver) *balancerCollector {
@@ -24,6 +25,9 @@ func newBalancerCollector(r *Resolver) *balancerCollector {
 			"Endpoints ejected by failure accrual, re-ejections after a failed probe included (since accrual was configured for the backend).", backend, nil),
 		probed: prometheus.NewDesc("outbound_http_balancer_probes_total",
 			"Probe requests sent to ejected endpoints whose penalty ended (since accrual was configured for the backend).", backend, nil),
+		zoned: prometheus.NewDesc("outbound_http_balancer_zone_requests_total",
+			"Requests balanced zone-aware, by whether the endpoint was in the proxy's own zone (local) or not (remote).",
+			append(backend, "zone_locality"), nil),
 	}
 }
 
@@ -31,6 +35,7 @@ func (c *balancerCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.endpoints
 	ch <- c.ejected
 	ch <- c.probed
+	ch <- c.zoned
 }
 
 func (c *balancerCollector) Collect(ch chan<- prometheus.Metric) {
@@ -39,6 +44,8 @@ func (c *balancerCollector) Collect(ch chan<- prometheus.Metric) {
 		ready, pending    float64
 		accrual           bool
 		ejections, probes float64
+		zoned             bool
+		local, remote     float64
 	}
 	by := map[key]*sums{}
 	for _, set := range c.r.Endpoints() {
@@ -61,6 +68,11 @@ func (c *balancerCollector) Collect(ch chan<- prometheus.Metric) {
 			s.ejections += float64(set.Ejections)
 			s.probes += float64(set.Probes)
 		}
+		if set.LocalZone != "" {
+			s.zoned = true
+			s.local += float64(set.LocalRequests)
+			s.remote += float64(set.RemoteRequests)
+		}
 	}
 	for k, s := range by {
 		ch <- prometheus.MustNewConstMetric(c.endpoints, prometheus.GaugeValue, s.ready, k.ns, k.name, k.port, "ready")
@@ -68,6 +80,10 @@ func (c *balancerCollector) Collect(ch chan<- prometheus.Metric) {
 		if s.accrual {
 			ch <- prometheus.MustNewConstMetric(c.ejected, prometheus.CounterValue, s.ejections, k.ns, k.name, k.port)
 			ch <- prometheus.MustNewConstMetric(c.probed, prometheus.CounterValue, s.probes, k.ns, k.name, k.port)
+		}
+		if s.zoned {
+			ch <- prometheus.MustNewConstMetric(c.zoned, prometheus.CounterValue, s.local, k.ns, k.name, k.port, "local")
+			ch <- prometheus.MustNewConstMetric(c.zoned, prometheus.CounterValue, s.remote, k.ns, k.name, k.port, "remote")
 		}
 	}
 }

@@ -106,7 +106,7 @@ func Run(ctx context.Context, ro RunOptions) error {
 			}
 			r := discovery.New(discovery.Options{
 				Client: client, Log: log.With("component", "discovery"), Registerer: reg,
-				ContextToken: fmt.Sprintf(`{"ns":%q}`, cfg.PodNamespace),
+				ContextToken: cfg.ContextToken(),
 				Instrument:   func(t *routes.Table) { httpproxy.InstrumentRoutes(m, t) },
 				Release:      func(t *routes.Table) { httpproxy.ReleaseRoutes(m, t) },
 				EndpointsRemoved: func(addrs []netip.AddrPort) {

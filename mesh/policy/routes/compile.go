@@ -86,6 +86,9 @@ func Compile(p *destinationpb.OutboundPolicy) (*Table, error) {
 		}
 		c.table.setAccrual(acc)
 	}
+	if z := p.GetZoneAware().GetLocalZone(); z != "" {
+		c.table.eachBackend(func(b *Backend) { b.LocalZone = z })
+	}
 	return c.table, errors.Join(c.errs...)
 }
 
@@ -107,10 +110,15 @@ func compileAccrual(fa *destinationpb.FailureAccrual) (*accrual.Config, error) {
 
 // setAccrual gives every backend the parent's failure accrual.
 func (t *Table) setAccrual(acc *accrual.Config) {
+	t.eachBackend(func(b *Backend) { b.Accrual = acc })
+}
+
+// eachBackend calls f with every backend of every rule.
+func (t *Table) eachBackend(f func(*Backend)) {
 	for _, r := range t.Routes {
 		for _, rule := range r.Rules {
 			for _, b := range rule.Backends {
-				b.Accrual = acc
+				f(b)
 			}
 		}
 	}

@@ -235,3 +235,30 @@ func TestTimeouts(t *testing.T) {
 		t.Errorf("Timeouts = %+v", got)
 	}
 }
+
+// TestCompileZoneAware: the parent's ZoneAware reaches every backend of
+// every rule; without it no backend has a zone.
+func TestCompileZoneAware(t *testing.T) {
+	two := &pb.OutboundRule{Backends: []*pb.Backend{{Weight: 1}, {Weight: 1}}}
+	p := policy(route("r", nil, rule(prefix("/")), two))
+	p.ZoneAware = &pb.ZoneAware{LocalZone: "zone-a"}
+	for _, zoned := range []bool{true, false} {
+		if !zoned {
+			p.ZoneAware = nil
+		}
+		tb, err := Compile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		tb.eachBackend(func(b *Backend) {
+			n++
+			if want := map[bool]string{true: "zone-a"}[zoned]; b.LocalZone != want {
+				t.Errorf("zone-aware %v: backend %v has local zone %q, want %q", zoned, b.Ref, b.LocalZone, want)
+			}
+		})
+		if n < 3 {
+			t.Fatalf("%d backends seen, want at least 3", n)
+		}
+	}
+}

@@ -110,6 +110,10 @@ type Backend struct {
 	// Accrual, when set, is the failure accrual (circuit breaking) of the
 	// parent Service, for the balancer of this backend's endpoints.
 	Accrual *accrual.Config
+	// LocalZone, when set, turns zone-aware balancing on for this
+	// backend's endpoints: those whose zone label is LocalZone are
+	// preferred (the parent Service's ZoneAware).
+	LocalZone string
 
 	filters filterChain
 }
