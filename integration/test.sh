@@ -5,7 +5,8 @@
 #      with the cluster's kubeconfig, kubectl and the CNI reference plugins;
 #   3. tears the cluster down and proves nothing was left behind;
 #   4. cycles cluster-up/cluster-down five times (the first with a second
-#      node, integration/cluster/node.sh) and proves it again.
+#      node in another zone, integration/cluster/node.sh, and the tests
+#      that need two nodes) and proves it again.
 # Tears down a running local cluster first. Expects `make deps images` to
 # have run (the Makefile does that first).
 set -euo pipefail
@@ -64,13 +65,16 @@ rm -f "$test_log"
 
 for i in 1 2 3 4 5; do
 	"$HERE/cluster/up.sh" >/dev/null || die "cluster-up failed in cycle $i"
-	# The first cycle's cluster gets a second node (node.sh waits for it
-	# to be Ready), TestAddedNode proves its pods reach node 1's and DNS,
-	# and cluster-down must remove it too.
+	# The first cycle's cluster gets a second node in another zone
+	# (node.sh waits for it to be Ready): TestAddedNode proves its pods
+	# reach node 1's and DNS, TestZoneAware the mesh's zone-aware
+	# balancing across the two nodes, and cluster-down must remove it too.
 	if [ "$i" = 1 ]; then
 		"$HERE/cluster/node.sh" add 2 || die "node.sh add 2 failed in cycle 1"
 		PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN PLEXUS_CLUSTER_ADDED_NODE=plexus-local-2 \
 			go test -count=1 -run TestAddedNode ./integration/localcluster || die "TestAddedNode failed in cycle 1"
+		PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN PLEXUS_TEST_REQUIRE_ZONES=1 \
+			go test -count=1 -timeout 15m -run 'TestZoneAware$' ./integration/mesh || die "TestZoneAware failed in cycle 1"
 	fi
 	"$HERE/cluster/down.sh" || die "cluster-down failed in cycle $i"
 done

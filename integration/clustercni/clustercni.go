@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Env says where the local cluster keeps its CNI files; test.sh sets these
@@ -73,9 +75,10 @@ func (e Env) KeepNodeCNI(t *testing.T) (primary string, original []byte) {
 	return primary, original
 }
 
-// Install takes the lock, then appends plexus-cni to the cluster's primary
-// conflist the way the node agent does, and puts everything back when the
-// test ends. It returns the plugin's log file.
+// Install takes the lock, then appends plexus-cni to the primary conflist
+// of every node (node 1's dirs, and those of the nodes node.sh added)
+// the way the node agent does, and puts everything back when the test
+// ends. It returns the plugin's log file (one for every node).
 func (e Env) Install(t *testing.T) string {
 	t.Helper()
 	e.Lock(t)
@@ -83,11 +86,72 @@ func (e Env) Install(t *testing.T) string {
 	if err != nil {
 		t.Fatalf("reading the plugin binary (make build): %v", err)
 	}
-	dst := filepath.Join(e.BinDir, "plexus-cni")
+	logFile := filepath.Join(t.TempDir(), "plexus-cni.log")
+	for _, d := range e.nodeDirs(t) {
+		e.installOn(t, d, bin, logFile)
+	}
+	// containerd watches the conf dir; give it a moment to load the change.
+	time.Sleep(2 * time.Second) // Sleep: nothing tells when containerd has reloaded its CNI config
+	return logFile
+}
+
+// nodeDirs are the CNI conf and bin dirs of every node: node 1's, then
+// those of the nodes node.sh added ($StateDir/nodes/NAME/cni).
+func (e Env) nodeDirs(t *testing.T) []cniDirs {
+	t.Helper()
+	dirs := []cniDirs{{conf: e.ConfDir, bin: e.BinDir, kubeconfig: e.Kubeconfig}}
+	added, err := filepath.Glob(filepath.Join(e.StateDir, "nodes", "*", "cni"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(added)
+	for _, d := range added {
+		node := filepath.Dir(d)
+		dirs = append(dirs, cniDirs{conf: filepath.Join(d, "net.d"), bin: filepath.Join(d, "bin"),
+			kubeconfig: e.kubeconfigFor(t, filepath.Join(node, "kubelet.kubeconfig"))})
+	}
+	return dirs
+}
+
+// cniDirs are one node's CNI dirs, and the kubeconfig its plugin uses.
+type cniDirs struct{ conf, bin, kubeconfig string }
+
+// kubeconfigFor writes Env.Kubeconfig with the API server address the
+// node whose kubelet uses nodeKubeconfig reaches it at: an added node
+// has a network namespace of its own, where 127.0.0.1 is not node 1.
+func (e Env) kubeconfigFor(t *testing.T, nodeKubeconfig string) string {
+	t.Helper()
+	node, err := clientcmd.LoadFromFile(nodeKubeconfig)
+	if err != nil {
+		t.Fatalf("reading the node's kubeconfig: %v", err)
+	}
+	server := ""
+	for _, c := range node.Clusters {
+		server = c.Server
+	}
+	cfg, err := clientcmd.LoadFromFile(e.Kubeconfig)
+	if err != nil {
+		t.Fatalf("reading the test kubeconfig: %v", err)
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = server
+	}
+	out := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// installOn installs the plugin binary into d's bin dir and chains it
+// into d's primary conflist, both undone when the test ends.
+func (e Env) installOn(t *testing.T, d cniDirs, bin []byte, logFile string) {
+	t.Helper()
+	dst := filepath.Join(d.bin, "plexus-cni")
 	WriteAtomic(t, dst, bin, 0o755)
 	t.Cleanup(func() { os.Remove(dst) })
 
-	primary := PrimaryConflist(t, e.ConfDir)
+	primary := PrimaryConflist(t, d.conf)
 	original, err := os.ReadFile(primary)
 	if err != nil {
 		t.Fatal(err)
@@ -96,11 +160,10 @@ func (e Env) Install(t *testing.T) string {
 	if err := json.Unmarshal(original, &list); err != nil {
 		t.Fatalf("parsing %s: %v", primary, err)
 	}
-	logFile := filepath.Join(t.TempDir(), "plexus-cni.log")
 	plugins, _ := list["plugins"].([]any)
 	list["plugins"] = append(plugins, map[string]any{
 		"type":       "plexus-cni",
-		"kubeconfig": e.Kubeconfig,
+		"kubeconfig": d.kubeconfig,
 		"log_file":   logFile,
 		"log_level":  "debug",
 	})
@@ -115,9 +178,6 @@ func (e Env) Install(t *testing.T) string {
 			t.Errorf("could not restore %s", primary)
 		}
 	})
-	// containerd watches the conf dir; give it a moment to load the change.
-	time.Sleep(2 * time.Second)
-	return logFile
 }
 
 // PrimaryConflist is the lexically first .conflist, as the runtime picks it.
