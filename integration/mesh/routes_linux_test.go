@@ -725,7 +725,13 @@ func (r *routesTest) load(t *testing.T, args ...string) loadResult {
 }
 
 func (r *routesTest) tryLoad(ctx context.Context, args ...string) (loadResult, error) {
-	out, err := kubectlOutput(ctx, r.c, "", append([]string{"-n", r.ns, "exec", r.client, "-c", "app", "--", "/testapp", "load"}, args...)...)
+	return execLoad(ctx, r.c, r.ns, r.client, args...)
+}
+
+// execLoad runs `testapp load args...` in pod's app container and reads
+// its summary.
+func execLoad(ctx context.Context, c *clustertest.Cluster, ns, pod string, args ...string) (loadResult, error) {
+	out, err := kubectlOutput(ctx, c, "", append([]string{"-n", ns, "exec", pod, "-c", "app", "--", "/testapp", "load"}, args...)...)
 	var res loadResult
 	if err != nil {
 		return res, err

@@ -3,7 +3,6 @@ package mesh
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -15,11 +14,6 @@ import (
 	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
 
-// EnvRequireZones set (test.sh does, on the cluster it gives a second
-// node) makes TestZoneAware fail rather than skip on a cluster with fewer
-// than two zones.
-const EnvRequireZones = "PLEXUS_TEST_REQUIRE_ZONES"
-
 // TestZoneAware proves zone-aware balancing on real nodes in two zones:
 // a client in one zone calls a zone-aware Service with two replicas in
 // each; its requests stay in its zone at normal load, leave it within 5s
@@ -28,13 +22,7 @@ const EnvRequireZones = "PLEXUS_TEST_REQUIRE_ZONES"
 // cross nodes over mTLS.
 func TestZoneAware(t *testing.T) {
 	c := clustertest.Connect(t)
-	zones := readyNodesByZone(t, c)
-	if len(zones) < 2 {
-		if os.Getenv(EnvRequireZones) != "" {
-			t.Fatalf("%s is set but the cluster's ready nodes are in %d zone(s): %v", EnvRequireZones, len(zones), zones)
-		}
-		t.Skipf("needs ready nodes in two zones (make cluster-up NODES=2); have %v", zones)
-	}
+	zones := twoZones(t, c)
 	env := clustercni.Read(t)
 	env.Install(t)
 	deployControlPlane(t, c)
