@@ -195,7 +195,7 @@ func (r *Resolver) pickLocked(s *sub, dst netip.AddrPort, o pickOpts) (pk Pick, 
 	case o.conn:
 		ep = s.pickable[balance.IndexLeastLoaded(s.lbs, rand.Uint64())]
 	case s.acc != nil:
-		i, zoned := s.zs.pick(now, rand.Uint64(), rand.Uint64(), true)
+		i, zoned := s.zonePick(now, true)
 		if !zoned {
 			i = balance.IndexP2CAvailable(s.brs, now, rand.Uint64())
 		}
@@ -205,7 +205,7 @@ func (r *Resolver) pickLocked(s *sub, dst netip.AddrPort, o pickOpts) (pk Pick, 
 		}
 		ep, br = s.pickable[i], s.brs[i]
 	default:
-		i, zoned := s.zs.pick(now, rand.Uint64(), rand.Uint64(), false)
+		i, zoned := s.zonePick(now, false)
 		if !zoned {
 			i = balance.IndexP2C(s.lbs, now, rand.Uint64())
 		}

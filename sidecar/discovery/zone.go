@@ -12,6 +12,7 @@ package discovery
 // endpoints are not available: failures spill too.
 
 import (
+	"math/rand/v2"
 	"sync/atomic"
 
 	"github.com/plexus-mesh/plexus/sidecar/balance"
@@ -33,7 +34,7 @@ type zoneSplit struct {
 	localLbs, remoteLbs []*balance.Endpoint
 	localBrs, remoteBrs []*balance.Breaker // with failure accrual
 	// localPicks and remotePicks count zone-aware picks by where they
-	// went (read without the lock by the metrics).
+	// went.
 	localPicks, remotePicks atomic.Uint64
 }
 
@@ -45,6 +46,16 @@ func (s *sub) setZone(zone string) {
 	}
 	s.zs.zone = zone
 	s.zs.split(s.pickable, s.lbs, s.brs)
+}
+
+// zonePick is the zone-aware pick of s (s.mu held), with fresh random
+// words; while zone-aware balancing is off it returns (-1, false) after
+// one comparison, drawing nothing.
+func (s *sub) zonePick(now int64, accrual bool) (i int, ok bool) {
+	if s.zs.zone == "" {
+		return -1, false
+	}
+	return s.zs.pick(now, rand.Uint64(), rand.Uint64(), accrual)
 }
 
 // split recomputes the split of pickable (whose balancer states and
