@@ -34,7 +34,7 @@ func TestAddedNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if zone := node.Labels["topology.kubernetes.io/zone"]; zone == "" {
+	if zone := node.Labels[corev1.LabelTopologyZone]; zone == "" {
 		t.Errorf("node %s has no zone label", added)
 	}
 	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})

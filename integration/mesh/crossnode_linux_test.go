@@ -3,7 +3,9 @@ package mesh
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -22,18 +24,18 @@ import (
 // rather than skip when the cluster has fewer.
 const EnvMultiNode = "PLEXUS_TEST_MULTINODE"
 
-// twoZones returns the cluster's ready nodes by zone, skipping the test
-// (failing it under EnvMultiNode) unless there are two zones.
-func twoZones(t *testing.T, c *clustertest.Cluster) map[string][]string {
+// twoZones returns the zone of each ready node, skipping the test
+// (failing it under EnvMultiNode) unless they span two zones.
+func twoZones(t *testing.T, c *clustertest.Cluster) map[string]string {
 	t.Helper()
-	zones := readyNodesByZone(t, c)
-	if len(zones) < 2 {
+	zoneOf := readyNodeZones(t, c)
+	if zones := slices.Compact(slices.Sorted(maps.Values(zoneOf))); len(zones) < 2 {
 		if os.Getenv(EnvMultiNode) != "" {
-			t.Fatalf("%s is set but the cluster's ready nodes are in %d zone(s): %v", EnvMultiNode, len(zones), zones)
+			t.Fatalf("%s is set but the cluster's ready nodes are in %d zone(s): %v", EnvMultiNode, len(zones), zoneOf)
 		}
-		t.Skipf("needs ready nodes in two zones (make cluster-up NODES=2); have %v", zones)
+		t.Skipf("needs ready nodes in two zones (make cluster-up NODES=2); have %v", zoneOf)
 	}
-	return zones
+	return zoneOf
 }
 
 // TestCrossNode proves the proxies carry each protocol between pods on
@@ -43,11 +45,15 @@ func twoZones(t *testing.T, c *clustertest.Cluster) map[string][]string {
 // side's identity.
 func TestCrossNode(t *testing.T) {
 	c := clustertest.Connect(t)
-	zones := twoZones(t, c)
+	// Two nodes in different zones.
+	zoneOf := twoZones(t, c)
 	var nodes []string
-	for _, names := range zones {
-		nodes = append(nodes, names[0])
+	for _, n := range slices.Sorted(maps.Keys(zoneOf)) {
+		if len(nodes) == 0 || zoneOf[n] != zoneOf[nodes[0]] {
+			nodes = append(nodes, n)
+		}
 	}
+	nodes = nodes[:2]
 	env := clustercni.Read(t)
 	env.Install(t)
 	deployControlPlane(t, c)

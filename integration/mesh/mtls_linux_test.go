@@ -107,11 +107,12 @@ func TestMeshMTLS(t *testing.T) {
 		})
 		ready := time.Now()
 		var lines []pollLine
-		err := clustertest.Poll(clustertest.Context(t, 10*time.Second), 200*time.Millisecond, func(context.Context) (bool, error) {
+		allThree := func(context.Context) (bool, error) {
 			lines = since(pollLog(t, c, ns, client.Name), ready)
 			hosts, _ := servedBy(lines)
 			return len(hosts) == 3, nil
-		})
+		}
+		err := clustertest.Poll(clustertest.Context(t, 10*time.Second), 200*time.Millisecond, allThree)
 		if err != nil && proxyHoldsReady(t, c, ns, client.Name, "hello", 3) {
 			// The proxy knows all three, yet one took no request: its first
 			// answer was slow (on a loaded node, one scheduling delay is
@@ -121,11 +122,7 @@ func TestMeshMTLS(t *testing.T) {
 			hosts, _ := servedBy(lines)
 			t.Logf("10s after the EndpointSlice listed them, the client's proxy held three ready endpoints but only %v answered (each first: %v); the estimates:%s; waiting up to a minute for the decay",
 				hosts, firstAnswers(lines, ready), proxyEndpoints(t, c, ns, client.Name))
-			err = clustertest.Poll(clustertest.Context(t, time.Minute), time.Second, func(context.Context) (bool, error) {
-				lines = since(pollLog(t, c, ns, client.Name), ready)
-				hosts, _ := servedBy(lines)
-				return len(hosts) == 3, nil
-			})
+			err = clustertest.Poll(clustertest.Context(t, time.Minute), time.Second, allThree)
 		}
 		if err != nil {
 			hosts, errs := servedBy(lines)

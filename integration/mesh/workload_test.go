@@ -155,6 +155,16 @@ func since(lines []pollLine, t0 time.Time) []pollLine {
 	return out
 }
 
+// host is the pod that answered ("hello from HOST ..."); false for an
+// error or another answer.
+func (l pollLine) host() (string, bool) {
+	var host string
+	if _, err := fmt.Sscanf(l.Text, "hello from %s", &host); err != nil || !l.OK {
+		return "", false
+	}
+	return host, true
+}
+
 // servedBy counts answers per serving host ("hello from HOST ...").
 func servedBy(lines []pollLine) (hosts map[string]int, errs []string) {
 	hosts = map[string]int{}
@@ -163,8 +173,7 @@ func servedBy(lines []pollLine) (hosts map[string]int, errs []string) {
 			errs = append(errs, l.At.Format(time.RFC3339Nano)+" "+l.Text)
 			continue
 		}
-		var host string
-		if _, err := fmt.Sscanf(l.Text, "hello from %s", &host); err == nil {
+		if host, ok := l.host(); ok {
 			hosts[host]++
 		}
 	}
@@ -176,8 +185,7 @@ func servedBy(lines []pollLine) (hosts map[string]int, errs []string) {
 func firstAnswers(lines []pollLine, t0 time.Time) map[string]string {
 	firsts := map[string]string{}
 	for _, l := range lines {
-		var host string
-		if _, err := fmt.Sscanf(l.Text, "hello from %s", &host); err == nil && l.OK && firsts[host] == "" {
+		if host, ok := l.host(); ok && firsts[host] == "" {
 			firsts[host] = l.At.Sub(t0).Round(10 * time.Millisecond).String()
 		}
 	}

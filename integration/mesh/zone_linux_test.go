@@ -2,7 +2,8 @@ package mesh
 
 import (
 	"context"
-	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -22,15 +23,15 @@ import (
 // cross nodes over mTLS.
 func TestZoneAware(t *testing.T) {
 	c := clustertest.Connect(t)
-	zones := twoZones(t, c)
+	zoneOf := twoZones(t, c)
 	env := clustercni.Read(t)
 	env.Install(t)
 	deployControlPlane(t, c)
 	c.WaitDeploymentReady(t, controlNamespace, "plexus-injector", 2*time.Minute)
 	ns := c.Namespace(t, "zone", meshLabels)
 	localZone := "zone-a"
-	if zones[localZone] == nil {
-		t.Fatalf("no ready node in %s: %v", localZone, zones)
+	if !slices.Contains(slices.Collect(maps.Values(zoneOf)), localZone) {
+		t.Fatalf("no ready node in %s: %v", localZone, zoneOf)
 	}
 
 	// Four replicas, two per zone (spread by the zone label), behind a
@@ -57,7 +58,7 @@ func TestZoneAware(t *testing.T) {
 	// Which replicas are local, from their nodes' zones.
 	local, remote := map[string]bool{}, map[string]bool{}
 	for _, p := range pods(t, c, ns, "books") {
-		if nodeZone(zones, p.Spec.NodeName) == localZone {
+		if zoneOf[p.Spec.NodeName] == localZone {
 			local[p.Name] = true
 		} else {
 			remote[p.Name] = true
@@ -66,14 +67,13 @@ func TestZoneAware(t *testing.T) {
 	if len(local) != 2 || len(remote) != 2 {
 		t.Fatalf("books replicas: local %v, remote %v; want two in each zone", local, remote)
 	}
-	t.Logf("client on %s (%s); local replicas %v, remote %v", clientPod.Spec.NodeName, localZone, keys(local), keys(remote))
+	t.Logf("client on %s (%s); local replicas %v, remote %v", clientPod.Spec.NodeName, localZone, slices.Sorted(maps.Keys(local)), slices.Sorted(maps.Keys(remote)))
 	waitAnswers(t, c, ns, clientPod.Name, 20)
 	// share is the fraction of the answers since t0 that came from hosts.
 	share := func(lines []pollLine, hosts map[string]bool) (float64, int) {
 		n, in := 0, 0
 		for _, l := range lines {
-			var host string
-			if _, err := fmt.Sscanf(l.Text, "hello from %s", &host); err == nil && l.OK {
+			if host, ok := l.host(); ok {
 				n++
 				if hosts[host] {
 					in++
@@ -85,13 +85,13 @@ func TestZoneAware(t *testing.T) {
 		}
 		return float64(in) / float64(n), n
 	}
-	// spillTime is how long after t0 the answers first came mostly
-	// (4 of 5 in a row) from hosts, or -1.
+	// spillTime is how long after t0 five answers in a row first came
+	// from hosts, or -1.
 	spillTime := func(lines []pollLine, hosts map[string]bool, t0 time.Time) time.Duration {
 		run := 0
 		for _, l := range lines {
-			var host string
-			if _, err := fmt.Sscanf(l.Text, "hello from %s", &host); err != nil || !l.OK {
+			host, ok := l.host()
+			if !ok {
 				continue
 			}
 			if hosts[host] {
@@ -194,40 +194,21 @@ func TestZoneAware(t *testing.T) {
 	})
 }
 
-// readyNodesByZone groups the cluster's ready nodes by their zone label.
-func readyNodesByZone(t *testing.T, c *clustertest.Cluster) map[string][]string {
+// readyNodeZones is the zone label of each ready node that has one.
+func readyNodeZones(t *testing.T, c *clustertest.Cluster) map[string]string {
 	t.Helper()
 	nodes, err := c.Client.CoreV1().Nodes().List(clustertest.Context(t, 30*time.Second), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	zones := map[string][]string{}
+	zoneOf := map[string]string{}
 	for _, n := range nodes.Items {
 		zone := n.Labels[corev1.LabelTopologyZone]
 		for _, cond := range n.Status.Conditions {
 			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue && zone != "" {
-				zones[zone] = append(zones[zone], n.Name)
+				zoneOf[n.Name] = zone
 			}
 		}
 	}
-	return zones
-}
-
-func nodeZone(zones map[string][]string, node string) string {
-	for z, names := range zones {
-		for _, n := range names {
-			if n == node {
-				return z
-			}
-		}
-	}
-	return ""
-}
-
-func keys(m map[string]bool) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
+	return zoneOf
 }
