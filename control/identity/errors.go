@@ -27,42 +27,49 @@ var (
 	ErrReservedCheckFailed = errors.New("reserved namespace check failed")
 )
 
-// classify is the one place that maps the service's errors to a gRPC code
-// and to the reason label of plexus_identity_certify_rejected_total.
+// rejections is the one place that maps the service's errors to a gRPC
+// code and to the reason label of plexus_identity_certify_rejected_total;
+// the first entry err matches (errors.Is) wins.
+var rejections = []struct {
+	err    error
+	code   codes.Code
+	reason string
+}{
+	{ErrInvalidIdentity, codes.InvalidArgument, "invalid_identity"},
+	{ErrInvalidCSR, codes.InvalidArgument, "invalid_csr"},
+	{ErrCSRMismatch, codes.InvalidArgument, "csr_mismatch"},
+	{ErrUnauthenticated, codes.Unauthenticated, "unauthenticated"},
+	{ErrWrongAudience, codes.Unauthenticated, "wrong_audience"},
+	{ErrIdentityMismatch, codes.PermissionDenied, "identity_mismatch"},
+	{ErrReservedNamespace, codes.PermissionDenied, "reserved_namespace"},
+	{ErrReservedCheckFailed, codes.Unavailable, "reserved_check_failed"},
+	{ErrTokenReviewFailed, codes.Unavailable, "token_review_failed"},
+	{ErrIssuerNotLoaded, codes.Unavailable, "issuer_not_loaded"},
+	{context.Canceled, codes.Canceled, "canceled"},
+	{context.DeadlineExceeded, codes.DeadlineExceeded, "deadline_exceeded"},
+}
+
+// internalReason labels ErrIssue and anything unforeseen (codes.Internal).
+const internalReason = "internal"
+
+// classify returns err's gRPC code and reason label.
 func classify(err error) (codes.Code, string) {
-	switch {
-	case errors.Is(err, ErrInvalidIdentity):
-		return codes.InvalidArgument, "invalid_identity"
-	case errors.Is(err, ErrInvalidCSR):
-		return codes.InvalidArgument, "invalid_csr"
-	case errors.Is(err, ErrCSRMismatch):
-		return codes.InvalidArgument, "csr_mismatch"
-	case errors.Is(err, ErrUnauthenticated):
-		return codes.Unauthenticated, "unauthenticated"
-	case errors.Is(err, ErrWrongAudience):
-		return codes.Unauthenticated, "wrong_audience"
-	case errors.Is(err, ErrIdentityMismatch):
-		return codes.PermissionDenied, "identity_mismatch"
-	case errors.Is(err, ErrReservedNamespace):
-		return codes.PermissionDenied, "reserved_namespace"
-	case errors.Is(err, ErrReservedCheckFailed):
-		return codes.Unavailable, "reserved_check_failed"
-	case errors.Is(err, ErrTokenReviewFailed):
-		return codes.Unavailable, "token_review_failed"
-	case errors.Is(err, ErrIssuerNotLoaded):
-		return codes.Unavailable, "issuer_not_loaded"
-	case errors.Is(err, context.Canceled):
-		return codes.Canceled, "canceled"
-	case errors.Is(err, context.DeadlineExceeded):
-		return codes.DeadlineExceeded, "deadline_exceeded"
-	default: // ErrIssue and anything unforeseen
-		return codes.Internal, "internal"
+	for _, r := range rejections {
+		if errors.Is(err, r.err) {
+			return r.code, r.reason
+		}
 	}
+	return codes.Internal, internalReason
 }
 
 // rejectReasons are the reason labels classify can return, pre-created at zero.
-var rejectReasons = []string{"invalid_identity", "invalid_csr", "csr_mismatch", "unauthenticated", "wrong_audience",
-	"identity_mismatch", "reserved_namespace", "reserved_check_failed", "token_review_failed", "issuer_not_loaded", "canceled", "deadline_exceeded", "internal"}
+func rejectReasons() []string {
+	reasons := make([]string, 0, len(rejections)+1)
+	for _, r := range rejections {
+		reasons = append(reasons, r.reason)
+	}
+	return append(reasons, internalReason)
+}
 
 // grpcError converts err to a gRPC status error and returns its reason label.
 func grpcError(err error) (error, string) {

@@ -20,7 +20,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		issuerExpiry: f.NewGauge(prometheus.GaugeOpts{Name: "plexus_identity_issuer_expiry_timestamp_seconds", Help: "NotAfter of the issuer certificate in use, as a Unix time; 0 while none is loaded."}),
 		loadErrors:   f.NewCounter(prometheus.CounterOpts{Name: "plexus_identity_issuer_load_errors_total", Help: "Issuer Secret versions that could not be loaded (the previous issuer stays in use)."}),
 	}
-	for _, r := range rejectReasons {
+	for _, r := range rejectReasons() {
 		m.rejected.WithLabelValues(r)
 	}
 	return m
