@@ -310,7 +310,9 @@ const pickTries = 4
 // pairs of distinct endpoints with rnd (re-mixed for each pair), and
 // returns the available one of lower Cost at now, claiming its probe if
 // it is probing (if another caller won that claim, the other of the
-// pair). After pickTries pairs with none available it scans bs once from
+// pair); a responsive one before an unresponsive one, and a pair of two
+// quiet ones is drawn again, up to Redraws times, as IndexP2C
+// does (silence.go). After pickTries pairs with none available it scans bs once from
 // a random place and takes the better of the first two available. When
 // none is and more endpoints are out than the floor allows of those left
 // (the set shrank), the earliest ejected one gets its probe now. nil
@@ -338,12 +340,18 @@ func IndexP2CAvailable(bs []*Breaker, now int64, rnd uint64) int {
 		}
 		return forceProbe(bs)
 	}
-	for range pickTries {
+	for tries, redraws := 0, 0; tries < pickTries; {
 		i := (rnd & math.MaxUint32) * n >> 32
 		j := (rnd >> 32) * (n - 1) >> 32
 		if j >= i {
 			j++
 		}
+		if n > 2 && redraws < Redraws && bs[i].quiet(now) && bs[j].quiet(now) {
+			redraws++ // both quiet: another pair, as IndexP2C
+			rnd = mix(rnd)
+			continue
+		}
+		tries++
 		if k := pickPair(bs, int(i), int(j), now); k >= 0 {
 			return k
 		}
@@ -394,12 +402,15 @@ func forceProbe(bs []*Breaker) int {
 }
 
 // pickPair returns the index of the available one of bs[i] and bs[j] of
-// lower Cost at now, taken, or the other if it cannot be taken, or -1.
+// lower Cost at now (a responsive one before an unresponsive one, see
+// silence.go), taken, or the other if it cannot be taken, or -1.
 func pickPair(bs []*Breaker, i, j int, now int64) int {
 	switch iok, jok := bs[i].Available(now), bs[j].Available(now); {
 	case iok && jok:
-		if bs[j].Cost(now) < bs[i].Cost(now) {
-			i, j = j, i
+		ci, _, ui := bs[i].load(now)
+		cj, _, uj := bs[j].load(now)
+		if uj != ui && ui || uj == ui && cj < ci {
+			i, j = j, i // j responds and i does not, or j costs less
 		}
 	case iok:
 		j = -1

@@ -61,6 +61,7 @@ func (c Config) Validate() error {
 // a compare-and-swap, and no lock pairs E with its time.
 type Endpoint struct {
 	pending  atomic.Int64
+	silent   silence       // requests waiting for their first byte (silence.go)
 	logEst   atomic.Uint64 // float64 bits of ln E + (u−origin)/τ
 	updated  atomic.Int64  // u: the last read or sample
 	weight   atomic.Uint32
@@ -123,9 +124,27 @@ func (e *Endpoint) Estimate(now int64) time.Duration {
 // / weight, in nanoseconds: pending are the requests in flight, the 1 the
 // request being placed. Like tower's load it counts as an update of the
 // estimate (see Endpoint).
+//
+// While requests wait on e with no response byte for longer than its
+// estimate (silence.go), the estimate counts as that wait: an endpoint
+// that stopped answering costs more with every moment, not after its
+// requests give up.
 func (e *Endpoint) Cost(now int64) float64 {
+	c, _, _ := e.load(now)
+	return c
+}
+
+// load is Cost at now with the endpoint's silence (silence.go): quiet,
+// silent longer than its estimate (or down); unresponsive, silent past
+// its limit (or down). One reading of the estimate.
+func (e *Endpoint) load(now int64) (cost float64, quiet, unresponsive bool) {
 	e.touch(now)
-	return e.at(e.logEst.Load(), now) * float64(e.pending.Load()+1) / float64(e.Weight())
+	est := e.at(e.logEst.Load(), now)
+	silence := float64(e.silent.at(now))
+	down := e.silent.down.Load()
+	quiet = down || silence > est
+	unresponsive = down || silence > silenceLimit(est)
+	return max(est, silence) * float64(e.pending.Load()+1) / float64(e.Weight()), quiet, unresponsive
 }
 
 // at is the estimate x stands for at t.
@@ -170,10 +189,20 @@ type Handle struct {
 	ep       *Endpoint
 	start    int64 // read and written atomically: Connected may come from a dialer's goroutine
 	observed bool
+	awaiting bool // a request waiting for its first byte (not a connection)
 }
 
-// Start counts a request as pending on e from now.
+// Start counts a request as pending on e from now, waiting for its first
+// response byte (Observe).
 func (e *Endpoint) Start(now int64) Handle {
+	e.pending.Add(1)
+	e.silent.begin(now)
+	return Handle{ep: e, start: now, awaiting: true}
+}
+
+// StartConn counts an opaque connection as pending on e: it has no
+// response to wait for, so it never makes e silent.
+func (e *Endpoint) StartConn(now int64) Handle {
 	e.pending.Add(1)
 	return Handle{ep: e, start: now}
 }
@@ -189,7 +218,15 @@ func (h *Handle) Observe(now int64) {
 	}
 	h.observed = true
 	h.ep.observe(float64(max(now-atomic.LoadInt64(&h.start), 0)), now)
+	if h.awaiting {
+		h.awaiting = false
+		h.ep.silent.answered(now)
+	}
 }
+
+// Waiting reports whether h is a request still waiting for its first
+// byte (not a connection, not Observed, not Done).
+func (h *Handle) Waiting() bool { return h.ep != nil && h.awaiting }
 
 // Connected says the connection the request waits for is established at
 // now: the RTT sample starts there instead of at Start. A new connection
@@ -214,6 +251,10 @@ func (h *Handle) Connected(now int64) {
 // it at the end of the response counts streams for their whole life.)
 func (h *Handle) Done() {
 	if h.ep != nil {
+		if h.awaiting {
+			h.awaiting = false
+			h.ep.silent.end()
+		}
 		h.ep.pending.Add(-1)
 		h.ep = nil
 	}
@@ -236,21 +277,37 @@ func PickP2C(eps []*Endpoint, now int64, rnd uint64) *Endpoint {
 // Costs within 1 % of each other are a tie, broken by rnd's lowest bit:
 // endpoints that have had no response yet all decay from the default RTT,
 // and the oldest would otherwise always win.
+//
+// An unresponsive endpoint (silence.go) loses to a responsive one
+// whatever their costs; when both drawn are quiet (silent longer than
+// their estimates) it draws another pair, up to Redraws times, and then
+// compares the last pair.
 func IndexP2C(eps []*Endpoint, now int64, rnd uint64) int {
 	i, j := twoIndex(len(eps), rnd)
 	if j < 0 {
 		return i
 	}
-	ci, cj := eps[i].Cost(now), eps[j].Cost(now)
-	switch {
-	case cj < ci*0.99:
-		return j
-	case ci < cj*0.99:
+	for try := 0; ; try++ {
+		ci, qi, ui := eps[i].load(now)
+		cj, qj, uj := eps[j].load(now)
+		switch {
+		case qi && qj && try < Redraws && len(eps) > 2:
+			rnd = mix(rnd)
+			i, j = twoIndex(len(eps), rnd)
+			continue
+		case ui && !uj:
+			return j
+		case uj && !ui:
+			return i
+		case cj < ci*0.99:
+			return j
+		case ci < cj*0.99:
+			return i
+		case rnd&1 == 1:
+			return j
+		}
 		return i
-	case rnd&1 == 1:
-		return j
 	}
-	return i
 }
 
 // PickLeastLoaded is power of two choices by pending requests (opaque

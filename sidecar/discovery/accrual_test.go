@@ -146,7 +146,7 @@ func (e *env) wantEjected(t *testing.T, addr string) {
 # HELP outbound_http_balancer_ejections_total Endpoints ejected by failure accrual, re-ejections after a failed probe included (since accrual was configured for the backend).
 # TYPE outbound_http_balancer_ejections_total counter
 outbound_http_balancer_ejections_total{backend_name="web",backend_namespace="",backend_port="80"} 1
-# HELP outbound_http_balancer_endpoints Endpoints of each backend by state: ready takes requests; pending does not (ejected by failure accrual, its probe in flight, or terminating).
+# HELP outbound_http_balancer_endpoints Endpoints of each backend by state: ready takes requests; pending does not (unresponsive, ejected by failure accrual, its probe in flight, or terminating).
 # TYPE outbound_http_balancer_endpoints gauge
 outbound_http_balancer_endpoints{backend_name="web",backend_namespace="",backend_port="80",endpoint_state="pending"} 1
 outbound_http_balancer_endpoints{backend_name="web",backend_namespace="",backend_port="80",endpoint_state="ready"} 2

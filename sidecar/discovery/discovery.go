@@ -80,6 +80,9 @@ type Options struct {
 	// InboundChanged, when set, is told of each new inbound policy of a
 	// port (the proxy re-checks that port's live connections).
 	InboundChanged func(port uint16, p *authz.Policy)
+	// Probe reaches an endpoint that stopped answering (probe.go); nil
+	// opens and closes a TCP connection to it.
+	Probe func(ctx context.Context, addr netip.AddrPort) error
 }
 
 // Endpoint is where to send a connection or request.
@@ -104,6 +107,7 @@ type Pick struct {
 	ep       *endpoint
 	s        *sub
 	br       *balance.Breaker // with failure accrual on
+	r        *Resolver        // probes the endpoint if it stops answering
 	// h counts the request on the endpoint's balancer state: pending
 	// until Done, its RTT sampled by FirstByte.
 	h balance.Handle
@@ -130,6 +134,7 @@ type Resolver struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	done     chan struct{}
+	probing  sync.WaitGroup // probes of unresponsive endpoints (probe.go)
 
 	// defaultTable is the policy of a destination without one.
 	defaultTable *routes.Table
@@ -152,6 +157,9 @@ func New(opts Options) *Resolver {
 	}
 	if opts.FailFastTimeout <= 0 {
 		opts.FailFastTimeout = DefaultFailFastTimeout
+	}
+	if opts.Probe == nil {
+		opts.Probe = dialProbe
 	}
 	if opts.MinBackoff <= 0 {
 		opts.MinBackoff = DefaultMinBackoff
@@ -219,6 +227,7 @@ func Dial(addr string, src mtls.CertSource, serverID spiffe.ID) (*grpc.ClientCon
 func (r *Resolver) Close() {
 	r.cancel()
 	<-r.done
+	r.probing.Wait()
 }
 
 // Pick returns the endpoint to use for one HTTP request to dst, without

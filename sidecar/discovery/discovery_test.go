@@ -53,6 +53,7 @@ func newEnv(t *testing.T, mut func(*Options)) *env {
 	opts := Options{
 		Client: destinationpb.NewDestinationClient(cc), Log: slog.New(slog.DiscardHandler), Registerer: e.reg,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+		Probe: unreachable, // the endpoints' addresses are made up: no probe leaves the machine
 	}
 	if mut != nil {
 		mut(&opts)
@@ -60,6 +61,12 @@ func newEnv(t *testing.T, mut func(*Options)) *env {
 	e.r = New(opts)
 	t.Cleanup(e.r.Close)
 	return e
+}
+
+// unreachable is a probe of a dead node: it times out.
+func unreachable(ctx context.Context, _ netip.AddrPort) error {
+	<-ctx.Done()
+	return ctx.Err()
 }
 
 // serve starts the destination server on ln.

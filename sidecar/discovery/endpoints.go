@@ -26,6 +26,9 @@ type sub struct {
 	used   atomic.Bool
 	seen   int64        // unix nanos; the janitor's (under Resolver.mu)
 	active atomic.Int64 // picks not yet Done
+	// unresponsive counts the endpoints marked down for leaving a
+	// request unanswered past their silence limit (probe.go).
+	unresponsive atomic.Uint64
 
 	mu       sync.Mutex
 	hasState bool // a message arrived at some point: the fields below are known

@@ -214,7 +214,13 @@ func (r *Resolver) pickLocked(s *sub, dst netip.AddrPort, o pickOpts) (pk Pick, 
 	r.lookedUp.Inc()
 	s.failFast = false // an endpoint is available again (a probe may have restored it)
 	s.active.Add(1)
-	return Pick{Endpoint: ep.Endpoint, ep: ep, s: s, br: br, h: ep.lb.Start(now)}, nil, 0
+	pk = Pick{Endpoint: ep.Endpoint, ep: ep, s: s, br: br, r: r}
+	if o.conn {
+		pk.h = ep.lb.StartConn(now)
+	} else {
+		pk.h = ep.lb.Start(now)
+	}
+	return pk, nil, 0
 }
 
 // probePoll is how often picks waiting on a probe in flight look again:
@@ -266,6 +272,9 @@ func (p *Pick) Report(o balance.Outcome) {
 // Done releases the pick's in-flight slot. Calls after the first are
 // ignored.
 func (p *Pick) Done() {
+	if p.h.Waiting() && p.h.Unanswered(monoNow()) {
+		p.r.probeUnresponsive(p.s, p.ep)
+	}
 	p.h.Done()
 	if p.s != nil {
 		p.s.active.Add(-1)

@@ -26,6 +26,9 @@ type EndpointSet struct {
 	// requests since it was last configured for this set.
 	Ejections uint64 `json:"ejections,omitempty"`
 	Probes    uint64 `json:"probes,omitempty"`
+	// Unresponsive counts the endpoints marked down for leaving a request
+	// unanswered past their silence limit, since the set was created.
+	Unresponsive uint64 `json:"unresponsive,omitempty"`
 	// LocalZone is set while zone-aware balancing is on: the proxy's
 	// zone; LocalRequests and RemoteRequests count its picks by where
 	// they went since the set was created.
@@ -41,16 +44,23 @@ type EndpointState struct {
 	Identity string `json:"identity,omitempty"`
 	Zone     string `json:"zone,omitempty"`
 	// State: ready, terminating (no new requests while another is
-	// ready), or with failure accrual ejected, probing (its probe is due)
-	// and probe-in-flight.
-	State   string  `json:"state"`
-	Pending int64   `json:"pending"`
-	Weight  uint32  `json:"weight"`
-	EWMAms  float64 `json:"ewmaMillis"` // the peak-EWMA RTT estimate
+	// ready), unresponsive (marked down until it answers or accepts a
+	// probe connection), or with failure accrual ejected, probing (its
+	// probe is due) and probe-in-flight.
+	State string `json:"state"`
+	// SilenceMs is how long requests have waited on it with no response
+	// byte; 0 while none waits.
+	SilenceMs float64 `json:"silenceMillis,omitempty"`
+	Pending   int64   `json:"pending"`
+	Weight    uint32  `json:"weight"`
+	EWMAms    float64 `json:"ewmaMillis"` // the peak-EWMA RTT estimate
 	// ConsecutiveFailures and PenaltyLeftMs, with failure accrual.
 	ConsecutiveFailures int64   `json:"consecutiveFailures,omitempty"`
 	PenaltyLeftMs       float64 `json:"penaltyLeftMillis,omitempty"`
 }
+
+// StateUnresponsive is the State of an endpoint marked down (probe.go).
+const StateUnresponsive = "unresponsive"
 
 // Ready reports whether the endpoint takes new requests now.
 func (e EndpointState) Ready() bool {
@@ -84,7 +94,7 @@ func (s *sub) state(now int64) (EndpointSet, bool) {
 		return EndpointSet{}, false
 	}
 	set := EndpointSet{Destination: s.dst, Labels: s.labels, FailureAccrual: s.acc != nil, Waiting: s.waiting, FailFast: s.failFast,
-		Endpoints: make([]EndpointState, 0, len(s.eps))}
+		Unresponsive: s.unresponsive.Load(), Endpoints: make([]EndpointState, 0, len(s.eps))}
 	if s.acc != nil {
 		st := s.acc.Stats()
 		set.Ejections, set.Probes = st.Ejections, st.Probes
@@ -98,13 +108,16 @@ func (s *sub) state(now int64) (EndpointSet, bool) {
 	}
 	for _, ep := range s.eps {
 		st := EndpointState{Addr: ep.Addr.String(), Zone: ep.Labels["zone"], State: balance.StateReady.String(),
-			Pending: ep.lb.Pending(), Weight: ep.lb.Weight(), EWMAms: float64(ep.lb.Estimate(now)) / 1e6}
+			Pending: ep.lb.Pending(), Weight: ep.lb.Weight(), EWMAms: float64(ep.lb.Estimate(now)) / 1e6,
+			SilenceMs: float64(ep.lb.Silence(now)) / 1e6}
 		if !ep.Identity.IsZero() {
 			st.Identity = ep.Identity.String()
 		}
 		switch {
 		case !pickable[ep]:
 			st.State = "terminating"
+		case ep.lb.Down() && (ep.br == nil || ep.br.State(now) == balance.StateReady):
+			st.State = StateUnresponsive
 		case ep.br != nil:
 			st.State = ep.br.State(now).String()
 			st.ConsecutiveFailures = ep.br.ConsecutiveFailures()

@@ -4,14 +4,15 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // balancerCollector exports the balancer's state as metrics when scraped:
 // outbound_http_balancer_endpoints{endpoint_state="ready|pending"}
-// (ejected, probing with the probe in flight, and terminating endpoints
-// not in use are pending) and failure accrual's ejections and probes, per
+// (unresponsive, ejected, probing with the probe in flight, and
+// terminating endpoints not in use are pending),
+// outbound_http_balancer_unresponsive_total and failure accrual's ejections and probes, per
 // backend Service port, and with zone-aware balancing on,
 // outbound_http_balancer_zone_requests_total{zone_locality="local|remote"}.
 // Sets of the same backend (asked for by address and by name) are summed.
 type balancerCollector struct {
-	r                                 *Resolver
-	endpoints, ejected, probed, zoned *prometheus.Desc
+	r                                               *Resolver
+	endpoints, ejected, probed, zoned, unresponsive *prometheus.Desc
 }
 
 func newBalancerCollector(r *Resolver) *balancerCollector {
@@ -19,12 +20,14 @@ func newBalancerCollector(r *Resolver) *balancerCollector {
 	return &balancerCollector{
 		r: r,
 		endpoints: prometheus.NewDesc("outbound_http_balancer_endpoints",
-			"Endpoints of each backend by state: ready takes requests; pending does not (ejected by failure accrual, its probe in flight, or terminating).",
+			"Endpoints of each backend by state: ready takes requests; pending does not (unresponsive, ejected by failure accrual, its probe in flight, or terminating).",
 			append(backend, "endpoint_state"), nil),
 		ejected: prometheus.NewDesc("outbound_http_balancer_ejections_total",
 			"Endpoints ejected by failure accrual, re-ejections after a failed probe included (since accrual was configured for the backend).", backend, nil),
 		probed: prometheus.NewDesc("outbound_http_balancer_probes_total",
 			"Probe requests sent to ejected endpoints whose penalty ended (since accrual was configured for the backend).", backend, nil),
+		unresponsive: prometheus.NewDesc("outbound_http_balancer_unresponsive_total",
+			"Endpoints marked unresponsive: a request waited on one past its silence limit and ended with no response byte; picks pass it over until it answers or accepts a probe connection.", backend, nil),
 		zoned: prometheus.NewDesc("outbound_http_balancer_zone_requests_total",
 			"Requests balanced zone-aware, by whether the endpoint was in the proxy's own zone (local) or not (remote).",
 			append(backend, "zone_locality"), nil),
@@ -36,6 +39,7 @@ func (c *balancerCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.ejected
 	ch <- c.probed
 	ch <- c.zoned
+	ch <- c.unresponsive
 }
 
 func (c *balancerCollector) Collect(ch chan<- prometheus.Metric) {
@@ -44,6 +48,7 @@ func (c *balancerCollector) Collect(ch chan<- prometheus.Metric) {
 		ready, pending    float64
 		accrual           bool
 		ejections, probes float64
+		unresponsive      float64
 		zoned             bool
 		local, remote     float64
 	}
@@ -56,6 +61,7 @@ func (c *balancerCollector) Collect(ch chan<- prometheus.Metric) {
 			s = &sums{}
 			by[k] = s
 		}
+		s.unresponsive += float64(set.Unresponsive)
 		for _, e := range set.Endpoints {
 			if e.Ready() {
 				s.ready++
@@ -77,6 +83,7 @@ func (c *balancerCollector) Collect(ch chan<- prometheus.Metric) {
 	for k, s := range by {
 		ch <- prometheus.MustNewConstMetric(c.endpoints, prometheus.GaugeValue, s.ready, k.ns, k.name, k.port, "ready")
 		ch <- prometheus.MustNewConstMetric(c.endpoints, prometheus.GaugeValue, s.pending, k.ns, k.name, k.port, "pending")
+		ch <- prometheus.MustNewConstMetric(c.unresponsive, prometheus.CounterValue, s.unresponsive, k.ns, k.name, k.port)
 		if s.accrual {
 			ch <- prometheus.MustNewConstMetric(c.ejected, prometheus.CounterValue, s.ejections, k.ns, k.name, k.port)
 			ch <- prometheus.MustNewConstMetric(c.probed, prometheus.CounterValue, s.probes, k.ns, k.name, k.port)

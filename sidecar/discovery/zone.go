@@ -106,10 +106,20 @@ func (z *zoneSplit) pick(now int64, rl, rr uint64, accrual bool) (i int, ok bool
 	switch {
 	case li < 0 && ri < 0:
 		return -1, false
-	case li < 0 || (ri >= 0 && z.remoteLbs[ri].Cost(now)*SpillRatio < z.localLbs[li].Cost(now)):
+	case li < 0 || ri >= 0 && z.spill(z.localLbs[li], z.remoteLbs[ri], now):
 		z.remotePicks.Add(1)
 		return z.remote[ri], true
 	}
 	z.localPicks.Add(1)
 	return z.local[li], true
+}
+
+// spill reports whether a request should go to the remote endpoint rather
+// than the local one: the local one is unresponsive and the remote one
+// not (balance/silence.go), or the remote one costs less by SpillRatio.
+func (z *zoneSplit) spill(local, remote *balance.Endpoint, now int64) bool {
+	if local.Unresponsive(now) && !remote.Unresponsive(now) {
+		return true
+	}
+	return remote.Cost(now)*SpillRatio < local.Cost(now)
 }

@@ -111,6 +111,20 @@ outbound_http_balancer_zone_requests_total{backend_name="web",backend_namespace=
 	}
 }
 
+// TestZoneAwareSpillsWhenLocalUnresponsive: with both local endpoints
+// marked unresponsive (their node lost), every request goes to the other
+// zone, whatever the estimates.
+func TestZoneAwareSpillsWhenLocalUnresponsive(t *testing.T) {
+	e := zoneEnv(t)
+	on := &routes.Backend{LocalZone: "zone-a"}
+	e.countLocal(on, 100)
+	e.markUnanswered(t, "10.1.0.1:8080")
+	e.markUnanswered(t, "10.1.0.2:8080")
+	if l := e.countLocal(on, 300); l != 0 {
+		t.Errorf("%d of 300 picks local with both local endpoints unresponsive, want 0", l)
+	}
+}
+
 // TestZoneAwareSpillsOnLoad: requests pending on the local endpoints
 // raise their cost until the remote ones win; once they finish, traffic
 // comes back.
