@@ -42,6 +42,7 @@ type loadConfig struct {
 	timeout     time.Duration
 	timeline    bool
 	grpc        bool
+	newConn     bool // -new-conn
 	target      string
 	slow        time.Duration // -slow-threshold
 	stopFile    string
@@ -63,6 +64,9 @@ func (c *loadConfig) Validate() error {
 	if c.target == "" {
 		errs = append(errs, errors.New("no URL (or HOST:PORT with -grpc)"))
 	}
+	if c.newConn && c.grpc {
+		errs = append(errs, errors.New("-new-conn is for HTTP (gRPC multiplexes one connection)"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -73,7 +77,8 @@ func parseLoad(args []string) (*loadConfig, error) {
 	fs.IntVar(&c.n, "n", 1, "number of requests (without -rate)")
 	fs.Float64Var(&c.rate, "rate", 0, "requests per second, for -duration (instead of -n); latency then counts from when each request was due")
 	fs.DurationVar(&c.duration, "duration", 0, "how long to send at -rate")
-	fs.IntVar(&c.concurrency, "c", 1, "concurrent workers, each with its own keep-alive connection")
+	fs.IntVar(&c.concurrency, "c", 1, "concurrent workers; they share one keep-alive pool, whose idle connections are reused most recent first")
+	fs.BoolVar(&c.newConn, "new-conn", false, "open a new connection for every request (keep-alive off), as a client without a pool does")
 	fs.StringVar(&c.method, "X", http.MethodGet, "HTTP method")
 	fs.Var(&headers, "H", "request header 'Name: value' (repeatable; Host sets the Host); {run}, {worker} and {i} are replaced")
 	fs.StringVar(&c.body, "d", "", "request body")
@@ -325,7 +330,8 @@ func (c *loadConfig) sender(run string) (send func(w, i int) sample, first func(
 		return send, first, func() { conn.Close() }, nil
 	}
 
-	transport := &http.Transport{MaxIdleConns: 2 * c.concurrency, MaxIdleConnsPerHost: 2 * c.concurrency, DisableCompression: true, IdleConnTimeout: time.Minute}
+	transport := &http.Transport{MaxIdleConns: 2 * c.concurrency, MaxIdleConnsPerHost: 2 * c.concurrency, DisableCompression: true, IdleConnTimeout: time.Minute,
+		DisableKeepAlives: c.newConn}
 	client := &http.Client{
 		Transport:     transport,
 		Timeout:       c.timeout,
