@@ -68,15 +68,17 @@ for i in 1 2 3 4 5; do
 	# The first cycle's cluster gets a second node in another zone
 	# (node.sh waits for it to be Ready): TestAddedNode proves its pods
 	# reach node 1's and DNS, TestCrossNode that the proxies carry HTTP,
-	# gRPC and opaque TCP between the nodes over mTLS, TestZoneAware the
-	# mesh's zone-aware balancing, and cluster-down must remove it too.
+	# gRPC and opaque TCP between the nodes over mTLS, TestNodeFailure
+	# that the balancer stops using a node cut off under load within 5 s,
+	# TestZoneAware the mesh's zone-aware balancing, and cluster-down must
+	# remove it too.
 	if [ "$i" = 1 ]; then
 		"$HERE/cluster/node.sh" add 2 || die "node.sh add 2 failed in cycle 1"
 		PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN PLEXUS_CLUSTER_ADDED_NODE=plexus-local-2 \
 			go test -count=1 -run TestAddedNode ./integration/localcluster || die "TestAddedNode failed in cycle 1"
 		PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN PLEXUS_TEST_MULTINODE=1 \
-			go test -count=1 -timeout 15m -run 'TestZoneAware$|TestCrossNode$' ./integration/mesh ||
-			die "the two-node tests (TestZoneAware, TestCrossNode) failed in cycle 1"
+			go test -count=1 -timeout 20m -run 'TestZoneAware$|TestCrossNode$|TestNodeFailure$' ./integration/mesh ||
+			die "the two-node tests (TestCrossNode, TestNodeFailure, TestZoneAware) failed in cycle 1"
 	fi
 	"$HERE/cluster/down.sh" || die "cluster-down failed in cycle $i"
 done

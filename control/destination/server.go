@@ -102,16 +102,10 @@ func (s *Server) GetOutboundPolicy(req *pb.GetDestination, stream grpc.ServerStr
 }
 
 func (s *Server) getOutboundPolicy(req *pb.GetDestination, stream grpc.ServerStreamingServer[pb.OutboundPolicy]) error {
-	t, err := s.resolve(req)
-	if err != nil {
-		return err
-	}
-	tr := newTranslator(s.cfg.QueueSize,
-		func(*pb.OutboundPolicy) { s.metrics.updates.WithLabelValues(rpcGetOutboundPolicy, "policy").Inc() },
-		s.overflowed(rpcGetOutboundPolicy, req.GetPath()))
-	unsubscribe := s.policies.subscribe(t, parseContext(req.GetContextToken()), tr)
-	defer unsubscribe()
-	return serveStream(s, stream.Context(), rpcGetOutboundPolicy, tr, stream.Send)
+	return serveTarget(s, req, stream, rpcGetOutboundPolicy, func(*pb.OutboundPolicy) string { return "policy" },
+		func(t target, tr *translator[*pb.OutboundPolicy]) func() {
+			return s.policies.subscribe(t, parseContext(req.GetContextToken()), tr)
+		})
 }
 
 // clientContext is what the asking proxy says of itself in its context
@@ -131,33 +125,37 @@ func parseContext(token string) clientContext {
 }
 
 func (s *Server) get(req *pb.GetDestination, stream grpc.ServerStreamingServer[pb.Update]) error {
-	t, err := s.resolve(req)
-	if err != nil {
-		return err
-	}
-	tr := newTranslator(s.cfg.QueueSize,
-		func(u *pb.Update) { s.metrics.updates.WithLabelValues(rpcGet, updateKind(u)).Inc() },
-		s.overflowed(rpcGet, req.GetPath()))
-	unsubscribe := s.watcher.subscribe(t,
-		func(p *publisher) { p.subscribeGet(tr) },
-		func(p *publisher) bool { return p.unsubscribe(tr, nil) })
-	defer unsubscribe()
-	return serveStream(s, stream.Context(), rpcGet, tr, stream.Send)
+	return serveTarget(s, req, stream, rpcGet, updateKind, func(t target, tr *translator[*pb.Update]) func() {
+		return s.watcher.subscribe(t,
+			func(p *publisher) { p.subscribeGet(tr) },
+			func(p *publisher) bool { return p.unsubscribe(tr, nil) })
+	})
 }
 
 func (s *Server) getProfile(req *pb.GetDestination, stream grpc.ServerStreamingServer[pb.DestinationProfile]) error {
+	return serveTarget(s, req, stream, rpcGetProfile, func(*pb.DestinationProfile) string { return "profile" },
+		func(t target, tr *translator[*pb.DestinationProfile]) func() {
+			return s.watcher.subscribe(t,
+				func(p *publisher) { p.subscribeProfile(tr) },
+				func(p *publisher) bool { return p.unsubscribe(nil, tr) })
+		})
+}
+
+// serveTarget serves one of the streaming RPCs on req's target: a
+// translator queues what subscribe feeds it (counted by kind in the
+// updates metric, ended on overflow), streamed to the client until it
+// goes; subscribe returns the unsubscribe.
+func serveTarget[M any](s *Server, req *pb.GetDestination, stream grpc.ServerStreamingServer[M], rpc string,
+	kind func(*M) string, subscribe func(target, *translator[*M]) func()) error {
 	t, err := s.resolve(req)
 	if err != nil {
 		return err
 	}
 	tr := newTranslator(s.cfg.QueueSize,
-		func(*pb.DestinationProfile) { s.metrics.updates.WithLabelValues(rpcGetProfile, "profile").Inc() },
-		s.overflowed(rpcGetProfile, req.GetPath()))
-	unsubscribe := s.watcher.subscribe(t,
-		func(p *publisher) { p.subscribeProfile(tr) },
-		func(p *publisher) bool { return p.unsubscribe(nil, tr) })
-	defer unsubscribe()
-	return serveStream(s, stream.Context(), rpcGetProfile, tr, stream.Send)
+		func(m *M) { s.metrics.updates.WithLabelValues(rpc, kind(m)).Inc() },
+		s.overflowed(rpc, req.GetPath()))
+	defer subscribe(t, tr)()
+	return serveStream(s, stream.Context(), rpc, tr, stream.Send)
 }
 
 func (s *Server) resolve(req *pb.GetDestination) (target, error) {

@@ -13,8 +13,13 @@
 #	                       replacing) those that are not (make cluster-up NODES=COUNT)
 #	node.sh remove N...    stop them and remove all they made
 #	node.sh remove-all     every added node (cluster-down runs it)
+#	node.sh isolate N...   cut nodes N... off the network as a machine that
+#	                       lost power is: its link down, so what is sent to
+#	                       it or from it vanishes (no reset, no ICMP)
+#	node.sh reconnect N... bring them back (their link up)
 #
-# Experimental: the cluster tests and make test run on node 1 alone.
+# Experimental: the cluster suite runs on node 1; make test adds node 2 for
+# the two-node tests (integration/test.sh).
 set -Eeuo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/env.sh"
@@ -190,6 +195,18 @@ ensure)
 		add
 	done
 	;;
+isolate | reconnect)
+	[ $# -gt 0 ] || die "usage: node.sh $cmd N..."
+	for n in "$@"; do
+		[[ $n =~ ^[2-9]$ ]] || die "node number $n: want 2 to 9 (node 1 is this host)"
+		vars "$n"
+		[ -d "$ND" ] || die "no node $NAME"
+		state=down
+		[ "$cmd" = reconnect ] && state=up
+		ip link set "pn$N" "$state"
+		log "node $NAME: link $state"
+	done
+	;;
 remove-all)
 	[ "${1:-}" = --locked ] || take_lock
 	for d in "$STATE_DIR"/nodes/plexus-local-*; do
@@ -199,5 +216,5 @@ remove-all)
 	done
 	ip link del "$HOSTBR" 2>/dev/null || true
 	;;
-*) die "usage: node.sh add N... | ensure COUNT | remove N... | remove-all" ;;
+*) die "usage: node.sh add N... | ensure COUNT | remove N... | remove-all | isolate N... | reconnect N..." ;;
 esac

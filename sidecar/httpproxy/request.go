@@ -55,24 +55,17 @@ func (r *Request) idempotent() bool {
 	return false
 }
 
+// commonMethods are the methods methodString returns without allocating.
+var commonMethods = [...]string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodHead,
+	http.MethodDelete, http.MethodPatch, http.MethodOptions}
+
 // methodString returns the method as a string without allocating for the
 // common ones.
 func methodString(b []byte) string {
-	switch string(b) {
-	case http.MethodGet:
-		return http.MethodGet
-	case http.MethodPost:
-		return http.MethodPost
-	case http.MethodPut:
-		return http.MethodPut
-	case http.MethodHead:
-		return http.MethodHead
-	case http.MethodDelete:
-		return http.MethodDelete
-	case http.MethodPatch:
-		return http.MethodPatch
-	case http.MethodOptions:
-		return http.MethodOptions
+	for _, m := range commonMethods {
+		if string(b) == m {
+			return m
+		}
 	}
 	return string(b)
 }

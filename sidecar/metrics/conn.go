@@ -46,25 +46,25 @@ func (m *Metrics) TrackConn(c net.Conn, direction, target, peer string, t TLS) *
 // failure.
 func (c *Conn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	if n > 0 {
-		c.read.Add(float64(n))
-	}
-	if err != nil && broken(err) {
-		c.Fail()
-	}
-	return n, err
+	return n, c.account(c.read, n, err)
 }
 
 // Write counts bytes written; a connection the peer broke ends in failure.
 func (c *Conn) Write(p []byte) (int, error) {
 	n, err := c.Conn.Write(p)
+	return n, c.account(c.write, n, err)
+}
+
+// account adds n to bytes and fails the connection if err says the peer
+// broke it; it returns err.
+func (c *Conn) account(bytes prometheus.Counter, n int, err error) error {
 	if n > 0 {
-		c.write.Add(float64(n))
+		bytes.Add(float64(n))
 	}
 	if err != nil && broken(err) {
 		c.Fail()
 	}
-	return n, err
+	return err
 }
 
 // broken reports errors that mean the connection failed, as opposed to

@@ -103,7 +103,8 @@ const GenerateIssuerFlag = "--generate-issuer"
 // and the READMEs are written by hand.
 func (r Renderer) Charts() (map[string][]byte, error) {
 	files := map[string][]byte{}
-	for _, c := range []func(map[string][]byte) error{r.crdsChart, r.controlPlaneChart, r.nodeChart, r.vizChart} {
+	for _, c := range []func(map[string][]byte) error{
+		r.crdsChart, r.controlPlaneChart, r.plainChart("plexus-node", ChartNode, nodeValues), r.plainChart("plexus-viz", ChartViz, vizValues)} {
 		if err := c(files); err != nil {
 			return nil, fmt.Errorf("charts: %w", err)
 		}
@@ -219,26 +220,19 @@ const identityValuesCheck = `{{- $id := .Values.identity }}
 {{- end }}
 `
 
-func (r Renderer) nodeChart(files map[string][]byte) error {
-	node, res, err := r.loadTokenized("plexus-node")
-	if err != nil {
-		return err
+// plainChart renders the chart of one tokenized kustomization directory
+// (the node agent's, viz's): its objects, and values with their schema.
+func (r Renderer) plainChart(dir, chart string, values func(res map[string]any) []value) func(map[string][]byte) error {
+	return func(files map[string][]byte) error {
+		objs, res, err := r.loadTokenized(dir)
+		if err != nil {
+			return err
+		}
+		if err := addObjects(files, chart, objs, ""); err != nil {
+			return err
+		}
+		return addValues(files, chart, values(res))
 	}
-	if err := addObjects(files, ChartNode, node, ""); err != nil {
-		return err
-	}
-	return addValues(files, ChartNode, nodeValues(res))
-}
-
-func (r Renderer) vizChart(files map[string][]byte) error {
-	viz, res, err := r.loadTokenized("plexus-viz")
-	if err != nil {
-		return err
-	}
-	if err := addObjects(files, ChartViz, viz, ""); err != nil {
-		return err
-	}
-	return addValues(files, ChartViz, vizValues(res))
 }
 
 const identityDeployment = "plexus-identity"

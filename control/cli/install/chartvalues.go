@@ -74,8 +74,7 @@ func crdsValues() []value {
 
 func controlPlaneValues(res map[string]any) []value {
 	def := DefaultConfig()
-	vs := imageValues()
-	vs = append(vs,
+	return withImagesAndResources(res,
 		value{"identity.trustDomain", def.TrustDomain, "SPIFFE trust domain of the mesh (install --trust-domain).", dnsName},
 		value{"identity.trustAnchorsPEM", "", "PEM trust anchors. Empty (with the issuer values empty): identity generates a trust anchor and issuer once, into the Secret plexus-identity-issuer and the ConfigMap plexus-identity-trust-anchors, and every upgrade keeps them.", pem},
 		value{"identity.issuer.tls.crtPEM", "", "PEM issuer certificate signed by a trust anchor (install --identity-issuer-certificate-file).", pem},
@@ -86,29 +85,27 @@ func controlPlaneValues(res map[string]any) []value {
 			object{"type": "string", "pattern": `^[0-9a-fA-F.:]+/[0-9]{1,3}(, *[0-9a-fA-F.:]+/[0-9]{1,3})*$`}},
 		value{"proxy.defaultInboundPolicy", def.DefaultInboundPolicy, "Who may reach meshed pods no Server covers (install --default-inbound-policy); a namespace or pod annotation config.plexus.dev/default-inbound-policy overrides it.",
 			object{"type": "string", "enum": policyEnum()}},
-		value{"ha.enabled", false, fmt.Sprintf("Run %d replicas of each control-plane Deployment, spread over nodes, each with a PodDisruptionBudget (install --ha).", HAReplicas), boolean},
-	)
-	return append(vs, resourceValues(res)...)
+		value{"ha.enabled", false, fmt.Sprintf("Run %d replicas of each control-plane Deployment, spread over nodes, each with a PodDisruptionBudget (install --ha).", HAReplicas), boolean})
 }
 
 func nodeValues(res map[string]any) []value {
 	def := DefaultConfig()
-	vs := imageValues()
-	vs = append(vs,
+	return withImagesAndResources(res,
 		value{"cni.binDir", def.CNIBinDir, "Host directory of the CNI plugin binaries (install --cni-bin-dir).", hostDir},
-		value{"cni.confDir", def.CNIConfDir, "Host directory of the CNI configuration (install --cni-conf-dir).", hostDir},
-	)
-	return append(vs, resourceValues(res)...)
+		value{"cni.confDir", def.CNIConfDir, "Host directory of the CNI configuration (install --cni-conf-dir).", hostDir})
 }
 
 func vizValues(res map[string]any) []value {
 	def := DefaultConfig()
-	vs := imageValues()
-	vs = append(vs,
+	return withImagesAndResources(res,
 		value{"identity.trustDomain", def.TrustDomain, "SPIFFE trust domain of the mesh, as given to the control plane.", dnsName},
-		value{"clusterDomain", def.ClusterDomain, "The cluster's DNS domain, as given to the control plane.", dnsName},
-	)
-	return append(vs, resourceValues(res)...)
+		value{"clusterDomain", def.ClusterDomain, "The cluster's DNS domain, as given to the control plane.", dnsName})
+}
+
+// withImagesAndResources are a chart's values: the images, its own, and the
+// resources of its containers (res).
+func withImagesAndResources(res map[string]any, own ...value) []value {
+	return append(append(imageValues(), own...), resourceValues(res)...)
 }
 
 func resourceValues(res map[string]any) []value {
