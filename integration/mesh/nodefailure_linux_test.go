@@ -105,8 +105,13 @@ func TestNodeFailure(t *testing.T) {
 	}
 	unresponsiveBefore := sumSeries(t, proxyMetrics(t, c, ns, clientPod["client"]), "outbound_http_balancer_unresponsive_total", `backend_name="books"`)
 
-	// The load: 200/s for 40 s from each client, the node cut off 8 s in.
-	const rate, seconds, cutAfter = 200, 40, 8 * time.Second
+	// The load: 200/s for 40 s from each client, the node cut off once
+	// the meshed client's proxy has sent 1,000 of its requests (5 s).
+	const rate, seconds, healthy = 200, 40, 1000
+	sent := func() float64 {
+		return sumSeries(t, proxyMetrics(t, c, ns, clientPod["client"]), "request_total", `direction="outbound"`)
+	}
+	base := sent()
 	var wg sync.WaitGroup
 	for _, s := range sides {
 		wg.Go(func() {
@@ -116,7 +121,9 @@ func TestNodeFailure(t *testing.T) {
 			s.res, s.err = execLoad(ctx, c, ns, clientPod[s.client], append(args, url(s.server))...)
 		})
 	}
-	time.Sleep(cutAfter) // Sleep: the load runs this long on the healthy cluster first
+	clustertest.WaitFor(t, time.Minute, itoa(healthy)+" requests of the load on the healthy cluster", func(context.Context) (bool, error) {
+		return sent() >= base+healthy, nil
+	})
 	cut := time.Now()
 	isolateNode(t, c, doomed, doomedNumber)
 	wg.Wait()
