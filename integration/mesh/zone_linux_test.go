@@ -111,15 +111,24 @@ func TestZoneAware(t *testing.T) {
 		}
 	}
 
+	// window returns the client's first n polls since t0 (50/s), waiting
+	// for them.
+	window := func(t *testing.T, t0 time.Time, n int) []pollLine {
+		var lines []pollLine
+		clustertest.WaitFor(t, time.Minute, itoa(n)+" polls", func(context.Context) (bool, error) {
+			lines = since(pollLog(t, c, ns, clientPod.Name), t0)
+			return len(lines) >= n, nil
+		})
+		return lines
+	}
+
 	t.Run("normal load stays in the zone", func(t *testing.T) {
 		before := proxyMetrics(t, c, ns, clientPod.Name)
-		t0 := time.Now()
-		time.Sleep(10 * time.Second) // Sleep: the window whose answers are counted
-		lines := since(pollLog(t, c, ns, clientPod.Name), t0)
+		lines := window(t, time.Now(), 500) // 10 s at 50/s
 		f, n := share(lines, local)
 		hosts, errs := servedBy(lines)
 		if n < 100 || f < 0.95 || len(errs) > 0 {
-			t.Fatalf("in 10s, %d answers, %.1f %% from the local zone (%v), %d failed (%.200q); want ≥ 95 %% local and none failed", n, 100*f, hosts, len(errs), errs)
+			t.Fatalf("in %d polls, %d answers, %.1f %% from the local zone (%v), %d failed (%.200q); want ≥ 95 %% local and none failed", len(lines), n, 100*f, hosts, len(errs), errs)
 		}
 		after := proxyMetrics(t, c, ns, clientPod.Name)
 		dl := sumSeries(t, after, "outbound_http_balancer_zone_requests_total", `zone_locality="local"`) - sumSeries(t, before, "outbound_http_balancer_zone_requests_total", `zone_locality="local"`)
@@ -131,19 +140,18 @@ func TestZoneAware(t *testing.T) {
 		// EWMA's affair, as without zones: one request at a time, the
 		// replica first measured can take them all until the estimates
 		// decay to the real RTTs (about 30s after the set is created).
-		t.Logf("%d answers in 10s, %.1f %% local (%v); metrics: +%v local, +%v remote", n, 100*f, hosts, dl, dr)
+		t.Logf("%d answers in %d polls, %.1f %% local (%v); metrics: +%v local, +%v remote", n, len(lines), 100*f, hosts, dl, dr)
 	})
 
 	// breakLocal breaks the local replicas with the testapp control path
 	// brk, requires the traffic to leave the zone within 5s, mends them
 	// with fix and waits (up to 90s: a slow estimate decays with τ = 10s
 	// before the local replicas win again) for the traffic to come back.
-	// It returns the answers of the 8s after the break.
+	// It returns the 400 polls (8 s) after the break.
 	breakLocal := func(t *testing.T, brk, fix string) []pollLine {
 		t0 := time.Now()
 		setOnLocal(brk)
-		time.Sleep(8 * time.Second) // Sleep: the window in which the spill must happen
-		lines := since(pollLog(t, c, ns, clientPod.Name), t0)
+		lines := window(t, t0, 400) // 8 s at 50/s
 		spill := spillTime(lines, remote, t0)
 		if hosts, errs := servedBy(lines); spill < 0 || spill > 5*time.Second {
 			t.Fatalf("after %s on the local replicas, traffic did not go to the other zone within 5s (spilled after %v; answers %v, %d failed)", brk, spill, hosts, len(errs))
@@ -169,7 +177,7 @@ func TestZoneAware(t *testing.T) {
 		// then once per probe (penalties of about 1, 2 and 4s: three
 		// probes in 8s): 2 × (3 + 3), and a margin for the jitter.
 		if len(errs) > 16 {
-			t.Errorf("%d requests failed in the 8s after the local replicas broke; want those that ejected them and their probes (≤ 16)", len(errs))
+			t.Errorf("%d requests failed in the 400 polls (8 s) after the local replicas broke; want those that ejected them and their probes (≤ 16)", len(errs))
 		}
 		t.Logf("%d requests failed while the local replicas were ejected", len(errs))
 	})
