@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
@@ -114,10 +115,12 @@ type Pick struct {
 }
 
 // Keepalive of the stream to destination; the destination server permits
-// pings this often (control/destinationcmd).
+// pings this often (control/destinationcmd). ConnectTimeout bounds each
+// attempt to connect to destination.
 const (
 	KeepaliveTime    = 30 * time.Second
 	KeepaliveTimeout = 10 * time.Second
+	ConnectTimeout   = 5 * time.Second
 )
 
 // Resolver is the cache of subscriptions. Create it with New; Close it.
@@ -216,7 +219,16 @@ func Dial(addr string, src mtls.CertSource, serverID spiffe.ID) (*grpc.ClientCon
 		grpc.WithTransportCredentials(credentials.NewTLS(mtls.ClientConfig(src, serverID))),
 		// A control plane that vanishes without a FIN (node lost) is
 		// noticed within Time+Timeout, and the cache keeps serving.
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout}))
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout}),
+		// Then each reconnect lands on a random replica behind the
+		// Service's ClusterIP, a dead one's among them until Kubernetes
+		// removes it (~50 s after the node is lost): retry often (gRPC's
+		// default backoff grows to 2 min) and give up on a silent one
+		// after ConnectTimeout.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: DefaultMinBackoff, Multiplier: 1.6, Jitter: 0.2, MaxDelay: DefaultMaxBackoff},
+			MinConnectTimeout: ConnectTimeout,
+		}))
 	if err != nil {
 		return nil, fmt.Errorf("destination client for %s: %w", addr, err)
 	}
