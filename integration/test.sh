@@ -70,15 +70,16 @@ for i in 1 2 3 4 5; do
 	# reach node 1's and DNS, TestCrossNode that the proxies carry HTTP,
 	# gRPC and opaque TCP between the nodes over mTLS, TestNodeFailure
 	# that the balancer stops using a node cut off under load within 5 s,
-	# TestZoneAware the mesh's zone-aware balancing, and cluster-down must
-	# remove it too.
+	# TestControlPlaneNodeLoss that an --ha control plane loses a node
+	# under load with no failed request, TestZoneAware the mesh's
+	# zone-aware balancing, and cluster-down must remove it too.
 	if [ "$i" = 1 ]; then
 		"$HERE/cluster/node.sh" add 2 || die "node.sh add 2 failed in cycle 1"
 		PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN PLEXUS_CLUSTER_ADDED_NODE=plexus-local-2 \
 			go test -count=1 -run TestAddedNode ./integration/localcluster || die "TestAddedNode failed in cycle 1"
 		PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN PLEXUS_TEST_MULTINODE=1 \
-			go test -count=1 -timeout 20m -run 'TestZoneAware$|TestCrossNode$|TestNodeFailure$' ./integration/mesh ||
-			die "the two-node tests (TestCrossNode, TestNodeFailure, TestZoneAware) failed in cycle 1"
+			go test -count=1 -timeout 25m -run 'TestZoneAware$|TestCrossNode$|TestNodeFailure$|TestControlPlaneNodeLoss$' ./integration/mesh ||
+			die "the two-node tests (TestControlPlaneNodeLoss, TestCrossNode, TestNodeFailure, TestZoneAware) failed in cycle 1"
 	fi
 	"$HERE/cluster/down.sh" || die "cluster-down failed in cycle $i"
 done

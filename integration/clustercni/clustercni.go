@@ -56,22 +56,28 @@ func (e Env) Lock(t *testing.T) {
 	t.Cleanup(func() { f.Close() }) // closing releases the lock
 }
 
-// KeepNodeCNI takes the lock and, when the test ends, puts the node's CNI
-// setup back as it was, whatever a node agent did meanwhile: the primary
-// conflist byte for byte, and no plexus-cni binary. It returns the
-// conflist's path and its original content.
+// KeepNodeCNI takes the lock and, when the test ends, puts every node's
+// CNI setup back as it was (node 1's, and those of the nodes node.sh
+// added), whatever a node agent did meanwhile: the primary conflist byte
+// for byte, and no plexus-cni binary. It returns node 1's conflist path
+// and its original content.
 func (e Env) KeepNodeCNI(t *testing.T) (primary string, original []byte) {
 	t.Helper()
 	e.Lock(t)
-	primary = PrimaryConflist(t, e.ConfDir)
-	original, err := os.ReadFile(primary)
-	if err != nil {
-		t.Fatal(err)
+	for i, d := range e.nodeDirs(t) {
+		p := PrimaryConflist(t, d.conf)
+		o, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			primary, original = p, o
+		}
+		t.Cleanup(func() {
+			WriteAtomic(t, p, o, 0o644)
+			os.Remove(filepath.Join(d.bin, "plexus-cni"))
+		})
 	}
-	t.Cleanup(func() {
-		WriteAtomic(t, primary, original, 0o644)
-		os.Remove(filepath.Join(e.BinDir, "plexus-cni"))
-	})
 	return primary, original
 }
 

@@ -299,12 +299,13 @@ func selfCalls(t *testing.T, c *clustertest.Cluster, ns string) {
 	c.Kubectl(t, "-n", ns, "scale", "deployment/"+name, "--replicas=0") // no load on the subtests after
 }
 
-// sumSeries sums the samples of metric whose lines carry every label.
+// sumSeries sums the samples of metric whose lines carry every label (a
+// metric without labels: its one sample).
 func sumSeries(t *testing.T, metrics, name string, labels ...string) float64 {
 	t.Helper()
 	var sum float64
 	for _, l := range strings.Split(metrics, "\n") {
-		if !strings.HasPrefix(l, name+"{") {
+		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
 			continue
 		}
 		all := true

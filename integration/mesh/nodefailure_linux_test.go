@@ -108,10 +108,7 @@ func TestNodeFailure(t *testing.T) {
 	// The load: 200/s for 40 s from each client, the node cut off once
 	// the meshed client's proxy has sent 1,000 of its requests (5 s).
 	const rate, seconds, healthy = 200, 40, 1000
-	sent := func() float64 {
-		return sumSeries(t, proxyMetrics(t, c, ns, clientPod["client"]), "request_total", `direction="outbound"`)
-	}
-	base := sent()
+	sent := outboundRequests(t, c, ns, clientPod["client"])
 	var wg sync.WaitGroup
 	for _, s := range sides {
 		wg.Go(func() {
@@ -121,9 +118,7 @@ func TestNodeFailure(t *testing.T) {
 			s.res, s.err = execLoad(ctx, c, ns, clientPod[s.client], append(args, url(s.server))...)
 		})
 	}
-	clustertest.WaitFor(t, time.Minute, itoa(healthy)+" requests of the load on the healthy cluster", func(context.Context) (bool, error) {
-		return sent() >= base+healthy, nil
-	})
+	waitOutboundRequests(t, c, ns, clientPod["client"], sent+healthy)
 	cut := time.Now()
 	isolateNode(t, c, doomed, doomedNumber)
 	wg.Wait()
@@ -235,5 +230,20 @@ func isolateNode(t *testing.T, c *clustertest.Cluster, node, number string) {
 			_, ok := readyNodeZones(t, c)[node]
 			return ok, nil
 		})
+	})
+}
+
+// outboundRequests is how many requests pod's proxy has sent out.
+func outboundRequests(t *testing.T, c *clustertest.Cluster, ns, pod string) float64 {
+	t.Helper()
+	return sumSeries(t, proxyMetrics(t, c, ns, pod), "request_total", `direction="outbound"`)
+}
+
+// waitOutboundRequests waits (up to a minute) until pod's proxy has sent
+// n requests out: a load in the pod has made that much progress.
+func waitOutboundRequests(t *testing.T, c *clustertest.Cluster, ns, pod string, n float64) {
+	t.Helper()
+	clustertest.WaitFor(t, time.Minute, fmt.Sprintf("%s's proxy to have sent %.0f requests", pod, n), func(context.Context) (bool, error) {
+		return outboundRequests(t, c, ns, pod) >= n, nil
 	})
 }

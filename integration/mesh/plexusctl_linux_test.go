@@ -45,12 +45,12 @@ func newPlexusctlAt(c *clustertest.Cluster, bin string) plexusctl {
 }
 
 // installAll installs all of Plexus the way a user does, `plexusctl
-// install | kubectl apply --server-side -f -`, with the cluster's CNI
-// dirs, deletes it all when the test ends, and returns the output of the
-// first `plexusctl check` that passes.
-func installAll(t *testing.T, c *clustertest.Cluster, env clustercni.Env, ctl plexusctl) string {
+// install [flags] | kubectl apply --server-side -f -`, with the cluster's
+// CNI dirs, deletes it all when the test ends, and returns the output of
+// the first `plexusctl check` that passes.
+func installAll(t *testing.T, c *clustertest.Cluster, env clustercni.Env, ctl plexusctl, flags ...string) string {
 	t.Helper()
-	manifests, err := ctl("install", "--cni-bin-dir="+env.BinDir, "--cni-conf-dir="+env.ConfDir)
+	manifests, err := ctl(append([]string{"install", "--cni-bin-dir=" + env.BinDir, "--cni-conf-dir=" + env.ConfDir}, flags...)...)
 	if err != nil {
 		t.Fatalf("plexusctl install: %v\n%s", err, manifests)
 	}
