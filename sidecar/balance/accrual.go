@@ -407,10 +407,10 @@ func forceProbe(bs []*Breaker) int {
 func pickPair(bs []*Breaker, i, j int, now int64) int {
 	switch iok, jok := bs[i].Available(now), bs[j].Available(now); {
 	case iok && jok:
-		ci, _, ui := bs[i].load(now)
-		cj, _, uj := bs[j].load(now)
-		if uj != ui && ui || uj == ui && cj < ci {
-			i, j = j, i // j responds and i does not, or j costs less
+		ci, _, si := bs[i].load(now)
+		cj, _, sj := bs[j].load(now)
+		if sj < si || sj == si && cj < ci {
+			i, j = j, i // j stands better (silence.go), or as well and costs less
 		}
 	case iok:
 		j = -1

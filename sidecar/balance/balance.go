@@ -135,16 +135,15 @@ func (e *Endpoint) Cost(now int64) float64 {
 }
 
 // load is Cost at now with the endpoint's silence (silence.go): quiet,
-// silent longer than its estimate (or down); unresponsive, silent past
-// its limit (or down). One reading of the estimate.
-func (e *Endpoint) load(now int64) (cost float64, quiet, unresponsive bool) {
+// silent longer than its estimate (or down), and its standing, which
+// orders a pair before the costs do. One reading of the estimate.
+func (e *Endpoint) load(now int64) (cost float64, quiet bool, st standing) {
 	e.touch(now)
 	est := e.at(e.logEst.Load(), now)
 	silence := float64(e.silent.at(now))
-	down := e.silent.down.Load()
-	quiet = down || silence > est
-	unresponsive = down || silence > silenceLimit(est)
-	return max(est, silence) * float64(e.pending.Load()+1) / float64(e.Weight()), quiet, unresponsive
+	st = e.silent.standing(silence, est)
+	quiet = st != responsive || silence > est
+	return max(est, silence) * float64(e.pending.Load()+1) / float64(e.Weight()), quiet, st
 }
 
 // at is the estimate x stands for at t.
@@ -278,26 +277,26 @@ func PickP2C(eps []*Endpoint, now int64, rnd uint64) *Endpoint {
 // endpoints that have had no response yet all decay from the default RTT,
 // and the oldest would otherwise always win.
 //
-// An unresponsive endpoint (silence.go) loses to a responsive one
-// whatever their costs; when both drawn are quiet (silent longer than
-// their estimates) it draws another pair, up to Redraws times, and then
-// compares the last pair.
+// An unresponsive endpoint (silence.go) loses to a responsive one, and
+// one marked down to both, whatever their costs; when both drawn are
+// quiet (silent longer than their estimates) it draws another pair, up to
+// Redraws times, and then compares the last pair.
 func IndexP2C(eps []*Endpoint, now int64, rnd uint64) int {
 	i, j := twoIndex(len(eps), rnd)
 	if j < 0 {
 		return i
 	}
 	for try := 0; ; try++ {
-		ci, qi, ui := eps[i].load(now)
-		cj, qj, uj := eps[j].load(now)
+		ci, qi, si := eps[i].load(now)
+		cj, qj, sj := eps[j].load(now)
 		switch {
 		case qi && qj && try < Redraws && len(eps) > 2:
 			rnd = mix(rnd)
 			i, j = twoIndex(len(eps), rnd)
 			continue
-		case ui && !uj:
+		case sj < si:
 			return j
-		case uj && !ui:
+		case si < sj:
 			return i
 		case cj < ci*0.99:
 			return j

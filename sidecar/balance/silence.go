@@ -11,18 +11,24 @@ package balance
 //
 // So every endpoint tracks its silence: how long requests have waited on
 // it with no response byte arriving (from the later of the last first
-// byte and the moment requests began waiting). While it exceeds the
-// endpoint's estimate, the endpoint is quiet: its cost counts the
-// silence as its estimate, and P2C draws another pair rather than choose
-// between two quiet ones. Past its silence limit — SilenceFactor × its
-// estimate, at least SilenceFloor — it is unresponsive: P2C passes it
-// over for a responsive one whatever their costs. A
-// request that ends unanswered after waiting past the limit (its client
-// gave up) is a peak sample and marks the endpoint down; it stays
-// unresponsive after its requests drain, until a response byte arrives
-// or its owner, having probed it, calls MarkResponsive, which restarts
-// its estimate as a newcomer's. Connections
-// (StartConn) are not requests and never make an endpoint silent.
+// byte and the moment requests began waiting). Silent longer than its
+// estimate, the endpoint is quiet: its cost counts the silence as its
+// estimate, and P2C draws another pair rather than choose between two
+// quiet ones. Silent past its limit — SilenceFactor × its estimate, at
+// least SilenceFloor — with at least two requests waiting, it is
+// unresponsive: P2C passes it over for a responsive one whatever their
+// costs. (One request may rightly wait long — a long poll, a stream whose
+// headers come late — so one alone only makes the endpoint quiet.)
+//
+// A request that ends unanswered past the limit (its client gave up, a
+// timeout fired), with no response byte from the endpoint since it
+// started, marks the endpoint down: it then loses to every endpoint not
+// down, also after its requests drain, until a response byte arrives or
+// its owner, having probed it, calls MarkResponsive, which restarts its
+// estimate as a newcomer's. An endpoint that answered other requests
+// meanwhile is slow for that one request, not gone: it is not marked.
+// Connections (StartConn) are not requests and never make an endpoint
+// silent.
 
 import (
 	"math"
@@ -45,8 +51,20 @@ const (
 	Redraws = 8
 )
 
+// standing orders endpoints before their costs do: a responsive one wins
+// over an unresponsive one, and both over one marked down.
+type standing uint8
+
+const (
+	responsive standing = iota
+	unresponsive
+	markedDown
+)
+
 // silence is the state of an endpoint's requests waiting for their first
-// response byte. Every field is an atomic.
+// response byte. Every field is an atomic; since is written only when
+// waiting rises from 0, so a reader racing with that sees a silence too
+// short, never too long.
 type silence struct {
 	waiting  atomic.Int64 // requests started, neither answered nor done
 	since    atomic.Int64 // when waiting last rose from 0
@@ -83,20 +101,32 @@ func (s *silence) at(now int64) int64 {
 	return max(now-max(s.since.Load(), s.lastByte.Load()), 0)
 }
 
+// standing is the endpoint's standing given its silence and estimate
+// (nanoseconds).
+func (s *silence) standing(silence, est float64) standing {
+	switch {
+	case s.down.Load():
+		return markedDown
+	case silence > silenceLimit(est) && s.waiting.Load() >= 2:
+		return unresponsive
+	}
+	return responsive
+}
+
 // silenceLimit is the silence limit of an endpoint whose estimate is est
 // (nanoseconds).
 func silenceLimit(est float64) float64 {
 	return max(float64(SilenceFloor), SilenceFactor*est)
 }
 
-// Unresponsive reports whether e is unresponsive at now: marked down, or
-// silent past its limit. Unlike Cost it does not count as an update.
+// Unresponsive reports whether e is unresponsive or marked down at now.
+// Unlike Cost it does not count as an update.
 func (e *Endpoint) Unresponsive(now int64) bool {
 	if e.silent.down.Load() {
 		return true
 	}
-	quiet := e.silent.at(now)
-	return quiet > 0 && float64(quiet) > silenceLimit(e.at(e.logEst.Load(), now))
+	silence := e.silent.at(now)
+	return silence > 0 && e.silent.standing(float64(silence), e.at(e.logEst.Load(), now)) != responsive
 }
 
 // quiet reports whether e is down or silent longer than its estimate at
@@ -119,8 +149,7 @@ func (e *Endpoint) Down() bool { return e.silent.down.Load() }
 
 // MarkResponsive clears Down: the owner reached the endpoint (a probe
 // connected). Its estimate starts again from rtt at now, as a newcomer's
-// does (JoinRTT): the unanswered wait that marked it, a peak of seconds,
-// would keep it out of every pair for a minute while it decays.
+// does (JoinRTT over the others): it had no sample while it was down.
 func (e *Endpoint) MarkResponsive(rtt time.Duration, now int64) {
 	if rtt <= 0 {
 		rtt = DefaultRTT
@@ -132,19 +161,19 @@ func (e *Endpoint) MarkResponsive(rtt time.Duration, now int64) {
 
 // Unanswered reports that h's request ended at now with no response byte;
 // call it before Done. When the request waited longer than its endpoint's
-// silence limit, the wait is the endpoint's RTT sample (a peak: it is ten
-// times the estimate) and the endpoint is marked down; true means this
-// call marked it, and the caller should probe it. Nothing happens for an
-// answered request or a connection.
+// silence limit and no response byte came from the endpoint since it
+// started, the endpoint is marked down; true means this call marked it,
+// and the caller should probe it. Nothing happens for an answered request
+// or a connection. The wait is no RTT sample: it measured the client's
+// patience, not the endpoint.
 func (h *Handle) Unanswered(now int64) bool {
 	if h.ep == nil || !h.awaiting {
 		return false
 	}
 	e := h.ep
-	waited := float64(max(now-atomic.LoadInt64(&h.start), 0))
-	if waited <= silenceLimit(e.at(e.logEst.Load(), now)) {
+	start := atomic.LoadInt64(&h.start)
+	if float64(now-start) <= silenceLimit(e.at(e.logEst.Load(), now)) || e.silent.lastByte.Load() > start {
 		return false
 	}
-	e.observe(waited, now)
 	return e.silent.down.CompareAndSwap(false, true)
 }

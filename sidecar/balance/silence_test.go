@@ -18,23 +18,31 @@ func answering(rtt time.Duration) *Endpoint {
 func TestSilencePastTheFloorMakesUnresponsive(t *testing.T) {
 	e := answering(time.Millisecond)
 	h := e.Start(t0)
+	// One request waiting: quiet (its silence is its cost), not
+	// unresponsive — one request may rightly wait long.
+	if e.Unresponsive(t0+150*ms) || !e.quiet(t0+150*ms) {
+		t.Errorf("one request 150 ms into its wait: unresponsive %v, quiet %v; want quiet only", e.Unresponsive(t0+150*ms), e.quiet(t0+150*ms))
+	}
+	h2 := e.Start(t0 + 10*ms)
 	if e.Unresponsive(t0 + 90*ms) {
 		t.Errorf("unresponsive 90 ms into a wait: the floor is %v", SilenceFloor)
 	}
 	if !e.Unresponsive(t0 + 110*ms) {
-		t.Errorf("responsive 110 ms into a wait with an estimate of 1 ms: want unresponsive past the %v floor", SilenceFloor)
+		t.Errorf("responsive with two requests 110 ms into a wait and an estimate of 1 ms: want unresponsive past the %v floor", SilenceFloor)
 	}
-	// The silence is the estimate in the cost: 150 ms × (1 pending + 1).
-	near(t, "cost 150 ms into the wait (ms)", e.Cost(t0+150*ms)/1e6, 300)
+	// The silence is the estimate in the cost: 150 ms × (2 pending + 1).
+	near(t, "cost 150 ms into the wait (ms)", e.Cost(t0+150*ms)/1e6, 450)
 	h.Observe(t0 + 200*ms)
 	if e.Unresponsive(t0+200*ms) || e.Silence(t0+200*ms) != 0 {
-		t.Errorf("after the answer: unresponsive %v, silence %v; want responsive, 0", e.Unresponsive(t0+200*ms), e.Silence(t0+200*ms))
+		t.Errorf("after an answer: unresponsive %v, silence %v; want responsive, 0", e.Unresponsive(t0+200*ms), e.Silence(t0+200*ms))
 	}
 	h.Done()
+	h2.Done()
 }
 
 func TestSilenceLimitScalesWithTheEstimate(t *testing.T) {
 	e := answering(50 * time.Millisecond) // limit 10 × 50 ms
+	e.Start(t0)
 	e.Start(t0)
 	if e.Unresponsive(t0 + 450*ms) {
 		t.Error("unresponsive 450 ms into a wait with an estimate of 50 ms: want the limit at 500 ms")
@@ -72,7 +80,8 @@ func TestUnansweredPastTheLimitMarksDown(t *testing.T) {
 	if !e.Down() || !e.Unresponsive(t0+2*sec) {
 		t.Errorf("after an unanswered 2 s wait: down %v, unresponsive %v; want both", e.Down(), e.Unresponsive(t0+2*sec))
 	}
-	near(t, "estimate after the unanswered wait (ms)", msOf(e.Estimate(t0+2*sec)), 2000)
+	// The wait measured the client's patience: no sample.
+	near(t, "estimate after the unanswered wait (ms)", msOf(e.Estimate(t0+2*sec)), msOf(answering(time.Millisecond).Estimate(t0+2*sec)))
 	// A second request that gives up does not mark it again: one probe.
 	h2 := e.Start(t0 + 3*sec)
 	if h2.Unanswered(t0 + 5*sec) {
@@ -94,6 +103,23 @@ func TestUnansweredPastTheLimitMarksDown(t *testing.T) {
 		t.Error("still unresponsive after MarkResponsive")
 	}
 	near(t, "estimate after MarkResponsive (ms)", msOf(e.Estimate(t0+9*sec)), 3)
+}
+
+// A slow request given up on an endpoint that answered others meanwhile
+// (a route timeout on a busy, healthy endpoint) does not mark it.
+func TestUnansweredOnAnAnsweringEndpoint(t *testing.T) {
+	e := answering(time.Millisecond)
+	slow := e.Start(t0)
+	other := e.Start(t0 + 100*ms)
+	other.Observe(t0 + 101*ms)
+	other.Done()
+	if slow.Unanswered(t0 + 2*sec) {
+		t.Error("a request given up after 2 s marked down an endpoint that answered another one meanwhile")
+	}
+	slow.Done()
+	if e.Down() {
+		t.Error("down")
+	}
 }
 
 func TestUnansweredWithinTheLimitChangesNothing(t *testing.T) {
@@ -122,9 +148,31 @@ func TestUnansweredWithinTheLimitChangesNothing(t *testing.T) {
 // which have a request waiting unanswered since t0.
 func deadAndAlive() []*Endpoint {
 	eps := []*Endpoint{answering(time.Millisecond), answering(time.Millisecond), answering(time.Millisecond), answering(time.Millisecond)}
-	eps[0].Start(t0)
-	eps[1].Start(t0)
+	for _, e := range eps[:2] {
+		e.Start(t0)
+		e.Start(t0)
+	}
 	return eps
+}
+
+// A pair of two unresponsive endpoints, one marked down: the one not
+// down wins, whatever the costs (the one down has nothing pending).
+func TestP2CPrefersUnresponsiveToDown(t *testing.T) {
+	eps := []*Endpoint{answering(time.Millisecond), answering(time.Millisecond)}
+	h := eps[0].Start(t0)
+	h.Unanswered(t0 + sec)
+	h.Done()
+	eps[1].Start(t0 + sec)
+	eps[1].Start(t0 + sec)
+	now := t0 + 2*sec
+	if !eps[0].Down() || !eps[1].Unresponsive(now) || eps[1].Down() {
+		t.Fatal("setup: want 0 down, 1 unresponsive")
+	}
+	for range 100 {
+		if i := IndexP2C(eps, now, rand.Uint64()); i != 1 {
+			t.Fatalf("picked %d: the one marked down", i)
+		}
+	}
 }
 
 func TestP2CPassesOverUnresponsive(t *testing.T) {
@@ -138,8 +186,10 @@ func TestP2CPassesOverUnresponsive(t *testing.T) {
 		t.Errorf("picks by index with 0 and 1 silent for 200 ms: %v; want none on them", got)
 	}
 	// Every endpoint unresponsive: P2C still picks (by cost), never -1.
-	eps[2].Start(t0)
-	eps[3].Start(t0)
+	for _, e := range eps[2:] {
+		e.Start(t0)
+		e.Start(t0)
+	}
 	for range 100 {
 		if i := IndexP2C(eps, now, rand.Uint64()); i < 0 {
 			t.Fatal("no pick with every endpoint unresponsive")

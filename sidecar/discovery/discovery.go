@@ -137,12 +137,13 @@ type Resolver struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	done     chan struct{}
-	probing  sync.WaitGroup // probes of unresponsive endpoints (probe.go)
+	probing  sync.WaitGroup // probes of unresponsive endpoints (probe.go); Add under mu, never after closed
 
 	// defaultTable is the policy of a destination without one.
 	defaultTable *routes.Table
 
 	mu       sync.Mutex
+	closed   bool // Close began
 	subs     map[subKey]*sub
 	policies map[netip.AddrPort]*policySub
 	inbound  map[uint16]*inboundSub
@@ -237,6 +238,9 @@ func Dial(addr string, src mtls.CertSource, serverID spiffe.ID) (*grpc.ClientCon
 
 // Close ends every subscription.
 func (r *Resolver) Close() {
+	r.mu.Lock()
+	r.closed = true // no probe starts from here on (probe.go)
+	r.mu.Unlock()
 	r.cancel()
 	<-r.done
 	r.probing.Wait()
@@ -305,7 +309,7 @@ func (r *Resolver) subscriptionLocked(key subKey) *sub {
 		return s
 	}
 	ctx, cancel := context.WithCancel(r.ctx)
-	s := &sub{dst: key.path(), first: make(chan struct{}), cancel: cancel, seen: time.Now().UnixNano()}
+	s := &sub{dst: key.path(), ctx: ctx, first: make(chan struct{}), cancel: cancel, seen: time.Now().UnixNano()}
 	r.subs[key] = s
 	r.subsG.Inc()
 	go r.follow(ctx, s)

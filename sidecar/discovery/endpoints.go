@@ -16,7 +16,8 @@ import (
 
 // sub is the cached state of one destination.
 type sub struct {
-	dst    string // the Get path
+	dst    string          // the Get path
+	ctx    context.Context // ends when the subscription is dropped or the resolver closes
 	cancel context.CancelFunc
 	first  chan struct{} // closed after the first message or failed stream
 	once   sync.Once
@@ -26,8 +27,8 @@ type sub struct {
 	used   atomic.Bool
 	seen   int64        // unix nanos; the janitor's (under Resolver.mu)
 	active atomic.Int64 // picks not yet Done
-	// unresponsive counts the endpoints marked down for leaving a
-	// request unanswered past their silence limit (probe.go).
+	// unresponsive counts the times an endpoint was marked down for
+	// leaving a request unanswered past its silence limit (probe.go).
 	unresponsive atomic.Uint64
 
 	mu       sync.Mutex
@@ -57,6 +58,7 @@ type endpoint struct {
 	lb          *balance.Endpoint
 	br          *balance.Breaker // while pickable with accrual on
 	terminating bool
+	probing     atomic.Bool // a probe of it runs (probe.go)
 }
 
 // touch marks s used (see used).

@@ -273,7 +273,7 @@ func (p *Pick) Report(o balance.Outcome) {
 // ignored.
 func (p *Pick) Done() {
 	if p.h.Waiting() && p.h.Unanswered(monoNow()) {
-		p.r.probeUnresponsive(p.s, p.ep)
+		p.r.probeUnresponsive(p.s, p.ep, p.Addr)
 	}
 	p.h.Done()
 	if p.s != nil {

@@ -1,16 +1,19 @@
 package discovery
 
 // Endpoints that stop answering (balance/silence.go): a request that
-// waited past its endpoint's silence limit and ended unanswered marks the
-// endpoint down, and picks pass it over until it answers or a probe
-// reaches it. The probe opens a TCP connection to the endpoint and closes
-// it (a meshed endpoint's proxy accepts it; no request reaches the
-// application), and once it connects the endpoint rejoins as a newcomer
-// (its estimate the set's best, balance.JoinRTT): at once, then after a backoff doubling from
-// ProbeMinBackoff to ProbeMaxBackoff, each attempt bounded by
-// ProbeTimeout, until it connects, the endpoint leaves the set or the
-// resolver closes. Only the request that marks an endpoint down starts
-// its probe, so an endpoint has at most one.
+// waited past its endpoint's silence limit and ended unanswered, with no
+// answer from the endpoint meanwhile, marks the endpoint down, and picks
+// pass it over until it answers or a probe reaches it. The probe opens a
+// TCP connection to the endpoint and closes it (a meshed endpoint's proxy
+// accepts it and no request reaches the application; an unmeshed
+// application sees a connection open and close). It proves the node and
+// the port reachable, not the application healthy. Once it connects the
+// endpoint rejoins as a newcomer (its estimate the best of the others
+// not down, balance.JoinRTT). The first attempt runs at once, the next
+// after a wait drawn from [b/2, b] with b doubling from ProbeMinBackoff
+// to ProbeMaxBackoff, each bounded by ProbeTimeout, until one connects,
+// the endpoint answers a request, leaves the set, or the subscription or
+// the resolver ends. An endpoint has at most one probe at a time.
 
 import (
 	"context"
@@ -40,43 +43,63 @@ func dialProbe(ctx context.Context, addr netip.AddrPort) error {
 	return c.Close()
 }
 
-// probeUnresponsive starts probing ep, which a request of s just marked
-// down.
-func (r *Resolver) probeUnresponsive(s *sub, ep *endpoint) {
+// probeUnresponsive starts probing ep, at addr, which a request of s just
+// marked down, unless a probe of it runs or the resolver is closing.
+func (r *Resolver) probeUnresponsive(s *sub, ep *endpoint, addr netip.AddrPort) {
 	s.unresponsive.Add(1)
 	r.opts.Log.Warn("endpoint left a request unanswered past its silence limit; passing it over until it answers or accepts a connection",
-		"dst", s.dst, "endpoint", ep.Addr)
+		"dst", s.dst, "endpoint", addr)
+	if !ep.probing.CompareAndSwap(false, true) {
+		return // the running probe goes on while it is down
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		ep.probing.Store(false)
+		return
+	}
 	r.probing.Add(1)
 	go func() {
 		defer r.probing.Done()
-		r.probeUntilReached(s, ep)
+		for r.probeUntilReached(s, ep, addr) {
+			// It is reached or answered. Marked down again as the probe
+			// ended? Then probe again, unless another probe took over.
+			ep.probing.Store(false)
+			if !ep.lb.Down() || !ep.probing.CompareAndSwap(false, true) {
+				return
+			}
+		}
+		ep.probing.Store(false)
 	}()
 }
 
-func (r *Resolver) probeUntilReached(s *sub, ep *endpoint) {
+// probeUntilReached probes ep until it is reached or answers a request
+// (true), or until it leaves the set or the subscription ends (false).
+func (r *Resolver) probeUntilReached(s *sub, ep *endpoint, addr netip.AddrPort) bool {
 	backoff := ProbeMinBackoff
 	for {
-		if !ep.lb.Down() || !s.holds(ep) {
-			return // it answered a request meanwhile, or left the set
+		switch {
+		case s.ctx.Err() != nil || !s.holds(ep):
+			return false
+		case !ep.lb.Down():
+			return true // it answered a request meanwhile
 		}
-		ctx, cancel := context.WithTimeout(r.ctx, ProbeTimeout)
-		err := r.opts.Probe(ctx, ep.Addr)
+		ctx, cancel := context.WithTimeout(s.ctx, ProbeTimeout)
+		err := r.opts.Probe(ctx, addr)
 		cancel()
 		if err == nil {
 			s.mu.Lock()
 			now := monoNow()
-			ep.lb.MarkResponsive(balance.JoinRTT(s.lbs, now), now)
+			ep.lb.MarkResponsive(balance.JoinRTT(s.othersUp(ep), now), now)
 			s.mu.Unlock()
-			r.opts.Log.Info("endpoint accepted a probe connection; picks use it again", "dst", s.dst, "endpoint", ep.Addr)
-			return
+			r.opts.Log.Info("endpoint accepted a probe connection; picks use it again", "dst", s.dst, "endpoint", addr)
+			return true
 		}
-		// Full jitter over the upper half: probes of many proxies spread.
-		wait := backoff/2 + rand.N(backoff/2+1)
-		t := time.NewTimer(wait)
+		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
 		select {
-		case <-r.ctx.Done():
+		case <-s.ctx.Done():
 			t.Stop()
-			return
+			return false
 		case <-t.C:
 		}
 		backoff = min(2*backoff, ProbeMaxBackoff)
@@ -88,4 +111,16 @@ func (s *sub) holds(ep *endpoint) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Contains(s.eps, ep)
+}
+
+// othersUp are the balancer states of s's pickable endpoints other than
+// ep that are not marked down (s.mu held).
+func (s *sub) othersUp(ep *endpoint) []*balance.Endpoint {
+	var out []*balance.Endpoint
+	for i, other := range s.pickable {
+		if other != ep && !s.lbs[i].Down() {
+			out = append(out, s.lbs[i])
+		}
+	}
+	return out
 }

@@ -35,12 +35,15 @@ func (e *env) markUnanswered(t *testing.T, addr string) {
 	if ep == nil {
 		t.Fatalf("no endpoint %s", addr)
 	}
-	h := ep.lb.Start(monoNow() - int64(2*time.Second))
-	if !h.Unanswered(monoNow()) {
+	// A second ahead: after the first bytes answerIn dated a few
+	// milliseconds ahead, so that none came since this request started.
+	start := monoNow() + int64(time.Second)
+	h := ep.lb.Start(start)
+	if !h.Unanswered(start + int64(2*time.Second)) {
 		t.Fatalf("a request unanswered for 2 s did not mark %s down", addr)
 	}
 	h.Done()
-	e.r.probeUnresponsive(s, ep)
+	e.r.probeUnresponsive(s, ep, ep.Addr)
 }
 
 // An endpoint that left a request unanswered is passed over by every pick
@@ -88,7 +91,7 @@ func TestUnresponsiveEndpointIsProbed(t *testing.T) {
 		}
 	}
 	want := `
-# HELP outbound_http_balancer_unresponsive_total Endpoints marked unresponsive: a request waited on one past its silence limit and ended with no response byte; picks pass it over until it answers or accepts a probe connection.
+# HELP outbound_http_balancer_unresponsive_total Times an endpoint was marked unresponsive: a request waited on it past its silence limit and ended with no response byte from it meanwhile; picks pass it over until it answers or accepts a probe connection.
 # TYPE outbound_http_balancer_unresponsive_total counter
 outbound_http_balancer_unresponsive_total{backend_name="web",backend_namespace="",backend_port="80"} 1
 `
@@ -132,5 +135,19 @@ func TestDialProbe(t *testing.T) {
 	var opErr *net.OpError
 	if !errors.As(err, &opErr) {
 		t.Errorf("probe error %T, want a *net.OpError", err)
+	}
+}
+
+// A probe of a dead endpoint ends when the resolver closes: Close does not
+// wait out its backoff.
+func TestCloseEndsProbes(t *testing.T) {
+	e := newEnv(t, nil) // its probe never connects
+	e.srv.Set(svc.String(), add(wa("10.1.0.1:8080", webID), wa("10.1.0.2:8080", webID), wa("10.1.0.3:8080", webID)))
+	e.picks(30)
+	e.markUnanswered(t, "10.1.0.1:8080")
+	t0 := time.Now()
+	e.r.Close()
+	if d := time.Since(t0); d > ProbeTimeout+500*time.Millisecond {
+		t.Errorf("Close took %v with a probe running; want it to end the probe at once", d)
 	}
 }

@@ -26,8 +26,9 @@ type EndpointSet struct {
 	// requests since it was last configured for this set.
 	Ejections uint64 `json:"ejections,omitempty"`
 	Probes    uint64 `json:"probes,omitempty"`
-	// Unresponsive counts the endpoints marked down for leaving a request
-	// unanswered past their silence limit, since the set was created.
+	// Unresponsive counts the times an endpoint was marked down for
+	// leaving a request unanswered past its silence limit, since the set
+	// was created.
 	Unresponsive uint64 `json:"unresponsive,omitempty"`
 	// LocalZone is set while zone-aware balancing is on: the proxy's
 	// zone; LocalRequests and RemoteRequests count its picks by where

@@ -116,10 +116,11 @@ func (z *zoneSplit) pick(now int64, rl, rr uint64, accrual bool) (i int, ok bool
 
 // spill reports whether a request should go to the remote endpoint rather
 // than the local one: the local one is unresponsive and the remote one
-// not (balance/silence.go), or the remote one costs less by SpillRatio.
+// not (balance/silence.go), or, both or neither being so, the remote one
+// costs less by SpillRatio.
 func (z *zoneSplit) spill(local, remote *balance.Endpoint, now int64) bool {
-	if local.Unresponsive(now) && !remote.Unresponsive(now) {
-		return true
+	if lu, ru := local.Unresponsive(now), remote.Unresponsive(now); lu != ru {
+		return lu
 	}
 	return remote.Cost(now)*SpillRatio < local.Cost(now)
 }

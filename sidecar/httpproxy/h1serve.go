@@ -237,6 +237,7 @@ func (hc *h1conn) exchange(up *upstream, h *reqHead) (resHead, error) {
 		}
 		if res.proxyError != nil {
 			if err := peerError(!x.endpoint.Identity.IsZero(), res.status, string(res.proxyError)); err != nil && x.willResend(err) {
+				x.answered() // the peer's proxy answered: it is alive
 				// The connection is closed (its answer unread): rare.
 				return resHead{}, err
 			}

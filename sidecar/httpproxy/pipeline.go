@@ -314,11 +314,19 @@ func (x *exchange) willResend(err error) bool {
 // headers records that response headers are ready (and, for the
 // balancer, the endpoint's response time).
 func (x *exchange) headers(status int) {
+	x.answered()
+	x.rec.Headers(status)
+	x.tap.Response(status)
+}
+
+// answered records that the endpoint answered (response headers came),
+// whether or not the answer is relayed: the balancer's RTT sample, and
+// its proof that the endpoint is alive (balance/silence.go). Calls after
+// the first are ignored.
+func (x *exchange) answered() {
 	if x.endpoint.Load != nil {
 		x.endpoint.Load.FirstByte()
 	}
-	x.rec.Headers(status)
-	x.tap.Response(status)
 }
 
 // finish records the end of the response.

@@ -93,6 +93,7 @@ func (p *Proxy) serveRule(w http.ResponseWriter, r *http.Request, x *exchange) {
 		default:
 			// Let this attempt go, wait, and send the next.
 			if res != nil {
+				x.answered() // a retried answer is an answer still
 				res.Body.Close()
 			}
 			x.attemptDone(status, grpc, err)
