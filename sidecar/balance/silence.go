@@ -62,9 +62,10 @@ const (
 )
 
 // silence is the state of an endpoint's requests waiting for their first
-// response byte. Every field is an atomic; since is written only when
-// waiting rises from 0, so a reader racing with that sees a silence too
-// short, never too long.
+// response byte. Every field is an atomic; since is written just after
+// waiting rises from 0, so a reader racing with that may see the
+// previous wait's since for a moment (standing needs two requests
+// waiting, so that alone never makes an endpoint unresponsive).
 type silence struct {
 	waiting  atomic.Int64 // requests started, neither answered nor done
 	since    atomic.Int64 // when waiting last rose from 0
@@ -82,11 +83,19 @@ func (s *silence) begin(now int64) {
 // answered ends a wait with a response byte at now: the endpoint is alive.
 func (s *silence) answered(now int64) {
 	s.waiting.Add(-1)
-	if s.lastByte.Load() < now {
-		s.lastByte.Store(now)
-	}
+	s.heard(now)
 	if s.down.Load() {
 		s.down.Store(false)
+	}
+}
+
+// heard moves lastByte forward to now (never back: answers race).
+func (s *silence) heard(now int64) {
+	for {
+		last := s.lastByte.Load()
+		if last >= now || s.lastByte.CompareAndSwap(last, now) {
+			return
+		}
 	}
 }
 
@@ -156,6 +165,7 @@ func (e *Endpoint) MarkResponsive(rtt time.Duration, now int64) {
 	}
 	e.logEst.Store(math.Float64bits(math.Log(float64(rtt)) + float64(now-e.origin)*e.invDecay))
 	e.touch(now)
+	e.silent.heard(now) // requests from before the rejoin do not mark it again
 	e.silent.down.Store(false)
 }
 

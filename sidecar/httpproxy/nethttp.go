@@ -136,6 +136,7 @@ func (p *Proxy) send(ctx context.Context, x *exchange, r, out *http.Request) (re
 		if err == nil && res.Header.Get(ErrorHeader) != "" {
 			// 502 connect-refused / upstream-reset, 503 draining.
 			if perr := peerError(!x.endpoint.Identity.IsZero(), res.StatusCode, res.Header.Get(ErrorHeader)); perr != nil && x.willResend(perr) {
+				x.answered() // the peer's proxy answered: it is alive
 				res.Body.Close()
 				res, err = nil, perr
 			}
