@@ -15,7 +15,9 @@
 #	node.sh remove-all     every added node (cluster-down runs it)
 #	node.sh isolate N...   cut nodes N... off the network as a machine that
 #	                       lost power is: its link down, so what is sent to
-#	                       it or from it vanishes (no reset, no ICMP)
+#	                       it or from it vanishes (no reset; once the host's
+#	                       ARP entry for it expires, a few seconds later,
+#	                       senders get "no route to host", as on a LAN)
 #	node.sh reconnect N... bring them back (their link up)
 #
 # Experimental: the cluster suite runs on node 1; make test adds node 2 for

@@ -42,6 +42,10 @@ func deployControlPlane(t *testing.T, c *clustertest.Cluster) *controlPlane {
 		t.Skip("PLEXUS_CONTROL_BIN is not set (run `make test`)")
 	}
 	ctx := clustertest.Context(t, 5*time.Minute)
+	// An earlier test's control plane may still be going.
+	if ns, err := c.Client.CoreV1().Namespaces().Get(ctx, controlNamespace, metav1.GetOptions{}); err == nil && ns.DeletionTimestamp != nil {
+		waitNamespaceGone(t, c, controlNamespace)
+	}
 	_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: controlNamespace}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
@@ -162,4 +166,13 @@ func yamlFile(t *testing.T, doc string) string {
 	}
 	f.Close()
 	return f.Name()
+}
+
+// waitNamespaceGone waits (up to 3 minutes) until namespace ns is gone.
+func waitNamespaceGone(t *testing.T, c *clustertest.Cluster, ns string) {
+	t.Helper()
+	clustertest.WaitFor(t, 3*time.Minute, "namespace "+ns+" gone", func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
 }
