@@ -33,8 +33,10 @@ const (
 	ErrCodeCheck         uint = 103 // CHECK found rules that differ from the expected ones
 )
 
-// SupportedVersions are the CNI spec versions plexus-cni speaks.
-func SupportedVersions() []string { return []string{"0.4.0", "1.0.0", "1.1.0"} }
+// SupportedVersions are the CNI spec versions plexus-cni speaks: 0.3.x
+// too, the version of kube-flannel's conflist (a runtime never sends
+// CHECK below 0.4.0).
+func SupportedVersions() []string { return []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"} }
 
 // Tables reads and writes our rules in a network namespace.
 type Tables interface {

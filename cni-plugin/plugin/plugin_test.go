@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -260,11 +261,11 @@ func TestAddRuleContentsAndFamilies(t *testing.T) {
 func renderAll(rs rules.RuleSet) string { return rules.RenderApply(rs, rules.State{}) }
 
 func TestAddAnswersInCalledVersion(t *testing.T) {
-	for _, v := range []string{"0.4.0", "1.0.0", "1.1.0"} {
+	for _, v := range []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
 		t.Run(v, func(t *testing.T) {
 			h := newHarness(t, pod("app", "web", nil, withSidecar))
-			prev := prevResult040
-			if v != "0.4.0" {
+			prev := strings.Replace(prevResult040, `"0.4.0"`, strconv.Quote(v), 1) // 0.3.x results have 0.4.0's shape
+			if !strings.HasPrefix(v, "0.") {
 				prev = fmt.Sprintf(prevResult100, v, "")
 			}
 			if err := h.p.Add(cmdArgs(stdin(t, v, nil, prev), "app", "web")); err != nil {
