@@ -76,12 +76,14 @@ deps-%:
 	$(CLUSTER)/deps.sh $*
 
 ## cluster-up / cluster-down: the local Kubernetes, one node unless
-## NODES=N (2-9) adds nodes 2..N (integration/cluster/node.sh, experimental)
+## NODES=N (2-9) adds nodes 2..N (integration/cluster/node.sh); CNI=flannel
+## runs flannel as the primary CNI (default: CNI=bridge)
 # Only what the cluster and the demo run: Helm and Chromium are for the
 # tests (make test brings them with deps).
 NODES ?= 1
-cluster-up: deps-apt deps-kube deps-cni images
-	$(CLUSTER)/up.sh
+CNI ?= bridge
+cluster-up: deps-apt deps-kube deps-cni images $(if $(filter flannel,$(CNI)),deps-flannel)
+	PLEXUS_CLUSTER_CNI=$(CNI) $(CLUSTER)/up.sh
 	$(CLUSTER)/node.sh ensure $(NODES)
 cluster-down:
 	$(CLUSTER)/down.sh

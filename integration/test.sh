@@ -2,11 +2,17 @@
 # Runs every Plexus test (what `make test` and CI run):
 #   1. brings the local cluster up;
 #   2. go vet, then all Go tests -- unit, root/netns and cluster tests --
-#      with the cluster's kubeconfig, kubectl and the CNI reference plugins;
+#      with the cluster's kubeconfig, kubectl and the CNI reference plugins:
+#      every package but the cluster suite on node 1 alone (the node
+#      agent's and the node image's tests read one node's files and pods),
+#      then nodes 2 and 3 join (two zones: node 2 in zone-b;
+#      integration/cluster/node.sh) and the cluster suite runs with its
+#      pods spread over the three nodes, its two-node tests
+#      (TestCrossNode, TestNodeFailure, TestControlPlaneNodeLoss,
+#      TestZoneAware) required to run, not skip;
 #   3. tears the cluster down and proves nothing was left behind;
-#   4. cycles cluster-up/cluster-down five times (the first with a second
-#      node in another zone, integration/cluster/node.sh, and the tests
-#      that need two nodes) and proves it again.
+#   4. cycles cluster-up/cluster-down five times (the first with flannel
+#      as the primary CNI and a second node) and proves it again.
 # Tears down a running local cluster first. Expects `make deps images` to
 # have run (the Makefile does that first).
 set -euo pipefail
@@ -45,7 +51,11 @@ test_log=$(mktemp)
 cluster_suite=github.com/plexus-mesh/plexus/integration/mesh
 go test -count=1 -timeout 30m $(go list ./... | grep -vx "$cluster_suite") 2>&1 | tee "$test_log" || rc=$?
 phase "go test of every package but the cluster suite"
-go test -count=1 -timeout 45m "$cluster_suite" 2>&1 | tee -a "$test_log" || rc=$?
+"$HERE/cluster/node.sh" add 2 3 >/dev/null || die "node.sh add 2 3 failed"
+PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN PLEXUS_CLUSTER_ADDED_NODE=plexus-local-3 \
+	go test -count=1 -run TestAddedNode ./integration/localcluster 2>&1 | tee -a "$test_log" || rc=$?
+phase "nodes 2 and 3 joined"
+PLEXUS_TEST_MULTINODE=1 go test -count=1 -timeout 45m "$cluster_suite" 2>&1 | tee -a "$test_log" || rc=$?
 phase "go test of the cluster suite ($cluster_suite)"
 unset PLEXUS_TEST_KUBECONFIG
 
@@ -64,22 +74,23 @@ fi
 rm -f "$test_log"
 
 for i in 1 2 3 4 5; do
-	"$HERE/cluster/up.sh" >/dev/null || die "cluster-up failed in cycle $i"
-	# The first cycle's cluster gets a second node in another zone
-	# (node.sh waits for it to be Ready): TestAddedNode proves its pods
-	# reach node 1's and DNS, TestCrossNode that the proxies carry HTTP,
-	# gRPC and opaque TCP between the nodes over mTLS, TestNodeFailure
-	# that the balancer stops using a node cut off under load within 5 s,
-	# TestControlPlaneNodeLoss that an --ha control plane loses a node
-	# under load with no failed request, TestZoneAware the mesh's
-	# zone-aware balancing, and cluster-down must remove it too.
+	# The first cycle's cluster runs flannel as its primary CNI (flanneld
+	# on each node, host-gw) with a second node: TestAddedNode proves its
+	# pods reach node 1's and DNS over flannel's routes, TestCrossNode that
+	# the proxies carry HTTP, gRPC and opaque TCP between the nodes over
+	# mTLS with plexus-cni chained after flannel, TestPlexusctlUninstall
+	# that uninstalling leaves flannel's conflist byte for byte, and
+	# cluster-down must remove flannel's state too.
 	if [ "$i" = 1 ]; then
-		"$HERE/cluster/node.sh" add 2 || die "node.sh add 2 failed in cycle 1"
-		PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN PLEXUS_CLUSTER_ADDED_NODE=plexus-local-2 \
-			go test -count=1 -run TestAddedNode ./integration/localcluster || die "TestAddedNode failed in cycle 1"
+		PLEXUS_CLUSTER_CNI=flannel "$HERE/cluster/up.sh" >/dev/null || die "cluster-up with flannel failed in cycle 1"
+		"$HERE/cluster/node.sh" add 2 >/dev/null || die "node.sh add 2 failed in cycle 1 (flannel)"
+		PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN PLEXUS_CLUSTER_ADDED_NODE=plexus-local-2 PLEXUS_CLUSTER_CNI=flannel \
+			go test -count=1 -run TestAddedNode ./integration/localcluster || die "TestAddedNode failed in cycle 1 (flannel)"
 		PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN PLEXUS_TEST_MULTINODE=1 \
-			go test -count=1 -timeout 25m -run 'TestZoneAware$|TestCrossNode$|TestNodeFailure$|TestControlPlaneNodeLoss$' ./integration/mesh ||
-			die "the two-node tests (TestControlPlaneNodeLoss, TestCrossNode, TestNodeFailure, TestZoneAware) failed in cycle 1"
+			go test -count=1 -timeout 15m -run 'TestCrossNode$|TestPlexusctlUninstall$' ./integration/mesh ||
+			die "TestCrossNode or TestPlexusctlUninstall failed in cycle 1 (flannel)"
+	else
+		"$HERE/cluster/up.sh" >/dev/null || die "cluster-up failed in cycle $i"
 	fi
 	"$HERE/cluster/down.sh" || die "cluster-down failed in cycle $i"
 done

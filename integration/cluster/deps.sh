@@ -5,6 +5,7 @@
 #   kube:    etcd and the Kubernetes components, built from the Go module proxy
 #   cni:     the CNI reference plugins
 #   coredns: CoreDNS, the cluster's DNS server
+#   flannel: flanneld and flannel's CNI plugin (make cluster-up CNI=flannel)
 #   prometheus: Prometheus and promtool for the viz extension, built from
 #            their Go module with Kubernetes service discovery alone
 #   helm:    the Helm CLI, built from its Go module, for the charts' tests
@@ -13,7 +14,7 @@
 #   bench:   the peer proxies the benchmark compares against (nginx, HAProxy)
 #   proto:   protoc, for make proto
 #   lint:    golangci-lint, built from its Go module, for make lint
-# Usage: deps.sh [apt] [kube] [cni] [coredns] [prometheus] [helm] [chromium] [bench] [proto] [lint]
+# Usage: deps.sh [apt] [kube] [cni] [coredns] [flannel] [prometheus] [helm] [chromium] [bench] [proto] [lint]
 #        (no argument: all but bench and proto)
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
@@ -102,6 +103,26 @@ go_install() {
 
 deps_coredns() { go_install "$COREDNS_BIN" "github.com/coredns/coredns@$COREDNS_VERSION"; }
 
+# flanneld from integration/flannel's module (cgo: its udp backend), and
+# flannel's CNI plugin as the CNI plugins released it last.
+deps_flannel() {
+	[ -f "$FLANNEL_BIN/.complete" ] && return 0
+	apt_install gcc libc6-dev
+	log "building flannel $FLANNEL_VERSION and its CNI plugin ($FLANNEL_CNI_VERSION) into $FLANNEL_BIN (cold: ~2 min on 2 cores)"
+	local tmp="$FLANNEL_BIN.tmp"
+	rm -rf "$tmp" && mkdir -p "$tmp"
+	grep -q "github.com/flannel-io/flannel $FLANNEL_VERSION" "$PLEXUS_ROOT/integration/flannel/go.mod" ||
+		die "integration/flannel/go.mod does not require github.com/flannel-io/flannel $FLANNEL_VERSION"
+	(cd "$PLEXUS_ROOT/integration/flannel" &&
+		CGO_ENABLED=1 GOWORK=off go build -trimpath -o "$tmp/flanneld" \
+			-ldflags "-s -w -X github.com/flannel-io/flannel/pkg/version.Version=$FLANNEL_VERSION" \
+			github.com/flannel-io/flannel) || die "building flannel $FLANNEL_VERSION failed"
+	GOBIN="$tmp" CGO_ENABLED=0 GOWORK=off go install -trimpath -ldflags "-s -w" \
+		"github.com/containernetworking/plugins/plugins/meta/flannel@$FLANNEL_CNI_VERSION" ||
+		die "building flannel's CNI plugin $FLANNEL_CNI_VERSION failed"
+	rm -rf "$FLANNEL_BIN" && mv "$tmp" "$FLANNEL_BIN" && touch "$FLANNEL_BIN/.complete"
+}
+
 # The viz extension's Prometheus, and promtool, which checks its scrape
 # config in the unit tests. Debian's package is built without Kubernetes
 # service discovery, which that config needs, so both are built from
@@ -136,10 +157,10 @@ deps_lint() {
 	go_install "$GOLANGCI_LINT_BIN" "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
 }
 
-steps=${*:-apt kube cni coredns prometheus helm chromium}
+steps=${*:-apt kube cni coredns flannel prometheus helm chromium}
 for step in $steps; do
 	case $step in
-	apt | kube | cni | coredns | prometheus | helm | chromium | bench | proto | lint) "deps_$step" ;;
-	*) die "unknown step $step (want apt, kube, cni, coredns, prometheus, helm, chromium, bench, proto or lint)" ;;
+	apt | kube | cni | coredns | flannel | prometheus | helm | chromium | bench | proto | lint) "deps_$step" ;;
+	*) die "unknown step $step (want apt, kube, cni, coredns, flannel, prometheus, helm, chromium, bench, proto or lint)" ;;
 	esac
 done

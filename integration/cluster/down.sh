@@ -74,15 +74,15 @@ remove_chains() {
 		command -v "$cmd" >/dev/null || continue
 		for table in nat filter mangle; do
 			# Jumps from built-in chains into cluster chains first, then the chains.
-			"$cmd-save" -t "$table" 2>/dev/null | grep -E '^-A [A-Z]+ .*-j (KUBE|CNI)-' |
+			"$cmd-save" -t "$table" 2>/dev/null | grep -E '^-A [A-Z]+ .*-j (KUBE|CNI|FLANNEL)-' |
 				sed 's/^-A/-D/' | while read -r rule; do
 				# shellcheck disable=SC2086
 				"$cmd" -w -t "$table" $rule 2>/dev/null
 			done
-			for chain in $("$cmd-save" -t "$table" 2>/dev/null | sed -n 's/^:\(\(KUBE\|CNI\)-[^ ]*\) .*/\1/p'); do
+			for chain in $("$cmd-save" -t "$table" 2>/dev/null | sed -n 's/^:\(\(KUBE\|CNI\|FLANNEL\)-[^ ]*\) .*/\1/p'); do
 				"$cmd" -w -t "$table" -F "$chain" 2>/dev/null
 			done
-			for chain in $("$cmd-save" -t "$table" 2>/dev/null | sed -n 's/^:\(\(KUBE\|CNI\)-[^ ]*\) .*/\1/p'); do
+			for chain in $("$cmd-save" -t "$table" 2>/dev/null | sed -n 's/^:\(\(KUBE\|CNI\|FLANNEL\)-[^ ]*\) .*/\1/p'); do
 				"$cmd" -w -t "$table" -X "$chain" 2>/dev/null
 			done
 		done
@@ -143,7 +143,7 @@ log "tearing down the local cluster"
 
 "$HERE/node.sh" remove-all --locked # the nodes node.sh added, first
 netns=$(pod_netns)
-stop kube-proxy kubelet
+stop flanneld kube-proxy kubelet
 kill_pods
 sleep 0.2
 kill_shims

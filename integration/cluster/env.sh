@@ -14,6 +14,7 @@ CNI_REF_BIN=$CACHE_DIR/cni-plugins/$CNI_PLUGINS_VERSION/bin
 COREDNS_BIN=$CACHE_DIR/coredns/$COREDNS_VERSION/coredns
 PROMETHEUS_BIN=$CACHE_DIR/prometheus/$PROMETHEUS_VERSION/bin
 HELM_BIN=$CACHE_DIR/helm/$HELM_VERSION/helm
+FLANNEL_BIN=$CACHE_DIR/flannel/$FLANNEL_VERSION-$FLANNEL_CNI_VERSION/bin
 GOLANGCI_LINT_VERSION=v2.15.0
 GOLANGCI_LINT_BIN=$CACHE_DIR/golangci-lint/$GOLANGCI_LINT_VERSION/golangci-lint
 PREVIOUS_DIR=$CACHE_DIR/previous/$PREVIOUS_COMMIT
@@ -52,6 +53,17 @@ KUBERNETES_SERVICE_IP=10.96.0.1
 DNS_SERVICE_IP=10.96.0.10
 CLUSTER_DOMAIN=cluster.local
 BRIDGE=plexusbr0
+# The primary CNI the cluster is brought up with: bridge (a bridge with
+# host-local addresses) or flannel (flanneld on every node, host-gw, and
+# flannel's own CNI plugin in kube-flannel's conflist). cluster-up records
+# it in $STATE_DIR/primary-cni; node.sh reads it from there.
+CLUSTER_CNI=${PLEXUS_CLUSTER_CNI:-bridge}
+# flanneld's kubeconfig (every node's: the API server at node 1's address).
+FLANNEL_KUBECONFIG=$STATE_DIR/flannel.kubeconfig
+# The bridge on the host that node.sh's nodes hang on, with the host's (node
+# 1's) address on it; flannel's node 1 announces that address.
+NODES_BRIDGE=plexusnodes0
+NODES_BRIDGE_IP=10.213.0.254
 
 ETCD_CLIENT_PORT=12379
 ETCD_PEER_PORT=12380
@@ -74,7 +86,7 @@ die() { printf '[cluster] error: %s\n' "$*" >&2; exit 1; }
 # and the binaries under test (make test, make bench-cluster).
 export_test_env() {
 	export PLEXUS_CLUSTER_STATE_DIR=$STATE_DIR PLEXUS_CLUSTER_RUN_DIR=$RUN_DIR
-	export PLEXUS_CLUSTER_NODE_IP=$NODE_IP PLEXUS_CLUSTER_BRIDGE=$BRIDGE
+	export PLEXUS_CLUSTER_NODE_NAME=$NODE_NAME PLEXUS_CLUSTER_NODE_IP=$NODE_IP PLEXUS_CLUSTER_BRIDGE=$BRIDGE
 	export PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN PLEXUS_KUBECTL=$KUBE_BIN/kubectl PLEXUS_CNI_REF_PLUGINS=$CNI_REF_BIN
 	export PLEXUS_KUBE_BIN=$KUBE_BIN PLEXUS_HELM=$HELM_BIN
 	export PLEXUS_CLUSTER_CNI_CONF_DIR=$CNI_CONF_DIR PLEXUS_CLUSTER_CNI_BIN_DIR=$CNI_BIN_DIR PLEXUS_CNI_BIN=$PLEXUS_ROOT/bin/plexus-cni

@@ -115,15 +115,25 @@ write_kubeconfigs() {
 	kubeconfig "$STATE_DIR/scheduler.kubeconfig" kube-scheduler scheduler "$local_server"
 	kubeconfig "$STATE_DIR/kubelet.kubeconfig" "system:node:$NODE_NAME" kubelet-client "$node_server"
 	kubeconfig "$STATE_DIR/kube-proxy.kubeconfig" kube-proxy kube-proxy "$node_server"
+	kubeconfig "$FLANNEL_KUBECONFIG" admin admin "$node_server"
 }
 
-# The primary network: a bridge with host-local addresses and only the
+# The primary network, CLUSTER_CNI's: a bridge with host-local addresses
+# (bridge) or flannel's plugin delegating to one (flannel), with only the
 # cluster's own routes (pods, services, the nodes) -- no default route.
 write_cni_config() {
 	local p
 	for p in bridge host-local loopback portmap; do
 		cp "$CNI_REF_BIN/$p" "$CNI_BIN_DIR/$p"
 	done
+	case $CLUSTER_CNI in
+	bridge) write_bridge_conflist ;;
+	flannel) write_flannel_conflist ;;
+	*) die "unknown primary CNI '$CLUSTER_CNI' (want bridge or flannel)" ;;
+	esac
+}
+
+write_bridge_conflist() {
 	cat >"$CNI_CONF_DIR/10-plexus-local.conflist" <<JSON
 {
   "cniVersion": "1.0.0",
@@ -146,6 +156,64 @@ write_cni_config() {
   ]
 }
 JSON
+}
+
+# kube-flannel's conflist (spec 0.3.1, flannel then portmap), with the
+# files flannel keeps in the cluster's own directories, the cluster's
+# bridge, no masquerading (pods see each other's addresses across nodes)
+# and the routes above: flannel adds the pod network's.
+write_flannel_conflist() {
+	cp "$FLANNEL_BIN/flannel" "$CNI_BIN_DIR/flannel"
+	cat >"$CNI_CONF_DIR/10-flannel.conflist" <<JSON
+{
+  "name": "cbr0",
+  "cniVersion": "0.3.1",
+  "plugins": [
+    {
+      "type": "flannel",
+      "subnetFile": "$RUN_DIR/flannel/subnet.env",
+      "dataDir": "$STATE_DIR/cni/flannel",
+      "delegate": {"bridge": "$BRIDGE", "hairpinMode": true, "isDefaultGateway": false, "ipMasq": false},
+      "ipam": {
+        "routes": [{"dst": "$SERVICE_CIDR"}, {"dst": "$NODES_CIDR"}, {"dst": "$NODE_IP/32"}],
+        "dataDir": "$STATE_DIR/cni/ipam"
+      }
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+JSON
+}
+
+# start_flannel IFACE PUBLIC_IP [PREFIX...]: gives the node its pod CIDR
+# (flannel's kube subnet manager reads Node.spec.podCIDR), starts flanneld
+# (run by PREFIX, the node's nsenter) with the host-gw backend -- a route
+# to each other node's pods via its address on the nodes' bridge -- and
+# waits for the subnet file flannel's CNI plugin reads. flanneld runs as
+# a node process, as k3s runs it, not as kube-flannel's DaemonSet: this
+# cluster has no image registry to pull flannel's image from.
+start_flannel() {
+	local iface=$1 public_ip=$2
+	shift 2
+	kubectl patch node "$NODE_NAME" --type merge \
+		-p "{\"spec\":{\"podCIDR\":\"$POD_CIDR\",\"podCIDRs\":[\"$POD_CIDR\"]}}" >/dev/null ||
+		die "setting $NODE_NAME's pod CIDR failed"
+	mkdir -p "$RUN_DIR/flannel" "$STATE_DIR/flannel"
+	printf '{"Network": "%s", "Backend": {"Type": "host-gw"}}\n' "$CLUSTER_POD_CIDR" >"$STATE_DIR/flannel/net-conf.json"
+	start flanneld "$@" env NODE_NAME="$NODE_NAME" "$FLANNEL_BIN/flanneld" --kube-subnet-mgr \
+		--kubeconfig-file "$FLANNEL_KUBECONFIG" --iface "$iface" --public-ip "$public_ip" \
+		--ip-masq=false --iptables-forward-rules=false \
+		--net-config-path "$STATE_DIR/flannel/net-conf.json" --subnet-file "$RUN_DIR/flannel/subnet.env"
+	wait_for flanneld 60 test -s "$RUN_DIR/flannel/subnet.env"
+}
+
+# ensure_nodes_bridge: the host bridge the nodes' network namespaces hang
+# on, with the host's (node 1's) address on it.
+ensure_nodes_bridge() {
+	ip link show "$NODES_BRIDGE" >/dev/null 2>&1 && return 0
+	ip link add "$NODES_BRIDGE" type bridge
+	ip addr add "$NODES_BRIDGE_IP/24" dev "$NODES_BRIDGE"
+	ip link set "$NODES_BRIDGE" up
 }
 
 write_containerd_config() {

@@ -4,7 +4,8 @@
 # mount namespaces, joined to the one control plane. The mount namespace
 # keeps every path string of node 1 and binds the node's own directories
 # over the ones a DaemonSet or the runtime writes (the CNI bin and conf
-# dirs, /var/lib/cni, /run/netns), so one hostPath serves every node.
+# dirs, /var/lib/cni, the node agent's /var/lib/plexus, /run/netns), so
+# one hostPath serves every node.
 # Node N is 10.213.0.N on a host bridge, its pods 10.244.(N-1).0/24 routed
 # through it; its zone is zone-b for even N, else zone-a (node 1's).
 #
@@ -28,11 +29,12 @@ source "$HERE/env.sh"
 source "$HERE/lib.sh"
 
 [ "$(id -u)" = 0 ] || die "node.sh needs root"
+# The primary CNI cluster-up ran with (env.sh).
+CLUSTER_CNI=$(cat "$STATE_DIR/primary-cni" 2>/dev/null || echo bridge)
 
-# The nodes' bridge on the host, with the host's address on it: node 1
-# is the host itself.
-HOSTBR=plexusnodes0
-HOSTBR_IP=10.213.0.254
+# The nodes' bridge on the host (env.sh): node 1 is the host itself.
+HOSTBR=$NODES_BRIDGE
+HOSTBR_IP=$NODES_BRIDGE_IP
 
 # vars N: the names and paths of node N.
 vars() {
@@ -51,12 +53,12 @@ vars() {
 }
 
 remove() {
-	for c in kube-proxy kubelet containerd; do
+	for c in flanneld kube-proxy kubelet containerd; do
 		pid=$(cat "$ND/pids/$c.pid" 2>/dev/null || true)
 		[ -n "$pid" ] && kill "$pid" 2>/dev/null || true
 	done
 	sleep 2
-	for c in kube-proxy kubelet containerd; do
+	for c in flanneld kube-proxy kubelet containerd; do
 		pid=$(cat "$ND/pids/$c.pid" 2>/dev/null || true)
 		[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
 	done
@@ -82,7 +84,7 @@ remove() {
 add() {
 	[ -f "$STATE_DIR/up.complete" ] || die "no local cluster: make cluster-up first"
 	[ -d "$ND" ] && die "node $NAME exists (node.sh remove $N)"
-	mkdir -p "$ND/netns" "$ND/pids" "$ND/logs" "$ND/cni/bin" "$ND/cni/net.d" "$ND/varlibcni" "$ND/kubelet/root" "$ND/kubelet/pod-logs" "$ND/containerd" "$NR/ns"
+	mkdir -p "$ND/netns" "$ND/pids" "$ND/logs" "$ND/cni/bin" "$ND/cni/net.d" "$ND/varlibcni" "$ND/varlibplexus" "$ND/kubelet/root" "$ND/kubelet/pod-logs" "$ND/containerd" "$NR/ns"
 	# PKI: the node's kubelet client and serving certificates.
 	(
 		cd "$PKI_DIR"
@@ -93,11 +95,7 @@ add() {
 	kubeconfig "$ND/kubelet.kubeconfig" "system:node:$NAME" "kubelet-client-$N" "https://$NODE_IP:$APISERVER_PORT"
 
 	# Network: a host bridge for the nodes, the node's netns on it.
-	ip link show "$HOSTBR" >/dev/null 2>&1 || {
-		ip link add "$HOSTBR" type bridge
-		ip addr add "$HOSTBR_IP/24" dev "$HOSTBR"
-		ip link set "$HOSTBR" up
-	}
+	ensure_nodes_bridge
 	ip netns add "$NETNS"
 	ip link add "pn$N" type veth peer name eth0 netns "$NETNS"
 	ip link set "pn$N" master "$HOSTBR" up
@@ -120,6 +118,7 @@ add() {
 		mount --bind '$ND/cni/bin' '$CNI_BIN_DIR'
 		mount --bind '$ND/cni/net.d' '$CNI_CONF_DIR'
 		mkdir -p /var/lib/cni && mount --bind '$ND/varlibcni' /var/lib/cni
+		mkdir -p /var/lib/plexus && mount --bind '$ND/varlibplexus' /var/lib/plexus
 		mkdir -p '$ND/netns' && mount --bind '$ND/netns' /run/netns && mount --make-shared /run/netns
 	"
 
@@ -159,6 +158,13 @@ add() {
 		start kube-proxy $innode "$KUBE_BIN/kube-proxy" --config "$STATE_DIR/kube-proxy.yaml"
 	)
 	wait_node "$NAME" 60
+	if [ "$CLUSTER_CNI" = flannel ]; then
+		(
+			STATE_DIR=$ND RUN_DIR=$NR LOG_DIR=$ND/logs PID_DIR=$ND/pids NODE_NAME=$NAME POD_CIDR=$PODCIDR
+			# shellcheck disable=SC2086
+			start_flannel eth0 "$IP" nsenter --net=/run/netns/$NETNS --mount=$MNT --
+		)
+	fi
 	kubectl label node "$NODE_NAME" topology.kubernetes.io/zone=zone-a >/dev/null 2>&1 || true
 	log "node $NAME is Ready ($IP, pods $PODCIDR, $ZONE; logs: $ND/logs)"
 }

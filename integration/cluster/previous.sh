@@ -2,7 +2,8 @@
 # Builds the previous Plexus (PREVIOUS_COMMIT in versions.mk) for the upgrade
 # tests, cached by commit in PREVIOUS_DIR: its plexusctl and plexus-cni in
 # bin/, and its images, tagged plexus.dev/NAME:prev, in images/. With the
-# local cluster up, it also imports those images into its containerd.
+# local cluster up, it also imports those images into every node's
+# containerd.
 # The build needs the commit in this clone's history (exit code 3 when it
 # is not there).
 set -euo pipefail
@@ -35,10 +36,12 @@ build() {
 }
 
 build
-if [ -S "$CONTAINERD_SOCK" ]; then
+# Every node's containerd: node 1's, and those of the nodes node.sh added.
+for sock in "$CONTAINERD_SOCK" "$RUN_DIR"/nodes/*/containerd/containerd.sock; do
+	[ -S "$sock" ] || continue
 	for tar in "$PREVIOUS_DIR"/images/*.tar; do
-		ctr --address "$CONTAINERD_SOCK" -n k8s.io images import --no-unpack "$tar" >/dev/null ||
-			die "importing $tar into the local cluster's containerd failed"
+		ctr --address "$sock" -n k8s.io images import --no-unpack "$tar" >/dev/null ||
+			die "importing $tar into the local cluster's containerd ($sock) failed"
 	done
-fi
+done
 echo "$PREVIOUS_DIR"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Brings up a real single-node Kubernetes on this machine: etcd,
 # kube-apiserver, kube-controller-manager, kube-scheduler, containerd,
-# kubelet, kube-proxy and CoreDNS. Reuses a healthy running cluster; replaces
+# kubelet, kube-proxy and CoreDNS (and flanneld with PLEXUS_CLUSTER_CNI=flannel). Reuses a healthy running cluster; replaces
 # a broken one; tears down whatever it started if any step fails.
 set -Eeuo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -11,7 +11,7 @@ source "$HERE/lib.sh"
 [ "$(id -u)" = 0 ] || die "cluster-up needs root (it runs kubelet and containerd)"
 take_lock
 
-if cluster_healthy; then
+if cluster_healthy && [ "$(cat "$STATE_DIR/primary-cni" 2>/dev/null)" = "$CLUSTER_CNI" ]; then
 	log "reusing the running cluster; refreshing its images from $IMAGES_DIR"
 	import_images
 	print_env
@@ -38,6 +38,7 @@ trap on_exit EXIT
 trap 'log "interrupted"; exit 130' INT TERM
 
 mkdir -p "$STATE_DIR" "$LOG_DIR" "$PID_DIR" "$RUN_DIR" "$CNI_BIN_DIR" "$CNI_CONF_DIR"
+echo "$CLUSTER_CNI" >"$STATE_DIR/primary-cni" # node.sh gives its nodes the same
 "$HERE/pki.sh"
 write_kubeconfigs
 save_sysctls
@@ -110,6 +111,10 @@ write_kube_proxy_config
 start kube-proxy "$KUBE_BIN/kube-proxy" --config "$STATE_DIR/kube-proxy.yaml"
 
 wait_for kubelet 60 node_ready
+if [ "$CLUSTER_CNI" = flannel ]; then
+	ensure_nodes_bridge # node 1's address for the other nodes' flanneld routes
+	start_flannel "$NODES_BRIDGE" "$NODES_BRIDGE_IP"
+fi
 apply_coredns
 wait_for kubelet 120 kubectl -n kube-system rollout status deployment/coredns --timeout 5s
 

@@ -3,6 +3,11 @@
 KUBE_VERSION ?= v1.36.3
 CNI_PLUGINS_VERSION ?= v1.9.1
 COREDNS_VERSION ?= v1.15.0
+# flanneld, for make cluster-up CNI=flannel (its module: integration/flannel),
+# and flannel's CNI plugin, from the last CNI plugins release that holds it
+# (the proxy does not serve flannel-io/cni-plugin).
+FLANNEL_VERSION ?= v0.28.4
+FLANNEL_CNI_VERSION ?= v0.9.1
 # The Go module version of Prometheus (v0.316.0 is Prometheus 3.16.0).
 PROMETHEUS_VERSION ?= v0.316.0
 # Helm, built from its Go module, for the charts' tests (deploy/charts).

@@ -19,9 +19,10 @@ import (
 )
 
 // Env says where the local cluster keeps its CNI files; test.sh sets these
-// from integration/cluster/env.sh.
+// from integration/cluster/env.sh. ConfDir and BinDir are node 1's, the
+// node named NodeName (the nodes node.sh adds keep theirs elsewhere).
 type Env struct {
-	ConfDir, BinDir, Plugin, Kubeconfig, StateDir string
+	ConfDir, BinDir, Plugin, Kubeconfig, StateDir, NodeName string
 }
 
 // Read returns the cluster's CNI setup, or skips the test outside `make test`.
@@ -33,9 +34,10 @@ func Read(t *testing.T) Env {
 		Plugin:     os.Getenv("PLEXUS_CNI_BIN"),
 		Kubeconfig: os.Getenv("PLEXUS_TEST_KUBECONFIG"),
 		StateDir:   os.Getenv("PLEXUS_CLUSTER_STATE_DIR"),
+		NodeName:   os.Getenv("PLEXUS_CLUSTER_NODE_NAME"),
 	}
-	if e.ConfDir == "" || e.BinDir == "" || e.Plugin == "" || e.StateDir == "" {
-		t.Skip("PLEXUS_CLUSTER_CNI_CONF_DIR, PLEXUS_CLUSTER_CNI_BIN_DIR, PLEXUS_CNI_BIN and PLEXUS_CLUSTER_STATE_DIR are not set (run `make test`)")
+	if e.ConfDir == "" || e.BinDir == "" || e.Plugin == "" || e.StateDir == "" || e.NodeName == "" {
+		t.Skip("PLEXUS_CLUSTER_CNI_CONF_DIR, PLEXUS_CLUSTER_CNI_BIN_DIR, PLEXUS_CNI_BIN, PLEXUS_CLUSTER_STATE_DIR and PLEXUS_CLUSTER_NODE_NAME are not set (run `make test`)")
 	}
 	return e
 }
@@ -184,6 +186,16 @@ func (e Env) installOn(t *testing.T, d cniDirs, bin []byte, logFile string) {
 			t.Errorf("could not restore %s", primary)
 		}
 	})
+}
+
+// PrimaryConflists are every node's primary conflist, node 1's first.
+func (e Env) PrimaryConflists(t *testing.T) []string {
+	t.Helper()
+	var paths []string
+	for _, d := range e.nodeDirs(t) {
+		paths = append(paths, PrimaryConflist(t, d.conf))
+	}
+	return paths
 }
 
 // PrimaryConflist is the lexically first .conflist, as the runtime picks it.

@@ -223,14 +223,7 @@ func checkNodeAuthorizer(t *testing.T, c *clustertest.Cluster, kubeconfig string
 	}
 	ns := c.Namespace(t, "nodeauthz", nil)
 	ctx := clustertest.Context(t, time.Minute)
-	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(nodes.Items) != 1 {
-		t.Fatalf("want the local cluster's one node, got %d", len(nodes.Items))
-	}
-	node := nodes.Items[0].Name
+	node := clustercni.Read(t).NodeName // node 1, whose kubelet's kubeconfig this is
 	for name, boundTo := range map[string]string{"here": node, "elsewhere": "plexus-elsewhere"} {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name},

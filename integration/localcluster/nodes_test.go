@@ -2,6 +2,7 @@ package localcluster
 
 import (
 	"context"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -22,7 +23,9 @@ const EnvAddedNode = "PLEXUS_CLUSTER_ADDED_NODE"
 // TestAddedNode: a node node.sh added is Ready in its zone, its pods and
 // node 1's reach each other by pod IP both ways, its pods resolve names
 // through cluster DNS (on node 1), and the API server reaches its kubelet
-// (logs, exec).
+// (logs, exec). With flannel as the primary CNI (make test's flannel
+// cycle sets PLEXUS_CLUSTER_CNI), flannel gave each pod its address: in
+// its node's pod CIDR, the node announced by flannel.
 func TestAddedNode(t *testing.T) {
 	added := os.Getenv(EnvAddedNode)
 	if added == "" {
@@ -90,5 +93,21 @@ func TestAddedNode(t *testing.T) {
 	}
 	if out := c.Kubectl(t, "-n", ns, "logs", "there"); !strings.Contains(out, "serving on :8080 as there") {
 		t.Errorf("kubectl logs of a pod on %s: %q", added, out)
+	}
+	if os.Getenv("PLEXUS_CLUSTER_CNI") == "flannel" {
+		for name, on := range map[string]string{"here": first, "there": added} {
+			n, err := c.Client.CoreV1().Nodes().Get(ctx, on, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n.Annotations["flannel.alpha.coreos.com/public-ip"] == "" || n.Annotations["flannel.alpha.coreos.com/backend-type"] != "host-gw" {
+				t.Errorf("node %s has no flannel host-gw annotations: %v", on, n.Annotations)
+			}
+			cidr, err := netip.ParsePrefix(n.Spec.PodCIDR)
+			ip, ierr := netip.ParseAddr(ips[name])
+			if err != nil || ierr != nil || !cidr.Contains(ip) {
+				t.Errorf("pod %s has %s, not in node %s's pod CIDR %q", name, ips[name], on, n.Spec.PodCIDR)
+			}
+		}
 	}
 }

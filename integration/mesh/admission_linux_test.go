@@ -54,7 +54,7 @@ func TestAdmission(t *testing.T) {
 	installAll(t, c, env, ctl)
 
 	t.Run("pod annotations are fixed at admission", func(t *testing.T) { podAnnotations(t, c) })
-	t.Run("the node agent may only remove its own node's taint", func(t *testing.T) { agentOnNodes(t, c) })
+	t.Run("the node agent may only remove its own node's taint", func(t *testing.T) { agentOnNodes(t, c, env.NodeName) })
 	t.Run("a tenant who may create namespaces may not create plexus-viz", func(t *testing.T) { reservedNamespaces(t, c) })
 }
 
@@ -180,14 +180,15 @@ func admittedEnv(p *corev1.Pod) string {
 	return "(unset)"
 }
 
-func agentOnNodes(t *testing.T, c *clustertest.Cluster) {
+func agentOnNodes(t *testing.T, c *clustertest.Cluster, own string) {
 	ctx := clustertest.Context(t, 5*time.Minute)
-	agentPods, err := c.Client.CoreV1().Pods(controlNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=plexus-node"})
+	// The agent on node 1 (own), whose host files the test reads.
+	agentPods, err := c.Client.CoreV1().Pods(controlNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/name=plexus-node", FieldSelector: "spec.nodeName=" + own})
 	if err != nil || len(agentPods.Items) != 1 {
-		t.Fatalf("the node agent's pods: %v (%d pods, want 1)", err, len(agentPods.Items))
+		t.Fatalf("the node agent's pods on %s: %v (%d pods, want 1)", own, err, len(agentPods.Items))
 	}
 	agentPod := agentPods.Items[0]
-	own := agentPod.Spec.NodeName
 	// The agent's real credentials: the token it copied onto the host for
 	// plexus-cni, through the kubeconfig it wrote beside it.
 	agent := hostAgentClient(t)

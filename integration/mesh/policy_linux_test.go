@@ -51,9 +51,9 @@ import (
 //   - mtls: a Server per port with an AuthorizationPolicy requiring the
 //     MeshTLSAuthentication a-only (identities: a's SPIFFE ID). a only.
 //   - network: a Server per port with an AuthorizationPolicy requiring the
-//     NetworkAuthentication pod-network: the pod network (the node's
-//     podCIDR, or integration/cluster/env.sh's POD_CIDR) except b's
-//     address. a, plain, other; not b (the except proves the network is
+//     NetworkAuthentication pod-network: the cluster's pod network
+//     (every node's pods, integration/cluster/env.sh's CLUSTER_POD_CIDR)
+//     except b's address. a, plain, other; not b (the except proves the network is
 //     what decides).
 //   - routes: HTTP Server with the HTTPRoutes public (GET /public,
 //     AuthorizationPolicy without authentications: everyone) and admin
@@ -379,19 +379,13 @@ func (p *authzTest) deployServer(t *testing.T, ns, app string, annotations map[s
 	}
 }
 
-// podNetwork is the node's pod network (podCIDR, else the local
-// cluster's POD_CIDR of integration/cluster/env.sh); every client must be
-// in it, or the network cells prove nothing.
+// podNetwork is the cluster's pod network, every node's pods
+// (CLUSTER_POD_CIDR of integration/cluster/env.sh: the clients may be on
+// any node); every client must be in it, or the network cells prove
+// nothing.
 func (p *authzTest) podNetwork(t *testing.T) netip.Prefix {
 	t.Helper()
-	nodes, err := p.c.Client.CoreV1().Nodes().List(clustertest.Context(t, 30*time.Second), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cidr := "10.244.0.0/24"
-	if len(nodes.Items) > 0 && nodes.Items[0].Spec.PodCIDR != "" {
-		cidr = nodes.Items[0].Spec.PodCIDR
-	}
+	const cidr = "10.244.0.0/16"
 	net, err := netip.ParsePrefix(cidr)
 	if err != nil {
 		t.Fatalf("pod network %q: %v", cidr, err)

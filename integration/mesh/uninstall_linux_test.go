@@ -18,10 +18,12 @@ import (
 
 // TestPlexusctlUninstall installs Plexus as a user does, then removes it
 // as a user does, `plexusctl uninstall | kubectl delete -f -`, and checks
-// the node: the cleanup DaemonSet ran `plexus-node uninstall` there (the
-// conflist is byte for byte as before the install, binary, credentials
-// and report socket are gone) before anything else was deleted, and the
-// deletion leaves nothing of Plexus in the cluster.
+// the nodes: the cleanup DaemonSet ran `plexus-node uninstall` there
+// before anything else was deleted -- every node's conflist is byte for
+// byte as its primary CNI wrote it (the bridge's, or flannel's in make
+// test's flannel cycle), and node 1's binary, credentials and report
+// socket are gone -- and the deletion leaves nothing of Plexus in the
+// cluster.
 func TestPlexusctlUninstall(t *testing.T) {
 	env := clustercni.Read(t)
 	if os.Geteuid() != 0 {
@@ -29,7 +31,15 @@ func TestPlexusctlUninstall(t *testing.T) {
 	}
 	c := clustertest.Connect(t)
 	ctl := newPlexusctl(t, c)
-	primary, original := env.KeepNodeCNI(t)
+	primary, _ := env.KeepNodeCNI(t)
+	originals := map[string][]byte{} // every node's, the primary CNI's own
+	for _, p := range env.PrimaryConflists(t) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		originals[p] = b
+	}
 	installAll(t, c, env, ctl)
 	if b, _ := os.ReadFile(primary); !bytes.Contains(b, []byte(`"plexus-cni"`)) {
 		t.Fatalf("installed, but %s has no plexus-cni entry:\n%s", primary, b)
@@ -47,8 +57,10 @@ func TestPlexusctlUninstall(t *testing.T) {
 	t.Logf("plexusctl uninstall took %v", time.Since(start))
 
 	t.Run("the node is clean before anything else is deleted", func(t *testing.T) {
-		if got, _ := os.ReadFile(primary); !bytes.Equal(got, original) {
-			t.Errorf("conflist after uninstall differs from before install:\n--- before\n%s\n--- after\n%s", original, got)
+		for p, original := range originals {
+			if got, _ := os.ReadFile(p); !bytes.Equal(got, original) {
+				t.Errorf("%s after uninstall differs from before install:\n--- before\n%s\n--- after\n%s", p, original, got)
+			}
 		}
 		for _, f := range []string{filepath.Join(env.BinDir, "plexus-cni"), filepath.Join(state, "plexus-cni.kubeconfig"),
 			filepath.Join(state, "plexus-cni.token"), filepath.Join(state, "reports.sock")} {

@@ -133,7 +133,9 @@ func TestZoneAware(t *testing.T) {
 		after := proxyMetrics(t, c, ns, clientPod.Name)
 		dl := sumSeries(t, after, "outbound_http_balancer_zone_requests_total", `zone_locality="local"`) - sumSeries(t, before, "outbound_http_balancer_zone_requests_total", `zone_locality="local"`)
 		dr := sumSeries(t, after, "outbound_http_balancer_zone_requests_total", `zone_locality="remote"`) - sumSeries(t, before, "outbound_http_balancer_zone_requests_total", `zone_locality="remote"`)
-		if dl < float64(n)*0.9 || dl+dr < float64(n) {
+		// The last answer may be logged by the client before its proxy
+		// counts it (a three-node run: 502 of 503): one in flight.
+		if dl < float64(n)*0.9 || dl+dr < float64(n-1) {
 			t.Errorf("the client proxy counted %v local and %v remote requests over a window with %d answers, %.1f %% local", dl, dr, n, 100*f)
 		}
 		// How the local requests spread over the local replicas is peak
