@@ -32,10 +32,6 @@ source "$HERE/lib.sh"
 # The primary CNI cluster-up ran with (env.sh).
 CLUSTER_CNI=$(cat "$STATE_DIR/primary-cni" 2>/dev/null || echo bridge)
 
-# The nodes' bridge on the host (env.sh): node 1 is the host itself.
-HOSTBR=$NODES_BRIDGE
-HOSTBR_IP=$NODES_BRIDGE_IP
-
 # vars N: the names and paths of node N.
 vars() {
 	N=$1
@@ -98,13 +94,13 @@ add() {
 	ensure_nodes_bridge
 	ip netns add "$NETNS"
 	ip link add "pn$N" type veth peer name eth0 netns "$NETNS"
-	ip link set "pn$N" master "$HOSTBR" up
+	ip link set "pn$N" master "$NODES_BRIDGE" up
 	ip -n "$NETNS" link set lo up
 	ip -n "$NETNS" addr add "$IP/24" dev eth0
 	ip -n "$NETNS" link set eth0 up
-	ip -n "$NETNS" route add "$NODE_IP/32" via "$HOSTBR_IP"
-	ip -n "$NETNS" route add "$CLUSTER_POD_CIDR" via "$HOSTBR_IP" # the other nodes' pods, through the host
-	ip -n "$NETNS" route add "$SERVICE_CIDR" via "$HOSTBR_IP"
+	ip -n "$NETNS" route add "$NODE_IP/32" via "$NODES_BRIDGE_IP"
+	ip -n "$NETNS" route add "$CLUSTER_POD_CIDR" via "$NODES_BRIDGE_IP" # the other nodes' pods, through the host
+	ip -n "$NETNS" route add "$SERVICE_CIDR" via "$NODES_BRIDGE_IP"
 	ip route replace "$PODCIDR" via "$IP"
 	ip netns exec "$NETNS" sysctl -qw net.ipv4.ip_forward=1
 	ip netns exec "$NETNS" sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null || echo "bridge-nf-call-iptables not per netns"
@@ -156,15 +152,10 @@ add() {
 		write_kube_proxy_config
 		# shellcheck disable=SC2086
 		start kube-proxy $innode "$KUBE_BIN/kube-proxy" --config "$STATE_DIR/kube-proxy.yaml"
+		wait_node "$NAME" 60
+		# shellcheck disable=SC2086
+		[ "$CLUSTER_CNI" != flannel ] || start_flannel eth0 "$IP" $innode
 	)
-	wait_node "$NAME" 60
-	if [ "$CLUSTER_CNI" = flannel ]; then
-		(
-			STATE_DIR=$ND RUN_DIR=$NR LOG_DIR=$ND/logs PID_DIR=$ND/pids NODE_NAME=$NAME POD_CIDR=$PODCIDR
-			# shellcheck disable=SC2086
-			start_flannel eth0 "$IP" nsenter --net=/run/netns/$NETNS --mount=$MNT --
-		)
-	fi
 	kubectl label node "$NODE_NAME" topology.kubernetes.io/zone=zone-a >/dev/null 2>&1 || true
 	log "node $NAME is Ready ($IP, pods $PODCIDR, $ZONE; logs: $ND/logs)"
 }
@@ -222,7 +213,7 @@ remove-all)
 		vars "${d##*-}"
 		remove
 	done
-	ip link del "$HOSTBR" 2>/dev/null || true
+	ip link del "$NODES_BRIDGE" 2>/dev/null || true
 	;;
 *) die "usage: node.sh add N... | ensure COUNT | remove N... | remove-all | isolate N... | reconnect N..." ;;
 esac
