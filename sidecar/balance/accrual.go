@@ -352,7 +352,7 @@ func IndexP2CAvailable(bs []*Breaker, now int64, rnd uint64) int {
 			continue
 		}
 		tries++
-		if k := pickPair(bs, int(i), int(j), now); k >= 0 {
+		if k := pickPair(bs, int(i), int(j), now, mix(rnd)); k >= 0 {
 			return k
 		}
 		rnd = mix(rnd)
@@ -363,7 +363,7 @@ func IndexP2CAvailable(bs []*Breaker, now int64, rnd uint64) int {
 		if bs[i].Available(now) {
 			if first < 0 {
 				first = i
-			} else if k := pickPair(bs, first, i, now); k >= 0 {
+			} else if k := pickPair(bs, first, i, now, mix(rnd)); k >= 0 {
 				return k
 			} else {
 				first = -1 // both claimed by others meanwhile
@@ -401,16 +401,18 @@ func forceProbe(bs []*Breaker) int {
 	return -1
 }
 
-// pickPair returns the index of the available one of bs[i] and bs[j] of
-// lower Cost at now (a responsive one before an unresponsive one, see
-// silence.go), taken, or the other if it cannot be taken, or -1.
-func pickPair(bs []*Breaker, i, j int, now int64) int {
+// pickPair returns the index of the one of bs[i] and bs[j] to place a
+// request on at now, taken, or the other if it cannot be taken, or -1
+// when neither is available. Of two available: a due probe first (it is
+// the way back of an ejected endpoint, and its estimate, unrefreshed
+// while it was out, must not postpone it); then, as IndexP2C, a
+// responsive one before an unresponsive one (silence.go), the lower
+// cost, and rnd's lowest bit between costs within 1 %.
+func pickPair(bs []*Breaker, i, j int, now int64, rnd uint64) int {
 	switch iok, jok := bs[i].Available(now), bs[j].Available(now); {
 	case iok && jok:
-		ci, _, si := bs[i].load(now)
-		cj, _, sj := bs[j].load(now)
-		if sj < si || sj == si && cj < ci {
-			i, j = j, i // j stands better (silence.go), or as well and costs less
+		if better(bs[j], bs[i], now, rnd) {
+			i, j = j, i
 		}
 	case iok:
 		j = -1
@@ -426,6 +428,25 @@ func pickPair(bs []*Breaker, i, j int, now int64) int {
 		return j
 	}
 	return -1
+}
+
+// better reports whether b should take a request before a, both
+// available at now (see pickPair).
+func better(b, a *Breaker, now int64, rnd uint64) bool {
+	if pa, pb := a.phase.Load() == phaseEjected, b.phase.Load() == phaseEjected; pa != pb {
+		return pb
+	}
+	ca, _, sa := a.load(now)
+	cb, _, sb := b.load(now)
+	switch {
+	case sb != sa:
+		return sb < sa
+	case cb < ca*0.99:
+		return true
+	case ca < cb*0.99:
+		return false
+	}
+	return rnd&1 == 1
 }
 
 // mix is splitmix64's step: a new random word from rnd.

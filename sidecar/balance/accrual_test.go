@@ -355,6 +355,40 @@ func TestPickAvailablePrefersLowerCost(t *testing.T) {
 	}
 }
 
+// TestDueProbeGoesFirst: an ejected endpoint whose penalty is over gets
+// its probe the first time it is drawn, even against an endpoint that
+// costs less: its estimate, unrefreshed while it was out, must not
+// postpone the way back (the three-node TestBreaker waited seconds for
+// one).
+func TestDueProbeGoesFirst(t *testing.T) {
+	_, bs := breakers(t, noJitter(), 2)
+	sample(bs[0].Endpoint, t0, t0+100*ms) // its last answer was slow
+	sample(bs[1].Endpoint, t0, t0+ms)
+	fail(bs[0], t0, 7)
+	if got := PickP2CAvailable(bs, t0+sec, rand.Uint64()); got != bs[0] {
+		t.Fatalf("with its probe due the ejected endpoint was not picked first")
+	}
+	wantState(t, "after its first draw", bs[0], t0+sec, StateProbeInFlight)
+}
+
+// TestPickAvailableTies: two available endpoints whose costs are within
+// 1 % share the picks, as in IndexP2C, instead of the first drawn taking
+// every one.
+func TestPickAvailableTies(t *testing.T) {
+	_, bs := breakers(t, noJitter(), 2)
+	sample(bs[0].Endpoint, t0, t0+10*ms)
+	sample(bs[1].Endpoint, t0, t0+10*ms+50*int64(time.Microsecond)) // 0.5 % more
+	got := 0
+	for i := range 1000 {
+		if PickP2CAvailable(bs, t0+11*ms, uint64(i)*0x9e3779b97f4a7c15) == bs[1] {
+			got++
+		}
+	}
+	if got < 400 || got > 600 {
+		t.Errorf("the endpoint 0.5 %% costlier got %d of 1000 picks, want about half", got)
+	}
+}
+
 // TestConcurrentAccrual hammers one accrual from many goroutines: the
 // floor holds throughout and the out count matches the breakers' states
 // at the end. Run it with -race.

@@ -43,29 +43,16 @@ func (c Config) Validate() error {
 // peak-EWMA RTT estimate and the weight. It is safe for concurrent use and
 // takes no lock: every field is an atomic. Create it with NewEndpoint.
 //
-// The estimate follows tower's PeakEwma (tower/src/load/peak_ewma.rs), the
-// one linkerd2-proxy balances HTTP with. The state is an estimate E as of
-// the time u of its last update, where reading the cost counts as an
-// update. With τ the decay and w = exp(-(t-u)/τ):
-//
-//   - reading the cost at t (tower's load) decays E toward 0:
-//     E ← E·w, u ← t;
-//   - a sample s (the RTT of a request) at t: if E < s, the peak, E ← s;
-//     else E ← E·w + s·(1−w), an average weighted toward s by the time
-//     since the last update; then u ← t.
-//
-// Before any sample E is DefaultRTT as of NewEndpoint's time, decaying as
-// above. Decay toward 0 is memoryless (E·w₁·w₂ = E·exp(-(Δ₁+Δ₂)/τ)), so the
-// estimate is kept as one float64, ln E + (u−origin)/τ, from which E at any
-// t is exp(x − (t−origin)/τ): a read stores only u, a sample swaps x with
-// a compare-and-swap, and no lock pairs E with its time.
+// The estimate is estimate.go's.
 type Endpoint struct {
 	pending  atomic.Int64
 	silent   silence       // requests waiting for their first byte (silence.go)
-	logEst   atomic.Uint64 // float64 bits of ln E + (u−origin)/τ
-	updated  atomic.Int64  // u: the last read or sample
+	est      atomic.Uint64 // float64 bits of E, as of updated (estimate.go)
+	updated  atomic.Int64  // u: the last sample, or the prior's time
+	sampled  atomic.Bool   // E is from samples, not the prior
+	fresh    atomic.Bool   // a prior with no request placed since: costs 0
 	weight   atomic.Uint32
-	origin   int64
+	hold     int64   // how long E holds after u before it decays, ns
 	invDecay float64 // 1/τ, per nanosecond
 }
 
@@ -79,9 +66,8 @@ func NewEndpoint(c Config, weight uint32, now int64) *Endpoint {
 	if decay <= 0 {
 		decay = DefaultDecay
 	}
-	e := &Endpoint{origin: now, invDecay: 1 / float64(decay)}
-	e.logEst.Store(math.Float64bits(math.Log(float64(rtt))))
-	e.updated.Store(now)
+	e := &Endpoint{hold: int64(decay) / holdShare, invDecay: 1 / float64(decay)}
+	e.setPrior(rtt, now)
 	e.weight.Store(weight)
 	return e
 }
@@ -114,16 +100,16 @@ func (e *Endpoint) Weight() uint32 { return max(e.weight.Load(), 1) }
 // Pending returns the requests started and not yet Done.
 func (e *Endpoint) Pending() int64 { return e.pending.Load() }
 
-// Estimate returns the RTT estimate at now, for diagnostics: unlike Cost it
-// does not count as an update.
+// Estimate returns the RTT estimate at now.
 func (e *Endpoint) Estimate(now int64) time.Duration {
-	return time.Duration(e.at(e.logEst.Load(), now))
+	return time.Duration(e.estimate(now))
 }
 
 // Cost is Linkerd's load of the endpoint at now, estimate × (pending + 1)
 // / weight, in nanoseconds: pending are the requests in flight, the 1 the
-// request being placed. Like tower's load it counts as an update of the
-// estimate (see Endpoint).
+// request being placed. Unlike tower's load it changes nothing
+// (estimate.go). An endpoint no request was placed on since its prior was
+// set costs 0: it is measured first.
 //
 // While requests wait on e with no response byte for longer than its
 // estimate (silence.go), the estimate counts as that wait: an endpoint
@@ -138,47 +124,14 @@ func (e *Endpoint) Cost(now int64) float64 {
 // silent longer than its estimate (or down), and its standing, which
 // orders a pair before the costs do. One reading of the estimate.
 func (e *Endpoint) load(now int64) (cost float64, quiet bool, st standing) {
-	e.touch(now)
-	est := e.at(e.logEst.Load(), now)
+	est := e.estimate(now)
 	silence := float64(e.silent.at(now))
 	st = e.silent.standing(silence, est)
 	quiet = st != responsive || silence > est
+	if e.fresh.Load() {
+		return 0, quiet, st
+	}
 	return max(est, silence) * float64(e.pending.Load()+1) / float64(e.Weight()), quiet, st
-}
-
-// at is the estimate x stands for at t.
-func (e *Endpoint) at(x uint64, t int64) float64 {
-	return math.Exp(math.Float64frombits(x) - float64(t-e.origin)*e.invDecay)
-}
-
-// touch moves u to t unless it is there or later.
-func (e *Endpoint) touch(t int64) {
-	if e.updated.Load() < t {
-		e.updated.Store(t)
-	}
-}
-
-// observe folds the sample rtt (nanoseconds) taken at now into the
-// estimate. Concurrent samples each apply whole (the swap retries); a
-// read racing with them can make u lag by the width of the race.
-func (e *Endpoint) observe(rtt float64, now int64) {
-	for {
-		old := e.logEst.Load()
-		u := e.updated.Load()
-		t := max(now, u)
-		est := e.at(old, u) // E as of u
-		if est < rtt {
-			est = rtt // the peak
-		} else {
-			w := math.Exp(-float64(t-u) * e.invDecay)
-			est = est*w + rtt*(1-w)
-		}
-		x := math.Log(est) + float64(t-e.origin)*e.invDecay
-		if e.logEst.CompareAndSwap(old, math.Float64bits(x)) {
-			e.touch(t)
-			return
-		}
-	}
 }
 
 // Handle is one request placed on an endpoint. Keep it in a variable and
@@ -195,6 +148,9 @@ type Handle struct {
 // response byte (Observe).
 func (e *Endpoint) Start(now int64) Handle {
 	e.pending.Add(1)
+	if e.fresh.Load() {
+		e.fresh.Store(false)
+	}
 	e.silent.begin(now)
 	return Handle{ep: e, start: now, awaiting: true}
 }

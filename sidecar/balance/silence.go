@@ -31,7 +31,6 @@ package balance
 // silent.
 
 import (
-	"math"
 	"sync/atomic"
 	"time"
 )
@@ -135,7 +134,7 @@ func (e *Endpoint) Unresponsive(now int64) bool {
 		return true
 	}
 	silence := e.silent.at(now)
-	return silence > 0 && e.silent.standing(float64(silence), e.at(e.logEst.Load(), now)) != responsive
+	return silence > 0 && e.silent.standing(float64(silence), e.estimate(now)) != responsive
 }
 
 // quiet reports whether e is down or silent longer than its estimate at
@@ -145,7 +144,7 @@ func (e *Endpoint) quiet(now int64) bool {
 		return true
 	}
 	silence := e.silent.at(now)
-	return silence > 0 && float64(silence) > e.at(e.logEst.Load(), now)
+	return silence > 0 && float64(silence) > e.estimate(now)
 }
 
 // Silence returns how long requests have waited on e at now with no
@@ -163,8 +162,7 @@ func (e *Endpoint) MarkResponsive(rtt time.Duration, now int64) {
 	if rtt <= 0 {
 		rtt = DefaultRTT
 	}
-	e.logEst.Store(math.Float64bits(math.Log(float64(rtt)) + float64(now-e.origin)*e.invDecay))
-	e.touch(now)
+	e.setPrior(rtt, now)
 	e.silent.heard(now) // requests from before the rejoin do not mark it again
 	e.silent.down.Store(false)
 }
@@ -182,7 +180,7 @@ func (h *Handle) Unanswered(now int64) bool {
 	}
 	e := h.ep
 	start := atomic.LoadInt64(&h.start)
-	if float64(now-start) <= silenceLimit(e.at(e.logEst.Load(), now)) || e.silent.lastByte.Load() > start {
+	if float64(now-start) <= silenceLimit(e.estimate(now)) || e.silent.lastByte.Load() > start {
 		return false
 	}
 	return e.silent.down.CompareAndSwap(false, true)
