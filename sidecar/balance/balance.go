@@ -166,17 +166,20 @@ func (e *Endpoint) StartConn(now int64) Handle {
 // response byte. Calls after the first, or after Done, are ignored.
 // (linkerd2-proxy samples at the first response data frame and also when
 // the response ends or fails before one; a request that fails here without
-// Observe gives no sample.)
-func (h *Handle) Observe(now int64) {
+// Observe gives no sample.) It returns the sample, and false when the
+// call was ignored.
+func (h *Handle) Observe(now int64) (rtt time.Duration, ok bool) {
 	if h.ep == nil || h.observed {
-		return
+		return 0, false
 	}
 	h.observed = true
-	h.ep.observe(float64(max(now-atomic.LoadInt64(&h.start), 0)), now)
+	rtt = time.Duration(max(now-atomic.LoadInt64(&h.start), 0))
+	h.ep.observe(float64(rtt), now)
 	if h.awaiting {
 		h.awaiting = false
 		h.ep.silent.answered(now)
 	}
+	return rtt, true
 }
 
 // Waiting reports whether h is a request still waiting for its first

@@ -105,6 +105,7 @@ type Pick struct {
 	// destination (unknown to it, or unreachable with nothing cached):
 	// Addr is then the original destination and Identity is zero.
 	Fallback bool
+	zoned    bool // a zone-aware pick: FirstByte feeds ep.typical
 	ep       *endpoint
 	s        *sub
 	br       *balance.Breaker // with failure accrual on

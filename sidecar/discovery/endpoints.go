@@ -59,6 +59,7 @@ type endpoint struct {
 	br          *balance.Breaker // while pickable with accrual on
 	terminating bool
 	probing     atomic.Bool // a probe of it runs (probe.go)
+	typical     typicalRTT  // sampled by zone-aware picks (zone.go)
 }
 
 // touch marks s used (see used).

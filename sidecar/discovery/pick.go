@@ -191,11 +191,13 @@ func (r *Resolver) pickLocked(s *sub, dst netip.AddrPort, o pickOpts) (pk Pick, 
 	}
 	var ep *endpoint
 	var br *balance.Breaker
+	var zoned bool
 	switch {
 	case o.conn:
 		ep = s.pickable[balance.IndexLeastLoaded(s.lbs, rand.Uint64())]
 	case s.acc != nil:
-		i, zoned := s.zonePick(now, true)
+		var i int
+		i, zoned = s.zonePick(now, true)
 		if !zoned {
 			i = balance.IndexP2CAvailable(s.brs, now, rand.Uint64())
 		}
@@ -205,7 +207,8 @@ func (r *Resolver) pickLocked(s *sub, dst netip.AddrPort, o pickOpts) (pk Pick, 
 		}
 		ep, br = s.pickable[i], s.brs[i]
 	default:
-		i, zoned := s.zonePick(now, false)
+		var i int
+		i, zoned = s.zonePick(now, false)
 		if !zoned {
 			i = balance.IndexP2C(s.lbs, now, rand.Uint64())
 		}
@@ -214,7 +217,7 @@ func (r *Resolver) pickLocked(s *sub, dst netip.AddrPort, o pickOpts) (pk Pick, 
 	r.lookedUp.Inc()
 	s.failFast = false // an endpoint is available again (a probe may have restored it)
 	s.active.Add(1)
-	pk = Pick{Endpoint: ep.Endpoint, ep: ep, s: s, br: br, r: r}
+	pk = Pick{Endpoint: ep.Endpoint, ep: ep, s: s, br: br, r: r, zoned: zoned}
 	if o.conn {
 		pk.h = ep.lb.StartConn(now)
 	} else {
@@ -247,8 +250,16 @@ func (s *sub) nextProbe() int64 {
 }
 
 // FirstByte records that the first response byte arrived: the request's
-// round-trip time, which feeds the endpoint's peak-EWMA estimate.
-func (p *Pick) FirstByte() { p.h.Observe(monoNow()) }
+// round-trip time, which feeds the endpoint's peak-EWMA estimate, and on
+// a zone-aware pick its typical RTT (zone.go).
+func (p *Pick) FirstByte() { p.firstByteAt(monoNow()) }
+
+// firstByteAt is FirstByte at now.
+func (p *Pick) firstByteAt(now int64) {
+	if rtt, ok := p.h.Observe(now); ok && p.zoned {
+		p.ep.typical.observe(rtt)
+	}
+}
 
 // Connected records that the connection the request goes out on has just
 // been established: its handshake is not part of the round-trip time (see

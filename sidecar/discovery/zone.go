@@ -3,36 +3,108 @@ package discovery
 // Zone-aware balancing, on when the parent Service asks for it (the
 // policy's ZoneAware, routes.Backend.LocalZone): a request goes to an
 // endpoint in the proxy's own zone — the best of two local ones, as
-// peak-EWMA P2C picks — unless none is available there, or the best of
-// two elsewhere costs less than that one by more than SpillRatio. Cost is
-// the estimate times the requests pending (balance.Endpoint.Cost), so
-// traffic spills when the local endpoints are slower (latency) or busier
-// (load) than the others, not only when they are gone, and returns as
-// their estimates come back down. With failure accrual on, ejected local
-// endpoints are not available: failures spill too.
+// peak-EWMA P2C picks — unless the local side cannot serve it as well as
+// the other zones (spill, below); then to the best of two elsewhere.
+//
+// Whether to spill is not decided on the peak-EWMA costs that choose
+// within a side. A local endpoint takes nearly every request, so its
+// estimate follows its latency's tail (peaks); a remote one, sampled now
+// and then, holds a typical value; and a cost multiplies the estimate by
+// the requests in flight. On a busy node the local tail alone is over
+// twice the remote's typical, and one request in flight halves what is
+// left of the margin: the zone spilled with no slowdown at all, traffic
+// swung between the zones (the three-node demo's windows had 130 of 304
+// requests local, then 303 of 304, then 159 of 305). Instead:
+//
+//   - unavailable: no local endpoint is available (failure accrual
+//     ejected them), or the local one is unresponsive and the remote not
+//     (balance/silence.go): spill.
+//   - load: the local endpoint has spillPending requests or more in
+//     flight and would keep the request more than SpillRatio times as
+//     long as the remote one (typical RTT × (pending + 1)): spill this
+//     request.
+//   - latency: the zone is slow while the local endpoint's typical RTT
+//     is above enterSlow (3× the remote's and 25 ms more); it stops
+//     being slow when it is back within leaveSlow (2× and 12.5 ms more).
+//     While slow, requests spill but one every localProbeEvery, which
+//     measures the local side.
+//   - otherwise the request stays, but one every remoteRefreshEvery goes
+//     to the remote side to keep its typical RTT current.
+//
+// The typical RTT (typicalRTT) is an average that one slow answer moves
+// by little and a sustained change moves within a few answers. It is
+// sampled only on zone-aware picks: with zone-aware balancing off, none
+// of this runs.
 
 import (
+	"math"
 	"math/rand/v2"
 	"sync/atomic"
+	"time"
 
 	"github.com/plexus-mesh/plexus/sidecar/balance"
 )
 
-// SpillRatio: a request leaves its zone when the best local endpoint's
-// cost is above SpillRatio times the best remote one's. An endpoint that
-// takes no requests sees its estimate decay (τ = 10 s), so a remote
-// endpoint is tried about every τ·ln(SpillRatio) ≈ 7 s when the local
-// ones are as fast: its estimate stays fresh, at well under 5 % of the
-// requests at any rate above one a second.
-const SpillRatio = 2.0
+// The spill rules' parameters (see above).
+const (
+	SpillRatio         = 2.0
+	spillPending       = 4
+	localProbeEvery    = 250 * time.Millisecond
+	remoteRefreshEvery = 5 * time.Second
+)
+
+// enterSlow and leaveSlow: a zone whose local typical RTT l is above
+// enterSlow(r), r the remote's, is slow until l is back within
+// leaveSlow(r). The absolute margins keep a node's scheduling noise (a
+// few ms) from counting as slowness when RTTs are a millisecond.
+func enterSlow(r float64) float64 { return max(3*r, r+float64(25*time.Millisecond)) }
+func leaveSlow(r float64) float64 { return max(2*r, r+float64(12500*time.Microsecond)) }
+
+// typicalRTT is an endpoint's typical round trip for zone decisions: an
+// EWMA over samples with weight typicalWeight, each sample capped at
+// typicalCap times the average. One answer 10× slower moves it by 60 %;
+// a change to 30× slower is followed within 8 answers. 0 is no sample.
+type typicalRTT struct{ bits atomic.Uint64 }
+
+const (
+	typicalWeight = 0.2
+	typicalCap    = 4
+)
+
+// get returns the typical RTT in nanoseconds, 0 before the first sample.
+func (t *typicalRTT) get() float64 { return math.Float64frombits(t.bits.Load()) }
+
+// observe folds in the sample rtt.
+func (t *typicalRTT) observe(rtt time.Duration) {
+	s := float64(max(rtt, 1))
+	for {
+		old := t.bits.Load()
+		v := math.Float64frombits(old)
+		if v > 0 {
+			v += typicalWeight * (min(s, typicalCap*v) - v)
+		} else {
+			v = s
+		}
+		if t.bits.CompareAndSwap(old, math.Float64bits(v)) {
+			return
+		}
+	}
+}
 
 // zoneSplit is the zone split of a sub's pickable endpoints (under the
 // sub's lock). Rebuilt with them; nothing while zone is "".
 type zoneSplit struct {
 	zone                string // the proxy's zone; "": zone-aware balancing off
 	local, remote       []int  // indices into pickable
+	localEps, remoteEps []*endpoint
 	localLbs, remoteLbs []*balance.Endpoint
 	localBrs, remoteBrs []*balance.Breaker // with failure accrual
+
+	slow bool // the latency rule holds the zone slow
+	// nextLocal is when, while slow, the next request goes local;
+	// nextRemote when, while not, the next goes remote (monotonic ns).
+	nextLocal, nextRemote int64
+
 	// localPicks and remotePicks count zone-aware picks by where they
 	// went.
 	localPicks, remotePicks atomic.Uint64
@@ -61,19 +133,22 @@ func (s *sub) zonePick(now int64, accrual bool) (i int, ok bool) {
 // split recomputes the split of pickable (whose balancer states and
 // breakers are lbs and brs; brs nil without accrual).
 func (z *zoneSplit) split(pickable []*endpoint, lbs []*balance.Endpoint, brs []*balance.Breaker) {
-	z.local, z.remote, z.localLbs, z.remoteLbs, z.localBrs, z.remoteBrs = nil, nil, nil, nil, nil, nil
+	z.local, z.remote, z.localEps, z.remoteEps = nil, nil, nil, nil
+	z.localLbs, z.remoteLbs, z.localBrs, z.remoteBrs = nil, nil, nil, nil
 	if z.zone == "" {
 		return
 	}
 	for i, ep := range pickable {
 		if ep.Labels["zone"] == z.zone {
 			z.local = append(z.local, i)
+			z.localEps = append(z.localEps, ep)
 			z.localLbs = append(z.localLbs, lbs[i])
 			if brs != nil {
 				z.localBrs = append(z.localBrs, brs[i])
 			}
 		} else {
 			z.remote = append(z.remote, i)
+			z.remoteEps = append(z.remoteEps, ep)
 			z.remoteLbs = append(z.remoteLbs, lbs[i])
 			if brs != nil {
 				z.remoteBrs = append(z.remoteBrs, brs[i])
@@ -106,7 +181,7 @@ func (z *zoneSplit) pick(now int64, rl, rr uint64, accrual bool) (i int, ok bool
 	switch {
 	case li < 0 && ri < 0:
 		return -1, false
-	case li < 0 || ri >= 0 && z.spill(z.localLbs[li], z.remoteLbs[ri], now):
+	case li < 0 || ri >= 0 && z.spill(z.localEps[li], z.remoteEps[ri], now):
 		z.remotePicks.Add(1)
 		return z.remote[ri], true
 	}
@@ -115,12 +190,41 @@ func (z *zoneSplit) pick(now int64, rl, rr uint64, accrual bool) (i int, ok bool
 }
 
 // spill reports whether a request should go to the remote endpoint rather
-// than the local one: the local one is unresponsive and the remote one
-// not (balance/silence.go), or, both or neither being so, the remote one
-// costs less by SpillRatio.
-func (z *zoneSplit) spill(local, remote *balance.Endpoint, now int64) bool {
-	if lu, ru := local.Unresponsive(now), remote.Unresponsive(now); lu != ru {
+// than the local one, by the rules at the top of this file, and moves
+// their state on.
+func (z *zoneSplit) spill(local, remote *endpoint, now int64) bool {
+	l, r := local.lb, remote.lb
+	if lu, ru := l.Unresponsive(now), r.Unresponsive(now); lu != ru {
 		return lu
 	}
-	return remote.Cost(now)*SpillRatio < local.Cost(now)
+	lt, rt := local.typical.get(), remote.typical.get()
+	if lp := l.Pending(); lp >= spillPending {
+		lw, rw := float64(lp+1), float64(r.Pending()+1)
+		if lt > 0 && rt > 0 {
+			lw, rw = lw*lt, rw*rt
+		}
+		if lw > SpillRatio*rw {
+			return true
+		}
+	}
+	if lt > 0 && rt > 0 {
+		switch {
+		case !z.slow && lt > enterSlow(rt):
+			z.slow, z.nextLocal = true, now+int64(localProbeEvery)
+		case z.slow && lt <= leaveSlow(rt):
+			z.slow, z.nextRemote = false, now+int64(remoteRefreshEvery)
+		}
+	}
+	if z.slow {
+		if now >= z.nextLocal {
+			z.nextLocal = now + int64(localProbeEvery)
+			return false
+		}
+		return true
+	}
+	if now >= z.nextRemote {
+		z.nextRemote = now + int64(remoteRefreshEvery)
+		return true
+	}
+	return false
 }

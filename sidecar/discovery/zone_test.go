@@ -40,7 +40,7 @@ func local(addr string) bool { return strings.HasPrefix(addr, "10.1.") }
 // decays: without jitter the endpoint whose last sample was lowest would
 // win every pair.)
 func answerIn(p *Pick, rtt time.Duration) {
-	p.h.Observe(monoNow() + int64(rtt) + rand.Int64N(int64(rtt)/10))
+	p.firstByteAt(monoNow() + int64(rtt) + rand.Int64N(int64(rtt)/10))
 }
 
 // testRTT is every answer's round trip unless a test says otherwise.
@@ -125,9 +125,9 @@ func TestZoneAwareSpillsWhenLocalUnresponsive(t *testing.T) {
 	}
 }
 
-// TestZoneAwareSpillsOnLoad: requests pending on the local endpoints
-// raise their cost until the remote ones win; once they finish, traffic
-// comes back.
+// TestZoneAwareSpillsOnLoad: once spillPending requests are pending on
+// the local endpoint picked, requests go to the remote ones; once they
+// finish, traffic comes back.
 func TestZoneAwareSpillsOnLoad(t *testing.T) {
 	e := zoneEnv(t)
 	on := &routes.Backend{LocalZone: "zone-a"}
@@ -159,9 +159,10 @@ func TestZoneAwareSpillsOnLoad(t *testing.T) {
 	}
 }
 
-// TestZoneAwareSpillsOnLatency: local endpoints that answer slowly (a
-// peak estimate) lose their traffic to the other zone at once: one slow
-// answer each.
+// TestZoneAwareSpillsOnLatency: local endpoints that answer slowly lose
+// their traffic to the other zone at once: one slow answer each (the
+// first answer is the typical RTT; TestZoneSpillsOnLatencyAndReturns
+// follows a change in a measured one).
 func TestZoneAwareSpillsOnLatency(t *testing.T) {
 	e := zoneEnv(t)
 	e.countLocal(&routes.Backend{}, 100) // every endpoint measured
@@ -184,7 +185,7 @@ func TestZoneAwareSpillsOnLatency(t *testing.T) {
 		t.Errorf("%d slow local answers before traffic left the zone; want at most one per local endpoint", slow)
 	}
 	if l := e.countLocal(on, 100); l > 0 {
-		t.Errorf("with both local endpoints estimated at 80 ms against 2 ms, %d of 100 picks stayed local", l)
+		t.Errorf("with both local endpoints typically at 80 ms against 2 ms, %d of 100 picks stayed local", l)
 	}
 }
 
