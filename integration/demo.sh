@@ -130,7 +130,7 @@ if [ "$zones" -ge 2 ]; then
 		echo "      votes replica $p in $(zone_of "$p")"
 	done
 	[ $((l + r)) -gt 0 ] || die "web's proxy counted no zone-aware request to votes"
-	[ $((l * 100)) -ge $(((l + r) * 90)) ] || die "only $l of $((l + r)) of web's requests to votes stayed in its zone"
+	[ $((l * 100)) -ge $(((l + r) * 95)) ] || die "only $l of $((l + r)) of web's requests to votes stayed in its zone (want 95 %)"
 fi
 
 step "observability: the viz extension (tap, Prometheus, dashboard)"

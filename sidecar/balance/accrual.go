@@ -218,6 +218,23 @@ func (b *Breaker) Cancel() {
 	b.mu.Unlock()
 }
 
+// Claimed reports whether b's probe is claimed: right after a pick
+// returned b, that the pick claimed it.
+func (b *Breaker) Claimed() bool { return b.phase.Load() == phaseProbing }
+
+// Unclaim undoes the claim of b's probe by a pick whose request went to
+// another endpoint (a zone-aware pick picks on both sides and places the
+// request on one): b is available for its probe again, and no probe is
+// counted. Call it only for a Breaker the same pick returned, before any
+// request is placed on it; otherwise a probe in flight would be undone.
+func (b *Breaker) Unclaim() {
+	b.mu.Lock()
+	if b.phase.CompareAndSwap(phaseProbing, phaseEjected) { // until is past
+		b.acc.probes.Add(^uint64(0))
+	}
+	b.mu.Unlock()
+}
+
 // Remove stops tracking b (discovery removed it): it no longer counts
 // toward the floor, is never available and ignores outcomes. Calls after
 // the first are ignored.

@@ -18,7 +18,9 @@ package discovery
 //
 //   - unavailable: no local endpoint is available (failure accrual
 //     ejected them), or the local one is unresponsive and the remote not
-//     (balance/silence.go): spill.
+//     (balance/silence.go): spill. A local endpoint whose probe is due
+//     (failure accrual) takes the request whatever the rules below say:
+//     it is the way back.
 //   - load: the local endpoint has spillPending requests or more in
 //     flight and would keep the request more than SpillRatio times as
 //     long as the remote one (typical RTT × (pending + 1)): spill this
@@ -178,12 +180,21 @@ func (z *zoneSplit) pick(now int64, rl, rr uint64, accrual bool) (i int, ok bool
 			ri = balance.IndexP2C(z.remoteLbs, now, rr)
 		}
 	}
-	switch {
-	case li < 0 && ri < 0:
+	if li < 0 && ri < 0 {
 		return -1, false
-	case li < 0 || ri >= 0 && z.spill(z.localEps[li], z.remoteEps[ri], now):
+	}
+	// With accrual, picking a pair claims a due probe; a probe the request
+	// does not go to is given back, or its endpoint would stay out.
+	probe := accrual && li >= 0 && z.localBrs[li].Claimed()
+	if li < 0 || ri >= 0 && !probe && z.spill(z.localEps[li], z.remoteEps[ri], now) {
+		if li >= 0 && accrual {
+			z.localBrs[li].Unclaim()
+		}
 		z.remotePicks.Add(1)
 		return z.remote[ri], true
+	}
+	if ri >= 0 && accrual {
+		z.remoteBrs[ri].Unclaim()
 	}
 	z.localPicks.Add(1)
 	return z.local[li], true

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plexus-mesh/plexus/mesh/policy/accrual"
 	"github.com/plexus-mesh/plexus/sidecar/balance"
 )
 
@@ -184,5 +185,62 @@ func TestZoneSpillsOnLoad(t *testing.T) {
 	}
 	if z.maxLocalPending > 3*spillPending {
 		t.Errorf("the local replica had %d requests in flight; want the spill to keep its queue near %d", z.maxLocalPending, spillPending)
+	}
+}
+
+// TestZoneProbeNotLeaked: a zone-aware pick with failure accrual picks a
+// pair on each side, which claims an ejected endpoint's due probe; the
+// side the request does not go to gives its claim back. A claim kept with
+// no request placed kept the endpoint out for good: the local replicas of
+// TestZoneAware on three nodes never came back after they were fixed.
+func TestZoneProbeNotLeaked(t *testing.T) {
+	acc, err := balance.NewAccrual(accrual.Config{ConsecutiveFailures: 1, MinPenalty: time.Second, MaxPenalty: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eps []*endpoint
+	var lbs []*balance.Endpoint
+	var brs []*balance.Breaker
+	for _, zone := range []string{"zone-a", "zone-b"} {
+		ep := &endpoint{Endpoint: Endpoint{Labels: map[string]string{"zone": zone}}, lb: balance.NewEndpoint(balance.Config{}, 0, simT0)}
+		eps, lbs, brs = append(eps, ep), append(lbs, ep.lb), append(brs, acc.Add(ep.lb))
+	}
+	z := zoneSplit{zone: "zone-a"}
+	z.split(eps, lbs, brs)
+	local, remote := brs[0], brs[1]
+
+	// The remote endpoint is ejected; once its probe is due, requests
+	// still go local, and its probe stays unclaimed.
+	remote.Failure(simT0, 0)
+	now := simT0 + 2*simSec
+	z.nextRemote = now + simSec // no remote refresh due
+	for range 10 {
+		if i, ok := z.pick(now, rand.Uint64(), rand.Uint64(), true); !ok || i != 0 {
+			t.Fatalf("pick %d, %v; want the local endpoint", i, ok)
+		}
+	}
+	if st := remote.State(now); st != balance.StateProbing {
+		t.Errorf("remote endpoint %s after ten local picks, want probing (its probe unclaimed)", st)
+	}
+	// A remote refresh is the probe's chance: it goes remote and claims it.
+	z.nextRemote = now
+	if i, _ := z.pick(now, rand.Uint64(), rand.Uint64(), true); i != 1 || remote.State(now) != balance.StateProbeInFlight {
+		t.Errorf("the remote refresh picked %d, remote endpoint %s; want the remote endpoint's probe", i, remote.State(now))
+	}
+	remote.Success(now)
+
+	// The local endpoint is ejected and the zone is slow: requests spill,
+	// but the local probe, once due, goes local.
+	local.Failure(now, 0)
+	z.slow, z.nextLocal = true, now+time.Hour.Nanoseconds()
+	if i, _ := z.pick(now+simSec/2, rand.Uint64(), rand.Uint64(), true); i != 1 {
+		t.Fatalf("local endpoint ejected: picked %d, want the remote one", i)
+	}
+	now += 2 * simSec
+	if i, _ := z.pick(now, rand.Uint64(), rand.Uint64(), true); i != 0 || local.State(now) != balance.StateProbeInFlight {
+		t.Errorf("local probe due in a slow zone: picked %d, local endpoint %s; want its probe", i, local.State(now))
+	}
+	if s := acc.Stats(); s.Probes != 2 {
+		t.Errorf("%d probes counted, want 2 (one each side)", s.Probes)
 	}
 }
