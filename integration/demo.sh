@@ -109,13 +109,16 @@ zones=$(kubectl get nodes -o jsonpath='{range .items[*]}{.metadata.labels.topolo
 if [ "$zones" -ge 2 ]; then
 	step "zone-aware balancing: votes in every zone, web's requests stay in web's zone"
 	kubectl -n plexus-demo patch deployment votes --type merge -p \
-		'{"spec":{"replicas":'"$zones"',"template":{"spec":{"topologySpreadConstraints":[{"maxSkew":1,"topologyKey":"topology.kubernetes.io/zone","whenUnsatisfiable":"DoNotSchedule","labelSelector":{"matchLabels":{"app":"votes"}}}]}}}}' >/dev/null
+		'{"spec":{"replicas":'"$zones"',"template":{"spec":{"topologySpreadConstraints":[{"maxSkew":1,"topologyKey":"topology.kubernetes.io/zone","whenUnsatisfiable":"DoNotSchedule","labelSelector":{"matchLabels":{"app":"votes"}},"matchLabelKeys":["pod-template-hash"]}]}}}}' >/dev/null
 	kubectl -n plexus-demo rollout status deployment/votes --timeout 180s >/dev/null ||
 		{ kubectl -n plexus-demo describe pods -l app=votes >&2; die "votes did not spread over the zones"; }
 	kubectl -n plexus-demo annotate service votes balancer.plexus.dev/zone-aware=true --overwrite >/dev/null
 	web=$(kubectl -n plexus-demo get pods -l app=web -o jsonpath='{.items[0].metadata.name}')
 	zone_of() { kubectl get node "$(kubectl -n plexus-demo get pod "$1" -o jsonpath='{.spec.nodeName}')" -o jsonpath='{.metadata.labels.topology\.kubernetes\.io/zone}'; }
 	web_zone=$(zone_of "$web")
+	votes_pods=$(kubectl -n plexus-demo get pods -l app=votes -o go-template='{{range .items}}{{if not .metadata.deletionTimestamp}}{{.metadata.name}} {{end}}{{end}}')
+	spread=$(for p in $votes_pods; do zone_of "$p"; echo; done | sort -u | grep -c .)
+	[ "$spread" -ge "$zones" ] || { kubectl -n plexus-demo get pods -l app=votes -o wide >&2; die "votes' replicas are in $spread zone(s), want $zones"; }
 	zone_requests() {
 		kubectl get --raw "/api/v1/namespaces/plexus-demo/pods/$web:4191/proxy/metrics" |
 			awk -v l="zone_locality=\"$1\"" '/^outbound_http_balancer_zone_requests_total/ && /backend_name="votes"/ && index($0, l) { s += $NF } END { print s + 0 }'
@@ -126,7 +129,7 @@ if [ "$zones" -ge 2 ]; then
 	sleep 15
 	l=$(($(zone_requests local) - l0)) r=$(($(zone_requests remote) - r0))
 	echo "    web (in $web_zone) -> votes in the last 15s: $l requests in its zone, $r in another"
-	for p in $(kubectl -n plexus-demo get pods -l app=votes -o go-template='{{range .items}}{{if not .metadata.deletionTimestamp}}{{.metadata.name}} {{end}}{{end}}'); do
+	for p in $votes_pods; do
 		echo "      votes replica $p in $(zone_of "$p")"
 	done
 	[ $((l + r)) -gt 0 ] || die "web's proxy counted no zone-aware request to votes"
