@@ -270,6 +270,7 @@ func IndexP2C(eps []*Endpoint, now int64, rnd uint64) int {
 
 // PickLeastLoaded is power of two choices by pending requests (opaque
 // connections) over weight: of two distinct endpoints drawn with rnd, the
+// one not marked down (MarkDown, Unanswered) over one that is, then the
 // one of lower (pending + 1) / weight.
 func PickLeastLoaded(eps []*Endpoint, rnd uint64) *Endpoint {
 	if i := IndexLeastLoaded(eps, rnd); i >= 0 {
@@ -283,6 +284,12 @@ func IndexLeastLoaded(eps []*Endpoint, rnd uint64) int {
 	i, j := twoIndex(len(eps), rnd)
 	if j >= 0 {
 		a, b := eps[i], eps[j]
+		if da, db := a.Down(), b.Down(); da != db {
+			if da {
+				return j
+			}
+			return i
+		}
 		if (b.pending.Load()+1)*int64(a.Weight()) < (a.pending.Load()+1)*int64(b.Weight()) {
 			return j
 		}

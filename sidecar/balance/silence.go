@@ -155,6 +155,11 @@ func (e *Endpoint) Silence(now int64) time.Duration { return time.Duration(e.sil
 // with no answer or MarkResponsive since.
 func (e *Endpoint) Down() bool { return e.silent.down.Load() }
 
+// MarkDown marks e down: a connection to it failed (refused, unreachable,
+// timed out). It then loses every pair to an endpoint not down until it
+// answers or MarkResponsive; true means this call marked it.
+func (e *Endpoint) MarkDown() bool { return e.silent.down.CompareAndSwap(false, true) }
+
 // MarkResponsive clears Down: the owner reached the endpoint (a probe
 // connected). Its estimate starts again from rtt at now, as a newcomer's
 // does (JoinRTT over the others): it had no sample while it was down.

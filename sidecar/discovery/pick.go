@@ -280,11 +280,22 @@ func (p *Pick) Report(o balance.Outcome) {
 	p.br = nil
 }
 
+// ConnectFailed reports that a connection to the picked endpoint could
+// not be opened (refused, unreachable, timed out): the endpoint is marked
+// down, so that picks pass it over, and probed until it accepts a
+// connection or answers (probe.go). Call it before Done; nothing happens
+// for a fallback pick.
+func (p *Pick) ConnectFailed() {
+	if p.ep != nil && p.s != nil && p.ep.lb.MarkDown() {
+		p.r.probeDown(p.s, p.ep, p.Addr, "refused or did not accept a connection")
+	}
+}
+
 // Done releases the pick's in-flight slot. Calls after the first are
 // ignored.
 func (p *Pick) Done() {
 	if p.h.Waiting() && p.h.Unanswered(monoNow()) {
-		p.r.probeUnresponsive(p.s, p.ep, p.Addr)
+		p.r.probeDown(p.s, p.ep, p.Addr, "left a request unanswered past its silence limit")
 	}
 	p.h.Done()
 	if p.s != nil {

@@ -43,11 +43,12 @@ func dialProbe(ctx context.Context, addr netip.AddrPort) error {
 	return c.Close()
 }
 
-// probeUnresponsive starts probing ep, at addr, which a request of s just
-// marked down, unless a probe of it runs or the resolver is closing.
-func (r *Resolver) probeUnresponsive(s *sub, ep *endpoint, addr netip.AddrPort) {
+// probeDown starts probing ep, at addr, which a request or connection of
+// s just marked down (why says how), unless a probe of it runs or the
+// resolver is closing.
+func (r *Resolver) probeDown(s *sub, ep *endpoint, addr netip.AddrPort, why string) {
 	s.unresponsive.Add(1)
-	r.opts.Log.Warn("endpoint left a request unanswered past its silence limit; passing it over until it answers or accepts a connection",
+	r.opts.Log.Warn("endpoint "+why+"; passing it over until it answers or accepts a connection",
 		"dst", s.dst, "endpoint", addr)
 	if !ep.probing.CompareAndSwap(false, true) {
 		return // the running probe goes on while it is down

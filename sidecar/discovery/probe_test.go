@@ -43,7 +43,7 @@ func (e *env) markUnanswered(t *testing.T, addr string) {
 		t.Fatalf("a request unanswered for 2 s did not mark %s down", addr)
 	}
 	h.Done()
-	e.r.probeUnresponsive(s, ep, ep.Addr)
+	e.r.probeDown(s, ep, ep.Addr, "test")
 }
 
 // An endpoint that left a request unanswered is passed over by every pick
@@ -91,7 +91,7 @@ func TestUnresponsiveEndpointIsProbed(t *testing.T) {
 		}
 	}
 	want := `
-# HELP outbound_http_balancer_unresponsive_total Times an endpoint was marked unresponsive: a request waited on it past its silence limit and ended with no response byte from it meanwhile; picks pass it over until it answers or accepts a probe connection.
+# HELP outbound_http_balancer_unresponsive_total Times an endpoint was marked unresponsive: a request waited on it past its silence limit and ended with no response byte from it meanwhile, or a connection to it could not be opened; picks pass it over until it answers or accepts a probe connection.
 # TYPE outbound_http_balancer_unresponsive_total counter
 outbound_http_balancer_unresponsive_total{backend_name="web",backend_namespace="",backend_port="80"} 1
 `
@@ -150,4 +150,50 @@ func TestCloseEndsProbes(t *testing.T) {
 	if d := time.Since(t0); d > ProbeTimeout+500*time.Millisecond {
 		t.Errorf("Close took %v with a probe running; want it to end the probe at once", d)
 	}
+}
+
+// A connection that could not be opened (an opaque connection's dial
+// refused or timed out) marks its endpoint down at once: opaque picks,
+// least-loaded, pass it over as HTTP picks do, and it is probed until it
+// accepts a connection.
+func TestConnectFailedPassesOver(t *testing.T) {
+	var reachable atomic.Bool
+	e := newEnv(t, func(o *Options) {
+		o.Probe = func(ctx context.Context, addr netip.AddrPort) error {
+			if reachable.Load() {
+				return nil
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		}
+	})
+	e.srv.Set(svc.String(), add(wa("10.1.0.1:8080", webID), wa("10.1.0.2:8080", webID), wa("10.1.0.3:8080", webID)))
+	conns := func(n int, failed string) map[string]int {
+		got := map[string]int{}
+		for range n {
+			p, err := e.r.PickConn(context.Background(), svc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[p.Addr.String()]++
+			if p.Addr.String() == failed {
+				p.ConnectFailed()
+			}
+			p.Done()
+		}
+		return got
+	}
+	const dead = "10.1.0.1:8080"
+	if got := conns(30, ""); got[dead] == 0 {
+		t.Fatalf("before: %v, want every endpoint picked", got)
+	}
+	conns(30, dead) // the first pick of dead marks it
+	if got := conns(300, ""); got[dead] != 0 {
+		t.Errorf("after a failed connection: %d of 300 opaque picks went to %s, want 0", got[dead], dead)
+	}
+	if n := e.picks(300)[dead]; n != 0 {
+		t.Errorf("after a failed connection: %d of 300 HTTP picks went to %s, want 0", n, dead)
+	}
+	reachable.Store(true)
+	within(t, 5*time.Second, dead+" picked again", func() bool { return conns(30, "")[dead] > 0 })
 }

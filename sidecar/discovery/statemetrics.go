@@ -27,7 +27,7 @@ func newBalancerCollector(r *Resolver) *balancerCollector {
 		probed: prometheus.NewDesc("outbound_http_balancer_probes_total",
 			"Probe requests sent to ejected endpoints whose penalty ended (since accrual was configured for the backend).", backend, nil),
 		unresponsive: prometheus.NewDesc("outbound_http_balancer_unresponsive_total",
-			"Times an endpoint was marked unresponsive: a request waited on it past its silence limit and ended with no response byte from it meanwhile; picks pass it over until it answers or accepts a probe connection.", backend, nil),
+			"Times an endpoint was marked unresponsive: a request waited on it past its silence limit and ended with no response byte from it meanwhile, or a connection to it could not be opened; picks pass it over until it answers or accepts a probe connection.", backend, nil),
 		zoned: prometheus.NewDesc("outbound_http_balancer_zone_requests_total",
 			"Requests balanced zone-aware, by whether the endpoint was in the proxy's own zone (local) or not (remote).",
 			append(backend, "zone_locality"), nil),

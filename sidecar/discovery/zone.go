@@ -31,7 +31,8 @@ package discovery
 //     While slow, requests spill but one every localProbeEvery, which
 //     measures the local side.
 //   - otherwise the request stays, but one every remoteRefreshEvery goes
-//     to the remote side to keep its typical RTT current.
+//     to the remote side to keep its typical RTT current, and one goes to
+//     each remote endpoint not measured yet.
 //
 // The typical RTT (typicalRTT) is an average that one slow answer moves
 // by little and a sustained change moves within a few answers. It is
@@ -209,6 +210,12 @@ func (z *zoneSplit) spill(local, remote *endpoint, now int64) bool {
 		return lu
 	}
 	lt, rt := local.typical.get(), remote.typical.get()
+	if rt == 0 && lt > 0 {
+		// A remote endpoint no zone-aware request has measured: this one
+		// does, as a refresh would (the latency rule compares with it).
+		z.nextRemote = now + int64(remoteRefreshEvery)
+		return true
+	}
 	if lp := l.Pending(); lp >= spillPending {
 		lw, rw := float64(lp+1), float64(r.Pending()+1)
 		if lt > 0 && rt > 0 {

@@ -33,6 +33,7 @@ type zoneSim struct {
 	// maxLocalPending is the most requests in flight on one local
 	// endpoint seen at a pick.
 	maxLocalPending int64
+	sent            map[int]int // requests sent, by endpoint
 }
 
 type simRequest struct {
@@ -43,7 +44,7 @@ type simRequest struct {
 // newZoneSim makes one endpoint per zone in zones; the client is in
 // zone-a.
 func newZoneSim(t *testing.T, zones []string, lat func(i int, now int64) int64) *zoneSim {
-	z := &zoneSim{t: t, lat: lat, rng: rand.New(rand.NewPCG(11, 12)), now: simT0}
+	z := &zoneSim{t: t, lat: lat, rng: rand.New(rand.NewPCG(11, 12)), now: simT0, sent: map[int]int{}}
 	var lbs []*balance.Endpoint
 	for _, zone := range zones {
 		ep := &endpoint{Endpoint: Endpoint{Labels: map[string]string{"zone": zone}}, lb: balance.NewEndpoint(balance.Config{}, 0, simT0)}
@@ -62,6 +63,15 @@ func (z *zoneSim) noisy(base int64) int64 {
 		return 10 * base
 	}
 	return base + z.rng.Int64N(base/5)
+}
+
+// perEndpoint is how many requests each endpoint was sent.
+func (z *zoneSim) perEndpoint() []int {
+	out := make([]int, len(z.eps))
+	for i := range z.eps {
+		out[i] = z.sent[i]
+	}
+	return out
 }
 
 // answer ends the requests due by now, in order.
@@ -91,6 +101,7 @@ func (z *zoneSim) run(rate float64, from, until int64) (local, all int) {
 			z.t.Fatal("zone-aware pick did not decide")
 		}
 		ep := z.eps[i]
+		z.sent[i]++
 		isLocal := ep.Labels["zone"] == z.zs.zone
 		if isLocal {
 			z.maxLocalPending = max(z.maxLocalPending, ep.lb.Pending())
@@ -127,10 +138,20 @@ func TestZoneOneLocalConcurrentStaysLocal(t *testing.T) {
 		z.run(200, simT0, simT0+5*simSec) // warm-up
 		for minute := range 3 {
 			from := z.now
+			before := z.perEndpoint()
 			local, all := z.run(200, from, from+60*simSec)
-			t.Logf("%d endpoints, minute %d: %d of %d local", len(zones), minute, local, all)
+			spread := z.perEndpoint()
+			for i := range spread {
+				spread[i] -= before[i]
+			}
+			t.Logf("%d endpoints, minute %d: %d of %d local, per endpoint %v", len(zones), minute, local, all, spread)
 			if local*100 < all*95 {
 				t.Errorf("%d endpoints, minute %d: %d of %d requests local, want ≥ 95 %%", len(zones), minute, local, all)
+			}
+			for i, n := range spread {
+				if zones[i] == "zone-a" && n*100 < local*20 {
+					t.Errorf("%d endpoints, minute %d: local endpoint %d took %d of the %d local requests, want them spread", len(zones), minute, i, n, local)
+				}
 			}
 		}
 	}

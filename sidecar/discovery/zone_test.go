@@ -90,12 +90,10 @@ func TestZoneAwareStaysInZone(t *testing.T) {
 	if l < 950 {
 		t.Errorf("zone-aware on: %d of 1000 picks local (%v), want at least 95 %%", l, seen)
 	}
-	// Both local endpoints are picked (how evenly depends on their
-	// estimates, which no passing time decays here; TestZoneAware
-	// measures the spread on the cluster).
-	if seen["10.1.0.1:8080"] == 0 || seen["10.1.0.2:8080"] == 0 {
-		t.Errorf("the local picks did not go to both local endpoints: %v", seen)
-	}
+	// How the local picks spread over the local endpoints depends on
+	// their estimates, which no passing time moves here:
+	// TestZoneOneLocalConcurrentStaysLocal measures it on a simulated
+	// clock.
 	set := e.r.Endpoints()[0]
 	if set.LocalZone != "zone-a" || set.LocalRequests != uint64(l) || set.RemoteRequests != uint64(1000-l) {
 		t.Errorf("state: zone %q, %d local and %d remote; want zone-a, %d and %d", set.LocalZone, set.LocalRequests, set.RemoteRequests, l, 1000-l)

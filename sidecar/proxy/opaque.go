@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
-	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
+	"github.com/plexus-mesh/plexus/sidecar/discovery"
 	"github.com/plexus-mesh/plexus/sidecar/forward"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 )
@@ -17,26 +19,18 @@ func (p *Proxy) forwardOpaque(src net.Conn, mc *metrics.Conn, dir string, dst ne
 	m := p.opts.Metrics
 	ctx, cancel := context.WithTimeout(context.Background(), ConnectTimeout)
 	defer cancel()
-	addr, id := dst, spiffe.ID{}
-	if dir == metrics.Outbound && p.opts.Resolver != nil {
-		pk, err := p.opts.Resolver.PickConn(ctx, dst)
-		if err != nil {
-			p.opts.Log.Info("opaque connection failed: no endpoint", "dst", dst, "err", err)
-			mc.Fail()
-			src.Close()
-			return
-		}
-		defer pk.Done()
-		addr = pk.Addr
-		if p.opts.Certs != nil {
-			id = pk.Identity
-		}
-	}
-	up, err := p.dialer(dir)(ctx, addr)
+	var up net.Conn
+	var addr netip.AddrPort
 	var tl metrics.TLS
-	if err == nil && !id.IsZero() {
-		up, err = p.secure(ctx, up, id)
-		tl = metrics.TLS{On: true, PeerID: m.PeerID(dir, id)}
+	var err error
+	if dir == metrics.Outbound && p.opts.Resolver != nil {
+		var pk discovery.Pick
+		pk, up, tl, err = p.dialPicked(ctx, dst)
+		defer pk.Done() // pending for the connection's life (least-loaded)
+		addr = pk.Addr
+	} else {
+		addr = dst
+		up, err = p.dialer(dir)(ctx, addr)
 	}
 	cancel()
 	if err != nil {
@@ -75,4 +69,51 @@ func (f failable) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return f.Conn.Close()
+}
+
+// Opaque connect attempts: an outbound opaque connection whose endpoint
+// refuses it, or does not accept it within connectAttemptTimeout, is
+// tried on another endpoint, up to connectAttempts in all within
+// ConnectTimeout. Nothing was sent yet, so a retry is safe; the endpoint
+// is marked down (discovery.Pick.ConnectFailed) and probed, so that the
+// connections after it do not try it.
+const (
+	connectAttempts       = 3
+	connectAttemptTimeout = time.Second
+)
+
+// dialPicked opens an outbound opaque connection for dst to an endpoint
+// the resolver picks, over mesh mTLS when it has an identity, trying
+// another endpoint when one cannot be reached (above). It returns the
+// pick, to be Done when the connection ends (also on an error), the
+// connection and its TLS, or the last error.
+func (p *Proxy) dialPicked(ctx context.Context, dst netip.AddrPort) (discovery.Pick, net.Conn, metrics.TLS, error) {
+	var pk discovery.Pick
+	var err error
+	for attempt := 1; ; attempt++ {
+		pk, err = p.opts.Resolver.PickConn(ctx, dst)
+		if err != nil {
+			return discovery.Pick{Endpoint: discovery.Endpoint{Addr: dst}}, nil, metrics.TLS{}, fmt.Errorf("no endpoint: %w", err)
+		}
+		last := attempt == connectAttempts || pk.Fallback
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if !last {
+			actx, cancel = context.WithTimeout(ctx, connectAttemptTimeout)
+		}
+		up, derr := p.dialer(metrics.Outbound)(actx, pk.Addr)
+		cancel()
+		if derr == nil {
+			id := pk.Identity
+			if p.opts.Certs == nil || id.IsZero() {
+				return pk, up, metrics.TLS{}, nil
+			}
+			up, err = p.secure(ctx, up, id)
+			return pk, up, metrics.TLS{On: true, PeerID: p.opts.Metrics.PeerID(metrics.Outbound, id)}, err
+		}
+		pk.ConnectFailed()
+		if last || ctx.Err() != nil {
+			return pk, nil, metrics.TLS{}, derr
+		}
+		pk.Done()
+	}
 }

@@ -7,11 +7,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/plexus-mesh/plexus/sidecar/config"
+	"github.com/plexus-mesh/plexus/sidecar/discovery"
 	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
@@ -313,5 +316,51 @@ func TestOpaqueResetCountsFailure(t *testing.T) {
 	}
 	if got := h.metric(t, "tcp_close_total", map[string]string{"target_addr": target, "classification": "success"}); got != 0 {
 		t.Errorf("success closes = %v", got)
+	}
+}
+
+// seqResolver picks its endpoints in turn for opaque connections, and
+// counts the picks.
+type seqResolver struct {
+	staticResolver
+	eps   []discovery.Endpoint
+	picks atomic.Int64
+}
+
+func (r *seqResolver) PickConn(context.Context, netip.AddrPort) (discovery.Pick, error) {
+	n := r.picks.Add(1) - 1
+	return discovery.Pick{Endpoint: r.eps[int(n)%len(r.eps)]}, nil
+}
+
+// An outbound opaque connection whose endpoint refuses it is opened to
+// another endpoint instead: the client sees the greeting of the second,
+// not a connection closed under it (a node that died with the first).
+func TestOpaqueRetriesAnotherEndpoint(t *testing.T) {
+	ln := banner(t)
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := netip.MustParseAddrPort(dead.Addr().String())
+	dead.Close() // connections to it are refused
+	r := &seqResolver{eps: []discovery.Endpoint{{Addr: deadAddr}, {Addr: netip.MustParseAddrPort(ln.Addr().String())}}}
+	h := start(t, func(c *config.Config, o *Options) {
+		c.OpaquePorts = config.PortSet{}
+		c.OpaquePorts.Add(deadAddr.Port())
+		o.Resolver = r
+	})
+	h.to(deadAddr.String())
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || line != "220 hello\r\n" {
+		t.Fatalf("greeting %q, %v; want the second endpoint's", line, err)
+	}
+	if n := r.picks.Load(); n != 2 {
+		t.Errorf("%d picks, want 2 (the refused endpoint, then the other)", n)
 	}
 }
