@@ -325,11 +325,12 @@ const pickTries = 4
 
 // PickP2CAvailable is PickP2C over the available endpoints of bs: it draws
 // pairs of distinct endpoints with rnd (re-mixed for each pair), and
-// returns the available one of lower Cost at now, claiming its probe if
-// it is probing (if another caller won that claim, the other of the
-// pair); a responsive one before an unresponsive one, and a pair of two
-// quiet ones is drawn again, up to Redraws times, as IndexP2C
-// does (silence.go). After pickTries pairs with none available it scans bs once from
+// returns the better available one as pickPair says (a due probe first,
+// then as IndexP2C: responsive first, the lower Cost at now, a tie within
+// 1 % broken at random), claiming its probe if it is probing (if another
+// caller won that claim, the other of the pair); a pair of two quiet ones
+// is drawn again, up to Redraws times, as IndexP2C does (silence.go).
+// After pickTries pairs with none available it scans bs once from
 // a random place and takes the better of the first two available. When
 // none is and more endpoints are out than the floor allows of those left
 // (the set shrank), the earliest ejected one gets its probe now. nil

@@ -22,7 +22,8 @@ const (
 // Config is the peak-EWMA configuration shared by a balancer's endpoints.
 // Zero fields take the defaults.
 type Config struct {
-	// DefaultRTT is the estimate of an endpoint before its first sample.
+	// DefaultRTT is the estimate of an endpoint before its first sample
+	// (a prior, estimate.go); 0 is the default, DefaultRTT.
 	DefaultRTT time.Duration
 	// Decay is τ, the time constant with which the estimate decays.
 	Decay time.Duration
@@ -47,42 +48,38 @@ func (c Config) Validate() error {
 type Endpoint struct {
 	pending  atomic.Int64
 	silent   silence       // requests waiting for their first byte (silence.go)
-	est      atomic.Uint64 // float64 bits of E, as of updated (estimate.go)
-	updated  atomic.Int64  // u: the last sample, or the prior's time
-	sampled  atomic.Bool   // E is from samples, not the prior
+	logEst   atomic.Uint64 // float64 bits of x (estimate.go)
+	updated  atomic.Int64  // u: the last read or sample
 	fresh    atomic.Bool   // a prior with no request placed since: costs 0
 	weight   atomic.Uint32
-	hold     int64   // how long E holds after u before it decays, ns
+	origin   int64
 	invDecay float64 // 1/τ, per nanosecond
 }
 
 // NewEndpoint returns an endpoint with weight (0 means 1) whose estimate
 // is c.DefaultRTT at now.
 func NewEndpoint(c Config, weight uint32, now int64) *Endpoint {
-	rtt, decay := c.DefaultRTT, c.Decay
-	if rtt <= 0 {
-		rtt = DefaultRTT
-	}
+	decay := c.Decay
 	if decay <= 0 {
 		decay = DefaultDecay
 	}
-	e := &Endpoint{hold: int64(decay) / holdShare, invDecay: 1 / float64(decay)}
-	e.setPrior(rtt, now)
+	e := &Endpoint{origin: now, invDecay: 1 / float64(decay)}
+	e.setPrior(c.DefaultRTT, now)
 	e.weight.Store(weight)
 	return e
 }
 
 // JoinRTT is the starting estimate (Config.DefaultRTT) for an endpoint
-// that joins eps at now: the lowest estimate among them, or DefaultRTT
-// when eps is empty. tower starts every endpoint at the default RTT, so
-// in a set whose endpoints answer in 1 ms a newcomer wins no pair until
-// its 30 ms decays below theirs (τ·ln 30 ≈ 34 s): at low load a scale-up
-// takes no traffic for half a minute. Starting at the best estimate gives
-// it its share at once, and its first sample, if slower, raises it (the
-// peak).
+// that joins eps at now: the lowest estimate among them, or 0 when eps is
+// empty (nothing is known: the default, which the first sample replaces;
+// estimate.go). A newcomer costs 0 until its first request is placed; in
+// between, and when that request gives no sample (it failed), it is
+// compared by this prior, into which its samples then mix as any
+// endpoint's. Had it the default 30 ms against endpoints answering in
+// 1 ms, it would win no pair until that decayed (τ·ln 30 ≈ 34 s).
 func JoinRTT(eps []*Endpoint, now int64) time.Duration {
 	if len(eps) == 0 {
-		return DefaultRTT
+		return 0
 	}
 	best := eps[0].Estimate(now)
 	for _, e := range eps[1:] {
@@ -100,16 +97,17 @@ func (e *Endpoint) Weight() uint32 { return max(e.weight.Load(), 1) }
 // Pending returns the requests started and not yet Done.
 func (e *Endpoint) Pending() int64 { return e.pending.Load() }
 
-// Estimate returns the RTT estimate at now.
+// Estimate returns the RTT estimate at now, for diagnostics: unlike Cost it
+// does not count as an update.
 func (e *Endpoint) Estimate(now int64) time.Duration {
 	return time.Duration(e.estimate(now))
 }
 
 // Cost is Linkerd's load of the endpoint at now, estimate × (pending + 1)
 // / weight, in nanoseconds: pending are the requests in flight, the 1 the
-// request being placed. Unlike tower's load it changes nothing
-// (estimate.go). An endpoint no request was placed on since its prior was
-// set costs 0: it is measured first.
+// request being placed. Like tower's load it counts as an update of the
+// estimate (estimate.go). An endpoint no request was placed on since its
+// prior was set costs 0: it is measured first.
 //
 // While requests wait on e with no response byte for longer than its
 // estimate (silence.go), the estimate counts as that wait: an endpoint
@@ -124,6 +122,7 @@ func (e *Endpoint) Cost(now int64) float64 {
 // silent longer than its estimate (or down), and its standing, which
 // orders a pair before the costs do. One reading of the estimate.
 func (e *Endpoint) load(now int64) (cost float64, quiet bool, st standing) {
+	e.touch(now)
 	est := e.estimate(now)
 	silence := float64(e.silent.at(now))
 	st = e.silent.standing(silence, est)
@@ -233,8 +232,8 @@ func PickP2C(eps []*Endpoint, now int64, rnd uint64) *Endpoint {
 // callers that keep their own state beside each Endpoint.
 //
 // Costs within 1 % of each other are a tie, broken by rnd's lowest bit:
-// endpoints that have had no response yet all decay from the default RTT,
-// and the oldest would otherwise always win.
+// endpoints that answer alike share the picks instead of the one a hair
+// faster taking them all.
 //
 // An unresponsive endpoint (silence.go) loses to a responsive one, and
 // one marked down to both, whatever their costs; when both drawn are

@@ -5,91 +5,98 @@ import (
 	"time"
 )
 
-// The RTT estimate of an Endpoint is a peak-EWMA, as tower's PeakEwma
-// (tower/src/load/peak_ewma.rs) that linkerd2-proxy balances HTTP with,
-// but for three things said below. Its state is an estimate E as of u,
-// the time of its last sample. With τ the decay, h = τ/holdShare the
-// hold, and w = exp(-(t-u)/τ):
+// The RTT estimate of an Endpoint is tower's PeakEwma
+// (tower/src/load/peak_ewma.rs), the one linkerd2-proxy balances HTTP
+// with, but for its start. The state is an estimate E as of the time u of
+// its last update, where reading the cost counts as an update. With τ the
+// decay and w = exp(-(t-u)/τ):
 //
-//   - at t the estimate is E until u+h, then decays toward 0 with τ:
-//     E·exp(-(t-u-h)/τ). An endpoint that is not picked is tried again
-//     once it has decayed below the others;
-//   - a sample s (the RTT of a request) at t, with C the estimate at t:
-//     if C < s, the peak, E ← s; else E ← C·w + s·(1−w), an average
-//     weighted toward s by the time since the last sample; then u ← t;
-//   - the first sample replaces the prior (Config.DefaultRTT, JoinRTT,
-//     MarkResponsive's) whatever its value, and until the first request
-//     is placed on it the endpoint costs 0 (Cost): a prior is a guess,
-//     and an endpoint is measured before it is compared.
+//   - reading the cost at t (tower's load) decays E toward 0:
+//     E ← E·w, u ← t;
+//   - a sample s (the RTT of a request) at t: if E < s, the peak, E ← s;
+//     else E ← E·w + s·(1−w), an average weighted toward s by the time
+//     since the last update; then u ← t.
 //
-// The three differences from tower:
+// A sample arrives an RTT after the pick that read its endpoint, so one
+// below the estimate barely lowers it: the estimate is in effect the
+// decayed peak of recent samples, and a picked endpoint's hovers near
+// the top of its latency's spread. That spread keeps endpoints that answer
+// alike taking turns at low load. (An average that settles at each
+// endpoint's mean would give every pick to the one a hair faster: the
+// three-node suite's self-call test saw one replica of two answer all.)
 //
-//   - tower counts reading the cost as an update (u ← t on every read).
-//     A request's sample then arrives an RTT after the pick that read its
-//     endpoint and weighs 1 − e^(−RTT/τ), about 3·10⁻⁴ for 3 ms: a sample
-//     below the estimate barely lowers it, and the estimate is in effect
-//     the decayed maximum of recent samples. All estimates decay at one
-//     rate, so two endpoints' keep their ratio however many fast answers
-//     they give: the one whose warm-up peak was highest loses every pair
-//     until the others' reach their real RTT (τ·ln(27 ms / 5 ms), 17 s:
-//     the three-node TestBreaker starved a replica so). Weighted from the
-//     last sample, the estimate of an endpoint that answers converges to
-//     its RTT within τ whatever the read rate.
-//   - tower decays at once. Without reads as updates, an estimate that
-//     decays between frequent samples would be pulled toward 0 at every
-//     one (biased to half the RTT, and every sample a peak); holding it
-//     for h first keeps endpoints picked more often than every h
-//     unbiased, and decays the ones that are not.
-//   - tower mixes the first sample into the prior with the same tiny
-//     weight: a new balancer's estimates stay near the default 30 ms for
-//     tens of seconds, whatever the endpoints answer. Replacing it alone
-//     would starve the endpoints of a new set that were not picked first:
-//     their 30 ms priors against the others' measured 3 ms, for τ·ln 10.
+// tower starts every endpoint at a prior and mixes its first sample into
+// it with the same tiny weight. That suits a prior taken from the other
+// endpoints (JoinRTT, which MarkResponsive's rejoin also uses): it is on
+// their scale, a decayed peak. The default prior, when nothing is known
+// (the endpoints of a new set), is only a guess, and mixed in it kept a
+// new set's estimates at their decaying 30 ms priors, in the order they
+// were created (a second apart is 10 %), for the tens of seconds they
+// take to come down to the real RTTs; the one created last lost every
+// pair meanwhile (the three-node TestBreaker starved a replica so for
+// 17 s). Here:
 //
-// E and u are two atomics: a sample swaps E with a compare-and-swap and
-// then stores u. A reader between the two sees the new E with the old u,
-// the estimate a moment early; a concurrent sample retries on the new E.
-const holdShare = 10
+//   - the first sample replaces the default prior, whatever its value;
+//   - until its first request is placed, an endpoint costs 0 (Cost): it
+//     is measured before it is compared.
+//
+// Decay toward 0 is memoryless (E·w₁·w₂ = E·exp(-(Δ₁+Δ₂)/τ)), so the
+// estimate is kept as one float64, x = ln E + (u−origin)/τ, from which E
+// at any t is exp(x − (t−origin)/τ): a read stores only u, a sample swaps
+// x with a compare-and-swap, and no lock pairs E with its time. The
+// default prior is stored as −x (x ≥ 0: E is at least 1 ns), so that
+// whether E is still the default is part of the word the swap compares.
 
 // estimate returns the estimate at t.
-func (e *Endpoint) estimate(t int64) float64 {
-	return e.estimateFrom(math.Float64frombits(e.est.Load()), e.updated.Load(), t)
+func (e *Endpoint) estimate(t int64) float64 { return e.at(e.logEst.Load(), t) }
+
+// at is the estimate the stored word bits stands for at t.
+func (e *Endpoint) at(bits uint64, t int64) float64 {
+	return math.Exp(math.Abs(math.Float64frombits(bits)) - float64(t-e.origin)*e.invDecay)
 }
 
-// estimateFrom is the estimate at t of est as of u.
-func (e *Endpoint) estimateFrom(est float64, u, t int64) float64 {
-	if idle := t - u - e.hold; idle > 0 {
-		return est * math.Exp(-float64(idle)*e.invDecay)
+// logAt is x for the estimate est at t.
+func (e *Endpoint) logAt(est float64, t int64) float64 {
+	return math.Log(max(est, 1)) + float64(t-e.origin)*e.invDecay
+}
+
+// touch moves u to t unless it is there or later.
+func (e *Endpoint) touch(t int64) {
+	if e.updated.Load() < t {
+		e.updated.Store(t)
 	}
-	return est
 }
 
-// setPrior makes rtt the estimate as of now, until the first sample.
+// setPrior makes rtt the estimate as of now, the default (DefaultRTT,
+// replaced by the first sample) when rtt is not positive; until a request
+// is placed the endpoint costs 0.
 func (e *Endpoint) setPrior(rtt time.Duration, now int64) {
-	e.sampled.Store(false)
 	e.fresh.Store(true)
-	e.est.Store(math.Float64bits(float64(rtt)))
-	e.updated.Store(now)
+	x := e.logAt(float64(rtt), now)
+	if rtt <= 0 {
+		x = -e.logAt(float64(DefaultRTT), now)
+	}
+	e.logEst.Store(math.Float64bits(x))
+	e.touch(now)
 }
 
 // observe folds the sample rtt (nanoseconds) taken at now into the
-// estimate.
+// estimate. Concurrent samples each apply whole (the swap retries); a
+// read racing with them can make u lag by the width of the race.
 func (e *Endpoint) observe(rtt float64, now int64) {
 	for {
-		old, u := e.est.Load(), e.updated.Load()
+		old := e.logEst.Load()
+		u := e.updated.Load()
 		t := max(now, u)
-		est := e.estimateFrom(math.Float64frombits(old), u, t)
-		if est < rtt || !e.sampled.Load() {
-			est = rtt // the peak, or the first sample
+		est := e.at(old, u) // E as of u
+		if est < rtt || math.Signbit(math.Float64frombits(old)) {
+			est = rtt // the peak, or the first sample after the default
 		} else {
 			w := math.Exp(-float64(t-u) * e.invDecay)
 			est = est*w + rtt*(1-w)
 		}
-		if e.est.CompareAndSwap(old, math.Float64bits(est)) {
-			e.sampled.Store(true)
-			if e.updated.Load() < t {
-				e.updated.Store(t)
-			}
+		if e.logEst.CompareAndSwap(old, math.Float64bits(e.logAt(est, t))) {
+			e.touch(t)
 			return
 		}
 	}

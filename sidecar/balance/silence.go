@@ -164,9 +164,6 @@ func (e *Endpoint) MarkDown() bool { return e.silent.down.CompareAndSwap(false, 
 // connected). Its estimate starts again from rtt at now, as a newcomer's
 // does (JoinRTT over the others): it had no sample while it was down.
 func (e *Endpoint) MarkResponsive(rtt time.Duration, now int64) {
-	if rtt <= 0 {
-		rtt = DefaultRTT
-	}
 	e.setPrior(rtt, now)
 	e.silent.heard(now) // requests from before the rejoin do not mark it again
 	e.silent.down.Store(false)

@@ -26,13 +26,13 @@ package discovery
 //     long as the remote one (typical RTT × (pending + 1)): spill this
 //     request.
 //   - latency: the zone is slow while the local endpoint's typical RTT
-//     is above enterSlow (3× the remote's and 25 ms more); it stops
-//     being slow when it is back within leaveSlow (2× and 12.5 ms more).
+//     is above enterSlow (3× the best remote one's and 25 ms more,
+//     remoteBest); it stops being slow when it is back within leaveSlow
+//     (2× and 12.5 ms more).
 //     While slow, requests spill but one every localProbeEvery, which
 //     measures the local side.
 //   - otherwise the request stays, but one every remoteRefreshEvery goes
-//     to the remote side to keep its typical RTT current, and one goes to
-//     each remote endpoint not measured yet.
+//     to the remote side to keep its typical RTT current.
 //
 // The typical RTT (typicalRTT) is an average that one slow answer moves
 // by little and a sustained change moves within a few answers. It is
@@ -104,6 +104,10 @@ type zoneSplit struct {
 	localBrs, remoteBrs []*balance.Breaker // with failure accrual
 
 	slow bool // the latency rule holds the zone slow
+	// remoteBestRTT is remoteBest's figure, taken over every remote
+	// endpoint at remoteBestAt (monotonic ns; 0: never).
+	remoteBestRTT float64
+	remoteBestAt  int64
 	// nextLocal is when, while slow, the next request goes local;
 	// nextRemote when, while not, the next goes remote (monotonic ns).
 	nextLocal, nextRemote int64
@@ -137,6 +141,7 @@ func (s *sub) zonePick(now int64, accrual bool) (i int, ok bool) {
 // breakers are lbs and brs; brs nil without accrual).
 func (z *zoneSplit) split(pickable []*endpoint, lbs []*balance.Endpoint, brs []*balance.Breaker) {
 	z.local, z.remote, z.localEps, z.remoteEps = nil, nil, nil, nil
+	z.remoteBestRTT, z.remoteBestAt = 0, 0
 	z.localLbs, z.remoteLbs, z.localBrs, z.remoteBrs = nil, nil, nil, nil
 	if z.zone == "" {
 		return
@@ -210,12 +215,6 @@ func (z *zoneSplit) spill(local, remote *endpoint, now int64) bool {
 		return lu
 	}
 	lt, rt := local.typical.get(), remote.typical.get()
-	if rt == 0 && lt > 0 {
-		// A remote endpoint no zone-aware request has measured: this one
-		// does, as a refresh would (the latency rule compares with it).
-		z.nextRemote = now + int64(remoteRefreshEvery)
-		return true
-	}
 	if lp := l.Pending(); lp >= spillPending {
 		lw, rw := float64(lp+1), float64(r.Pending()+1)
 		if lt > 0 && rt > 0 {
@@ -225,11 +224,11 @@ func (z *zoneSplit) spill(local, remote *endpoint, now int64) bool {
 			return true
 		}
 	}
-	if lt > 0 && rt > 0 {
+	if ref := z.remoteBest(rt, now); lt > 0 && ref > 0 {
 		switch {
-		case !z.slow && lt > enterSlow(rt):
+		case !z.slow && lt > enterSlow(ref):
 			z.slow, z.nextLocal = true, now+int64(localProbeEvery)
-		case z.slow && lt <= leaveSlow(rt):
+		case z.slow && lt <= leaveSlow(ref):
 			z.slow, z.nextRemote = false, now+int64(remoteRefreshEvery)
 		}
 	}
@@ -245,4 +244,30 @@ func (z *zoneSplit) spill(local, remote *endpoint, now int64) bool {
 		return true
 	}
 	return false
+}
+
+// remoteRescanEvery: how often remoteBest looks at every remote endpoint.
+const remoteRescanEvery = time.Second
+
+// remoteBest is the latency rule's remote figure: the lowest typical RTT
+// among the remote endpoints (0 while none is measured). The endpoint a
+// pick draws may be a slow one of several (another region's); comparing
+// with it would make the zone slow against the fast ones and not slow
+// against it, pick after pick. Kept from the typical RTT rt of each
+// remote endpoint picked, and taken again over every remote endpoint
+// every remoteRescanEvery, so that it also rises when the best one slows
+// down or leaves.
+func (z *zoneSplit) remoteBest(rt float64, now int64) float64 {
+	if now-z.remoteBestAt >= int64(remoteRescanEvery) {
+		z.remoteBestRTT, z.remoteBestAt = 0, now
+		for _, ep := range z.remoteEps {
+			if v := ep.typical.get(); v > 0 && (z.remoteBestRTT == 0 || v < z.remoteBestRTT) {
+				z.remoteBestRTT = v
+			}
+		}
+	}
+	if rt > 0 && (z.remoteBestRTT == 0 || rt < z.remoteBestRTT) {
+		z.remoteBestRTT = rt
+	}
+	return z.remoteBestRTT
 }

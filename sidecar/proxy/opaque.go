@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -34,7 +35,11 @@ func (p *Proxy) forwardOpaque(src net.Conn, mc *metrics.Conn, dir string, dst ne
 	}
 	cancel()
 	if err != nil {
-		p.opts.Log.Debug("opaque connect failed", "direction", dir, "dst", dst, "endpoint", addr, "err", err)
+		if errors.Is(err, errNoEndpoint) {
+			p.opts.Log.Info("opaque connection failed: no endpoint", "dst", dst, "err", err)
+		} else {
+			p.opts.Log.Debug("opaque connect failed", "direction", dir, "dst", dst, "endpoint", addr, "err", err)
+		}
 		mc.Fail()
 		src.Close()
 		return
@@ -82,6 +87,9 @@ const (
 	connectAttemptTimeout = time.Second
 )
 
+// errNoEndpoint: the resolver had no endpoint for the connection.
+var errNoEndpoint = errors.New("no endpoint")
+
 // dialPicked opens an outbound opaque connection for dst to an endpoint
 // the resolver picks, over mesh mTLS when it has an identity, trying
 // another endpoint when one cannot be reached (above). It returns the
@@ -93,7 +101,7 @@ func (p *Proxy) dialPicked(ctx context.Context, dst netip.AddrPort) (discovery.P
 	for attempt := 1; ; attempt++ {
 		pk, err = p.opts.Resolver.PickConn(ctx, dst)
 		if err != nil {
-			return discovery.Pick{Endpoint: discovery.Endpoint{Addr: dst}}, nil, metrics.TLS{}, fmt.Errorf("no endpoint: %w", err)
+			return discovery.Pick{Endpoint: discovery.Endpoint{Addr: dst}}, nil, metrics.TLS{}, fmt.Errorf("%w: %w", errNoEndpoint, err)
 		}
 		last := attempt == connectAttempts || pk.Fallback
 		actx, cancel := ctx, context.CancelFunc(func() {})
@@ -110,8 +118,13 @@ func (p *Proxy) dialPicked(ctx context.Context, dst netip.AddrPort) (discovery.P
 			up, err = p.secure(ctx, up, id)
 			return pk, up, metrics.TLS{On: true, PeerID: p.opts.Metrics.PeerID(metrics.Outbound, id)}, err
 		}
+		if ctx.Err() != nil {
+			// The connection's own deadline, spent waiting for an
+			// endpoint or on earlier attempts: no sign of this one.
+			return pk, nil, metrics.TLS{}, derr
+		}
 		pk.ConnectFailed()
-		if last || ctx.Err() != nil {
+		if last {
 			return pk, nil, metrics.TLS{}, derr
 		}
 		pk.Done()
