@@ -268,6 +268,12 @@ import_images() {
 	done
 }
 
+# register_with_taints is the kubelet config's registerWithTaints for
+# KUBELET_REGISTER_TAINT (a taint key, NoSchedule), or nothing.
+register_with_taints() {
+	[ -z "${KUBELET_REGISTER_TAINT:-}" ] || echo "registerWithTaints: [{key: $KUBELET_REGISTER_TAINT, effect: NoSchedule}]"
+}
+
 write_kubelet_config() {
 	mkdir -p "$STATE_DIR/kubelet/root" "$STATE_DIR/kubelet/pod-logs"
 	echo "nameserver $DNS_SERVICE_IP" >"$STATE_DIR/resolv.conf"
@@ -289,6 +295,7 @@ tlsPrivateKeyFile: $PKI_DIR/$KUBELET_CERT.key
 containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
 cgroupDriver: cgroupfs
 ${KUBELET_CGROUP_ROOT:+cgroupRoot: $KUBELET_CGROUP_ROOT}
+$(register_with_taints)
 failCgroupV1: false
 failSwapOn: false
 makeIPTablesUtilChains: false

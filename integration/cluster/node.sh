@@ -9,7 +9,12 @@
 # Node N is 10.213.0.N on a host bridge, its pods 10.244.(N-1).0/24 routed
 # through it; its zone is zone-b for even N, else zone-a (node 1's).
 #
-#	node.sh add N...       start nodes N... (cluster-up first)
+#	node.sh add [--cni-not-ready] N...
+#	                       start nodes N... (cluster-up first); with
+#	                       --cni-not-ready they register with the taint
+#	                       plexus.dev/cni-not-ready:NoSchedule, as a node
+#	                       image built for Plexus does, until the node
+#	                       agent has installed the plugin on them
 #	node.sh ensure COUNT   nodes 2..COUNT running and Ready, adding (or
 #	                       replacing) those that are not (make cluster-up NODES=COUNT)
 #	node.sh remove N...    stop them and remove all they made
@@ -21,8 +26,9 @@
 #	                       senders get "no route to host", as on a LAN)
 #	node.sh reconnect N... bring them back (their link up)
 #
-# Experimental: the cluster suite runs on node 1; make test adds node 2 for
-# the two-node tests (integration/test.sh).
+# make test adds nodes 2 and 3 and runs the cluster suite on the three
+# (integration/test.sh); TestNodeJoinsTainted adds node 9 with
+# --cni-not-ready.
 set -Eeuo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/env.sh"
@@ -80,6 +86,8 @@ remove() {
 add() {
 	[ -f "$STATE_DIR/up.complete" ] || die "no local cluster: make cluster-up first"
 	[ -d "$ND" ] && die "node $NAME exists (node.sh remove $N)"
+	# A node that fails to come up is taken apart again, not left half made.
+	trap 'log "adding node $NAME failed; removing what it made"; remove' EXIT
 	mkdir -p "$ND/netns" "$ND/pids" "$ND/logs" "$ND/cni/bin" "$ND/cni/net.d" "$ND/varlibcni" "$ND/varlibplexus" "$ND/kubelet/root" "$ND/kubelet/pod-logs" "$ND/containerd" "$NR/ns"
 	# PKI: the node's kubelet client and serving certificates.
 	(
@@ -137,7 +145,7 @@ add() {
 		innode="nsenter --net=/run/netns/$NETNS --mount=$MNT --"
 		STATE_DIR=$ND RUN_DIR=$NR CONTAINERD_SOCK=$SOCK LOG_DIR=$ND/logs PID_DIR=$ND/pids
 		NODE_NAME=$NAME NODE_IP=$IP POD_CIDR=$PODCIDR POD_GATEWAY=$PODGW
-		KUBELET_CERT=kubelet-$N KUBELET_CGROUP_ROOT=/$CG
+		KUBELET_CERT=kubelet-$N KUBELET_CGROUP_ROOT=/$CG KUBELET_REGISTER_TAINT=$REGISTER_TAINT
 		CNI_BIN_DIR=$ND/cni/bin CNI_CONF_DIR=$ND/cni/net.d write_cni_config
 		write_containerd_config # its CNI dirs: node 1's paths, in the namespace
 		# shellcheck disable=SC2086
@@ -156,6 +164,7 @@ add() {
 		# shellcheck disable=SC2086
 		[ "$CLUSTER_CNI" != flannel ] || start_flannel eth0 "$IP" $innode
 	)
+	trap - EXIT
 	kubectl label node "$NODE_NAME" topology.kubernetes.io/zone=zone-a >/dev/null 2>&1 || true
 	log "node $NAME is Ready ($IP, pods $PODCIDR, $ZONE; logs: $ND/logs)"
 }
@@ -171,6 +180,11 @@ wait_node() {
 
 cmd=${1:-}
 shift || true
+REGISTER_TAINT=
+if [ "$cmd" = add ] && [ "${1:-}" = --cni-not-ready ]; then
+	REGISTER_TAINT=plexus.dev/cni-not-ready
+	shift
+fi
 case $cmd in
 add | remove)
 	[ $# -gt 0 ] || die "usage: node.sh $cmd N..."

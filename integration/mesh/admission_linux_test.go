@@ -49,9 +49,7 @@ func TestAdmission(t *testing.T) {
 		t.Skip("needs root to read the node agent's credentials on the host")
 	}
 	c := clustertest.Connect(t)
-	ctl := newPlexusctl(t, c)
-	env.KeepNodeCNI(t)
-	installAll(t, c, env, ctl)
+	installAllKeepingCNI(t, c, env)
 
 	t.Run("pod annotations are fixed at admission", func(t *testing.T) { podAnnotations(t, c) })
 	t.Run("the node agent may only remove its own node's taint", func(t *testing.T) { agentOnNodes(t, c, env.NodeName) })

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,9 +35,7 @@ func TestControlPlaneNodeLoss(t *testing.T) {
 	c := clustertest.Connect(t)
 	survivor, doomed, number := nodeToFail(t, c)
 	env := clustercni.Read(t)
-	ctl := newPlexusctl(t, c)
-	env.KeepNodeCNI(t)
-	installAll(t, c, env, ctl, "--ha")
+	installAllKeepingCNI(t, c, env, "--ha")
 	destinations := map[string]string{} // pod → node
 	for _, name := range []string{"plexus-identity", "plexus-destination", "plexus-injector", "plexus-sp-validator"} {
 		dep := c.WaitDeploymentReady(t, controlNamespace, name, 3*time.Minute)
@@ -64,13 +61,7 @@ func TestControlPlaneNodeLoss(t *testing.T) {
 	}
 	ns := c.Namespace(t, "haloss", meshLabels)
 	r := &routesTest{c: c, gw: gw, ns: ns}
-	server := podSpec("books", "serve", ":8080")
-	server.NodeSelector = map[string]string{corev1.LabelHostname: survivor}
-	deploy(t, c, ns, "books", 2, meshed, server)
-	service(t, c, ns, "books", 8080)
-	client := podSpec("client", "serve", ":8080")
-	client.NodeSelector = map[string]string{corev1.LabelHostname: survivor}
-	deploy(t, c, ns, "client", 1, meshed, client)
+	ready := booksAndClientOn(t, c, ns, survivor)
 	// The route's versions both send every path to books.
 	route := func(prefixes ...string) string {
 		var matches []string
@@ -82,33 +73,11 @@ func TestControlPlaneNodeLoss(t *testing.T) {
     backendRefs: [{name: books, port: 80}]`, strings.Join(matches, ", ")))
 	}
 	r.apply(t, route("/"))
-	c.WaitDeploymentReady(t, ns, "books", 3*time.Minute)
-	c.WaitDeploymentReady(t, ns, "client", 3*time.Minute)
+	clientPod, url := ready()
 	r.waitCondition(t, "HTTPRoute", "books", string(gatewayv1.RouteConditionAccepted), metav1.ConditionTrue)
-	clientPod := pods(t, c, ns, "client")[0].Name
-	url := "http://books." + ns + ".svc.cluster.local/"
 
-	// The load, until the checks are done (its stop file).
-	const stopFile = "/tmp/stop-haloss"
 	sent := outboundRequests(t, c, ns, clientPod)
-	var wg sync.WaitGroup
-	var res loadResult
-	var loadErr error
-	wg.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-		defer cancel()
-		res, loadErr = execLoad(ctx, c, ns, clientPod, "-rate", "100", "-duration", "300s", "-c", "16", "-timeout", "5s",
-			"-stop-file", stopFile, url)
-	})
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			c.Kubectl(t, "-n", ns, "exec", clientPod, "-c", "app", "--", "/testapp", "touch", stopFile)
-			wg.Wait()
-		}
-	}
-	t.Cleanup(stop)
+	load := startSteadyLoad(t, c, ns, clientPod, url, "haloss")
 	waitOutboundRequests(t, c, ns, clientPod, sent+500)
 	var leaderBefore []string
 	clustertest.WaitFor(t, 30*time.Second, "the destination replicas' lease gauges", func(ctx context.Context) (bool, error) {
@@ -120,7 +89,7 @@ func TestControlPlaneNodeLoss(t *testing.T) {
 	cut := time.Now()
 	alive := map[string]string{}
 	for pod, node := range destinations {
-		if node == survivor {
+		if node != doomed { // on three nodes, a third node's too
 			alive[pod] = node
 		}
 	}
@@ -205,17 +174,10 @@ func TestControlPlaneNodeLoss(t *testing.T) {
 		t.Logf("the new pod %s answered the client %v after the cut", fresh, time.Since(cut).Round(time.Second))
 	}
 
-	stop()
-	if loadErr != nil {
-		t.Fatalf("load: %v", loadErr)
-	}
 	// At 100/s from before the cut until the new pod answered: 5 s at
 	// least (on three nodes the new pod answered 4 s after the cut, and
 	// the load ran 10 s in all: 987 requests).
-	if res.Statuses["200"] != res.Requests || res.Requests < 500 {
-		t.Errorf("%d requests over %.0f s, statuses %v, errors %v; want every one answered 200", res.Requests, res.Seconds, res.Statuses, res.Errors)
-	}
-	t.Logf("%d requests over %.0f s with a node and a replica of every component lost, statuses %v", res.Requests, res.Seconds, res.Statuses)
+	load.wantAllAnswered(t, 500, "with a node and a replica of every component lost")
 }
 
 // controlPods returns the pods of a control-plane Deployment, by node.

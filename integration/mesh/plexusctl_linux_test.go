@@ -44,6 +44,16 @@ func newPlexusctlAt(c *clustertest.Cluster, bin string) plexusctl {
 	}
 }
 
+// installAllKeepingCNI is installAll with a new plexusctl, every node's
+// CNI files restored as they were when the test ends (KeepNodeCNI); it
+// returns the plexusctl and installAll's check output.
+func installAllKeepingCNI(t *testing.T, c *clustertest.Cluster, env clustercni.Env, flags ...string) (plexusctl, string) {
+	t.Helper()
+	ctl := newPlexusctl(t, c)
+	env.KeepNodeCNI(t)
+	return ctl, installAll(t, c, env, ctl, flags...)
+}
+
 // installAll installs all of Plexus the way a user does, `plexusctl
 // install [flags] | kubectl apply --server-side -f -`, with the cluster's
 // CNI dirs, deletes it all when the test ends, and returns the output of
@@ -89,9 +99,7 @@ func installAll(t *testing.T, c *clustertest.Cluster, env clustercni.Env, ctl pl
 func TestPlexusctlInstallAndCheck(t *testing.T) {
 	env := clustercni.Read(t)
 	c := clustertest.Connect(t)
-	ctl := newPlexusctl(t, c)
-	env.KeepNodeCNI(t)
-	last := installAll(t, c, env, ctl)
+	ctl, last := installAllKeepingCNI(t, c, env)
 	for _, want := range []string{"✔", "plexus-identity", "plexus-destination", "plexus-injector"} {
 		if !strings.Contains(last, want) {
 			t.Errorf("plexusctl check output lacks %q:\n%s", want, last)

@@ -52,9 +52,7 @@ const (
 func TestViz(t *testing.T) {
 	env := clustercni.Read(t)
 	c := clustertest.Connect(t)
-	ctl := newPlexusctl(t, c)
-	env.KeepNodeCNI(t)
-	installAll(t, c, env, ctl)
+	ctl, _ := installAllKeepingCNI(t, c, env)
 	installViz(t, c, ctl)
 	deployDemo(t, c)
 	// books fails every 5th request: success rates worth comparing.
