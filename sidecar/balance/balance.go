@@ -252,19 +252,27 @@ func IndexP2C(eps []*Endpoint, now int64, rnd uint64) int {
 			rnd = mix(rnd)
 			i, j = twoIndex(len(eps), rnd)
 			continue
-		case sj < si:
-			return j
-		case si < sj:
-			return i
-		case cj < ci*0.99:
-			return j
-		case ci < cj*0.99:
-			return i
-		case rnd&1 == 1:
+		case beats(cj, sj, ci, si, rnd):
 			return j
 		}
 		return i
 	}
+}
+
+// beats reports whether an endpoint of cost cb and standing sb should
+// take a request before one of cost ca and standing sa: the better
+// standing first (silence.go), then the lower cost; costs within 1 % of
+// each other are a tie, broken by rnd's lowest bit.
+func beats(cb float64, sb standing, ca float64, sa standing, rnd uint64) bool {
+	switch {
+	case sb != sa:
+		return sb < sa
+	case cb < ca*0.99:
+		return true
+	case ca < cb*0.99:
+		return false
+	}
+	return rnd&1 == 1
 }
 
 // PickLeastLoaded is power of two choices by pending requests (opaque
