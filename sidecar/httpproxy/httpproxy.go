@@ -68,12 +68,28 @@ func (e Endpoint) connected() {
 	}
 }
 
+// connectFailed tells e's Load, if any, when err says that e refused the
+// request's connection, was unreachable or did not accept it within the
+// connect timeout: not for a handshake that failed on an accepted
+// connection, nor when the request's own context ended first.
+func (e Endpoint) connectFailed(err error) {
+	var de *dialError
+	if e.Load != nil && errors.As(err, &de) && de.endpointFault {
+		e.Load.ConnectFailed()
+	}
+}
+
 // Load is an endpoint's balancer state for one request.
 type Load interface {
 	// Connected is called when the request had to wait for a new
 	// connection, once it is established (possibly on the dialer's
 	// goroutine): the latency counts from there.
 	Connected()
+	// ConnectFailed is called when the endpoint refused the request's
+	// new connection, was unreachable, or did not accept it within the
+	// connect timeout: the balancer passes it over until a probe connects
+	// (discovery.Pick.ConnectFailed).
+	ConnectFailed()
 	// FirstByte is called when response headers arrive.
 	FirstByte()
 	// Done is called once the attempt has finished, with its outcome
@@ -240,8 +256,13 @@ func remoteAddr(c net.Conn) netip.Addr {
 	return netip.Addr{}
 }
 
-// dialError marks an error from connecting upstream.
-type dialError struct{ err error }
+// dialError marks an error from connecting upstream. endpointFault says
+// the endpoint refused the connection, was unreachable, or did not accept
+// it within the connect timeout, while the request still waited.
+type dialError struct {
+	err           error
+	endpointFault bool
+}
 
 func (e *dialError) Error() string { return "connect: " + e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
@@ -254,8 +275,12 @@ func (e *tlsError) Unwrap() error { return e.err }
 
 func (p *Proxy) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 	d, err := p.connect(ctx, addr, spiffe.ID{})
-	if ep, ok := ctx.Value(endpointKey{}).(Endpoint); ok && err == nil && ep.Addr.String() == addr {
-		ep.connected()
+	if ep, ok := ctx.Value(endpointKey{}).(Endpoint); ok && ep.Addr.String() == addr {
+		if err != nil {
+			ep.connectFailed(err)
+		} else {
+			ep.connected()
+		}
 	}
 	return d.conn, err
 }
@@ -266,10 +291,12 @@ func (p *Proxy) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 func (p *Proxy) dialTLS(ctx context.Context, _, addr string) (net.Conn, error) {
 	ep, ok := ctx.Value(endpointKey{}).(Endpoint)
 	if !ok || ep.Identity.IsZero() || ep.Addr.String() != addr {
-		return nil, &dialError{fmt.Errorf("no mesh identity known for %s", addr)}
+		return nil, &dialError{err: fmt.Errorf("no mesh identity known for %s", addr)}
 	}
 	d, err := p.connect(ctx, addr, ep.Identity)
-	if err == nil {
+	if err != nil {
+		ep.connectFailed(err)
+	} else {
 		ep.connected()
 	}
 	return d.conn, err
@@ -279,6 +306,7 @@ func (p *Proxy) dialTLS(ctx context.Context, _, addr string) (net.Conn, error) {
 func (p *Proxy) dialUpstream(ep Endpoint) (*upstream, error) {
 	d, err := p.connect(context.Background(), ep.Addr.String(), ep.Identity)
 	if err != nil {
+		ep.connectFailed(err)
 		return nil, err
 	}
 	return newUpstream(d, p.opts.WriteTimeout), nil
@@ -298,11 +326,12 @@ type dialed struct {
 func (p *Proxy) connect(ctx context.Context, addr string, id spiffe.ID) (dialed, error) {
 	dst, err := netip.ParseAddrPort(addr)
 	if err != nil {
-		return dialed{}, &dialError{fmt.Errorf("destination %q: %w", addr, err)}
+		return dialed{}, &dialError{err: fmt.Errorf("destination %q: %w", addr, err)}
 	}
 	if !id.IsZero() && p.opts.Secure == nil {
-		return dialed{}, &dialError{fmt.Errorf("mesh mTLS to %s requested without a way to run it", addr)}
+		return dialed{}, &dialError{err: fmt.Errorf("mesh mTLS to %s requested without a way to run it", addr)}
 	}
+	request := ctx
 	if p.opts.ConnectTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.opts.ConnectTimeout)
@@ -310,7 +339,7 @@ func (p *Proxy) connect(ctx context.Context, addr string, id spiffe.ID) (dialed,
 	}
 	c, err := p.opts.Dial(ctx, dst)
 	if err != nil {
-		return dialed{}, &dialError{err}
+		return dialed{}, &dialError{err: err, endpointFault: request.Err() == nil}
 	}
 	var d dialed
 	if sc, ok := c.(interface {
@@ -325,7 +354,7 @@ func (p *Proxy) connect(ctx context.Context, addr string, id spiffe.ID) (dialed,
 	var t metrics.TLS
 	if !id.IsZero() {
 		if c, err = p.opts.Secure(ctx, c, id); err != nil {
-			return dialed{}, &dialError{&tlsError{err}}
+			return dialed{}, &dialError{err: &tlsError{err}}
 		}
 		t = metrics.TLS{On: true, PeerID: m.PeerID(dir, id)}
 	}

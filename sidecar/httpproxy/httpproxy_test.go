@@ -70,17 +70,17 @@ func TestClassify(t *testing.T) {
 		status int
 		reason string
 	}{
-		{&dialError{sys(syscall.ECONNREFUSED)}, 502, ReasonConnectRefused},
-		{&dialError{sys(syscall.EHOSTUNREACH)}, 503, ReasonUnreachable},
-		{&dialError{sys(syscall.ENETUNREACH)}, 503, ReasonUnreachable},
-		{&dialError{context.DeadlineExceeded}, 504, ReasonConnectTimeout},
-		{&dialError{errors.New("weird")}, 502, ReasonConnectError},
-		{fmt.Errorf("wrapped: %w", &dialError{sys(syscall.ECONNREFUSED)}), 502, ReasonConnectRefused},
+		{&dialError{err: sys(syscall.ECONNREFUSED)}, 502, ReasonConnectRefused},
+		{&dialError{err: sys(syscall.EHOSTUNREACH)}, 503, ReasonUnreachable},
+		{&dialError{err: sys(syscall.ENETUNREACH)}, 503, ReasonUnreachable},
+		{&dialError{err: context.DeadlineExceeded}, 504, ReasonConnectTimeout},
+		{&dialError{err: errors.New("weird")}, 502, ReasonConnectError},
+		{fmt.Errorf("wrapped: %w", &dialError{err: sys(syscall.ECONNREFUSED)}), 502, ReasonConnectRefused},
 		{context.DeadlineExceeded, 504, ReasonTimeout},
 		{errors.New("EOF"), 502, ReasonUpstreamReset},
 		{context.Canceled, 499, ReasonClientGone},
 		{fmt.Errorf("route: %w: unknown", ErrNoEndpoints), 503, ReasonNoEndpoints},
-		{&dialError{&tlsError{errors.New("peer identity mismatch")}}, 502, ReasonTLS},
+		{&dialError{err: &tlsError{errors.New("peer identity mismatch")}}, 502, ReasonTLS},
 	}
 	for _, c := range cases {
 		if s, r := classify(c.err); s != c.status || r != c.reason {
@@ -93,11 +93,11 @@ func TestClassify(t *testing.T) {
 }
 
 func TestFailureAnswer(t *testing.T) {
-	a := failure(&dialError{syscall.ECONNREFUSED}, false)
+	a := failure(&dialError{err: syscall.ECONNREFUSED}, false)
 	if a.status != 502 || a.header.Get(ErrorHeader) != ReasonConnectRefused || a.body != "plexus-proxy: connect-refused\n" || a.grpcStatus != "" {
 		t.Errorf("plain: %+v", a)
 	}
-	a = failure(&dialError{context.DeadlineExceeded}, true)
+	a = failure(&dialError{err: context.DeadlineExceeded}, true)
 	if a.status != 200 || a.grpcStatus != "4" || a.header.Get("Grpc-Status") != "4" || a.header.Get("Content-Type") != "application/grpc" || a.body != "" {
 		t.Errorf("gRPC: %+v", a)
 	}

@@ -2,15 +2,19 @@ package httpproxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/balance"
 )
@@ -20,6 +24,7 @@ type outcomes struct {
 	mu        sync.Mutex
 	got       []string
 	connected int           // Connected calls
+	refusedBy []netip.AddrPort // ConnectFailed calls, by endpoint
 	more      chan struct{} // signalled by each verdict; see signal
 }
 
@@ -42,6 +47,11 @@ func (l *recordingLoad) Connected() {
 	l.o.connected++
 }
 func (l *recordingLoad) FirstByte() {}
+func (l *recordingLoad) ConnectFailed() {
+	l.o.mu.Lock()
+	defer l.o.mu.Unlock()
+	l.o.refusedBy = append(l.o.refusedBy, l.addr)
+}
 func (l *recordingLoad) Done(o balance.Outcome) {
 	l.o.mu.Lock()
 	defer l.o.mu.Unlock()
@@ -78,7 +88,8 @@ func (o *outcomes) take(n int) []string {
 // Each attempt's endpoint is told how it did, for failure accrual: a
 // failure status or a refused connection is a failure, any other answer
 // a success; an endpoint that refused is judged before the re-send goes
-// elsewhere. Both engines.
+// elsewhere, and told that it refused (ConnectFailed: the balancer passes
+// it over). Both engines.
 func TestOutcomeReportedPerAttempt(t *testing.T) {
 	fails := rtServe(t, "bad", func(w http.ResponseWriter, r *http.Request, n int) bool {
 		w.WriteHeader(http.StatusInternalServerError)
@@ -107,14 +118,15 @@ func TestOutcomeReportedPerAttempt(t *testing.T) {
 	for _, en := range e.engines(t) {
 		for _, c := range []struct {
 			name   string
-			order  []netip.AddrPort
-			status int
-			want   []string
+			order   []netip.AddrPort
+			status  int
+			want    []string
+			refused []netip.AddrPort
 		}{
-			{"200", []netip.AddrPort{good.addr}, 200, []string{fmt.Sprintf("%s=%d", good.addr, success)}},
-			{"500", []netip.AddrPort{fails.addr}, 500, []string{fmt.Sprintf("%s=%d", fails.addr, failure)}},
+			{"200", []netip.AddrPort{good.addr}, 200, []string{fmt.Sprintf("%s=%d", good.addr, success)}, nil},
+			{"500", []netip.AddrPort{fails.addr}, 500, []string{fmt.Sprintf("%s=%d", fails.addr, failure)}, nil},
 			{"refused, then re-sent", []netip.AddrPort{gone, good.addr}, 200,
-				[]string{fmt.Sprintf("%s=%d", gone, failure), fmt.Sprintf("%s=%d", good.addr, success)}},
+				[]string{fmt.Sprintf("%s=%d", gone, failure), fmt.Sprintf("%s=%d", good.addr, success)}, []netip.AddrPort{gone}},
 		} {
 			mu.Lock()
 			order, next = c.order, 0
@@ -126,6 +138,60 @@ func TestOutcomeReportedPerAttempt(t *testing.T) {
 			if got := rec.take(len(c.want)); !slices.Equal(got, c.want) {
 				t.Errorf("%s %s: outcomes %v, want %v", en.name, c.name, got, c.want)
 			}
+			rec.mu.Lock()
+			if !slices.Equal(rec.refusedBy, c.refused) {
+				t.Errorf("%s %s: ConnectFailed for %v, want %v", en.name, c.name, rec.refusedBy, c.refused)
+			}
+			rec.refusedBy = nil
+			rec.mu.Unlock()
+		}
+	}
+}
+
+// ConnectFailed is the endpoint's fault alone: refused, or not accepted
+// within the connect timeout; not a handshake that failed on a connection
+// it accepted, not a dial the request gave up first, not a destination
+// the proxy could not dial at all.
+func TestConnectFailedOnlyForTheEndpointsFault(t *testing.T) {
+	hang := func(ctx context.Context, _ netip.AddrPort) (net.Conn, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	refuse := func(context.Context, netip.AddrPort) (net.Conn, error) { return nil, syscall.ECONNREFUSED }
+	pipe := func(context.Context, netip.AddrPort) (net.Conn, error) {
+		c, s := net.Pipe()
+		t.Cleanup(func() { c.Close(); s.Close() })
+		return c, nil
+	}
+	badHandshake := func(context.Context, net.Conn, spiffe.ID) (net.Conn, error) {
+		return nil, errors.New("certificate names someone else")
+	}
+	gone, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, cancel)
+	id := spiffe.ID{TrustDomain: "example.org", Namespace: "a", ServiceAccount: "b"}
+	for _, c := range []struct {
+		name string
+		dial func(context.Context, netip.AddrPort) (net.Conn, error)
+		ctx  context.Context
+		addr string
+		id   spiffe.ID
+		want bool
+	}{
+		{"refused", refuse, context.Background(), "127.0.0.1:1", spiffe.ID{}, true},
+		{"not accepted within the connect timeout", hang, context.Background(), "127.0.0.1:1", spiffe.ID{}, true},
+		{"the request gave up first", hang, gone, "127.0.0.1:1", spiffe.ID{}, false},
+		{"the handshake failed", pipe, context.Background(), "127.0.0.1:1", id, false},
+		{"no address to dial", refuse, context.Background(), "web:80", spiffe.ID{}, false},
+	} {
+		p := &Proxy{opts: Options{Dial: c.dial, ConnectTimeout: 200 * time.Millisecond, Secure: badHandshake}}
+		_, err := p.connect(c.ctx, c.addr, c.id)
+		if err == nil {
+			t.Fatalf("%s: connected", c.name)
+		}
+		rec := &outcomes{}
+		Endpoint{Load: &recordingLoad{o: rec}}.connectFailed(err)
+		if got := len(rec.refusedBy) == 1; got != c.want {
+			t.Errorf("%s (%v): ConnectFailed called: %v, want %v", c.name, err, got, c.want)
 		}
 	}
 }
