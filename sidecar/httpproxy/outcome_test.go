@@ -23,9 +23,9 @@ import (
 type outcomes struct {
 	mu        sync.Mutex
 	got       []string
-	connected int           // Connected calls
+	connected int              // Connected calls
 	refusedBy []netip.AddrPort // ConnectFailed calls, by endpoint
-	more      chan struct{} // signalled by each verdict; see signal
+	more      chan struct{}    // signalled by each verdict; see signal
 }
 
 // signal returns o.more, made on first use; o.mu is held.
@@ -117,7 +117,7 @@ func TestOutcomeReportedPerAttempt(t *testing.T) {
 	success, failure := int(balance.OutcomeSuccess), int(balance.OutcomeFailure)
 	for _, en := range e.engines(t) {
 		for _, c := range []struct {
-			name   string
+			name    string
 			order   []netip.AddrPort
 			status  int
 			want    []string
