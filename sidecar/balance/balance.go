@@ -278,7 +278,9 @@ func beats(cb float64, sb standing, ca float64, sa standing, rnd uint64) bool {
 // PickLeastLoaded is power of two choices by pending requests (opaque
 // connections) over weight: of two distinct endpoints drawn with rnd, the
 // one not marked down (MarkDown, Unanswered) over one that is, then the
-// one of lower (pending + 1) / weight.
+// one of lower (pending + 1) / weight. When both drawn are down it draws
+// another pair, up to Redraws times, as IndexP2C does: with two of three
+// endpoints down, a third of the pairs would otherwise hold no other.
 func PickLeastLoaded(eps []*Endpoint, rnd uint64) *Endpoint {
 	if i := IndexLeastLoaded(eps, rnd); i >= 0 {
 		return eps[i]
@@ -289,19 +291,27 @@ func PickLeastLoaded(eps []*Endpoint, rnd uint64) *Endpoint {
 // IndexLeastLoaded is PickLeastLoaded returning the index (-1 for none).
 func IndexLeastLoaded(eps []*Endpoint, rnd uint64) int {
 	i, j := twoIndex(len(eps), rnd)
-	if j >= 0 {
+	if j < 0 {
+		return i
+	}
+	for try := 0; ; try++ {
 		a, b := eps[i], eps[j]
-		if da, db := a.Down(), b.Down(); da != db {
+		da, db := a.Down(), b.Down()
+		switch {
+		case da && db && try < Redraws && len(eps) > 2:
+			rnd = mix(rnd)
+			i, j = twoIndex(len(eps), rnd)
+			continue
+		case da != db:
 			if da {
 				return j
 			}
 			return i
-		}
-		if (b.pending.Load()+1)*int64(a.Weight()) < (a.pending.Load()+1)*int64(b.Weight()) {
+		case (b.pending.Load()+1)*int64(a.Weight()) < (a.pending.Load()+1)*int64(b.Weight()):
 			return j
 		}
+		return i
 	}
-	return i
 }
 
 // twoIndex draws two distinct indices below n as two does; j is -1 when

@@ -351,6 +351,25 @@ func TestLeastLoadedPrefersLowerPending(t *testing.T) {
 	}
 }
 
+// With two of three endpoints marked down, least-loaded picks draw
+// another pair when both drawn are down: the live one takes all but the
+// 1/3^9 of picks whose nine pairs all missed it (before: a third).
+func TestLeastLoadedRedrawsTwoDown(t *testing.T) {
+	eps := []*Endpoint{NewEndpoint(Config{}, 0, t0), NewEndpoint(Config{}, 0, t0), NewEndpoint(Config{}, 0, t0)}
+	eps[0].MarkDown()
+	eps[2].MarkDown()
+	rng := rand.New(rand.NewPCG(9, 10))
+	down := 0
+	for range 30_000 {
+		if PickLeastLoaded(eps, rng.Uint64()) != eps[1] {
+			down++
+		}
+	}
+	if down > 10 {
+		t.Errorf("%d of 30000 picks went to an endpoint marked down while one was up", down)
+	}
+}
+
 // TestConcurrentUse races picks and samples (each goroutine keeps its own
 // clock, so times interleave out of order) and checks the state stays sane.
 func TestConcurrentUse(t *testing.T) {
