@@ -267,6 +267,15 @@ type dialError struct {
 func (e *dialError) Error() string { return "connect: " + e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
 
+// endpointRefused reports whether a dial's err is the endpoint's doing:
+// refused, unreachable, or not accepted within the connect timeout (not
+// the proxy's own trouble, such as running out of file descriptors).
+func endpointRefused(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.ETIMEDOUT) ||
+		errors.Is(err, context.DeadlineExceeded)
+}
+
 // tlsError marks a failed mesh mTLS handshake with the upstream proxy.
 type tlsError struct{ err error }
 
@@ -339,7 +348,7 @@ func (p *Proxy) connect(ctx context.Context, addr string, id spiffe.ID) (dialed,
 	}
 	c, err := p.opts.Dial(ctx, dst)
 	if err != nil {
-		return dialed{}, &dialError{err: err, endpointFault: request.Err() == nil}
+		return dialed{}, &dialError{err: err, endpointFault: request.Err() == nil && endpointRefused(err)}
 	}
 	var d dialed
 	if sc, ok := c.(interface {

@@ -151,13 +151,14 @@ func TestOutcomeReportedPerAttempt(t *testing.T) {
 // ConnectFailed is the endpoint's fault alone: refused, or not accepted
 // within the connect timeout; not a handshake that failed on a connection
 // it accepted, not a dial the request gave up first, not a destination
-// the proxy could not dial at all.
+// the proxy could not dial at all, not the proxy's own lack of sockets.
 func TestConnectFailedOnlyForTheEndpointsFault(t *testing.T) {
 	hang := func(ctx context.Context, _ netip.AddrPort) (net.Conn, error) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
 	refuse := func(context.Context, netip.AddrPort) (net.Conn, error) { return nil, syscall.ECONNREFUSED }
+	tooManyFiles := func(context.Context, netip.AddrPort) (net.Conn, error) { return nil, syscall.EMFILE }
 	pipe := func(context.Context, netip.AddrPort) (net.Conn, error) {
 		c, s := net.Pipe()
 		t.Cleanup(func() { c.Close(); s.Close() })
@@ -182,6 +183,7 @@ func TestConnectFailedOnlyForTheEndpointsFault(t *testing.T) {
 		{"the request gave up first", hang, gone, "127.0.0.1:1", spiffe.ID{}, false},
 		{"the handshake failed", pipe, context.Background(), "127.0.0.1:1", id, false},
 		{"no address to dial", refuse, context.Background(), "web:80", spiffe.ID{}, false},
+		{"the proxy is out of file descriptors", tooManyFiles, context.Background(), "127.0.0.1:1", spiffe.ID{}, false},
 	} {
 		p := &Proxy{opts: Options{Dial: c.dial, ConnectTimeout: 200 * time.Millisecond, Secure: badHandshake}}
 		_, err := p.connect(c.ctx, c.addr, c.id)
