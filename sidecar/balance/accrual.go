@@ -150,8 +150,9 @@ func (b *Breaker) take(now int64) bool {
 	return false
 }
 
-// Success reports a request on b that succeeded at now.
-func (b *Breaker) Success(now int64) {
+// Success reports a request on b that succeeded at now; restored says
+// that it was the probe, and b is in again.
+func (b *Breaker) Success(now int64) (restored bool) {
 	switch b.phase.Load() {
 	case phaseIn:
 		if b.failures.Load() != 0 {
@@ -165,9 +166,11 @@ func (b *Breaker) Success(now int64) {
 			b.phase.Store(phaseIn)
 			b.acc.out.Add(-1)
 			b.acc.restored.Add(1)
+			restored = true
 		}
 		b.mu.Unlock()
 	}
+	return restored
 }
 
 // Failure reports a request on b that failed at now (see

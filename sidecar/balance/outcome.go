@@ -21,15 +21,17 @@ const (
 // Report reports a request on b that ended with o at now; rnd, a
 // uniformly random word, draws the jitter of a penalty it starts. Only a
 // failure reads now (a caller may skip reading the clock otherwise).
-func (b *Breaker) Report(o Outcome, now int64, rnd uint64) {
+// restored says that the request was b's probe and b is in again.
+func (b *Breaker) Report(o Outcome, now int64, rnd uint64) (restored bool) {
 	switch o {
 	case OutcomeSuccess:
-		b.Success(now)
+		return b.Success(now)
 	case OutcomeFailure:
 		b.Failure(now, rnd)
 	default:
 		b.Cancel()
 	}
+	return false
 }
 
 // IsFailureStatus reports whether a response counts as a failure for

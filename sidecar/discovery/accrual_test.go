@@ -90,6 +90,61 @@ func TestAccrualThroughPicks(t *testing.T) {
 	}
 }
 
+// An endpoint restored by a successful probe rejoins as a newcomer: a slow
+// answer to the probe (50 ms, against peers that answer at once) is not
+// the peak that would keep it out of every pair for minutes; it takes the
+// next pick, and its share after.
+func TestRestoredEndpointRejoinsAsNewcomer(t *testing.T) {
+	e := newEnv(t, nil)
+	e.srv.Set(svc.String(), add(wa("10.1.0.1:8080", webID), wa("10.1.0.2:8080", webID), wa("10.1.0.3:8080", webID)))
+	backend := &routes.Backend{Accrual: &accrual.Config{ConsecutiveFailures: 3, MinPenalty: 200 * time.Millisecond, MaxPenalty: time.Second, MinHealthyPercent: 50}}
+	const fixed = "10.1.0.1:8080"
+	pick := func() Pick {
+		t.Helper()
+		p, err := e.r.PickHTTP(context.Background(), svc, backend)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	answer := func(p Pick, o balance.Outcome) string {
+		p.FirstByte()
+		p.Report(o)
+		p.Done()
+		return p.Addr.String()
+	}
+	for range 100 {
+		p := pick()
+		o := balance.OutcomeSuccess
+		if p.Addr.String() == fixed {
+			o = balance.OutcomeFailure
+		}
+		answer(p, o)
+	}
+	e.wantEjected(t, fixed)
+	e.waitProbeDue(t, fixed)
+	for {
+		p := pick()
+		if p.Addr.String() != fixed {
+			answer(p, balance.OutcomeSuccess)
+			continue
+		}
+		time.Sleep(50 * time.Millisecond) // Sleep: the probe's answer is slow
+		answer(p, balance.OutcomeSuccess)
+		break
+	}
+	if got := answer(pick(), balance.OutcomeSuccess); got != fixed {
+		t.Errorf("the pick after the probe went to %s, want the restored %s (a newcomer costs nothing until measured)", got, fixed)
+	}
+	picked := map[string]int{}
+	for range 300 {
+		picked[answer(pick(), balance.OutcomeSuccess)]++
+	}
+	if picked[fixed] < 30 {
+		t.Errorf("after its slow probe the restored endpoint took %d of 300 picks (%v), want its share back", picked[fixed], picked)
+	}
+}
+
 func TestAccrualFloor(t *testing.T) {
 	e := newEnv(t, nil)
 	e.srv.Set(svc.String(), add(wa("10.1.0.1:8080", webID), wa("10.1.0.2:8080", webID)))

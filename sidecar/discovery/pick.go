@@ -276,8 +276,24 @@ func (p *Pick) Report(o balance.Outcome) {
 	if o == balance.OutcomeFailure {
 		now = monoNow() // only a failure may start a penalty
 	}
-	p.br.Report(o, now, rand.Uint64())
+	if p.br.Report(o, now, rand.Uint64()) && p.s != nil {
+		p.rejoin()
+	}
 	p.br = nil
+}
+
+// rejoin restarts the estimate of an endpoint failure accrual has just
+// restored as a newcomer's, the best of the others' (balance.JoinRTT), as
+// a down endpoint's probe does: the probe was one request on an endpoint
+// that was failing until then, and its answer, when slow, is a peak that
+// keeps the endpoint out of every pair for seconds (τ·ln(peak/peers);
+// the three-node TestBreaker saw a fixed replica take none of the 650
+// requests after it was restored).
+func (p *Pick) rejoin() {
+	p.s.mu.Lock()
+	defer p.s.mu.Unlock()
+	now := monoNow()
+	p.ep.lb.MarkResponsive(balance.JoinRTT(p.s.othersUp(p.ep), now), now)
 }
 
 // ConnectFailed reports that a connection to the picked endpoint could
