@@ -51,6 +51,7 @@ type Endpoint struct {
 	logEst   atomic.Uint64 // float64 bits of x (estimate.go)
 	updated  atomic.Int64  // u: the last read or sample
 	fresh    atomic.Bool   // a prior with no request placed since: costs 0
+	placed   atomic.Int64  // when the last request was placed (Start)
 	weight   atomic.Uint32
 	origin   int64
 	invDecay float64 // 1/τ, per nanosecond
@@ -64,6 +65,7 @@ func NewEndpoint(c Config, weight uint32, now int64) *Endpoint {
 		decay = DefaultDecay
 	}
 	e := &Endpoint{origin: now, invDecay: 1 / float64(decay)}
+	e.placed.Store(now)
 	e.setPrior(c.DefaultRTT, now)
 	e.weight.Store(weight)
 	return e
@@ -107,7 +109,8 @@ func (e *Endpoint) Estimate(now int64) time.Duration {
 // / weight, in nanoseconds: pending are the requests in flight, the 1 the
 // request being placed. Like tower's load it counts as an update of the
 // estimate (estimate.go). An endpoint no request was placed on since its
-// prior was set costs 0: it is measured first.
+// prior was set costs 0: it is measured first; so does one no request
+// was placed on for Remeasure (estimate.go).
 //
 // While requests wait on e with no response byte for longer than its
 // estimate (silence.go), the estimate counts as that wait: an endpoint
@@ -127,7 +130,7 @@ func (e *Endpoint) load(now int64) (cost float64, quiet bool, st standing) {
 	silence := float64(e.silent.at(now))
 	st = e.silent.standing(silence, est)
 	quiet = st != responsive || silence > est
-	if e.fresh.Load() {
+	if e.fresh.Load() || now-e.placed.Load() >= int64(Remeasure) {
 		return 0, quiet, st
 	}
 	return max(est, silence) * float64(e.pending.Load()+1) / float64(e.Weight()), quiet, st
@@ -149,6 +152,9 @@ func (e *Endpoint) Start(now int64) Handle {
 	e.pending.Add(1)
 	if e.fresh.Load() {
 		e.fresh.Store(false)
+	}
+	if now-e.placed.Swap(now) >= int64(Remeasure) {
+		e.remeasure()
 	}
 	e.silent.begin(now)
 	return Handle{ep: e, start: now, awaiting: true}

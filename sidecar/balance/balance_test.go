@@ -78,31 +78,56 @@ func TestFirstSampleReplacesThePrior(t *testing.T) {
 	near(t, "after its first sample (ms)", msOf(e.Estimate(t0+2*sec+3*ms)), 3)
 }
 
+// placeUnanswered places requests on e at each of times, unanswered: they
+// leave the estimate as it is, and keep e from going Remeasure without a
+// request (else the next sample would replace the estimate).
+func placeUnanswered(e *Endpoint, times ...int64) {
+	for _, at := range times {
+		h := e.Start(at)
+		h.Done()
+	}
+}
+
 func TestDecayTowardLowerSample(t *testing.T) {
 	// Estimate 100 ms at 1 s; a 10 ms sample 5 s later: w = e^-0.5,
 	// 100·w + 10·(1−w) = 64.5878 ms.
 	e := NewEndpoint(Config{}, 0, t0)
 	sample(e, t0+900*ms, t0+sec)
+	placeUnanswered(e, t0+2800*ms, t0+4700*ms)
 	sample(e, t0+6*sec-10*ms, t0+6*sec)
 	near(t, "after 5 s (ms)", msOf(e.Estimate(t0+6*sec)), 64.58775937)
 	w := math.Exp(-0.5)
 	near(t, "after 5 s, formula (ms)", msOf(e.Estimate(t0+6*sec)), 100*w+10*(1-w))
 
-	// As in tower, reading the cost is an update: a read at 5 s decays the
-	// estimate to 100·e^-0.4 and the sample at 6 s then weighs only by the
-	// 1 s since: 100·e^-0.4·e^-0.1 + 10·(1−e^-0.1) = 61.6047 ms.
+	// As in tower, reading the cost is an update: a read at 2.5 s decays
+	// the estimate to 100·e^-0.15 and the sample at 6 s then weighs only by
+	// the 3.5 s since: 100·e^-0.15·e^-0.35 + 10·(1−e^-0.35) = 63.6062 ms.
+	// (The read comes within Remeasure of the request placed at 0.9 s,
+	// and the sample's request is placed 10 ms before it; else the sample
+	// would replace the estimate.)
 	r := NewEndpoint(Config{}, 0, t0)
 	sample(r, t0+900*ms, t0+sec)
-	near(t, "cost read at 5 s (ns)", r.Cost(t0+5*sec), 100e6*math.Exp(-0.4))
+	near(t, "cost read at 2.5 s (ns)", r.Cost(t0+2500*ms), 100e6*math.Exp(-0.15))
+	placeUnanswered(r, t0+2800*ms, t0+4700*ms)
 	sample(r, t0+6*sec-10*ms, t0+6*sec)
-	near(t, "after a read at 5 s (ms)", msOf(r.Estimate(t0+6*sec)), 61.60469179)
+	near(t, "after a read at 2.5 s (ms)", msOf(r.Estimate(t0+6*sec)), 63.60618509)
 
 	// Estimate (diagnostics) is not an update.
 	d := NewEndpoint(Config{}, 0, t0)
 	sample(d, t0+900*ms, t0+sec)
 	d.Estimate(t0 + 5*sec)
+	placeUnanswered(d, t0+2800*ms, t0+4700*ms)
 	sample(d, t0+6*sec-10*ms, t0+6*sec)
 	near(t, "after an Estimate at 5 s (ms)", msOf(d.Estimate(t0+6*sec)), 64.58775937)
+
+	// Without a request placed for Remeasure, the next sample replaces
+	// the estimate: the endpoint is measured anew.
+	a := NewEndpoint(Config{}, 0, t0)
+	sample(a, t0+900*ms, t0+sec)
+	near(t, "cost 2.1 s after the last request placed (ns)", a.Cost(t0+3*sec), 0)
+	near(t, "estimate meanwhile (ms)", msOf(a.Estimate(t0+6*sec-10*ms)), 100*math.Exp(-0.499))
+	sample(a, t0+6*sec-10*ms, t0+6*sec)
+	near(t, "after a sample 5 s later (ms)", msOf(a.Estimate(t0+6*sec)), 10)
 }
 
 func TestCostPendingWeight(t *testing.T) {
@@ -241,30 +266,32 @@ func TestP2CSlowThenRecovered(t *testing.T) {
 	s := newSequential(p2c, ms, ms, ms)
 	s.run(3000)
 
-	// Endpoint 0 turns slow: after its first slow answer it is avoided;
-	// nothing near 2 s of picks goes to it.
+	// Endpoint 0 turns slow: after its first slow answer it is avoided,
+	// measured anew once every Remeasure (2 s), no more.
 	s.lat[0] = 25 * ms
-	slowFrom, slow := s.now, 0
+	slowFrom, slow, last := s.now, 0, int64(0)
 	for s.now < slowFrom+10*sec {
 		if s.step() == 0 {
 			slow++
-			if slow > 1 && s.now < slowFrom+2*sec {
-				t.Fatalf("turned slow at %d ms, picked again at %d ms", 0, (s.now-slowFrom)/ms)
+			if slow > 1 && s.now-last < int64(Remeasure) {
+				t.Fatalf("turned slow at %d ms, picked at %d ms and again at %d ms", 0, (last-slowFrom)/ms, (s.now-slowFrom)/ms)
 			}
+			last = s.now
 		}
 	}
-	if slow > 2 {
-		t.Errorf("slow endpoint picked %d times in 10 s", slow)
+	if slow > 1+int(10*sec/int64(Remeasure)) {
+		t.Errorf("slow endpoint picked %d times in 10 s, want one at first and one every %s", slow, Remeasure)
 	}
 
-	// It recovers: its 25 ms estimate must decay below the others' 1 ms
-	// before it is tried, τ·ln 25 ≈ 32.2 s after its last slow sample at
-	// the latest, and then it takes its share again.
+	// It recovers: measured anew within Remeasure, its 1 ms sample
+	// replaces its 25 ms estimate (tower's decay alone would keep it out
+	// until that fell below the others' 1 ms, τ·ln 25 ≈ 32.2 s), and it
+	// takes its share again.
 	s.lat[0] = ms
 	fixed := s.now
 	for s.step() != 0 {
-		if s.now > fixed+33*sec {
-			t.Fatal("recovered endpoint not picked within 33 s")
+		if s.now > fixed+int64(Remeasure)+sec/10 {
+			t.Fatalf("recovered endpoint not picked within %s", Remeasure)
 		}
 	}
 	t.Logf("recovered endpoint picked again %.1f s after recovering", float64(s.now-fixed)/float64(sec))
@@ -498,7 +525,7 @@ func TestConnectedLeavesHandshakeOut(t *testing.T) {
 		return e
 	}
 	sample(old, now+100*ms, now+101*ms) // the warm one answers as the newcomer does
-	at := now + int64(2*time.Second)    // two seconds on
+	at := now + int64(time.Second)      // a second on (within Remeasure)
 	share := func(newcomer *Endpoint) int { return pairsWon(old, newcomer, at) }
 	if est := first(false).Estimate(at); est < 50*time.Millisecond {
 		t.Errorf("control: counted from Start the first sample left an estimate of %s; want the 101 ms peak", est)
