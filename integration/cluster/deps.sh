@@ -4,10 +4,12 @@
 #   apt:     Debian packages (containerd, runc, iptables, ...)
 #   kube:    etcd and the Kubernetes components, built from the Go module proxy
 #   cni:     the CNI reference plugins
-#   coredns: CoreDNS, the cluster's DNS server
+#   coredns: CoreDNS, the cluster's DNS server, with the plugins its
+#            Corefile uses (built with Prometheus: integration/clusterdeps)
 #   flannel: flanneld and flannel's CNI plugin (make cluster-up CNI=flannel)
 #   prometheus: Prometheus and promtool for the viz extension, built from
-#            their Go module with Kubernetes service discovery alone
+#            their Go module with Kubernetes service discovery alone (and
+#            CoreDNS in the same build)
 #   helm:    the Helm CLI, built from its Go module, for the charts' tests
 #   chromium: Debian's headless browser, for the dashboard's browser tests
 #            (integration/vizbrowser)
@@ -101,7 +103,36 @@ go_install() {
 	mv "$dir/tmp/$(basename "${pkg%@*}")" "$bin" && rmdir "$dir/tmp"
 }
 
-deps_coredns() { go_install "$COREDNS_BIN" "github.com/coredns/coredns@$COREDNS_VERSION"; }
+# CoreDNS, with only the plugins the Corefile uses, and the viz
+# extension's Prometheus with promtool (which checks its scrape config in
+# the unit tests), from integration/clusterdeps in one build: both need the
+# same Kubernetes client, gRPC and protobuf packages, compiled once so.
+# Debian's Prometheus is built without Kubernetes service discovery, which
+# that config needs; the remove_all_sd tag drops the cloud providers'.
+deps_coredns() { build_clusterdeps; }
+deps_prometheus() { build_clusterdeps; }
+build_clusterdeps() {
+	[ -x "$COREDNS_BIN" ] && [ -f "$PROMETHEUS_BIN/.complete" ] && return 0
+	local dir=$PLEXUS_ROOT/integration/clusterdeps tmp=$CACHE_DIR/clusterdeps.tmp v=${PROMETHEUS_VERSION#v0.}
+	# The module's v0.MMmm.p is Prometheus M.mm.p (v0.316.0: 3.16.0).
+	local version=$((${v%%.*} / 100)).$((${v%%.*} % 100)).${v#*.}
+	grep -q "github.com/coredns/coredns $COREDNS_VERSION" "$dir/go.mod" ||
+		die "integration/clusterdeps/go.mod does not require github.com/coredns/coredns $COREDNS_VERSION"
+	grep -q "github.com/prometheus/prometheus $PROMETHEUS_VERSION" "$dir/go.mod" ||
+		die "integration/clusterdeps/go.mod does not require github.com/prometheus/prometheus $PROMETHEUS_VERSION"
+	log "building CoreDNS $COREDNS_VERSION (the Corefile's plugins) and Prometheus $PROMETHEUS_VERSION (cold: ~3 min on 2 cores)"
+	rm -rf "$tmp" && mkdir -p "$tmp/bin"
+	(cd "$dir" && CGO_ENABLED=0 GOWORK=off go build -trimpath \
+		-ldflags "-s -w -X github.com/prometheus/common/version.Version=$version" \
+		-tags remove_all_sd,enable_kubernetes_sd,netgo -o "$tmp/" ./cmd/coredns \
+		github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool) ||
+		die "building CoreDNS $COREDNS_VERSION and Prometheus $PROMETHEUS_VERSION failed"
+	mv "$tmp/prometheus" "$tmp/promtool" "$tmp/bin/"
+	mkdir -p "$(dirname "$COREDNS_BIN")" "$(dirname "$PROMETHEUS_BIN")"
+	mv "$tmp/coredns" "$COREDNS_BIN"
+	rm -rf "$PROMETHEUS_BIN" && mv "$tmp/bin" "$PROMETHEUS_BIN" && touch "$PROMETHEUS_BIN/.complete"
+	rm -rf "$tmp"
+}
 
 # flanneld from integration/flannel's module (cgo: its udp backend), and
 # flannel's CNI plugin as the CNI plugins released it last.
@@ -121,28 +152,6 @@ deps_flannel() {
 		"github.com/containernetworking/plugins/plugins/meta/flannel@$FLANNEL_CNI_VERSION" ||
 		die "building flannel's CNI plugin $FLANNEL_CNI_VERSION failed"
 	rm -rf "$FLANNEL_BIN" && mv "$tmp" "$FLANNEL_BIN" && touch "$FLANNEL_BIN/.complete"
-}
-
-# The viz extension's Prometheus, and promtool, which checks its scrape
-# config in the unit tests. Debian's package is built without Kubernetes
-# service discovery, which that config needs, so both are built from
-# Prometheus's Go module, static, with the kubernetes SD plugin alone (the
-# remove_all_sd tag drops the cloud providers' discoveries).
-deps_prometheus() {
-	[ -f "$PROMETHEUS_BIN/.complete" ] && return 0
-	log "building Prometheus $PROMETHEUS_VERSION into $PROMETHEUS_BIN (cold: ~3 min on 2 cores)"
-	local tmp="$PROMETHEUS_BIN.tmp" p v=${PROMETHEUS_VERSION#v0.}
-	# The module's v0.MMmm.p is Prometheus M.mm.p (v0.316.0: 3.16.0).
-	local version=$((${v%%.*} / 100)).$((${v%%.*} % 100)).${v#*.}
-	rm -rf "$tmp" && mkdir -p "$tmp"
-	for p in prometheus promtool; do
-		GOBIN="$tmp" CGO_ENABLED=0 GOWORK=off go install -trimpath \
-			-ldflags "-s -w -X github.com/prometheus/common/version.Version=$version" \
-			-tags remove_all_sd,enable_kubernetes_sd,netgo \
-			"github.com/prometheus/prometheus/cmd/$p@$PROMETHEUS_VERSION" ||
-			die "building $p $PROMETHEUS_VERSION failed"
-	done
-	rm -rf "$PROMETHEUS_BIN" && mv "$tmp" "$PROMETHEUS_BIN" && touch "$PROMETHEUS_BIN/.complete"
 }
 
 # Helm, for the charts' lint, schema and render tests and helm install on

@@ -11,7 +11,8 @@ eval "$(sed -n 's/^\([A-Z_]*\) ?= \(.*\)$/: "${\1:=\2}"/p' "$PLEXUS_ROOT/integra
 CACHE_DIR=${PLEXUS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/plexus}
 KUBE_BIN=$CACHE_DIR/kube/$KUBE_VERSION/bin
 CNI_REF_BIN=$CACHE_DIR/cni-plugins/$CNI_PLUGINS_VERSION/bin
-COREDNS_BIN=$CACHE_DIR/coredns/$COREDNS_VERSION/coredns
+# CoreDNS with the Corefile's plugins only (integration/clusterdeps).
+COREDNS_BIN=$CACHE_DIR/coredns/$COREDNS_VERSION-corefile/coredns
 PROMETHEUS_BIN=$CACHE_DIR/prometheus/$PROMETHEUS_VERSION/bin
 HELM_BIN=$CACHE_DIR/helm/$HELM_VERSION/helm
 FLANNEL_BIN=$CACHE_DIR/flannel/$FLANNEL_VERSION-$FLANNEL_CNI_VERSION/bin
