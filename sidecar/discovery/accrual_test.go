@@ -91,57 +91,48 @@ func TestAccrualThroughPicks(t *testing.T) {
 }
 
 // An endpoint restored by a successful probe rejoins as a newcomer: a slow
-// answer to the probe (50 ms, against peers that answer at once) is not
-// the peak that would keep it out of every pair for minutes; it takes the
-// next pick, and its share after.
+// answer to the probe (50 ms, against peers that answer in microseconds)
+// is not the peak that would keep it out of every pair until it decays;
+// its estimate restarts from the best of the others', and it costs
+// nothing until its next request is placed.
 func TestRestoredEndpointRejoinsAsNewcomer(t *testing.T) {
 	e := newEnv(t, nil)
 	e.srv.Set(svc.String(), add(wa("10.1.0.1:8080", webID), wa("10.1.0.2:8080", webID), wa("10.1.0.3:8080", webID)))
 	backend := &routes.Backend{Accrual: &accrual.Config{ConsecutiveFailures: 3, MinPenalty: 200 * time.Millisecond, MaxPenalty: time.Second, MinHealthyPercent: 50}}
 	const fixed = "10.1.0.1:8080"
-	pick := func() Pick {
-		t.Helper()
-		p, err := e.r.PickHTTP(context.Background(), svc, backend)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	answer := func(p Pick, o balance.Outcome) string {
-		p.FirstByte()
-		p.Report(o)
-		p.Done()
-		return p.Addr.String()
-	}
 	for range 100 {
-		p := pick()
-		o := balance.OutcomeSuccess
-		if p.Addr.String() == fixed {
-			o = balance.OutcomeFailure
-		}
-		answer(p, o)
+		e.pickReport(backend, map[string]bool{fixed: true}) // no samples: picks at random until it is out
 	}
 	e.wantEjected(t, fixed)
 	e.waitProbeDue(t, fixed)
 	for {
-		p := pick()
-		if p.Addr.String() != fixed {
-			answer(p, balance.OutcomeSuccess)
-			continue
+		p, err := e.r.PickHTTP(context.Background(), svc, backend)
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(50 * time.Millisecond) // Sleep: the probe's answer is slow
-		answer(p, balance.OutcomeSuccess)
-		break
+		if p.Addr.String() == fixed {
+			time.Sleep(50 * time.Millisecond) // Sleep: the probe's answer is slow
+		}
+		p.FirstByte()
+		p.Report(balance.OutcomeSuccess)
+		p.Done()
+		if p.Addr.String() == fixed {
+			break
+		}
 	}
-	if got := answer(pick(), balance.OutcomeSuccess); got != fixed {
-		t.Errorf("the pick after the probe went to %s, want the restored %s (a newcomer costs nothing until measured)", got, fixed)
+	var restored, others []float64
+	for _, ep := range e.r.Endpoints()[0].Endpoints {
+		if ep.Addr == fixed {
+			restored = append(restored, ep.EWMAms)
+			if ep.State != "ready" {
+				t.Errorf("%s after its probe succeeded: state %q, want ready", fixed, ep.State)
+			}
+		} else {
+			others = append(others, ep.EWMAms)
+		}
 	}
-	picked := map[string]int{}
-	for range 300 {
-		picked[answer(pick(), balance.OutcomeSuccess)]++
-	}
-	if picked[fixed] < 30 {
-		t.Errorf("after its slow probe the restored endpoint took %d of 300 picks (%v), want its share back", picked[fixed], picked)
+	if len(restored) != 1 || len(others) != 2 || restored[0] > max(others[0], others[1]) {
+		t.Errorf("after a 50 ms probe answer the restored endpoint's estimate is %v ms, the others' %v; want at most theirs (it rejoins as a newcomer)", restored, others)
 	}
 }
 
