@@ -59,7 +59,7 @@ deps_proto() { apt_install protobuf-compiler libprotobuf-dev; }
 
 deps_kube() {
 	[ -f "$KUBE_BIN/.complete" ] && return 0
-	log "building etcd and Kubernetes $KUBE_VERSION into $KUBE_BIN (cold: ~8 min on 2 cores)"
+	log "building etcd and Kubernetes $KUBE_VERSION into $KUBE_BIN (cold: ~6 min on 2 cores)"
 	local tmp="$KUBE_BIN.tmp"
 	rm -rf "$tmp" && mkdir -p "$tmp"
 	local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION"
