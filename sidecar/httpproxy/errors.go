@@ -167,19 +167,40 @@ func classify(err error) (int, string) {
 		return http.StatusBadGateway, ReasonTLS
 	case errors.Is(err, context.Canceled):
 		return 499, ReasonClientGone
-	case isDial && timeout:
-		return http.StatusGatewayTimeout, ReasonConnectTimeout
-	case isDial && errors.Is(err, syscall.ECONNREFUSED):
-		return http.StatusBadGateway, ReasonConnectRefused
-	case isDial && (errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)):
-		return http.StatusServiceUnavailable, ReasonUnreachable
 	case isDial:
-		return http.StatusBadGateway, ReasonConnectError
+		reason := connectReason(de.err)
+		return connectStatus[reason], reason
 	case timeout:
 		return http.StatusGatewayTimeout, ReasonTimeout
 	default:
 		return http.StatusBadGateway, ReasonUpstreamReset
 	}
+}
+
+// connectReason names why a dial failed with err: it timed out, was
+// refused, found no route, or failed otherwise (the proxy's own trouble,
+// such as running out of file descriptors, or a bad address).
+func connectReason(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+		return ReasonConnectTimeout
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return ReasonConnectRefused
+	case errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH):
+		return ReasonUnreachable
+	default:
+		return ReasonConnectError
+	}
+}
+
+// connectStatus is the status the proxy answers a failed dial with, by
+// connectReason.
+var connectStatus = map[string]int{
+	ReasonConnectTimeout: http.StatusGatewayTimeout,
+	ReasonConnectRefused: http.StatusBadGateway,
+	ReasonUnreachable:    http.StatusServiceUnavailable,
+	ReasonConnectError:   http.StatusBadGateway,
 }
 
 // grpcCode maps the HTTP status of a proxy error to a gRPC status code.

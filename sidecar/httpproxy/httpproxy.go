@@ -74,7 +74,7 @@ func (e Endpoint) connected() {
 // connection, nor when the request's own context ended first.
 func (e Endpoint) connectFailed(err error) {
 	var de *dialError
-	if e.Load != nil && errors.As(err, &de) && de.endpointFault {
+	if e.Load != nil && errors.As(err, &de) && de.marksDown {
 		e.Load.ConnectFailed()
 	}
 }
@@ -256,25 +256,17 @@ func remoteAddr(c net.Conn) netip.Addr {
 	return netip.Addr{}
 }
 
-// dialError marks an error from connecting upstream. endpointFault says
-// the endpoint refused the connection, was unreachable, or did not accept
-// it within the connect timeout, while the request still waited.
+// dialError marks an error from connecting upstream. marksDown says the
+// endpoint refused the connection, was unreachable, or did not accept it
+// within the connect timeout while the request still waited: the
+// balancer should pass it over until a probe connects.
 type dialError struct {
-	err           error
-	endpointFault bool
+	err       error
+	marksDown bool
 }
 
 func (e *dialError) Error() string { return "connect: " + e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
-
-// endpointRefused reports whether a dial's err is the endpoint's doing:
-// refused, unreachable, or not accepted within the connect timeout (not
-// the proxy's own trouble, such as running out of file descriptors).
-func endpointRefused(err error) bool {
-	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
-		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.ETIMEDOUT) ||
-		errors.Is(err, context.DeadlineExceeded)
-}
 
 // tlsError marks a failed mesh mTLS handshake with the upstream proxy.
 type tlsError struct{ err error }
@@ -348,7 +340,7 @@ func (p *Proxy) connect(ctx context.Context, addr string, id spiffe.ID) (dialed,
 	}
 	c, err := p.opts.Dial(ctx, dst)
 	if err != nil {
-		return dialed{}, &dialError{err: err, endpointFault: request.Err() == nil && endpointRefused(err)}
+		return dialed{}, &dialError{err: err, marksDown: request.Err() == nil && connectReason(err) != ReasonConnectError}
 	}
 	var d dialed
 	if sc, ok := c.(interface {
