@@ -103,40 +103,34 @@ func pods(ctx context.Context, kube kubernetes.Interface, t target) ([]corev1.Po
 
 // workloadSelector returns a workload's pod selector.
 func workloadSelector(ctx context.Context, kube kubernetes.Interface, t target) (*metav1.LabelSelector, error) {
-	get := metav1.GetOptions{}
+	get, apps := metav1.GetOptions{}, kube.AppsV1()
 	switch t.resource {
 	case "deployments":
-		o, err := kube.AppsV1().Deployments(t.namespace).Get(ctx, t.name, get)
-		if err != nil {
-			return nil, err
-		}
-		return o.Spec.Selector, nil
+		o, err := apps.Deployments(t.namespace).Get(ctx, t.name, get)
+		return selector(err, func() *metav1.LabelSelector { return o.Spec.Selector })
 	case "statefulsets":
-		o, err := kube.AppsV1().StatefulSets(t.namespace).Get(ctx, t.name, get)
-		if err != nil {
-			return nil, err
-		}
-		return o.Spec.Selector, nil
+		o, err := apps.StatefulSets(t.namespace).Get(ctx, t.name, get)
+		return selector(err, func() *metav1.LabelSelector { return o.Spec.Selector })
 	case "daemonsets":
-		o, err := kube.AppsV1().DaemonSets(t.namespace).Get(ctx, t.name, get)
-		if err != nil {
-			return nil, err
-		}
-		return o.Spec.Selector, nil
+		o, err := apps.DaemonSets(t.namespace).Get(ctx, t.name, get)
+		return selector(err, func() *metav1.LabelSelector { return o.Spec.Selector })
 	case "replicasets":
-		o, err := kube.AppsV1().ReplicaSets(t.namespace).Get(ctx, t.name, get)
-		if err != nil {
-			return nil, err
-		}
-		return o.Spec.Selector, nil
+		o, err := apps.ReplicaSets(t.namespace).Get(ctx, t.name, get)
+		return selector(err, func() *metav1.LabelSelector { return o.Spec.Selector })
 	case "jobs":
 		o, err := kube.BatchV1().Jobs(t.namespace).Get(ctx, t.name, get)
-		if err != nil {
-			return nil, err
-		}
-		return o.Spec.Selector, nil
+		return selector(err, func() *metav1.LabelSelector { return o.Spec.Selector })
 	}
 	return nil, fmt.Errorf("cannot tap %s", t.resource)
+}
+
+// selector returns what spec returns, unless the Get that fetched the
+// workload failed with err.
+func selector(err error, spec func() *metav1.LabelSelector) (*metav1.LabelSelector, error) {
+	if err != nil {
+		return nil, err
+	}
+	return spec(), nil
 }
 
 func owned(refs []metav1.OwnerReference, kind, name string) bool {

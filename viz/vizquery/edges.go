@@ -59,6 +59,26 @@ type Edge struct {
 	OpenConnections   float64 `json:"openConnections"`
 }
 
+// Identity names the edge apart from its numbers: two series or two
+// namespaces' answers with one Identity are one edge.
+func (e Edge) Identity() string {
+	return fmt.Sprint(e.Source, e.Destination, e.ClientID, e.ServerID, e.Secured)
+}
+
+// SortEdges orders edges by source, destination and client identity.
+func SortEdges(es []Edge) {
+	sort.SliceStable(es, func(i, j int) bool {
+		a, b := es[i], es[j]
+		if a.Source != b.Source {
+			return a.Source.String() < b.Source.String()
+		}
+		if a.Destination != b.Destination {
+			return a.Destination.String() < b.Destination.String()
+		}
+		return a.ClientID < b.ClientID
+	})
+}
+
 type edgeKey struct {
 	dst                     Workload
 	clientID, serverID, tls string
@@ -114,7 +134,7 @@ func (c *Client) Edges(ctx context.Context, kube kubernetes.Interface, ns string
 		}
 		// Series that differ only in labels the edge does not show (a
 		// server_id the proxy left empty) are one edge.
-		id := fmt.Sprint(e.Source, e.Destination, e.ClientID, e.ServerID, e.Secured)
+		id := e.Identity()
 		if m := merged[id]; m != nil {
 			m.RPS += e.RPS
 			m.ConnectionsPerSec += e.ConnectionsPerSec
@@ -127,20 +147,11 @@ func (c *Client) Edges(ctx context.Context, kube kubernetes.Interface, ns string
 		merged[id] = e
 		out = append(out, e)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.Source != b.Source {
-			return a.Source.String() < b.Source.String()
-		}
-		if a.Destination != b.Destination {
-			return a.Destination.String() < b.Destination.String()
-		}
-		return a.ClientID < b.ClientID
-	})
 	edges := make([]Edge, len(out))
 	for i, e := range out {
 		edges[i] = *e
 	}
+	SortEdges(edges)
 	return edges, nil
 }
 

@@ -6,7 +6,6 @@ package edges
 import (
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"text/tabwriter"
 
@@ -41,20 +40,13 @@ func Merge(lists ...[]vizquery.Edge) []vizquery.Edge {
 	var out []vizquery.Edge
 	for _, es := range lists {
 		for _, e := range es {
-			id := fmt.Sprint(e.Source, e.Destination, e.ClientID, e.ServerID, e.Secured)
-			if !seen[id] {
+			if id := e.Identity(); !seen[id] {
 				seen[id] = true
 				out = append(out, e)
 			}
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.Source != b.Source {
-			return a.Source.String() < b.Source.String()
-		}
-		return a.Destination.String() < b.Destination.String()
-	})
+	vizquery.SortEdges(out)
 	return out
 }
 
