@@ -132,68 +132,51 @@ func FromAnnotations(base Config, annotations map[string]string) (Config, error)
 	c.SkipInboundSubnets = append([]netip.Prefix(nil), base.SkipInboundSubnets...)
 	c.SkipOutboundSubnets = append([]netip.Prefix(nil), base.SkipOutboundSubnets...)
 
-	for _, a := range []struct {
-		name string
-		dst  *[]PortRange
-	}{
-		{AnnotationSkipInboundPorts, &c.SkipInboundPorts},
-		{AnnotationSkipOutboundPorts, &c.SkipOutboundPorts},
-		{AnnotationOpaquePorts, &c.OpaquePorts},
+	a := annotations
+	for _, err := range []error{
+		overlay(a, AnnotationSkipInboundPorts, ParsePorts, appendTo(&c.SkipInboundPorts)),
+		overlay(a, AnnotationSkipOutboundPorts, ParsePorts, appendTo(&c.SkipOutboundPorts)),
+		overlay(a, AnnotationOpaquePorts, ParsePorts, appendTo(&c.OpaquePorts)),
+		overlay(a, AnnotationSkipInboundSubnets, ParseSubnets, appendTo(&c.SkipInboundSubnets)),
+		overlay(a, AnnotationSkipOutboundSubnets, ParseSubnets, appendTo(&c.SkipOutboundSubnets)),
+		overlay(a, AnnotationInboundPort, ParsePort, setTo(&c.InboundPort)),
+		overlay(a, AnnotationOutboundPort, ParsePort, setTo(&c.OutboundPort)),
+		overlay(a, AnnotationAdminPort, ParsePort, setTo(&c.AdminPort)),
+		overlay(a, AnnotationProxyUID, parseUID, setTo(&c.ProxyUID)),
 	} {
-		v, ok := annotations[a.name]
-		if !ok {
-			continue
-		}
-		ports, err := ParsePorts(v)
 		if err != nil {
-			return Config{}, &AnnotationError{Annotation: a.name, Value: v, Err: err}
+			return Config{}, err // the first malformed annotation, in this order
 		}
-		*a.dst = append(*a.dst, ports...)
-	}
-	for _, a := range []struct {
-		name string
-		dst  *[]netip.Prefix
-	}{
-		{AnnotationSkipInboundSubnets, &c.SkipInboundSubnets},
-		{AnnotationSkipOutboundSubnets, &c.SkipOutboundSubnets},
-	} {
-		v, ok := annotations[a.name]
-		if !ok {
-			continue
-		}
-		subnets, err := ParseSubnets(v)
-		if err != nil {
-			return Config{}, &AnnotationError{Annotation: a.name, Value: v, Err: err}
-		}
-		*a.dst = append(*a.dst, subnets...)
-	}
-	for _, a := range []struct {
-		name string
-		dst  *uint16
-	}{
-		{AnnotationInboundPort, &c.InboundPort},
-		{AnnotationOutboundPort, &c.OutboundPort},
-		{AnnotationAdminPort, &c.AdminPort},
-	} {
-		v, ok := annotations[a.name]
-		if !ok {
-			continue
-		}
-		p, err := ParsePort(v)
-		if err != nil {
-			return Config{}, &AnnotationError{Annotation: a.name, Value: v, Err: err}
-		}
-		*a.dst = p
-	}
-	if v, ok := annotations[AnnotationProxyUID]; ok {
-		uid, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
-		if err != nil || uid == 0 {
-			return Config{}, &AnnotationError{Annotation: AnnotationProxyUID, Value: v, Err: errors.New("want a non-zero numeric UID")}
-		}
-		c.ProxyUID = uint32(uid)
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, fmt.Errorf("pod configuration from %s* annotations: %w", AnnotationPrefix, err)
 	}
 	return c, nil
+}
+
+// overlay parses annotation name, when the pod has it, and hands the
+// value to set; a malformed value is an *AnnotationError.
+func overlay[T any](annotations map[string]string, name string, parse func(string) (T, error), set func(T)) error {
+	v, ok := annotations[name]
+	if !ok {
+		return nil
+	}
+	x, err := parse(v)
+	if err != nil {
+		return &AnnotationError{Annotation: name, Value: v, Err: err}
+	}
+	set(x)
+	return nil
+}
+
+func appendTo[T any](dst *[]T) func([]T) { return func(x []T) { *dst = append(*dst, x...) } }
+func setTo[T any](dst *T) func(T)        { return func(x T) { *dst = x } }
+
+// parseUID parses the proxy UID annotation: a non-zero number.
+func parseUID(v string) (uint32, error) {
+	uid, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
+	if err != nil || uid == 0 {
+		return 0, errors.New("want a non-zero numeric UID")
+	}
+	return uint32(uid), nil
 }
