@@ -172,18 +172,31 @@ func families(prev types.Result) ([]rules.Family, error) {
 	return podrules.Families(addrs), nil
 }
 
-// Add installs the redirect rules for a meshed pod and passes prevResult
-// through unchanged.
-func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
-	start := time.Now()
-	rep := newReport("ADD", args)
+// command runs one CNI command: it loads the network configuration
+// (validate: checking it), logs under the command's name, hands both to
+// run, and reports how the command ended (report.go) however it ends.
+func (p *Plugin) command(cmd string, args *skel.CmdArgs, validate bool,
+	run func(*skel.CmdArgs, *commandReport, *netconf.NetConf, *slog.Logger) error,
+) (err error) {
+	rep := newReport(cmd, args)
 	defer func() { p.sendReport(rep, err) }()
-	conf, cerr := p.load(args, true)
+	conf, cerr := p.load(args, validate)
 	if cerr != nil {
 		return cerr
 	}
-	log, done := p.logger(conf, "ADD", args)
+	log, done := p.logger(conf, cmd, args)
 	defer done()
+	return run(args, rep, conf, log)
+}
+
+// Add installs the redirect rules for a meshed pod and passes prevResult
+// through unchanged.
+func (p *Plugin) Add(args *skel.CmdArgs) error {
+	return p.command("ADD", args, true, p.add)
+}
+
+func (p *Plugin) add(args *skel.CmdArgs, rep *commandReport, conf *netconf.NetConf, log *slog.Logger) error {
+	start := rep.start
 	if conf.PrevResult == nil {
 		return types.NewError(types.ErrInvalidNetworkConfig, "plexus-cni: no prevResult; it must be chained after a primary plugin", "")
 	}
@@ -231,15 +244,11 @@ func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
 
 // Del removes our rules if the network namespace still exists. It reads
 // no pod and never fails because the namespace or the pod is gone.
-func (p *Plugin) Del(args *skel.CmdArgs) (err error) {
-	rep := newReport("DEL", args)
-	defer func() { p.sendReport(rep, err) }()
-	conf, cerr := p.load(args, false)
-	if cerr != nil {
-		return cerr
-	}
-	log, done := p.logger(conf, "DEL", args)
-	defer done()
+func (p *Plugin) Del(args *skel.CmdArgs) error {
+	return p.command("DEL", args, false, p.del)
+}
+
+func (p *Plugin) del(args *skel.CmdArgs, _ *commandReport, conf *netconf.NetConf, log *slog.Logger) error {
 	if conf.Mode().Validate() != nil {
 		conf.IptablesMode = ""
 	}
@@ -247,7 +256,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) (err error) {
 		log.Info("DEL: no network namespace, nothing to do")
 		return nil
 	}
-	err = p.Tables(conf, log).Remove(context.Background(), args.Netns)
+	err := p.Tables(conf, log).Remove(context.Background(), args.Netns)
 	switch {
 	case errors.Is(err, netnsrules.ErrNetnsGone):
 		log.Info("DEL: network namespace already gone", "netns", args.Netns)
@@ -262,15 +271,11 @@ func (p *Plugin) Del(args *skel.CmdArgs) (err error) {
 
 // Check verifies that the namespace holds exactly the rules the pod should
 // have (none for a pod that is not meshed).
-func (p *Plugin) Check(args *skel.CmdArgs) (err error) {
-	rep := newReport("CHECK", args)
-	defer func() { p.sendReport(rep, err) }()
-	conf, cerr := p.load(args, true)
-	if cerr != nil {
-		return cerr
-	}
-	log, done := p.logger(conf, "CHECK", args)
-	defer done()
+func (p *Plugin) Check(args *skel.CmdArgs) error {
+	return p.command("CHECK", args, true, p.check)
+}
+
+func (p *Plugin) check(args *skel.CmdArgs, _ *commandReport, conf *netconf.NetConf, log *slog.Logger) error {
 	ctx := context.Background()
 	d, cerr := p.Decide(ctx, log, conf, args.Args, nil)
 	if cerr != nil {
