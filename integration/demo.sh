@@ -37,27 +37,36 @@ until $PLEXUSCTL check >/tmp/plexus-check.out 2>&1; do
 done
 sed 's/^/    /' /tmp/plexus-check.out
 
-step "deploying the demo application (namespace plexus-demo, injected)"
+step "deploying the demo application (namespace plexus-demo, injected), and the viz extension beside it"
 kubectl delete namespace plexus-demo --ignore-not-found --wait=true >/dev/null
 kubectl apply -f "$HERE/demo/app.yaml" >/dev/null
+# The viz extension comes up while the demo runs; its step below waits for it.
+$PLEXUSCTL viz install | kubectl apply -f - >/dev/null
 for d in books votes web load; do
 	kubectl -n plexus-demo rollout status "deployment/$d" --timeout 180s >/dev/null ||
 		{ kubectl -n plexus-demo describe pods >&2; die "deployment $d did not become ready"; }
 done
 
-step "letting the load generator run for 15s"
-sleep 15
-stat=$($PLEXUSCTL stat deploy -n plexus-demo --window 5s)
+# all_meshed STAT says why the demo's servers are not all meshed,
+# answering and reached over mTLS only in plexusctl stat's output STAT.
+all_meshed() {
+	local d line
+	for d in web books votes; do
+		line=$(echo "$1" | awk -v d="$d" '$1 == d')
+		[ -n "$line" ] || { echo "plexusctl stat shows no row for $d"; return 1; }
+		echo "$line" | grep -q '1/1' || { echo "$d is not meshed: $line"; return 1; }
+		echo "$line" | awk '{print $NF}' | grep -q '^100' || { echo "$d is not reached over mTLS only: $line"; return 1; }
+	done
+}
+step "letting the load generator run until plexusctl stat shows every edge (5s window)"
+deadline=$((SECONDS + 60))
+until why=""; stat=$($PLEXUSCTL stat deploy -n plexus-demo --window 5s 2>&1) && why=$(all_meshed "$stat"); do
+	[ $SECONDS -lt $deadline ] || { echo "$stat" >&2; die "${why:-plexusctl stat failed}"; }
+	sleep 2
+done
 echo
 echo "$stat" | sed 's/^/    /'
 echo
-# Every server in the demo must be meshed, answering, and reached over mTLS.
-for d in web books votes; do
-	line=$(echo "$stat" | awk -v d="$d" '$1 == d')
-	[ -n "$line" ] || die "plexusctl stat shows no row for $d"
-	echo "$line" | grep -q '1/1' || die "$d is not meshed: $line"
-	echo "$line" | awk '{print $NF}' | grep -q '^100' || die "$d is not reached over mTLS only: $line"
-done
 step "the data plane: plexusctl check --proxy -n plexus-demo, and plexusctl version"
 $PLEXUSCTL check --proxy -n plexus-demo | grep 'data plane' | sed 's/^/    /' ||
 	die "plexusctl check --proxy failed for plexus-demo"
@@ -137,7 +146,6 @@ if [ "$zones" -ge 2 ]; then
 fi
 
 step "observability: the viz extension (tap, Prometheus, dashboard)"
-$PLEXUSCTL viz install | kubectl apply -f - >/dev/null
 for d in plexus-tap plexus-prometheus plexus-web; do
 	kubectl -n plexus-viz rollout status "deployment/$d" --timeout 180s >/dev/null ||
 		{ kubectl -n plexus-viz describe pods >&2; die "deployment $d of plexus-viz did not become ready"; }
