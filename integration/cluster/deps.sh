@@ -2,14 +2,13 @@
 # Installs and builds what the local cluster and the tests need, each step
 # skipped when its result is already there:
 #   apt:     Debian packages (containerd, runc, iptables, ...)
-#   kube:    etcd and the Kubernetes components, built from the Go module proxy
+#   kube:    etcd, the Kubernetes components, CoreDNS (with the plugins its
+#            Corefile uses) and the viz extension's Prometheus with promtool
+#            (Kubernetes service discovery alone), built in one go build from
+#            their Go modules by integration/clusterdeps
 #   cni:     the CNI reference plugins
-#   coredns: CoreDNS, the cluster's DNS server, with the plugins its
-#            Corefile uses (built with Prometheus: integration/clusterdeps)
+#   coredns, prometheus: the same as kube
 #   flannel: flanneld and flannel's CNI plugin (make cluster-up CNI=flannel)
-#   prometheus: Prometheus and promtool for the viz extension, built from
-#            their Go module with Kubernetes service discovery alone (and
-#            CoreDNS in the same build)
 #   helm:    the Helm CLI, built from its Go module, for the charts' tests
 #   chromium: Debian's headless browser, for the dashboard's browser tests
 #            (integration/vizbrowser)
@@ -57,26 +56,7 @@ deps_chromium() { apt_install chromium; }
 # libprotobuf-dev holds the well-known types (google/protobuf/timestamp.proto).
 deps_proto() { apt_install protobuf-compiler libprotobuf-dev; }
 
-deps_kube() {
-	[ -f "$KUBE_BIN/.complete" ] && return 0
-	log "building etcd and Kubernetes $KUBE_VERSION into $KUBE_BIN (cold: ~6 min on 2 cores)"
-	local tmp="$KUBE_BIN.tmp"
-	rm -rf "$tmp" && mkdir -p "$tmp"
-	local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION"
-	ldflags="$ldflags -X k8s.io/component-base/version.gitMajor=$(echo "$KUBE_VERSION" | cut -d. -f1 | tr -d v)"
-	ldflags="$ldflags -X k8s.io/component-base/version.gitMinor=$(echo "$KUBE_VERSION" | cut -d. -f2)"
-	ldflags="$ldflags -X k8s.io/component-base/version.gitTreeState=clean"
-	ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION"
-	grep -q "k8s.io/kubernetes $KUBE_VERSION" "$PLEXUS_ROOT/integration/kube/go.mod" ||
-		die "integration/kube/go.mod does not require k8s.io/kubernetes $KUBE_VERSION"
-	(cd "$PLEXUS_ROOT/integration/kube" &&
-		CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/" \
-			k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-			k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet \
-			k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl ./cmd/etcd) ||
-		die "building Kubernetes $KUBE_VERSION failed"
-	rm -rf "$KUBE_BIN" && mv "$tmp" "$KUBE_BIN" && touch "$KUBE_BIN/.complete"
-}
+deps_kube() { build_clusterdeps; }
 
 deps_cni() {
 	[ -f "$CNI_REF_BIN/.complete" ] && return 0
@@ -103,35 +83,41 @@ go_install() {
 	mv "$dir/tmp/$(basename "${pkg%@*}")" "$bin" && rmdir "$dir/tmp"
 }
 
-# CoreDNS, with only the plugins the Corefile uses, and the viz
-# extension's Prometheus with promtool (which checks its scrape config in
-# the unit tests), from integration/clusterdeps in one build: both need the
-# same Kubernetes client, gRPC and protobuf packages, compiled once so.
-# Debian's Prometheus is built without Kubernetes service discovery, which
-# that config needs; the remove_all_sd tag drops the cloud providers'.
+# etcd, Kubernetes, CoreDNS (only the plugins its Corefile uses) and the
+# viz extension's Prometheus with promtool (which checks its scrape config
+# in the unit tests), from integration/clusterdeps in one build: they need
+# the same Kubernetes client, gRPC, protobuf and OpenTelemetry packages,
+# compiled once so. Debian's Prometheus is built without
+# Kubernetes service discovery, which that config needs; the
+# remove_all_sd tag drops the cloud providers'.
 deps_coredns() { build_clusterdeps; }
 deps_prometheus() { build_clusterdeps; }
 build_clusterdeps() {
-	[ -x "$COREDNS_BIN" ] && [ -f "$PROMETHEUS_BIN/.complete" ] && return 0
-	local dir=$PLEXUS_ROOT/integration/clusterdeps tmp=$CACHE_DIR/clusterdeps.tmp v=${PROMETHEUS_VERSION#v0.}
+	[ -f "$CLUSTERDEPS_BIN/.complete" ] && return 0
+	local dir=$PLEXUS_ROOT/integration/clusterdeps tmp=$CLUSTERDEPS_BIN.tmp v=${PROMETHEUS_VERSION#v0.} want
+	for want in "k8s.io/kubernetes $KUBE_VERSION" "github.com/coredns/coredns $COREDNS_VERSION" \
+		"github.com/prometheus/prometheus $PROMETHEUS_VERSION"; do
+		grep -q "$want" "$dir/go.mod" || die "integration/clusterdeps/go.mod does not require $want"
+	done
 	# The module's v0.MMmm.p is Prometheus M.mm.p (v0.316.0: 3.16.0).
-	local version=$((${v%%.*} / 100)).$((${v%%.*} % 100)).${v#*.}
-	grep -q "github.com/coredns/coredns $COREDNS_VERSION" "$dir/go.mod" ||
-		die "integration/clusterdeps/go.mod does not require github.com/coredns/coredns $COREDNS_VERSION"
-	grep -q "github.com/prometheus/prometheus $PROMETHEUS_VERSION" "$dir/go.mod" ||
-		die "integration/clusterdeps/go.mod does not require github.com/prometheus/prometheus $PROMETHEUS_VERSION"
-	log "building CoreDNS $COREDNS_VERSION (the Corefile's plugins) and Prometheus $PROMETHEUS_VERSION (cold: ~3 min on 2 cores)"
-	rm -rf "$tmp" && mkdir -p "$tmp/bin"
-	(cd "$dir" && CGO_ENABLED=0 GOWORK=off go build -trimpath \
-		-ldflags "-s -w -X github.com/prometheus/common/version.Version=$version" \
-		-tags remove_all_sd,enable_kubernetes_sd,netgo -o "$tmp/" ./cmd/coredns \
+	local prom=$((${v%%.*} / 100)).$((${v%%.*} % 100)).${v#*.}
+	local kmajor kminor
+	kmajor=$(echo "$KUBE_VERSION" | cut -d. -f1 | tr -d v) kminor=$(echo "$KUBE_VERSION" | cut -d. -f2)
+	local ldflags="-s -w -X github.com/prometheus/common/version.Version=$prom"
+	ldflags="$ldflags -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION"
+	ldflags="$ldflags -X k8s.io/component-base/version.gitMajor=$kmajor -X k8s.io/component-base/version.gitMinor=$kminor"
+	ldflags="$ldflags -X k8s.io/component-base/version.gitTreeState=clean"
+	ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION"
+	log "building etcd, Kubernetes $KUBE_VERSION, CoreDNS $COREDNS_VERSION and Prometheus $PROMETHEUS_VERSION into $CLUSTERDEPS_BIN (cold: ~8 min on 2 cores)"
+	rm -rf "$tmp" && mkdir -p "$tmp"
+	(cd "$dir" && CGO_ENABLED=0 GOWORK=off go build -trimpath -ldflags "$ldflags" \
+		-tags remove_all_sd,enable_kubernetes_sd -o "$tmp/" \
+		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+		k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet \
+		k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl ./cmd/etcd ./cmd/coredns \
 		github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool) ||
-		die "building CoreDNS $COREDNS_VERSION and Prometheus $PROMETHEUS_VERSION failed"
-	mv "$tmp/prometheus" "$tmp/promtool" "$tmp/bin/"
-	mkdir -p "$(dirname "$COREDNS_BIN")" "$(dirname "$PROMETHEUS_BIN")"
-	mv "$tmp/coredns" "$COREDNS_BIN"
-	rm -rf "$PROMETHEUS_BIN" && mv "$tmp/bin" "$PROMETHEUS_BIN" && touch "$PROMETHEUS_BIN/.complete"
-	rm -rf "$tmp"
+		die "building integration/clusterdeps failed"
+	rm -rf "$CLUSTERDEPS_BIN" && mv "$tmp" "$CLUSTERDEPS_BIN" && touch "$CLUSTERDEPS_BIN/.complete"
 }
 
 # flanneld from integration/flannel's module (cgo: its udp backend), and

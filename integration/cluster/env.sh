@@ -9,11 +9,14 @@ eval "$(sed -n 's/^\([A-Z_]*\) ?= \(.*\)$/: "${\1:=\2}"/p' "$PLEXUS_ROOT/integra
 # Built tools are cached per machine, outside the work tree, keyed by
 # version, so a fresh clone (CI's) reuses what an earlier run built.
 CACHE_DIR=${PLEXUS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/plexus}
-KUBE_BIN=$CACHE_DIR/kube/$KUBE_VERSION/bin
+# etcd, Kubernetes, CoreDNS (the Corefile's plugins only) and Prometheus
+# with promtool come from one build of integration/clusterdeps, keyed by
+# its go.mod (which holds every version it builds).
+CLUSTERDEPS_BIN=$CACHE_DIR/clusterdeps/$KUBE_VERSION-$(sha256sum "$PLEXUS_ROOT/integration/clusterdeps/go.mod" | cut -c1-12)
+KUBE_BIN=$CLUSTERDEPS_BIN
+COREDNS_BIN=$CLUSTERDEPS_BIN/coredns
+PROMETHEUS_BIN=$CLUSTERDEPS_BIN
 CNI_REF_BIN=$CACHE_DIR/cni-plugins/$CNI_PLUGINS_VERSION/bin
-# CoreDNS with the Corefile's plugins only (integration/clusterdeps).
-COREDNS_BIN=$CACHE_DIR/coredns/$COREDNS_VERSION-corefile/coredns
-PROMETHEUS_BIN=$CACHE_DIR/prometheus/$PROMETHEUS_VERSION/bin
 HELM_BIN=$CACHE_DIR/helm/$HELM_VERSION/helm
 FLANNEL_BIN=$CACHE_DIR/flannel/$FLANNEL_VERSION-$FLANNEL_CNI_VERSION/bin
 GOLANGCI_LINT_VERSION=v2.15.0
