@@ -73,14 +73,22 @@ func TestRunRepairsPodOnceItHasAnIP(t *testing.T) {
 }
 
 // TestRunIgnoresOtherNodesPods: the field selector keeps other nodes' pods
-// out of the informer; Sync refuses them as well.
+// out of the informer; Sync refuses them as well. A pod of this node's,
+// listed with it, is repaired and checked again on a resync: by then the
+// other node's pod has had its turns.
 func TestRunIgnoresOtherNodesPods(t *testing.T) {
 	other := meshedPod(func(p *corev1.Pod) { p.Spec.NodeName = "node-2" })
-	h := newHarness(t, Apply, other)
+	local := meshedPod(func(p *corev1.Pod) {
+		p.Name, p.UID = "web-2", "uid-web-2"
+		p.Status.PodIP, p.Status.PodIPs = "fd00::5", []corev1.PodIP{{IP: "fd00::5"}}
+	})
+	h := newHarness(t, Apply, other, local)
 	startRun(t, h)
-	// Sleep: the list and a resync must pass; a pod the informer never gets leaves nothing to wait on.
-	time.Sleep(1500 * time.Millisecond)
-	if h.tables.applied() != 0 || len(h.events(t)) != 0 {
-		t.Errorf("another node's pod was repaired: %d applies, %d events", h.tables.applied(), len(h.events(t)))
+	waitFor(t, "this node's pod to be repaired", func() bool { return h.tables.applied() >= 1 })
+	checks := testutil.ToFloat64(h.metrics.Checked)
+	waitFor(t, "a resync check", func() bool { return testutil.ToFloat64(h.metrics.Checked) > checks })
+	events := h.events(t)
+	if h.tables.applied() != 1 || len(events) != 1 || events[0].InvolvedObject.Name != "web-2" {
+		t.Errorf("another node's pod was repaired: %d applies, events %+v; want 1, for web-2", h.tables.applied(), events)
 	}
 }
