@@ -152,8 +152,9 @@ func better(b, a *Breaker, now int64, rnd uint64) bool {
 	if pa, pb := a.phase.Load() == phaseEjected, b.phase.Load() == phaseEjected; pa != pb {
 		return pb
 	}
-	ca, _, sa := a.load(now)
-	cb, _, sb := b.load(now)
+	ca, _, xa, sa := a.load(now)
+	cb, _, xb, sb := b.load(now)
+	ca, cb = remeasured(ca, xa, cb, xb)
 	return beats(cb, sb, ca, sa, rnd)
 }
 

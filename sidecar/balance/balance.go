@@ -110,30 +110,52 @@ func (e *Endpoint) Estimate(now int64) time.Duration {
 // request being placed. Like tower's load it counts as an update of the
 // estimate (estimate.go). An endpoint no request was placed on since its
 // prior was set costs 0: it is measured first; so does one no request
-// was placed on for Remeasure (estimate.go).
+// was placed on for Remeasure (estimate.go; in a pair, only while the
+// other had requests: remeasured).
 //
 // While requests wait on e with no response byte for longer than its
 // estimate (silence.go), the estimate counts as that wait: an endpoint
 // that stopped answering costs more with every moment, not after its
 // requests give up.
 func (e *Endpoint) Cost(now int64) float64 {
-	c, _, _ := e.load(now)
+	c, _, stale, _ := e.load(now)
+	if stale {
+		return 0
+	}
 	return c
 }
 
 // load is Cost at now with the endpoint's silence (silence.go): quiet,
 // silent longer than its estimate (or down), and its standing, which
-// orders a pair before the costs do. One reading of the estimate.
-func (e *Endpoint) load(now int64) (cost float64, quiet bool, st standing) {
+// orders a pair before the costs do; and stale, no request placed on it
+// for Remeasure, whose cost a pair decides (remeasured). One reading of
+// the estimate.
+func (e *Endpoint) load(now int64) (cost float64, quiet, stale bool, st standing) {
 	e.touch(now)
 	est := e.estimate(now)
 	silence := float64(e.silent.at(now))
 	st = e.silent.standing(silence, est)
 	quiet = st != responsive || silence > est
-	if e.fresh.Load() || now-e.placed.Load() >= int64(Remeasure) {
-		return 0, quiet, st
+	if e.fresh.Load() {
+		return 0, quiet, false, st
 	}
-	return max(est, silence) * float64(e.pending.Load()+1) / float64(e.Weight()), quiet, st
+	stale = now-e.placed.Load() >= int64(Remeasure)
+	return max(est, silence) * float64(e.pending.Load()+1) / float64(e.Weight()), quiet, stale, st
+}
+
+// remeasured gives the costs a pair is compared by, from their loads and
+// staleness: a stale endpoint costs 0 when the other had a request placed
+// within Remeasure (traffic flows and passes it over: it is measured
+// anew); when both are stale, requests are too rare to pass anyone over,
+// and their estimates decide (estimate.go).
+func remeasured(ca float64, staleA bool, cb float64, staleB bool) (float64, float64) {
+	switch {
+	case staleA && !staleB:
+		return 0, cb
+	case staleB && !staleA:
+		return ca, 0
+	}
+	return ca, cb
 }
 
 // Handle is one request placed on an endpoint. Keep it in a variable and
@@ -251,8 +273,9 @@ func IndexP2C(eps []*Endpoint, now int64, rnd uint64) int {
 		return i
 	}
 	for try := 0; ; try++ {
-		ci, qi, si := eps[i].load(now)
-		cj, qj, sj := eps[j].load(now)
+		ci, qi, xi, si := eps[i].load(now)
+		cj, qj, xj, sj := eps[j].load(now)
+		ci, cj = remeasured(ci, xi, cj, xj)
 		switch {
 		case qi && qj && try < Redraws && len(eps) > 2:
 			rnd = mix(rnd)

@@ -203,10 +203,12 @@ func leastLoaded(eps []*Endpoint, _ int64, rnd uint64) *Endpoint {
 }
 
 // sequential is one connection sending one request at a time: pending is
-// 0 at every pick. lat[i] is endpoint i's latency.
+// 0 at every pick. lat[i] is endpoint i's latency; gap, the idle time
+// after each answer.
 type sequential struct {
 	eps  []*Endpoint
 	lat  []int64
+	gap  int64
 	now  int64
 	rng  *rand.Rand
 	pick picker
@@ -231,6 +233,7 @@ func (s *sequential) step() int {
 	s.now += s.lat[i]
 	h.Observe(s.now)
 	h.Done()
+	s.now += s.gap
 	return i
 }
 
@@ -299,6 +302,37 @@ func TestP2CSlowThenRecovered(t *testing.T) {
 	t.Logf("after recovery: %v", got)
 	if got[0] < 2500 || got[0] > 4200 {
 		t.Errorf("recovered endpoint got %d of 10000, want about a third", got[0])
+	}
+}
+
+// TestP2CLowLoadKeepsPreference: with a request every 5 s, every endpoint
+// has gone Remeasure without one at each pick. Were they all to cost 0,
+// the picks would be coin tosses and the slow endpoint would take about a
+// third; their estimates decide instead, as in tower: the slow one is
+// tried again when its estimate has decayed below the others' (τ·ln of
+// the ratio, some 40 s here), and once it recovers it is back within
+// about as long.
+func TestP2CLowLoadKeepsPreference(t *testing.T) {
+	s := newSequential(p2c, ms, ms, ms)
+	s.gap = 5 * sec
+	s.run(30)
+	s.lat[0] = 25 * ms
+	got := s.run(240) // 20 minutes
+	t.Logf("a request every 5 s, endpoint 0 at 25 ms and the others at 1 ms: %v", got)
+	if got[0]*100 > 240*15 {
+		t.Errorf("the slow endpoint got %d of 240 requests, want under 15 %% (a coin toss gives a third)", got[0])
+	}
+	s.lat[0] = ms
+	fixed := s.now
+	for s.step() != 0 {
+		if s.now > fixed+90*sec {
+			t.Fatal("the recovered endpoint was not picked within 90 s")
+		}
+	}
+	t.Logf("recovered endpoint picked again %.0f s after recovering", float64(s.now-fixed)/float64(sec))
+	got = s.run(240)
+	if got[0] < 40 {
+		t.Errorf("the recovered endpoint got %d of 240 requests, want its share back (about 80)", got[0])
 	}
 }
 

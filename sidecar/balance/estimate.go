@@ -40,8 +40,9 @@ import (
 //   - until its first request is placed, an endpoint costs 0 (Cost): it
 //     is measured before it is compared;
 //   - an endpoint no request was placed on for Remeasure costs 0 again,
-//     once, and the sample of that request replaces its estimate: it is
-//     measured anew. In tower one slow answer (a CPU stall on
+//     once, against one that had a request meanwhile (remeasured), and
+//     the sample of that request replaces its estimate: it is measured
+//     anew. In tower one slow answer (a CPU stall on
 //     a busy node, a GC pause) is a peak that keeps its endpoint out of
 //     every pair until the estimate decays below its peers', τ·ln(peak /
 //     peers): 50 ms against 2 ms is 32 s, and an endpoint that recovered
@@ -49,7 +50,13 @@ import (
 //     it answers like them, and one that is still slow takes one request
 //     every Remeasure per client (at 100 req/s, 0.5 %). The three-node
 //     suite's self-call, breaker and scale-up tests each saw a replica
-//     take no request for the seconds they watched.
+//     take no request for the seconds they watched. When neither of a
+//     pair had a request for Remeasure (under one request per Remeasure
+//     per endpoint), their estimates decide, as in tower: a slow endpoint
+//     comes back when its estimate has decayed below its peers' sampled
+//     ones, and the latency preference holds at low load (were both to
+//     cost 0, the pick would be a coin toss, and a slow replica would
+//     take its count's share).
 //
 // Decay toward 0 is memoryless (E·w₁·w₂ = E·exp(-(Δ₁+Δ₂)/τ)), so the
 // estimate is kept as one float64, x = ln E + (u−origin)/τ, from which E
