@@ -268,6 +268,17 @@ import_images() {
 	done
 }
 
+# import_images_all imports them into every running node's containerd:
+# node 1's and those node.sh added (a reused cluster's nodes would
+# otherwise keep the images they started with).
+import_images_all() {
+	local sock
+	for sock in "$CONTAINERD_SOCK" "$RUN_DIR"/nodes/*/containerd/containerd.sock; do
+		[ -S "$sock" ] || continue
+		CONTAINERD_SOCK=$sock import_images
+	done
+}
+
 # register_with_taints is the kubelet config's registerWithTaints for
 # KUBELET_REGISTER_TAINT (a taint key, NoSchedule), or nothing.
 register_with_taints() {

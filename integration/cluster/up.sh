@@ -12,8 +12,8 @@ source "$HERE/lib.sh"
 take_lock
 
 if cluster_healthy && [ "$(cat "$STATE_DIR/primary-cni" 2>/dev/null)" = "$CLUSTER_CNI" ]; then
-	log "reusing the running cluster; refreshing its images from $IMAGES_DIR"
-	import_images
+	log "reusing the running cluster; refreshing every node's images from $IMAGES_DIR"
+	import_images_all
 	print_env
 	exit 0
 fi

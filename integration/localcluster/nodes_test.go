@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/netip"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -109,5 +111,55 @@ func TestAddedNode(t *testing.T) {
 				t.Errorf("pod %s has %s, not in node %s's pod CIDR %q", name, ips[name], on, n.Spec.PodCIDR)
 			}
 		}
+	}
+}
+
+// TestAddedNodeImagesRefreshedOnReuse: cluster-up, reusing a running
+// cluster, imports the images into every node's containerd, not node 1's
+// alone (import_images_all), or a node node.sh added would keep running
+// the images it started with. An image removed from the added node's
+// containerd is there again after it.
+func TestAddedNodeImagesRefreshedOnReuse(t *testing.T) {
+	added := os.Getenv(EnvAddedNode)
+	if added == "" {
+		t.Skip(EnvAddedNode + " is not set (make test sets it once node.sh added a node)")
+	}
+	sock := filepath.Join(os.Getenv("PLEXUS_CLUSTER_RUN_DIR"), "nodes", added, "containerd", "containerd.sock")
+	const image = "plexus.dev/demoapp:dev" // no test's pod runs it
+	has := func() bool {
+		out, err := exec.Command("ctr", "--address", sock, "-n", "k8s.io", "images", "ls", "-q", "name=="+image).CombinedOutput()
+		if err != nil {
+			t.Fatalf("listing %s's images: %v: %s", added, err, out)
+		}
+		return strings.TrimSpace(string(out)) == image
+	}
+	if !has() {
+		t.Fatalf("%s's containerd does not hold %s before the test", added, image)
+	}
+	t.Cleanup(func() {
+		if !has() { // put back what the test took, should the refresh have failed
+			_ = exec.Command("ctr", "--address", sock, "-n", "k8s.io", "images", "import", "--no-unpack", "../../images/demoapp.tar").Run()
+		}
+	})
+	if out, err := exec.Command("ctr", "--address", sock, "-n", "k8s.io", "images", "rm", image).CombinedOutput(); err != nil {
+		t.Fatalf("removing %s from %s: %v: %s", image, added, err, out)
+	}
+	if has() {
+		t.Fatalf("%s still lists %s after its removal", added, image)
+	}
+	// What up.sh runs when it reuses a running cluster.
+	refresh := exec.Command("bash", "-c", `source ../cluster/env.sh && source ../cluster/lib.sh && import_images_all`)
+	if out, err := refresh.CombinedOutput(); err != nil {
+		t.Fatalf("import_images_all: %v: %s", err, out)
+	}
+	if !has() {
+		t.Errorf("%s's containerd does not hold %s after import_images_all", added, image)
+	}
+	up, err := os.ReadFile("../cluster/up.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(up), "\timport_images_all\n") {
+		t.Error("up.sh's reuse path does not call import_images_all")
 	}
 }
