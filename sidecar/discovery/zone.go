@@ -256,9 +256,11 @@ const remoteRescanEvery = time.Second
 // against it, pick after pick. Kept from the typical RTT rt of each
 // remote endpoint picked, and taken again over every remote endpoint
 // every remoteRescanEvery, so that it also rises when the best one slows
-// down or leaves.
+// down or leaves; and at every pick while it has no figure, so that the
+// first remote answer counts at once, whichever remote endpoint the next
+// picks draw (an unmeasured one's rt is 0).
 func (z *zoneSplit) remoteBest(rt float64, now int64) float64 {
-	if now-z.remoteBestAt >= int64(remoteRescanEvery) {
+	if z.remoteBestRTT == 0 || now-z.remoteBestAt >= int64(remoteRescanEvery) {
 		z.remoteBestRTT, z.remoteBestAt = 0, now
 		for _, ep := range z.remoteEps {
 			if v := ep.typical.get(); v > 0 && (z.remoteBestRTT == 0 || v < z.remoteBestRTT) {

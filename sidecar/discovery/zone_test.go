@@ -215,3 +215,22 @@ func TestZoneAwareSpillsOnFailures(t *testing.T) {
 		t.Errorf("with no local endpoint: picked %s", got)
 	}
 }
+
+// TestRemoteBestCountsFirstAnswerAtOnce: the latency rule's remote figure
+// is taken as soon as one remote endpoint has answered, even when the
+// picks that follow draw one that has not (rt 0) and the last scan, which
+// found nothing, is under remoteRescanEvery old. (It used to wait for the
+// next scan: the zone stayed local through slow answers for up to a
+// second, and TestZoneAwareSpillsOnLatency failed one run in nine.)
+func TestRemoteBestCountsFirstAnswerAtOnce(t *testing.T) {
+	measured, unmeasured := &endpoint{}, &endpoint{}
+	z := &zoneSplit{remoteEps: []*endpoint{measured, unmeasured}}
+	now := int64(10 * time.Second)
+	if got := z.remoteBest(0, now); got != 0 {
+		t.Fatalf("remoteBest with no remote answer = %v, want 0", got)
+	}
+	measured.typical.observe(testRTT)
+	if got := z.remoteBest(unmeasured.typical.get(), now+int64(time.Millisecond)); got != float64(testRTT) {
+		t.Errorf("remoteBest drawing the unmeasured endpoint after the other answered = %v, want %v", got, float64(testRTT))
+	}
+}
