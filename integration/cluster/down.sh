@@ -131,6 +131,53 @@ remove_stale_runtime_files() {
 	return 0
 }
 
+# remove_host_node stops and removes a's node 1, the host's, and what the
+# cluster changed on the host (b has no node there, and must leave a's
+# alone).
+remove_host_node() {
+	local netns ns name d
+	netns=$(pod_netns)
+	stop flanneld kube-proxy kubelet
+	kill_pods
+	sleep 0.2
+	kill_shims
+	stop containerd kube-scheduler kube-controller-manager kube-apiserver etcd
+	kill_shims
+
+	# Pod network namespaces: those containerd named, and any cni-* netns that
+	# appeared after cluster-up started (covers a containerd that already died).
+	if [ -f "$STATE_DIR/netns.before" ]; then
+		netns="$netns $(ip netns list 2>/dev/null | awk '{print $1}' | grep '^cni-' | grep -vxF -f "$STATE_DIR/netns.before" | sed 's#^#/run/netns/#')"
+	fi
+	netns="$netns $(orphan_pod_netns)"
+	for ns in $netns; do
+		name=$(basename "$ns")
+		umount "/run/netns/$name" 2>/dev/null
+		ip netns delete "$name" 2>/dev/null || rm -f "/run/netns/$name"
+	done
+
+	[ -x "$KUBE_BIN/kube-proxy" ] && "$KUBE_BIN/kube-proxy" --cleanup >/dev/null 2>&1
+	remove_chains
+	ip link delete "$BRIDGE" 2>/dev/null
+	# The node address goes even when this state dir did not record it (a
+	# cluster from another checkout, or a session killed mid-run, left it).
+	ip addr delete "$(cat "$STATE_DIR/lo.addr" 2>/dev/null || echo "$NODE_IP/32")" dev lo 2>/dev/null
+	ip addr delete "$NODE_IP/32" dev lo 2>/dev/null
+	if [ -f "$STATE_DIR/sysctls.saved" ]; then
+		while IFS= read -r kv; do sysctl -qw "$kv" >/dev/null; done <"$STATE_DIR/sysctls.saved"
+	fi
+	remove_cgroups
+	if [ -f "$STATE_DIR/foreign.before" ]; then
+		for d in $FOREIGN_DIRS; do
+			[ -d "$d" ] || continue
+			find "$d" -mindepth 1 -maxdepth 1 | grep -vxF -f "$STATE_DIR/foreign.before" | xargs -r rm -rf
+			# A directory that did not exist before the cluster goes too.
+			grep -qxF "$d" "$STATE_DIR/foreign.before" || rmdir -p "$d" 2>/dev/null
+		done
+	fi
+	remove_stale_runtime_files
+}
+
 unmount_under() {
 	local dir=$1 m
 	for m in $(awk -v d="$dir" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r); do
@@ -138,50 +185,23 @@ unmount_under() {
 	done
 }
 
-[ -d "$STATE_DIR" ] || [ -d "$RUN_DIR" ] || { log "no local cluster to tear down"; exit 0; }
-log "tearing down the local cluster"
+# Cluster b first (a's down takes it along): b's nodes and pods route
+# through a's host, and b could not come up again without a.
+if [ "$CLUSTER_NAME" = a ] && { [ -d "${PLEXUS_CLUSTER_B_STATE_DIR:-$PLEXUS_ROOT/.cluster-b}" ] || [ -d /run/plexus-cluster-b ]; }; then
+	PLEXUS_CLUSTER_NAME=b "$HERE/down.sh" || log "cluster b's cluster-down failed"
+fi
+
+[ -d "$STATE_DIR" ] || [ -d "$RUN_DIR" ] || { log "no local cluster${CP_NETNS:+ $CLUSTER_NAME} to tear down"; exit 0; }
+log "tearing down the local cluster${CP_NETNS:+ $CLUSTER_NAME}"
 
 "$HERE/node.sh" remove-all --locked # the nodes node.sh added, first
-netns=$(pod_netns)
-stop flanneld kube-proxy kubelet
-kill_pods
-sleep 0.2
-kill_shims
-stop containerd kube-scheduler kube-controller-manager kube-apiserver etcd
-kill_shims
-
-# Pod network namespaces: those containerd named, and any cni-* netns that
-# appeared after cluster-up started (covers a containerd that already died).
-if [ -f "$STATE_DIR/netns.before" ]; then
-	netns="$netns $(ip netns list 2>/dev/null | awk '{print $1}' | grep '^cni-' | grep -vxF -f "$STATE_DIR/netns.before" | sed 's#^#/run/netns/#')"
+if $HOST_NODE; then
+	remove_host_node
+else
+	stop kube-scheduler kube-controller-manager kube-apiserver etcd
+	ip netns del "$CP_NETNS" 2>/dev/null
+	kill_shims
 fi
-netns="$netns $(orphan_pod_netns)"
-for ns in $netns; do
-	name=$(basename "$ns")
-	umount "/run/netns/$name" 2>/dev/null
-	ip netns delete "$name" 2>/dev/null || rm -f "/run/netns/$name"
-done
-
-[ -x "$KUBE_BIN/kube-proxy" ] && "$KUBE_BIN/kube-proxy" --cleanup >/dev/null 2>&1
-remove_chains
-ip link delete "$BRIDGE" 2>/dev/null
-# The node address goes even when this state dir did not record it (a
-# cluster from another checkout, or a session killed mid-run, left it).
-ip addr delete "$(cat "$STATE_DIR/lo.addr" 2>/dev/null || echo "$NODE_IP/32")" dev lo 2>/dev/null
-ip addr delete "$NODE_IP/32" dev lo 2>/dev/null
-if [ -f "$STATE_DIR/sysctls.saved" ]; then
-	while IFS= read -r kv; do sysctl -qw "$kv" >/dev/null; done <"$STATE_DIR/sysctls.saved"
-fi
-remove_cgroups
-if [ -f "$STATE_DIR/foreign.before" ]; then
-	for d in $FOREIGN_DIRS; do
-		[ -d "$d" ] || continue
-		find "$d" -mindepth 1 -maxdepth 1 | grep -vxF -f "$STATE_DIR/foreign.before" | xargs -r rm -rf
-		# A directory that did not exist before the cluster goes too.
-		grep -qxF "$d" "$STATE_DIR/foreign.before" || rmdir -p "$d" 2>/dev/null
-	done
-fi
-remove_stale_runtime_files
 unmount_under "$RUN_DIR"
 unmount_under "$STATE_DIR"
 

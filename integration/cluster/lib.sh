@@ -91,7 +91,7 @@ kubeconfig() {
 apiVersion: v1
 kind: Config
 clusters:
-- name: plexus-local
+- name: $CLUSTER_ID
   cluster:
     certificate-authority: $PKI_DIR/ca.crt
     server: $server
@@ -101,16 +101,21 @@ users:
     client-certificate: $PKI_DIR/$cert.crt
     client-key: $PKI_DIR/$cert.key
 contexts:
-- name: $user@plexus-local
-  context: {cluster: plexus-local, user: $user}
-current-context: $user@plexus-local
+- name: $user@$CLUSTER_ID
+  context: {cluster: $CLUSTER_ID, user: $user}
+current-context: $user@$CLUSTER_ID
 YAML
 	chmod 600 "$file"
 }
 
+# write_kubeconfigs: the control plane's components reach the API server
+# on their loopback (b's in their namespace), the nodes at APISERVER_ADDR,
+# and the admin on the host at whichever of the two it can reach.
 write_kubeconfigs() {
-	local local_server="https://127.0.0.1:$APISERVER_PORT" node_server="https://$NODE_IP:$APISERVER_PORT"
-	kubeconfig "$KUBECONFIG_ADMIN" admin admin "$local_server"
+	local local_server="https://127.0.0.1:$APISERVER_PORT" node_server="https://$APISERVER_ADDR:$APISERVER_PORT"
+	local admin_server=$local_server
+	$HOST_NODE || admin_server=$node_server
+	kubeconfig "$KUBECONFIG_ADMIN" admin admin "$admin_server"
 	kubeconfig "$STATE_DIR/controller-manager.kubeconfig" kube-controller-manager controller-manager "$local_server"
 	kubeconfig "$STATE_DIR/scheduler.kubeconfig" kube-scheduler scheduler "$local_server"
 	kubeconfig "$STATE_DIR/kubelet.kubeconfig" "system:node:$NODE_NAME" kubelet-client "$node_server"
@@ -214,6 +219,20 @@ ensure_nodes_bridge() {
 	ip link add "$NODES_BRIDGE" type bridge
 	ip addr add "$NODES_BRIDGE_IP/24" dev "$NODES_BRIDGE"
 	ip link set "$NODES_BRIDGE" up
+}
+
+# netns_on_bridge NETNS LINK ADDR: a network namespace NETNS with lo up and
+# eth0 at ADDR (a /24) on NODES_BRIDGE, whose host end is LINK: a node's
+# (node.sh) or b's control plane's (up.sh).
+netns_on_bridge() {
+	local netns=$1 link=$2 addr=$3
+	ensure_nodes_bridge
+	ip netns add "$netns"
+	ip link add "$link" type veth peer name eth0 netns "$netns"
+	ip link set "$link" master "$NODES_BRIDGE" up
+	ip -n "$netns" link set lo up
+	ip -n "$netns" addr add "$addr/24" dev eth0
+	ip -n "$netns" link set eth0 up
 }
 
 write_containerd_config() {

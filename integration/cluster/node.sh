@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
-# Adds nodes to the running local cluster, or removes them: node N (2-9)
-# is its own kubelet, containerd and kube-proxy in its own network and
+# Adds nodes to the running local cluster, or removes them: node N (2-9;
+# 1-9 in cluster b, which has no node on the host: env.sh) is its own
+# kubelet, containerd and kube-proxy in its own network and
 # mount namespaces, joined to the one control plane. The mount namespace
 # keeps every path string of node 1 and binds the node's own directories
 # over the ones a DaemonSet or the runtime writes (the CNI bin and conf
 # dirs, /var/lib/cni, the node agent's /var/lib/plexus, /run/netns), so
 # one hostPath serves every node.
 # Node N is 10.213.0.N on a host bridge, its pods 10.244.(N-1).0/24 routed
-# through it; its zone is zone-b for even N, else zone-a (node 1's).
+# through it (b's: 10.214.0.N, 10.245.(N-1).0/24); its zone is zone-b for
+# even N, else zone-a (node 1's).
 #
-#	node.sh add [--cni-not-ready] N...
+#	node.sh add [--locked] [--cni-not-ready] N...
 #	                       start nodes N... (cluster-up first); with
 #	                       --cni-not-ready they register with the taint
 #	                       plexus.dev/cni-not-ready:NoSchedule, as a node
 #	                       image built for Plexus does, until the node
-#	                       agent has installed the plugin on them
+#	                       agent has installed the plugin on them;
+#	                       --locked: the caller holds the cluster's lock
+#	                       and has its control plane up (b's cluster-up)
 #	node.sh ensure COUNT   nodes 2..COUNT running and Ready, adding (or
 #	                       replacing) those that are not (make cluster-up NODES=COUNT)
 #	node.sh remove N...    stop them and remove all they made
@@ -41,10 +45,11 @@ CLUSTER_CNI=$(cat "$STATE_DIR/primary-cni" 2>/dev/null || echo bridge)
 # vars N: the names and paths of node N.
 vars() {
 	N=$1
-	NAME=plexus-local-$N
-	IP=10.213.0.$N
-	PODCIDR=10.244.$((N - 1)).0/24
-	PODGW=10.244.$((N - 1)).1
+	NAME=$CLUSTER_ID-$N
+	IP=$NODES_NET.$N
+	PODCIDR=$POD_NET.$((N - 1)).0/24
+	PODGW=$POD_NET.$((N - 1)).1
+	VETH=$VETH_PREFIX$N
 	ND=$STATE_DIR/nodes/$NAME
 	NR=$RUN_DIR/nodes/$NAME
 	NETNS=plexus-$NAME
@@ -76,15 +81,17 @@ remove() {
 	umount -l "$MNT" 2>/dev/null || true
 	umount -l "$NR/ns" 2>/dev/null || true
 	ip netns del "$NETNS" 2>/dev/null || true
-	ip link del "pn$N" 2>/dev/null || true
+	ip link del "$VETH" 2>/dev/null || true
 	ip route del "$PODCIDR" 2>/dev/null || true
+	[ -z "$CP_NETNS" ] || ip -n "$CP_NETNS" route del "$PODCIDR" 2>/dev/null || true
 	kubectl delete node "$NAME" --wait=false --request-timeout=5s >/dev/null 2>&1 || true
 	rm -rf "$NR" "$ND"
 	log "node $NAME removed"
 }
 
 add() {
-	[ -f "$STATE_DIR/up.complete" ] || die "no local cluster: make cluster-up first"
+	[ -f "$STATE_DIR/up.complete" ] || { $LOCKED && [ -f "$STATE_DIR/controlplane.complete" ]; } ||
+		die "no local cluster${CP_NETNS:+ $CLUSTER_NAME}: make cluster-up first"
 	[ -d "$ND" ] && die "node $NAME exists (node.sh remove $N)"
 	# A node that fails to come up is taken apart again, not left half made.
 	trap 'log "adding node $NAME failed; removing what it made"; remove' EXIT
@@ -96,20 +103,19 @@ add() {
 		[ -f "kubelet-client-$N.crt" ] || cert "kubelet-client-$N" "/O=system:nodes/CN=system:node:$NAME" clientAuth
 		[ -f "kubelet-$N.crt" ] || cert "kubelet-$N" "/CN=$NAME" serverAuth "DNS:$NAME,IP:$IP"
 	)
-	kubeconfig "$ND/kubelet.kubeconfig" "system:node:$NAME" "kubelet-client-$N" "https://$NODE_IP:$APISERVER_PORT"
+	kubeconfig "$ND/kubelet.kubeconfig" "system:node:$NAME" "kubelet-client-$N" "https://$APISERVER_ADDR:$APISERVER_PORT"
 
 	# Network: a host bridge for the nodes, the node's netns on it.
-	ensure_nodes_bridge
-	ip netns add "$NETNS"
-	ip link add "pn$N" type veth peer name eth0 netns "$NETNS"
-	ip link set "pn$N" master "$NODES_BRIDGE" up
-	ip -n "$NETNS" link set lo up
-	ip -n "$NETNS" addr add "$IP/24" dev eth0
-	ip -n "$NETNS" link set eth0 up
-	ip -n "$NETNS" route add "$NODE_IP/32" via "$NODES_BRIDGE_IP"
+	netns_on_bridge "$NETNS" "$VETH" "$IP"
+	# a's API server and node 1 are the host's lo address; b's API server
+	# is on the bridge.
+	! $HOST_NODE || ip -n "$NETNS" route add "$NODE_IP/32" via "$NODES_BRIDGE_IP"
 	ip -n "$NETNS" route add "$CLUSTER_POD_CIDR" via "$NODES_BRIDGE_IP" # the other nodes' pods, through the host
 	ip -n "$NETNS" route add "$SERVICE_CIDR" via "$NODES_BRIDGE_IP"
 	ip route replace "$PODCIDR" via "$IP"
+	# b's API server calls webhooks and extension API servers at their pods'
+	# addresses: straight to the node, as the pods answer.
+	[ -z "$CP_NETNS" ] || ip -n "$CP_NETNS" route replace "$PODCIDR" via "$IP"
 	ip netns exec "$NETNS" sysctl -qw net.ipv4.ip_forward=1
 	ip netns exec "$NETNS" sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null || echo "bridge-nf-call-iptables not per netns"
 
@@ -165,7 +171,7 @@ add() {
 		[ "$CLUSTER_CNI" != flannel ] || start_flannel eth0 "$IP" $innode
 	)
 	trap - EXIT
-	kubectl label node "$NODE_NAME" topology.kubernetes.io/zone=zone-a >/dev/null 2>&1 || true
+	! $HOST_NODE || kubectl label node "$NODE_NAME" topology.kubernetes.io/zone=zone-a >/dev/null 2>&1 || true
 	log "node $NAME is Ready ($IP, pods $PODCIDR, $ZONE; logs: $ND/logs)"
 }
 
@@ -180,17 +186,29 @@ wait_node() {
 
 cmd=${1:-}
 shift || true
+LOCKED=false
 REGISTER_TAINT=
-if [ "$cmd" = add ] && [ "${1:-}" = --cni-not-ready ]; then
-	REGISTER_TAINT=plexus.dev/cni-not-ready
+while [ "$cmd" = add ] && [ $# -gt 0 ]; do
+	case $1 in
+	--locked) LOCKED=true ;;
+	--cni-not-ready) REGISTER_TAINT=plexus.dev/cni-not-ready ;;
+	*) break ;;
+	esac
 	shift
-fi
+done
+# a's node 1 is this host.
+FIRST_NODE=1
+! $HOST_NODE || FIRST_NODE=2
+node_number() {
+	[[ $1 =~ ^[1-9]$ ]] && [ "$1" -ge "$FIRST_NODE" ] ||
+		die "node number $1: want $FIRST_NODE to 9$($HOST_NODE && echo ' (node 1 is this host)')"
+}
 case $cmd in
 add | remove)
 	[ $# -gt 0 ] || die "usage: node.sh $cmd N..."
-	take_lock
+	$LOCKED || take_lock
 	for n in "$@"; do
-		[[ $n =~ ^[2-9]$ ]] || die "node number $n: want 2 to 9"
+		node_number "$n"
 		vars "$n"
 		"$cmd"
 	done
@@ -198,7 +216,7 @@ add | remove)
 ensure)
 	[[ ${1:-} =~ ^[1-9]$ ]] || die "usage: node.sh ensure COUNT (1-9)"
 	take_lock
-	for ((n = 2; n <= $1; n++)); do
+	for ((n = FIRST_NODE; n <= $1; n++)); do
 		vars "$n"
 		if [ -d "$ND" ]; then
 			node_ready "$NAME" && continue
@@ -211,23 +229,23 @@ ensure)
 isolate | reconnect)
 	[ $# -gt 0 ] || die "usage: node.sh $cmd N..."
 	for n in "$@"; do
-		[[ $n =~ ^[2-9]$ ]] || die "node number $n: want 2 to 9 (node 1 is this host)"
+		node_number "$n"
 		vars "$n"
 		[ -d "$ND" ] || die "no node $NAME"
 		state=down
 		[ "$cmd" = reconnect ] && state=up
-		ip link set "pn$N" "$state"
+		ip link set "$VETH" "$state"
 		log "node $NAME: link $state"
 	done
 	;;
 remove-all)
 	[ "${1:-}" = --locked ] || take_lock
-	for d in "$STATE_DIR"/nodes/plexus-local-*; do
+	for d in "$STATE_DIR/nodes/$CLUSTER_ID"-*; do
 		[ -d "$d" ] || continue
 		vars "${d##*-}"
 		remove
 	done
 	ip link del "$NODES_BRIDGE" 2>/dev/null || true
 	;;
-*) die "usage: node.sh add N... | ensure COUNT | remove N... | remove-all | isolate N... | reconnect N..." ;;
+*) die "usage: node.sh add [--locked] [--cni-not-ready] N... | ensure COUNT | remove N... | remove-all | isolate N... | reconnect N..." ;;
 esac

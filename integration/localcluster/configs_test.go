@@ -15,11 +15,18 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 // TestClusterConfigsGolden: the files integration/cluster/lib.sh writes
 // for node 1 (kubeconfigs, the bridge and flannel conflists, containerd's,
 // the kubelet's and kube-proxy's configs) are byte for byte the golden
-// ones, the temporary state directory written as @STATE@. A refactor of
-// the cluster scripts (a second cluster beside the first:
-// multicluster/HARNESS.md) must leave today's cluster as it is; go test
-// -update rewrites them when a change is meant.
+// ones, the temporary state directory written as @STATE@: cluster a's,
+// and the second cluster b's (env.sh, multicluster/HARNESS.md), whose
+// addresses, names and API server differ. A change to the cluster scripts
+// for one must leave the other as it is; go test -update rewrites them
+// when a change is meant.
 func TestClusterConfigsGolden(t *testing.T) {
+	for name, golden := range map[string]string{"a": "cluster-configs.golden", "b": "cluster-configs-b.golden"} {
+		t.Run(name, func(t *testing.T) { checkClusterConfigs(t, name, golden) })
+	}
+}
+
+func checkClusterConfigs(t *testing.T, name, golden string) {
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state")
 	script := `set -euo pipefail
@@ -37,7 +44,12 @@ write_kubelet_config
 write_kube_proxy_config
 `
 	cmd := exec.Command("bash", "-c", script)
-	cmd.Env = append(os.Environ(), "STATE_DIR="+state, "PLEXUS_CACHE_DIR="+filepath.Join(dir, "cache"))
+	cmd.Env = append(os.Environ(), "PLEXUS_CLUSTER_NAME="+name, "PLEXUS_CACHE_DIR="+filepath.Join(dir, "cache"))
+	if name == "a" {
+		cmd.Env = append(cmd.Env, "STATE_DIR="+state)
+	} else {
+		cmd.Env = append(cmd.Env, "PLEXUS_CLUSTER_B_STATE_DIR="+state)
+	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("writing the configs: %v\n%s", err, out)
 	}
@@ -61,7 +73,7 @@ write_kube_proxy_config
 		got.WriteString("== " + strings.TrimPrefix(f, state) + " ==\n")
 		got.WriteString(strings.ReplaceAll(string(b), state, "@STATE@"))
 	}
-	golden := filepath.Join("testdata", "cluster-configs.golden")
+	golden = filepath.Join("testdata", golden)
 	if *update {
 		if err := os.MkdirAll("testdata", 0o755); err != nil {
 			t.Fatal(err)

@@ -42,7 +42,7 @@ func TestTeardownLeavesNothing(t *testing.T) {
 		// Every daemon the cluster starts names a file under one of these in
 		// its command line (containerd shims name the socket in runDir);
 		// pod processes are covered by the cgroup check.
-		markers := []string{e.stateDir, e.runDir}
+		markers := []string{e.stateDir, e.runDir, filepath.Join(filepath.Dir(e.stateDir), ".cluster-b"), "/run/plexus-cluster-b"}
 		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 		for _, p := range procs {
 			raw, err := os.ReadFile(p)
@@ -59,9 +59,11 @@ func TestTeardownLeavesNothing(t *testing.T) {
 	})
 	t.Run("cgroups", func(t *testing.T) {
 		left, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods")
-		// The cgroup roots of the nodes node.sh added (test.sh adds one).
+		// The cgroup roots of the nodes node.sh added (test.sh adds some),
+		// in cluster a and in cluster b.
 		nodes, _ := filepath.Glob("/sys/fs/cgroup/*/plexus-local-*")
-		if left = append(left, nodes...); len(left) > 0 {
+		nodesB, _ := filepath.Glob("/sys/fs/cgroup/*/plexus-b-*")
+		if left = append(append(left, nodes...), nodesB...); len(left) > 0 {
 			t.Errorf("kubelet cgroups left: %v", left)
 		}
 	})
@@ -75,10 +77,20 @@ func TestTeardownLeavesNothing(t *testing.T) {
 		}
 	})
 	t.Run("links and addresses", func(t *testing.T) {
-		// The pods' bridge, and the added nodes' (node.sh).
-		for _, bridge := range []string{e.bridge, "plexusnodes0"} {
+		// The pods' bridge, the added nodes' (node.sh), cluster b's nodes',
+		// and the host ends of the nodes' and b's control plane's links.
+		for _, bridge := range []string{e.bridge, "plexusnodes0", "plexusnodes1"} {
 			if _, err := net.InterfaceByName(bridge); err == nil {
 				t.Errorf("bridge %s still exists", bridge)
+			}
+		}
+		ifaces, err := net.Interfaces()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ifc := range ifaces {
+			if isNodeLink(ifc.Name) {
+				t.Errorf("link %s still exists", ifc.Name)
 			}
 		}
 		lo, err := net.InterfaceByName("lo")
@@ -99,8 +111,22 @@ func TestTeardownLeavesNothing(t *testing.T) {
 				t.Fatalf("%s: %v", save, err)
 			}
 			for _, line := range strings.Split(string(out), "\n") {
-				if strings.HasPrefix(line, ":KUBE-") || strings.HasPrefix(line, ":CNI-") {
+				if strings.HasPrefix(line, ":KUBE-") || strings.HasPrefix(line, ":CNI-") || strings.HasPrefix(line, ":FLANNEL-") {
 					t.Errorf("%s: cluster chain left: %s", save, line)
+				}
+			}
+		}
+	})
+	t.Run("routes", func(t *testing.T) {
+		// node.sh routes each node's pods through it, in a and b.
+		out, err := exec.Command("ip", "-4", "route", "show").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			for _, prefix := range []string{"10.244.", "10.245.", "10.213.0.", "10.214.0."} {
+				if strings.HasPrefix(line, prefix) {
+					t.Errorf("route left: %s", line)
 				}
 			}
 		}
@@ -144,4 +170,15 @@ func TestTeardownLeavesNothing(t *testing.T) {
 			}
 		}
 	})
+}
+
+// isNodeLink reports whether name is the host end of a node.sh node's link
+// (pnN in cluster a, pnbN in b) or of b's control plane's (pbcp).
+func isNodeLink(name string) bool {
+	for _, prefix := range []string{"pnb", "pn"} {
+		if rest, ok := strings.CutPrefix(name, prefix); ok && len(rest) == 1 && rest[0] >= '1' && rest[0] <= '9' {
+			return true
+		}
+	}
+	return name == "pbcp"
 }
