@@ -11,7 +11,8 @@
 #      TestControlPlaneNodeLoss, TestZoneAware) required to run;
 #   3. tears the cluster down and proves nothing was left behind;
 #   4. cycles cluster-up/cluster-down five times (the first with flannel
-#      as the primary CNI and a second node) and proves it again.
+#      as the primary CNI and a second node, the second with a second
+#      cluster beside the first: TestClusterPair) and proves it again.
 # Tears down a running local cluster first. Expects `make deps images` to
 # have run (the Makefile does that first).
 set -euo pipefail
@@ -87,6 +88,14 @@ for i in 1 2 3 4 5; do
 		PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN PLEXUS_TEST_MULTINODE=1 \
 			go test -count=1 -timeout 15m -run 'TestCrossNode$|TestPlexusctlUninstall$' ./integration/mesh ||
 			die "TestCrossNode or TestPlexusctlUninstall failed in cycle 1 (flannel)"
+	elif [ "$i" = 2 ]; then
+		# Two clusters side by side (make cluster-up CLUSTERS=2), each with
+		# a node: cluster a's down takes b down first, and the check after
+		# the cycles covers b's leftovers too.
+		"$HERE/cluster/up.sh" >/dev/null || die "cluster-up failed in cycle 2"
+		PLEXUS_CLUSTER_NAME=b "$HERE/cluster/up.sh" >/dev/null || die "cluster-up of cluster b failed in cycle 2"
+		(export_pair_env && PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN go test -count=1 -run TestClusterPair ./integration/localcluster) ||
+			die "TestClusterPair failed in cycle 2"
 	else
 		"$HERE/cluster/up.sh" >/dev/null || die "cluster-up failed in cycle $i"
 	fi

@@ -59,19 +59,7 @@ func TestAddedNode(t *testing.T) {
 	ns := c.Namespace(t, "nodes", nil)
 	ips := map[string]string{}
 	for name, on := range map[string]string{"here": first, "there": added} {
-		_, err := c.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: corev1.PodSpec{NodeName: on, Containers: []corev1.Container{{
-				Name: "app", Image: testappImage, ImagePullPolicy: corev1.PullNever, Args: []string{"serve", ":8080"},
-				ReadinessProbe: &corev1.Probe{
-					ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
-					PeriodSeconds: 1,
-				},
-			}}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		createServer(t, ctx, c, ns, name, on, nil)
 	}
 	clustertest.WaitFor(t, 2*time.Minute, "both pods ready", func(ctx context.Context) (bool, error) {
 		for _, name := range []string{"here", "there"} {
@@ -161,5 +149,24 @@ func TestAddedNodeImagesRefreshedOnReuse(t *testing.T) {
 	}
 	if !strings.Contains(string(up), "\timport_images_all\n") {
 		t.Error("up.sh's reuse path does not call import_images_all")
+	}
+}
+
+// createServer creates pod name in ns running testapp serve :8080, ready
+// once it answers, on node (any when "") with labels.
+func createServer(t *testing.T, ctx context.Context, c *clustertest.Cluster, ns, name, node string, labels map[string]string) {
+	t.Helper()
+	_, err := c.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{
+			Name: "app", Image: testappImage, ImagePullPolicy: corev1.PullNever, Args: []string{"serve", ":8080"},
+			ReadinessProbe: &corev1.Probe{
+				ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
+				PeriodSeconds: 1,
+			},
+		}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -23,8 +23,9 @@ import (
 
 // Environment variables the harness reads; integration/test.sh sets them.
 const (
-	EnvKubeconfig = "PLEXUS_TEST_KUBECONFIG" // admin kubeconfig of the local cluster
-	EnvKubectl    = "PLEXUS_KUBECTL"         // kubectl binary of the cluster's version
+	EnvKubeconfig  = "PLEXUS_TEST_KUBECONFIG"   // admin kubeconfig of the local cluster
+	EnvKubeconfigB = "PLEXUS_TEST_KUBECONFIG_B" // admin kubeconfig of the second local cluster, b, when it runs
+	EnvKubectl     = "PLEXUS_KUBECTL"           // kubectl binary of the cluster's version
 )
 
 // Cluster is a connection to the local cluster.
@@ -38,9 +39,24 @@ type Cluster struct {
 // test when it is unset (the cluster tests run under `make test`).
 func Connect(t testing.TB) *Cluster {
 	t.Helper()
-	path := os.Getenv(EnvKubeconfig)
+	return ConnectEnv(t, EnvKubeconfig)
+}
+
+// Pair returns the local cluster and the second one beside it, b (make
+// cluster-up CLUSTERS=2), or skips the test when $PLEXUS_TEST_KUBECONFIG_B
+// is unset.
+func Pair(t testing.TB) (a, b *Cluster) {
+	t.Helper()
+	return Connect(t), ConnectEnv(t, EnvKubeconfigB)
+}
+
+// ConnectEnv returns the cluster whose kubeconfig the environment variable
+// env names, or skips the test when it is unset.
+func ConnectEnv(t testing.TB, env string) *Cluster {
+	t.Helper()
+	path := os.Getenv(env)
 	if path == "" {
-		t.Skipf("%s is not set: no local cluster to test against (run `make test`)", EnvKubeconfig)
+		t.Skipf("%s is not set: no local cluster to test against (run `make test`)", env)
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {
