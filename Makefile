@@ -79,17 +79,19 @@ deps-%:
 ## NODES=N (2-9) adds nodes 2..N (integration/cluster/node.sh); CNI=flannel
 ## runs flannel as the primary CNI (default: CNI=bridge); CLUSTERS=2 brings
 ## up a second cluster, b, beside it with NODES_B nodes (default 1; its
-## kubeconfig is .cluster-b/kubeconfig; cluster-down takes it down too)
+## kubeconfig is .cluster-b/kubeconfig; cluster-down takes it down too),
+## MC=isolated|flat|hierarchical the network between them (pair.sh)
 # Only what the cluster and the demo run: Helm and Chromium are for the
 # tests (make test brings them with deps).
 NODES ?= 1
 CNI ?= bridge
 CLUSTERS ?= 1
 NODES_B ?= 1
+MC ?=
 cluster-up: deps-apt deps-kube deps-cni images $(if $(filter flannel,$(CNI)),deps-flannel)
 	PLEXUS_CLUSTER_CNI=$(CNI) $(CLUSTER)/up.sh
 	$(CLUSTER)/node.sh ensure $(NODES)
-	$(if $(filter 2,$(CLUSTERS)),PLEXUS_CLUSTER_NAME=b $(CLUSTER)/up.sh && PLEXUS_CLUSTER_NAME=b $(CLUSTER)/node.sh ensure $(NODES_B))
+	$(if $(filter 2,$(CLUSTERS)),PLEXUS_CLUSTER_NAME=b PLEXUS_MC_MODE=$(MC) $(CLUSTER)/up.sh && PLEXUS_CLUSTER_NAME=b $(CLUSTER)/node.sh ensure $(NODES_B))
 cluster-down:
 	$(CLUSTER)/down.sh
 

@@ -74,15 +74,15 @@ remove_chains() {
 		command -v "$cmd" >/dev/null || continue
 		for table in nat filter mangle; do
 			# Jumps from built-in chains into cluster chains first, then the chains.
-			"$cmd-save" -t "$table" 2>/dev/null | grep -E '^-A [A-Z]+ .*-j (KUBE|CNI|FLANNEL)-' |
+			"$cmd-save" -t "$table" 2>/dev/null | grep -E '^-A [A-Z]+ .*-j (KUBE|CNI|FLANNEL|PLXMC)-' |
 				sed 's/^-A/-D/' | while read -r rule; do
 				# shellcheck disable=SC2086
 				"$cmd" -w -t "$table" $rule 2>/dev/null
 			done
-			for chain in $("$cmd-save" -t "$table" 2>/dev/null | sed -n 's/^:\(\(KUBE\|CNI\|FLANNEL\)-[^ ]*\) .*/\1/p'); do
+			for chain in $("$cmd-save" -t "$table" 2>/dev/null | sed -n 's/^:\(\(KUBE\|CNI\|FLANNEL\|PLXMC\)-[^ ]*\) .*/\1/p'); do
 				"$cmd" -w -t "$table" -F "$chain" 2>/dev/null
 			done
-			for chain in $("$cmd-save" -t "$table" 2>/dev/null | sed -n 's/^:\(\(KUBE\|CNI\|FLANNEL\)-[^ ]*\) .*/\1/p'); do
+			for chain in $("$cmd-save" -t "$table" 2>/dev/null | sed -n 's/^:\(\(KUBE\|CNI\|FLANNEL\|PLXMC\)-[^ ]*\) .*/\1/p'); do
 				"$cmd" -w -t "$table" -X "$chain" 2>/dev/null
 			done
 		done
@@ -200,6 +200,7 @@ if $HOST_NODE; then
 else
 	stop kube-scheduler kube-controller-manager kube-apiserver etcd
 	ip netns del "$CP_NETNS" 2>/dev/null
+	"$HERE/pair.sh" remove
 	kill_shims
 fi
 unmount_under "$RUN_DIR"

@@ -47,6 +47,8 @@ a)
 	SERVICE_NET=10.96
 	NODES_BRIDGE=plexusnodes0
 	VETH_PREFIX=pn # node N's link on NODES_BRIDGE is $VETH_PREFIX$N
+	PEER_NODES_NET=10.214.0 # the other cluster's (pair.sh)
+	PEER_POD_NET=10.245
 	;;
 b)
 	# STATE_DIR is a's when set: a's scripts call b's (cluster-down).
@@ -63,6 +65,8 @@ b)
 	SERVICE_NET=10.97
 	NODES_BRIDGE=plexusnodes1
 	VETH_PREFIX=pnb
+	PEER_NODES_NET=10.213.0
+	PEER_POD_NET=10.244
 	;;
 *)
 	printf '[cluster] error: unknown cluster %s (PLEXUS_CLUSTER_NAME: a or b)\n' "$CLUSTER_NAME" >&2
@@ -90,6 +94,10 @@ POD_CIDR=$POD_NET.0.0/24
 # (node N is $NODES_NET.N): integration/cluster/node.sh adds nodes.
 CLUSTER_POD_CIDR=$POD_NET.0.0/16
 NODES_CIDR=$NODES_NET.0/24
+# The other cluster's pods and nodes: pods and nodes have routes to them,
+# through the host, whose rules decide what passes (pair.sh).
+PEER_POD_CIDR=$PEER_POD_NET.0.0/16
+PEER_NODES_CIDR=$PEER_NODES_NET.0/24
 # The kubelet's serving certificate in PKI_DIR, and its cgroup root (empty:
 # the kubelet's default); node.sh sets both for the nodes it adds.
 KUBELET_CERT=kubelet

@@ -125,7 +125,8 @@ write_kubeconfigs() {
 
 # The primary network, CLUSTER_CNI's: a bridge with host-local addresses
 # (bridge) or flannel's plugin delegating to one (flannel), with only the
-# cluster's own routes (pods, services, the nodes) -- no default route.
+# cluster's own routes (pods, services, the nodes) and the other local
+# cluster's (pods, nodes: pair.sh decides what passes) -- no default route.
 write_cni_config() {
 	local p
 	for p in bridge host-local loopback portmap; do
@@ -153,7 +154,7 @@ write_bridge_conflist() {
       "ipam": {
         "type": "host-local",
         "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$POD_GATEWAY"}]],
-        "routes": [{"dst": "$SERVICE_CIDR"}, {"dst": "$CLUSTER_POD_CIDR"}, {"dst": "$NODES_CIDR"}, {"dst": "$NODE_IP/32"}],
+        "routes": [{"dst": "$SERVICE_CIDR"}, {"dst": "$CLUSTER_POD_CIDR"}, {"dst": "$NODES_CIDR"}, {"dst": "$NODE_IP/32"}, {"dst": "$PEER_POD_CIDR"}, {"dst": "$PEER_NODES_CIDR"}],
         "dataDir": "$STATE_DIR/cni/ipam"
       }
     },
@@ -180,7 +181,7 @@ write_flannel_conflist() {
       "dataDir": "$STATE_DIR/cni/flannel",
       "delegate": {"bridge": "$BRIDGE", "hairpinMode": true, "isDefaultGateway": false, "ipMasq": false},
       "ipam": {
-        "routes": [{"dst": "$SERVICE_CIDR"}, {"dst": "$NODES_CIDR"}, {"dst": "$NODE_IP/32"}],
+        "routes": [{"dst": "$SERVICE_CIDR"}, {"dst": "$NODES_CIDR"}, {"dst": "$NODE_IP/32"}, {"dst": "$PEER_POD_CIDR"}, {"dst": "$PEER_NODES_CIDR"}],
         "dataDir": "$STATE_DIR/cni/ipam"
       }
     },

@@ -112,6 +112,8 @@ add() {
 	! $HOST_NODE || ip -n "$NETNS" route add "$NODE_IP/32" via "$NODES_BRIDGE_IP"
 	ip -n "$NETNS" route add "$CLUSTER_POD_CIDR" via "$NODES_BRIDGE_IP" # the other nodes' pods, through the host
 	ip -n "$NETNS" route add "$SERVICE_CIDR" via "$NODES_BRIDGE_IP"
+	ip -n "$NETNS" route add "$PEER_POD_CIDR" via "$NODES_BRIDGE_IP" # the other cluster's (pair.sh)
+	ip -n "$NETNS" route add "$PEER_NODES_CIDR" via "$NODES_BRIDGE_IP"
 	ip route replace "$PODCIDR" via "$IP"
 	# b's API server calls webhooks and extension API servers at their pods'
 	# addresses: straight to the node, as the pods answer.

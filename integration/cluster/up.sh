@@ -22,6 +22,7 @@ take_lock
 if cluster_healthy && [ "$(cat "$STATE_DIR/primary-cni" 2>/dev/null)" = "$CLUSTER_CNI" ]; then
 	log "reusing the running cluster; refreshing every node's images from $IMAGES_DIR"
 	import_images_all
+	[ -z "${PLEXUS_MC_MODE:-}" ] || $HOST_NODE || "$HERE/pair.sh" mode "$PLEXUS_MC_MODE"
 	print_env
 	exit 0
 fi
@@ -94,6 +95,9 @@ else
 	# b's control plane's network namespace, on b's nodes' bridge at
 	# APISERVER_ADDR; node.sh adds a route to each node's pods.
 	netns_on_bridge "$CP_NETNS" "$CP_VETH" "$APISERVER_ADDR"
+	ip -n "$CP_NETNS" route add "$PEER_POD_CIDR" via "$NODES_BRIDGE_IP" # a's pods and nodes (pair.sh)
+	ip -n "$CP_NETNS" route add "$PEER_NODES_CIDR" via "$NODES_BRIDGE_IP"
+	"$HERE/pair.sh" mode "${PLEXUS_MC_MODE:-isolated}"
 	CP="nsenter --net=/run/netns/$CP_NETNS --"
 fi
 

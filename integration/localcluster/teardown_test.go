@@ -111,7 +111,7 @@ func TestTeardownLeavesNothing(t *testing.T) {
 				t.Fatalf("%s: %v", save, err)
 			}
 			for _, line := range strings.Split(string(out), "\n") {
-				if strings.HasPrefix(line, ":KUBE-") || strings.HasPrefix(line, ":CNI-") || strings.HasPrefix(line, ":FLANNEL-") {
+				if strings.HasPrefix(line, ":KUBE-") || strings.HasPrefix(line, ":CNI-") || strings.HasPrefix(line, ":FLANNEL-") || strings.HasPrefix(line, ":PLXMC-") {
 					t.Errorf("%s: cluster chain left: %s", save, line)
 				}
 			}
