@@ -1,0 +1,119 @@
+// Package multiclusterv1alpha1 holds the multicluster extension's resource
+// (multicluster.plexus.dev/v1alpha1 Link, the CRD in
+// deploy/plexus-multicluster/link-crd.yaml) and the names the extension
+// and the destination service agree on: the label that exports a Service,
+// those a mirror carries, and the Secret that holds a link's credentials.
+// Plain structs, read from dynamic informers with Decode; the API server
+// validates them (schema and CEL rules).
+package multiclusterv1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// GroupVersion is multicluster.plexus.dev/v1alpha1.
+var GroupVersion = schema.GroupVersion{Group: Group, Version: "v1alpha1"}
+
+// LinkResource is the links resource, for dynamic clients and informers.
+var LinkResource = GroupVersion.WithResource("links")
+
+// The group, apiVersion and kind as written in manifests.
+const (
+	Group      = "multicluster.plexus.dev"
+	APIVersion = "multicluster.plexus.dev/v1alpha1"
+	LinkKind   = "Link"
+)
+
+// Link is this cluster's link to another (the remote, "target" cluster):
+// how to reach its API server, and which of its Services to mirror here.
+type Link struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   LinkSpec   `json:"spec"`
+	Status LinkStatus `json:"status,omitempty"`
+}
+
+// LinkSpec is what the operator (plexusctl multicluster link) writes.
+type LinkSpec struct {
+	// ClusterName names the remote cluster: mirrors are <service>-<name>.
+	// A DNS label of at most MaxClusterNameLength characters.
+	ClusterName string `json:"clusterName"`
+	// CredentialsSecret is a Secret in the Link's namespace, of type
+	// CredentialsSecretType, whose key CredentialsKey holds a kubeconfig
+	// for the remote API server.
+	CredentialsSecret string `json:"credentialsSecret"`
+	// RemoteDiscoverySelector selects the remote Services mirrored in
+	// remote-discovery (flat) mode: the local proxies reach their pods
+	// directly. Default: ExportedLabel=ExportedRemoteDiscovery.
+	RemoteDiscoverySelector *metav1.LabelSelector `json:"remoteDiscoverySelector,omitempty"`
+}
+
+// LinkStatus is what the controller reports.
+type LinkStatus struct {
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: ConditionCredentialsValid, ConditionRemoteReachable
+	// and ConditionReady.
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// MirrorServices: one per remote Service selected, sorted by remote
+	// namespace and name.
+	MirrorServices []MirrorStatus `json:"mirrorServices,omitempty"`
+}
+
+// MirrorStatus is one remote Service's mirror.
+type MirrorStatus struct {
+	RemoteRef ObjectRef `json:"remoteRef"`
+	LocalRef  ObjectRef `json:"localRef"`
+	// Conditions: ConditionMirrored.
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ObjectRef names a namespaced object.
+type ObjectRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// MaxClusterNameLength keeps a mirror's name, <service>-<cluster>, within
+// a DNS label for services of up to 32 characters.
+const MaxClusterNameLength = 30
+
+// The conditions' types.
+const (
+	ConditionCredentialsValid = "CredentialsValid"
+	ConditionRemoteReachable  = "RemoteReachable"
+	ConditionReady            = "Ready"
+	ConditionMirrored         = "Mirrored"
+)
+
+// Labels, annotations and the Secret type the extension and destination
+// share.
+const (
+	// ExportedLabel on a Service exports it to the clusters linked to this
+	// one; ExportedRemoteDiscovery is flat mode.
+	ExportedLabel           = "mirror.plexus.dev/exported"
+	ExportedRemoteDiscovery = "remote-discovery"
+
+	// MirroredServiceLabel marks a mirror; ClusterNameLabel, LinkLabel and
+	// RemoteNameLabel say of what. RemoteDiscoveryLabel, the remote
+	// cluster's name, tells destination to answer for the mirror with
+	// the remote Service's endpoints (RemoteNameLabel, same namespace).
+	MirroredServiceLabel = "mirror.plexus.dev/mirrored-service"
+	ClusterNameLabel     = "mirror.plexus.dev/cluster-name"
+	RemoteNameLabel      = "mirror.plexus.dev/remote-name"
+	LinkLabel            = "multicluster.plexus.dev/link"
+	RemoteDiscoveryLabel = "multicluster.plexus.dev/remote-discovery"
+
+	// CredentialsSecretType is the type of a Secret holding a remote
+	// cluster's kubeconfig in CredentialsKey; ClusterNameLabel names the
+	// cluster, TrustDomainAnnotation its trust domain (default: the local
+	// one).
+	CredentialsSecretType = "multicluster.plexus.dev/remote-kubeconfig"
+	CredentialsKey        = "kubeconfig"
+	TrustDomainAnnotation = "multicluster.plexus.dev/trust-domain"
+
+	// Namespace is where the extension runs and keeps Links and their
+	// Secrets.
+	Namespace = "plexus-multicluster"
+)
