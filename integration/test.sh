@@ -12,7 +12,8 @@
 #   3. tears the cluster down and proves nothing was left behind;
 #   4. cycles cluster-up/cluster-down five times (the first with flannel
 #      as the primary CNI and a second node, the second with a second
-#      cluster beside the first: TestClusterPair) and proves it again.
+#      cluster beside the first: TestClusterPair, and destination's
+#      remote discovery of the second from the first) and proves it again.
 # Tears down a running local cluster first. Expects `make deps images` to
 # have run (the Makefile does that first).
 set -euo pipefail
@@ -96,6 +97,8 @@ for i in 1 2 3 4 5; do
 		PLEXUS_CLUSTER_NAME=b "$HERE/cluster/up.sh" >/dev/null || die "cluster-up of cluster b failed in cycle 2"
 		(export_pair_env && PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN go test -count=1 -run TestClusterPair ./integration/localcluster) ||
 			die "TestClusterPair failed in cycle 2"
+		(export_pair_env && PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN go test -count=1 -run TestRemoteDiscoveryAgainstPair ./control/destination) ||
+			die "TestRemoteDiscoveryAgainstPair failed in cycle 2"
 	else
 		"$HERE/cluster/up.sh" >/dev/null || die "cluster-up failed in cycle $i"
 	fi

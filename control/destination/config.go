@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strings"
 
+	mc "github.com/plexus-mesh/plexus/mesh/api/multicluster/v1alpha1"
 	policyv1alpha1 "github.com/plexus-mesh/plexus/mesh/api/policy/v1alpha1"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 )
@@ -88,6 +89,9 @@ type Config struct {
 	MaxLoopbackStreams int
 	// StatusLease elects the replica that writes route status.
 	StatusLease StatusLease
+	// RemoteClustersNamespace holds the linked clusters' credentials
+	// Secrets (remote.go); "" turns remote discovery off.
+	RemoteClustersNamespace string
 }
 
 // DefaultConfig returns the configuration with every default filled in.
@@ -105,6 +109,8 @@ func DefaultConfig() Config {
 		RequireCallerIdentity: true,
 		MaxStreamsPerIdentity: DefaultMaxStreamsPerIdentity,
 		MaxLoopbackStreams:    DefaultMaxLoopbackStreams,
+
+		RemoteClustersNamespace: mc.Namespace,
 	}
 }
 

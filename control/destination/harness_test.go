@@ -26,6 +26,13 @@ import (
 // test ends, and returns a client of it and the metrics registry.
 func testServer(t testing.TB, client kubernetes.Interface, cfg Config) (pb.DestinationClient, *prometheus.Registry) {
 	t.Helper()
+	return testServerWith(t, client, cfg, nil)
+}
+
+// testServerWith is testServer, calling setup (when not nil) with the
+// Server before it runs.
+func testServerWith(t testing.TB, client kubernetes.Interface, cfg Config, setup func(*Server)) (pb.DestinationClient, *prometheus.Registry) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
@@ -34,6 +41,9 @@ func testServer(t testing.TB, client kubernetes.Interface, cfg Config) (pb.Desti
 	srv, err := New(cfg, client, reg, log)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(srv)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

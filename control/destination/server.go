@@ -42,6 +42,11 @@ func New(cfg Config, client kubernetes.Interface, reg prometheus.Registerer, log
 	if err != nil {
 		return nil, err
 	}
+	if cfg.RemoteClustersNamespace != "" {
+		if w.remote, err = newRemoteClusters(w, client, cfg.RemoteClustersNamespace, log); err != nil {
+			return nil, err
+		}
+	}
 	pol := newPolicies(cfg, w, client, m, log)
 	w.serviceChanged = func() { pol.changed() }
 	return &Server{cfg: cfg, log: log, metrics: m, watcher: w, policies: pol,
@@ -59,6 +64,9 @@ func (s *Server) WatchRoutes(c RouteClients) error {
 // until ctx ends. Streams are refused (Unavailable) until the caches have
 // synced.
 func (s *Server) Run(ctx context.Context) error {
+	if s.watcher.remote != nil {
+		go s.watcher.remote.run(ctx)
+	}
 	if err := s.watcher.start(ctx); err != nil {
 		return err
 	}

@@ -33,6 +33,9 @@ func (w *watcher) serviceSnapshot(ns, name string, port uint16) snapshot {
 		return s
 	}
 	s.exists = true
+	if c := remoteOf(svc); c != "" && w.remote != nil {
+		return w.remote.mirrorSnapshot(c, svc, port, s)
+	}
 	s.profile.opaque = OpaquePort(svc.Annotations, port)
 	var svcPort *corev1.ServicePort
 	for i := range svc.Spec.Ports {

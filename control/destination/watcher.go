@@ -60,11 +60,22 @@ type watcher struct {
 	// block.
 	serviceChanged func()
 
+	// remote answers for remote-discovery mirrors (remote.go); nil when
+	// off, and in a remote cluster's watcher.
+	remote *remoteClusters
+
 	mu   sync.Mutex
 	pubs map[key]map[uint16]*publisher
 }
 
+// newWatcher is the local cluster's watcher.
 func newWatcher(cfg Config, client kubernetes.Interface, log *slog.Logger) (*watcher, error) {
+	return newClusterWatcher(cfg, client, log, true)
+}
+
+// newClusterWatcher watches the cluster of client, and its Nodes when
+// nodes (the local cluster's: the zones of clients).
+func newClusterWatcher(cfg Config, client kubernetes.Interface, log *slog.Logger, nodes bool) (*watcher, error) {
 	// Drop managedFields before objects enter the caches, and a Node's
 	// status (its image list): they are large and never read.
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(func(obj any) (any, error) {
@@ -83,12 +94,15 @@ func newWatcher(cfg Config, client kubernetes.Interface, log *slog.Logger) (*wat
 		services: factory.Core().V1().Services().Informer(),
 		slices:   factory.Discovery().V1().EndpointSlices().Informer(),
 		pods:     factory.Core().V1().Pods().Informer(),
-		nodes:    factory.Core().V1().Nodes().Informer(),
 		svcList:  factory.Core().V1().Services().Lister(),
 		podList:  factory.Core().V1().Pods().Lister(),
-		nodeList: factory.Core().V1().Nodes().Lister(),
-		queue:    workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[key]{Name: "plexus-destination"}),
+		queue:    workqueue.NewTyped[key](),
 		pubs:     map[key]map[uint16]*publisher{},
+	}
+	if nodes {
+		w.nodes = factory.Core().V1().Nodes().Informer()
+		w.nodeList = factory.Core().V1().Nodes().Lister()
+		w.queue = workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[key]{Name: "plexus-destination"})
 	}
 	if err := w.services.AddIndexers(cache.Indexers{indexClusterIP: indexServiceIPs}); err != nil {
 		return nil, fmt.Errorf("adding service indexers: %w", err)
@@ -203,7 +217,7 @@ func (w *watcher) subscribe(t target, add func(*publisher), remove func(*publish
 
 // nodeZone is the zone label of node ("" when it has none or is unknown).
 func (w *watcher) nodeZone(node string) string {
-	if node == "" {
+	if node == "" || w.nodeList == nil {
 		return ""
 	}
 	n, err := w.nodeList.Get(node)

@@ -72,6 +72,8 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	cfg.Flags.Register(fs, ":9996")
 	fs.StringVar(&cfg.Destination.ClusterDomain, "cluster-domain", cfg.Destination.ClusterDomain, "cluster DNS domain of service names")
 	fs.StringVar(&cfg.Destination.TrustDomain, "trust-domain", cfg.Destination.TrustDomain, "trust domain of endpoint identities")
+	fs.StringVar(&cfg.Destination.RemoteClustersNamespace, "remote-clusters-namespace", cfg.Destination.RemoteClustersNamespace,
+		"namespace of the linked clusters' credentials Secrets (the multicluster extension's), watched while it exists; \"\" turns remote discovery off")
 	fs.IntVar(&cfg.Destination.QueueSize, "queue-size", cfg.Destination.QueueSize, "updates queued per stream before it is ended as too slow")
 	fs.Func("default-inbound-policy", fmt.Sprintf("inbound policy of a pod port no Server selects, unless its pod or namespace is annotated %s: one of %v (default %s)",
 		destination.AnnotationDefaultInboundPolicy, policyv1alpha1.AccessPolicies(), cfg.Destination.DefaultInboundPolicy), func(v string) error {

@@ -1,0 +1,158 @@
+package destination
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+
+	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
+	mc "github.com/plexus-mesh/plexus/mesh/api/multicluster/v1alpha1"
+	"github.com/plexus-mesh/plexus/testsupport/eventually"
+)
+
+// mirror is a remote-discovery mirror of cluster's Service remote, as the
+// multicluster extension writes it.
+func mirror(ns, name, clusterIP, cluster, remote string) *corev1.Service {
+	svc := service(ns, name, clusterIP, svcPort("http", 80, intstr.FromInt32(80)))
+	svc.Labels = map[string]string{mc.MirroredServiceLabel: "true", mc.RemoteDiscoveryLabel: cluster, mc.RemoteNameLabel: remote}
+	return svc
+}
+
+// linkSecret is a linked cluster's Secret; kubeconfig names the fake
+// client the test's newClient returns.
+func linkSecret(cluster, kubeconfig, trustDomain string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: mc.Namespace, Name: "cluster-credentials-" + cluster,
+			Labels:      map[string]string{mc.ClusterNameLabel: cluster},
+			Annotations: map[string]string{mc.TrustDomainAnnotation: trustDomain}},
+		Type: mc.CredentialsSecretType,
+		Data: map[string][]byte{mc.CredentialsKey: []byte(kubeconfig)},
+	}
+}
+
+// remoteEnv: cluster a with the extension's namespace and a mirror
+// hello-b of cluster b's shop/hello; b (a fake client the Secret's
+// kubeconfig "b" names) with hello's endpoint 10.245.0.5 (a meshed pod
+// of service account web). It returns a's client, b's, and a client of
+// the server once b's watcher has synced.
+func remoteEnv(t *testing.T) (a, b *fake.Clientset, dst pb.DestinationClient, srv *Server) {
+	t.Helper()
+	b = fake.NewClientset(
+		service("shop", "hello", "10.97.0.20", svcPort("http", 80, intstr.FromString("http"))),
+		endpointSlice("shop", "hello-1", "hello", discoveryv1.AddressTypeIPv4, "http", 8080, sliceEndpoint{"10.245.0.5", true, "hello-1"}),
+		pod("shop", "hello-1", "10.245.0.5", true, nil),
+	)
+	a = fake.NewClientset(
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: mc.Namespace}},
+		mirror("shop", "hello-b", "10.96.0.50", "b", "hello"),
+		linkSecret("b", "b", "b.example"),
+	)
+	client, _ := testServerWith(t, a, DefaultConfig(), func(s *Server) {
+		srv = s
+		s.watcher.remote.newClient = func(kubeconfig []byte) (kubernetes.Interface, error) {
+			if k := string(kubeconfig); k != "b" && k != "b-rotated" {
+				return nil, fmt.Errorf("no cluster %q", kubeconfig)
+			}
+			return b, nil
+		}
+	})
+	eventually.Within(t, wait, "cluster b's watcher synced", func() bool { return srv.watcher.remote.watcherOf("b") != nil })
+	return a, b, client, srv
+}
+
+// openMirror opens a stream of remoteEnv's mirror and reads its first
+// update, the remote endpoint.
+func openMirror(t *testing.T, client pb.DestinationClient) *recvStream[*pb.Update] {
+	t.Helper()
+	s := open(t, client.Get, "hello-b.shop.svc.cluster.local:80")
+	s.expectUpdates(t, wait, "add[10.245.0.5:8080]")
+	return s
+}
+
+// TestRemoteDiscoveryAnswersMirrorWithRemoteEndpoints: a mirror is
+// answered with the linked cluster's pod addresses and identities (its
+// trust domain), under the mirror's name; a remote endpoint added is on
+// the stream at once.
+func TestRemoteDiscoveryAnswersMirrorWithRemoteEndpoints(t *testing.T) {
+	_, b, client, _ := remoteEnv(t)
+	s := open(t, client.Get, "hello-b.shop.svc.cluster.local:80")
+	u := s.expectUpdates(t, wait, "add[10.245.0.5:8080]")[0].GetAdd()
+	if got := u.Addrs[0].GetTlsIdentity().GetSpiffeId(); got != "spiffe://b.example/ns/shop/sa/web" {
+		t.Errorf("remote endpoint's identity %q, want cluster b's trust domain", got)
+	}
+	if u.MetricLabels["service"] != "hello-b" || u.MetricLabels["namespace"] != "shop" {
+		t.Errorf("set labels %v, want the mirror's", u.MetricLabels)
+	}
+	ctx := context.Background()
+	if _, err := b.CoreV1().Pods("shop").Create(ctx, pod("shop", "hello-2", "10.245.0.6", true, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	slice := endpointSlice("shop", "hello-1", "hello", discoveryv1.AddressTypeIPv4, "http", 8080,
+		sliceEndpoint{"10.245.0.5", true, "hello-1"}, sliceEndpoint{"10.245.0.6", true, "hello-2"})
+	if _, err := b.DiscoveryV1().EndpointSlices("shop").Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.expectUpdates(t, wait, "add[10.245.0.6:8080]")
+}
+
+// TestRemoteDiscoveryDropsClusterWithItsSecret: deleting the linked
+// cluster's Secret withdraws its endpoints (the mirror stays, with none);
+// a Secret written again brings them back.
+func TestRemoteDiscoveryDropsClusterWithItsSecret(t *testing.T) {
+	a, _, client, _ := remoteEnv(t)
+	s := openMirror(t, client)
+	ctx := context.Background()
+	secrets := a.CoreV1().Secrets(mc.Namespace)
+	if err := secrets.Delete(ctx, "cluster-credentials-b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.expectUpdates(t, wait, "remove[10.245.0.5:8080]", "none(exists)")
+	if _, err := secrets.Create(ctx, linkSecret("b", "b", "b.example"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.expectUpdates(t, wait, "add[10.245.0.5:8080]")
+}
+
+// TestRemoteDiscoverySwapsWatcherInPlace: new credentials for a linked
+// cluster (rotated) replace its watcher without a gap: the stream sees no
+// update, as the endpoints are the same.
+func TestRemoteDiscoverySwapsWatcherInPlace(t *testing.T) {
+	a, _, client, srv := remoteEnv(t)
+	s := openMirror(t, client)
+	before := srv.watcher.remote.watcherOf("b")
+	ctx := context.Background()
+	rotated := linkSecret("b", "b-rotated", "b.example")
+	if _, err := a.CoreV1().Secrets(mc.Namespace).Update(ctx, rotated, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually.Within(t, wait, "cluster b's watcher replaced", func() bool { return srv.watcher.remote.watcherOf("b") != before })
+	s.quiet(t, 500*time.Millisecond)
+}
+
+// TestRemoteDiscoveryIgnoresOtherServices: a Service without the mirror
+// labels is answered from the local cluster, even when a linked cluster
+// has one of the same name; so is a mirror of a cluster nobody linked
+// (no endpoints).
+func TestRemoteDiscoveryIgnoresOtherServices(t *testing.T) {
+	a, _, client, _ := remoteEnv(t)
+	ctx := context.Background()
+	if _, err := a.CoreV1().Services("shop").Create(ctx, service("shop", "hello", "10.96.0.51", svcPort("http", 80, intstr.FromString("http"))), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.CoreV1().Services("shop").Create(ctx, mirror("shop", "hello-c", "10.96.0.52", "c", "hello"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	local := open(t, client.Get, "hello.shop.svc.cluster.local:80")
+	local.expectUpdates(t, wait, "none(exists)")
+	unlinked := open(t, client.Get, "hello-c.shop.svc.cluster.local:80")
+	unlinked.expectUpdates(t, wait, "none(exists)")
+	local.quiet(t, 200*time.Millisecond)
+}
