@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,8 +26,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/plexus-mesh/plexus/control/kubeclient"
 	mc "github.com/plexus-mesh/plexus/mesh/api/multicluster/v1alpha1"
 )
 
@@ -69,8 +68,10 @@ type remoteCluster struct {
 func newRemoteClusters(local *watcher, client kubernetes.Interface, namespace string, log *slog.Logger) (*remoteClusters, error) {
 	r := &remoteClusters{
 		local: local, client: client, namespace: namespace, log: log.With("component", "remote-discovery"),
-		newClient: clientFromKubeconfig,
-		clusters:  map[string]*remoteCluster{}, latest: map[string]uint64{},
+		newClient: func(kubeconfig []byte) (kubernetes.Interface, error) {
+			return kubeclient.Remote(kubeconfig, "plexus-destination")
+		},
+		clusters: map[string]*remoteCluster{}, latest: map[string]uint64{},
 	}
 	if err := local.services.AddIndexers(cache.Indexers{indexRemote: indexRemoteMirror, indexRemoteCluster: indexRemoteMirrorCluster}); err != nil {
 		return nil, fmt.Errorf("adding remote-discovery indexers: %w", err)
@@ -85,20 +86,6 @@ func newRemoteClusters(local *watcher, client kubernetes.Interface, namespace st
 	}
 	return r, nil
 }
-
-// clientFromKubeconfig is a client of the API server kubeconfig names.
-func clientFromKubeconfig(kubeconfig []byte) (kubernetes.Interface, error) {
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Timeout = remoteRequestTimeout
-	return kubernetes.NewForConfig(cfg)
-}
-
-// remoteRequestTimeout bounds each request to a linked cluster's API
-// server (a watch is a stream, and not bounded by it).
-const remoteRequestTimeout = 10 * time.Second
 
 // run sets the context the remote watchers live in; they stop with it.
 func (r *remoteClusters) run(ctx context.Context) {

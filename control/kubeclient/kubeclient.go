@@ -4,6 +4,7 @@ package kubeclient
 
 import (
 	"fmt"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -39,4 +40,21 @@ func Config(kubeconfig, userAgent string) (*rest.Config, error) {
 	}
 	cfg.UserAgent = userAgent
 	return cfg, nil
+}
+
+// RemoteTimeout bounds each request to a linked cluster's API server (a
+// watch is a stream, and not bounded by it).
+const RemoteTimeout = 10 * time.Second
+
+// Remote returns a clientset of the API server a linked cluster's
+// kubeconfig (the bytes of a multicluster credentials Secret) names,
+// naming itself userAgent.
+func Remote(kubeconfig []byte, userAgent string) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("remote cluster's kubeconfig: %w", err)
+	}
+	cfg.Timeout = RemoteTimeout
+	cfg.UserAgent = userAgent
+	return kubernetes.NewForConfig(cfg)
 }

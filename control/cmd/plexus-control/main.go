@@ -16,6 +16,7 @@ import (
 	"github.com/plexus-mesh/plexus/control/identitycmd"
 	"github.com/plexus-mesh/plexus/control/injectcmd"
 	"github.com/plexus-mesh/plexus/control/spvalidatorcmd"
+	"github.com/plexus-mesh/plexus/multicluster/mirrorcmd"
 	"github.com/plexus-mesh/plexus/viz/dashboardcmd"
 	"github.com/plexus-mesh/plexus/viz/tapcmd"
 )
@@ -27,6 +28,9 @@ func commands() map[string]func(ctx context.Context, args []string, out io.Write
 		"destination": destinationcmd.Main,
 		"issuer":      identitycmd.IssuerMain,
 		"web":         dashboardcmd.Main,
+		"service-mirror": func(ctx context.Context, args []string, _ io.Writer) error {
+			return mirrorcmd.Main(ctx, args, os.Stderr)
+		},
 		"injector": func(ctx context.Context, args []string, _ io.Writer) error {
 			return injectcmd.Main(ctx, args, os.Stderr)
 		},

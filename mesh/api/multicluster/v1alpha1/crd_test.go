@@ -1,4 +1,4 @@
-package multiclusterv1alpha1
+package multiclusterv1alpha1_test
 
 import (
 	"context"
@@ -6,20 +6,19 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/plexus-mesh/plexus/deploy"
+	mc "github.com/plexus-mesh/plexus/mesh/api/multicluster/v1alpha1"
 	"github.com/plexus-mesh/plexus/testsupport/apiservertest"
-	"github.com/plexus-mesh/plexus/testsupport/eventually"
+	"github.com/plexus-mesh/plexus/testsupport/mctest"
 )
 
 const crdFile = "plexus-multicluster/link-crd.yaml"
@@ -41,22 +40,22 @@ func TestLinkCRDNames(t *testing.T) {
 	if err := yaml.UnmarshalStrict(linkCRD(t), &crd); err != nil {
 		t.Fatal(err)
 	}
-	if crd.Spec.Group != Group || crd.Spec.Names.Kind != LinkKind || crd.Name != LinkResource.Resource+"."+Group {
-		t.Errorf("CRD %s serves %s %s, want %s %s", crd.Name, crd.Spec.Group, crd.Spec.Names.Kind, Group, LinkKind)
+	if crd.Spec.Group != mc.Group || crd.Spec.Names.Kind != mc.LinkKind || crd.Name != mc.LinkResource.Resource+"."+mc.Group {
+		t.Errorf("CRD %s serves %s %s, want %s %s", crd.Name, crd.Spec.Group, crd.Spec.Names.Kind, mc.Group, mc.LinkKind)
 	}
-	if len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Name != GroupVersion.Version {
-		t.Fatalf("CRD versions %+v, want only %s", crd.Spec.Versions, GroupVersion.Version)
+	if len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Name != mc.GroupVersion.Version {
+		t.Fatalf("CRD versions %+v, want only %s", crd.Spec.Versions, mc.GroupVersion.Version)
 	}
 	if crd.Spec.Versions[0].Subresources == nil || crd.Spec.Versions[0].Subresources.Status == nil {
 		t.Error("no status subresource: the controller's status writes would race the spec's")
 	}
-	if s := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["clusterName"]; s.MaxLength == nil || *s.MaxLength != MaxClusterNameLength {
-		t.Errorf("clusterName maxLength %v, want %d", s.MaxLength, MaxClusterNameLength)
+	if s := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["clusterName"]; s.MaxLength == nil || *s.MaxLength != mc.MaxClusterNameLength {
+		t.Errorf("clusterName maxLength %v, want %d", s.MaxLength, mc.MaxClusterNameLength)
 	}
 }
 
 // TestLinkAgainstAPIServer: on a real kube-apiserver the CRD is accepted
-// (its CEL rules compile), a Link round-trips into Link by DecodeLink,
+// (its CEL rules compile), a Link round-trips into Link by mc.DecodeLink,
 // status is written through its subresource only, and bad specs are
 // refused naming the field.
 func TestLinkAgainstAPIServer(t *testing.T) {
@@ -65,22 +64,8 @@ func TestLinkAgainstAPIServer(t *testing.T) {
 		TLSClientConfig: rest.TLSClientConfig{Insecure: true}} // self-signed, loopback, test-only
 	dyn := dynamic.NewForConfigOrDie(cfg)
 	ctx := context.Background()
-	crd := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal(linkCRD(t), &crd.Object); err != nil {
-		t.Fatal(err)
-	}
-	crdRes := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	if _, err := dyn.Resource(crdRes).Create(ctx, crd, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating the Link CRD: %v", err)
-	}
-	links := dyn.Resource(LinkResource).Namespace("default")
-	var err error
-	if !eventually.Holds(30*time.Second, func() bool {
-		_, err = links.List(ctx, metav1.ListOptions{})
-		return err == nil
-	}) {
-		t.Fatalf("links not served after 30s: %v", err)
-	}
+	mctest.InstallLinkCRD(t, dyn)
+	links := dyn.Resource(mc.LinkResource).Namespace("default")
 
 	link := func(name, spec string) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{Object: map[string]any{}}
@@ -89,8 +74,8 @@ func TestLinkAgainstAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		u.Object["spec"] = sp
-		u.SetAPIVersion(APIVersion)
-		u.SetKind(LinkKind)
+		u.SetAPIVersion(mc.APIVersion)
+		u.SetKind(mc.LinkKind)
 		u.SetName(name)
 		return u
 	}
@@ -99,11 +84,11 @@ func TestLinkAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a valid Link refused: %v", err)
 	}
-	l, err := DecodeLink(got)
+	l, err := mc.DecodeLink(got)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := LinkSpec{ClusterName: "b", CredentialsSecret: "cluster-credentials-b", RemoteDiscoverySelector: &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}}
+	want := mc.LinkSpec{ClusterName: "b", CredentialsSecret: "cluster-credentials-b", RemoteDiscoverySelector: &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}}
 	if !reflect.DeepEqual(l.Spec, want) {
 		t.Errorf("Link spec %+v, want %+v", l.Spec, want)
 	}
@@ -116,7 +101,7 @@ func TestLinkAgainstAPIServer(t *testing.T) {
 	if got, err = links.UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("writing status: %v", err)
 	}
-	if l, err = DecodeLink(got); err != nil || len(l.Status.MirrorServices) != 1 || l.Status.MirrorServices[0].LocalRef.Name != "web-b" {
+	if l, err = mc.DecodeLink(got); err != nil || len(l.Status.MirrorServices) != 1 || l.Status.MirrorServices[0].LocalRef.Name != "web-b" {
 		t.Errorf("status as written: %+v (%v)", l.Status, err)
 	}
 
@@ -129,7 +114,7 @@ func TestLinkAgainstAPIServer(t *testing.T) {
 	for _, c := range []struct{ spec, want string }{
 		{"clusterName: B\ncredentialsSecret: s", "is not a DNS label"},
 		{"clusterName: b.c\ncredentialsSecret: s", "is not a DNS label"},
-		{"clusterName: " + strings.Repeat("a", MaxClusterNameLength+1) + "\ncredentialsSecret: s", "spec.clusterName"},
+		{"clusterName: " + strings.Repeat("a", mc.MaxClusterNameLength+1) + "\ncredentialsSecret: s", "spec.clusterName"},
 		{"clusterName: b", "spec.credentialsSecret"},
 		{"clusterName: b\ncredentialsSecret: s\nremoteDiscoverySelector: {matchExpressions: [{key: a, operator: Is}]}", "operator"},
 	} {
@@ -139,11 +124,11 @@ func TestLinkAgainstAPIServer(t *testing.T) {
 		}
 	}
 
-	// A field this version does not know is an error in DecodeLink, not
+	// A field this version does not know is an error in mc.DecodeLink, not
 	// silently dropped.
 	u := link("x", "clusterName: b\ncredentialsSecret: s")
 	u.Object["spec"].(map[string]any)["gateway"] = "10.0.0.1"
-	if _, err := DecodeLink(u); err == nil || !strings.Contains(err.Error(), "gateway") {
+	if _, err := mc.DecodeLink(u); err == nil || !strings.Contains(err.Error(), "gateway") {
 		t.Errorf("DecodeLink with an unknown field: %v, want an error naming it", err)
 	}
 }

@@ -1,0 +1,322 @@
+// Package mirror is the multicluster extension's service mirror. For each
+// Link (multicluster.plexus.dev/v1alpha1) in its namespace it watches the
+// linked cluster's Services the Link selects (remote-discovery, flat mode)
+// and keeps a mirror of each here: a selector-less Service
+// <service>-<cluster> in the same namespace, with the remote Service's
+// ports and the labels that make destination answer for it with the
+// remote pods (control/destination/remote.go). Un-exporting a Service
+// deletes its mirror; deleting a Link deletes every mirror it made (a
+// finalizer holds the Link until they are gone). A local Service of a
+// mirror's name that this Link did not make is never touched: the Link's
+// status reports the collision. The status says whether the credentials
+// and the remote API server work, and each mirror's state.
+package mirror
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/plexus-mesh/plexus/control/kubeclient"
+	mc "github.com/plexus-mesh/plexus/mesh/api/multicluster/v1alpha1"
+)
+
+// Finalizer holds a Link until its mirrors are deleted.
+const Finalizer = "multicluster.plexus.dev/mirrors"
+
+// Controller mirrors the Links' remote Services.
+type Controller struct {
+	local     kubernetes.Interface
+	dyn       dynamic.Interface
+	namespace string
+	log       *slog.Logger
+	// NewRemote builds a linked cluster's client from its kubeconfig.
+	NewRemote func(kubeconfig []byte) (kubernetes.Interface, error)
+
+	factory dynamicinformer.DynamicSharedInformerFactory
+	links   cache.SharedIndexInformer
+	queue   workqueue.TypedRateLimitingInterface[item]
+
+	mu      sync.Mutex
+	ctx     context.Context
+	remotes map[string]*remote // by Link name
+}
+
+// item is a unit of work: a Link (ns and name empty) or one remote
+// Service of a Link's.
+type item struct{ link, ns, name string }
+
+// New builds a controller for the Links in namespace.
+func New(local kubernetes.Interface, dyn dynamic.Interface, namespace string, log *slog.Logger) (*Controller, error) {
+	c := &Controller{
+		local: local, dyn: dyn, namespace: namespace, log: log,
+		NewRemote: func(kubeconfig []byte) (kubernetes.Interface, error) {
+			return kubeclient.Remote(kubeconfig, "plexus-service-mirror")
+		},
+		factory: dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, namespace, nil),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[item](100*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[item]{}),
+		remotes: map[string]*remote{},
+	}
+	c.links = c.factory.ForResource(mc.LinkResource).Informer()
+	enqueue := func(obj any) {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			c.queue.Add(item{link: u.GetName()})
+		} else if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			if u, ok := tomb.Obj.(*unstructured.Unstructured); ok {
+				c.queue.Add(item{link: u.GetName()})
+			}
+		}
+	}
+	if _, err := c.links.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue,
+	}); err != nil {
+		return nil, fmt.Errorf("watching Links: %w", err)
+	}
+	return c, nil
+}
+
+// Ready returns nil once the Links' cache has synced.
+func (c *Controller) Ready() error {
+	if !c.links.HasSynced() {
+		return errors.New("the Links' cache has not synced")
+	}
+	return nil
+}
+
+// Run watches the Links and mirrors their Services until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	c.mu.Lock()
+	c.ctx = ctx
+	c.mu.Unlock()
+	c.factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), c.links.HasSynced) {
+		return fmt.Errorf("the Link cache did not sync: %w", context.Cause(ctx))
+	}
+	c.log.Info("service mirror running", "namespace", c.namespace)
+	go func() {
+		<-ctx.Done()
+		c.queue.ShutDown()
+	}()
+	for {
+		it, shutdown := c.queue.Get()
+		if shutdown {
+			break
+		}
+		err := c.sync(ctx, it)
+		switch {
+		case err == nil:
+			c.queue.Forget(it)
+		case ctx.Err() == nil:
+			c.log.Warn("mirroring failed; retrying", "link", it.link, "service", it.ns+"/"+it.name, "error", err)
+			c.queue.AddRateLimited(it)
+		}
+		c.queue.Done(it)
+	}
+	c.mu.Lock()
+	for _, r := range c.remotes {
+		r.cancel()
+	}
+	c.mu.Unlock()
+	c.factory.Shutdown()
+	return nil
+}
+
+func (c *Controller) sync(ctx context.Context, it item) error {
+	if it.name != "" {
+		return c.syncMirror(ctx, it)
+	}
+	return c.syncLink(ctx, it.link)
+}
+
+// link is the Link name from the cache, nil when gone.
+func (c *Controller) link(name string) (*mc.Link, *unstructured.Unstructured, error) {
+	obj, ok, err := c.links.GetStore().GetByKey(c.namespace + "/" + name)
+	if err != nil || !ok {
+		return nil, nil, err
+	}
+	u := obj.(*unstructured.Unstructured)
+	l, err := mc.DecodeLink(u)
+	return l, u, err
+}
+
+// syncLink keeps Link name's finalizer, remote watch, stale mirrors and
+// status in order, or, once it is being deleted, deletes its mirrors and
+// lets it go.
+func (c *Controller) syncLink(ctx context.Context, name string) error {
+	l, u, err := c.link(name)
+	if err != nil {
+		return err
+	}
+	if l == nil {
+		c.stopRemote(name)
+		return nil
+	}
+	if l.DeletionTimestamp != nil {
+		c.stopRemote(name)
+		if err := c.deleteMirrors(ctx, name, nil); err != nil {
+			return err
+		}
+		return c.setFinalizer(ctx, u, false)
+	}
+	if err := c.setFinalizer(ctx, u, true); err != nil {
+		return err
+	}
+	r, credErr := c.ensureRemote(ctx, l)
+	if r != nil && r.synced() {
+		if err := c.deleteMirrors(ctx, name, r.exported); err != nil {
+			return err
+		}
+	}
+	return c.writeStatus(ctx, u, linkStatus(l, r, credErr, time.Now()))
+}
+
+// setFinalizer adds (on) or removes the finalizer of u, if needed.
+func (c *Controller) setFinalizer(ctx context.Context, u *unstructured.Unstructured, on bool) error {
+	fins := u.GetFinalizers()
+	has := false
+	var kept []string
+	for _, f := range fins {
+		if f == Finalizer {
+			has = true
+			continue
+		}
+		kept = append(kept, f)
+	}
+	if has == on {
+		return nil
+	}
+	if on {
+		kept = append(kept, Finalizer)
+	}
+	patch := map[string]any{"metadata": map[string]any{"finalizers": kept, "resourceVersion": u.GetResourceVersion()}}
+	_, err := c.dyn.Resource(mc.LinkResource).Namespace(c.namespace).Patch(ctx, u.GetName(), "application/merge-patch+json", mustJSON(patch), metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// deleteMirrors deletes Link name's mirrors whose remote Service keep
+// does not report exported (every one when keep is nil).
+func (c *Controller) deleteMirrors(ctx context.Context, name string, keep func(ns, name string) bool) error {
+	list, err := c.local.CoreV1().Services("").List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{mc.LinkLabel: name}.String()})
+	if err != nil {
+		return fmt.Errorf("listing Link %s's mirrors: %w", name, err)
+	}
+	var errs []error
+	for _, svc := range list.Items {
+		if keep != nil && keep(svc.Namespace, svc.Labels[mc.RemoteNameLabel]) {
+			continue
+		}
+		uid := svc.UID
+		err := c.local.CoreV1().Services(svc.Namespace).Delete(ctx, svc.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+			continue
+		}
+		c.log.Info("mirror deleted", "link", name, "mirror", svc.Namespace+"/"+svc.Name)
+	}
+	return errors.Join(errs...)
+}
+
+// syncMirror creates, updates or deletes the mirror of one remote Service.
+func (c *Controller) syncMirror(ctx context.Context, it item) error {
+	l, _, err := c.link(it.link)
+	if err != nil || l == nil || l.DeletionTimestamp != nil {
+		return err
+	}
+	r := c.remoteOf(it.link)
+	if r == nil || !r.synced() {
+		return nil // the Link's sync comes once it has
+	}
+	mirrorName := it.name + "-" + l.Spec.ClusterName
+	remoteSvc, err := r.services.Services(it.ns).Get(it.name)
+	if apierrors.IsNotFound(err) {
+		r.setResult(it.ns, it.name, nil)
+		c.queue.Add(item{link: it.link})
+		return c.deleteMirrors(ctx, it.link, func(ns, name string) bool { return ns != it.ns || name != it.name })
+	}
+	if err != nil {
+		return err
+	}
+	res := c.applyMirror(ctx, l, remoteSvc, mirrorName)
+	r.setResult(it.ns, it.name, &res)
+	c.queue.Add(item{link: it.link}) // its status
+	if res.reason == reasonError {
+		return errors.New(res.message)
+	}
+	return nil
+}
+
+// applyMirror makes the local mirror match the remote Service.
+func (c *Controller) applyMirror(ctx context.Context, l *mc.Link, remoteSvc *corev1.Service, mirrorName string) result {
+	want := mirrorOf(l, remoteSvc, mirrorName)
+	services := c.local.CoreV1().Services(remoteSvc.Namespace)
+	cur, err := services.Get(ctx, mirrorName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = services.Create(ctx, want, metav1.CreateOptions{})
+		if apierrors.IsNotFound(err) {
+			return result{reasonMissingNamespace, fmt.Sprintf("namespace %s does not exist here", remoteSvc.Namespace)}
+		}
+		if err == nil {
+			c.log.Info("mirror created", "link", l.Name, "mirror", remoteSvc.Namespace+"/"+mirrorName)
+		}
+	case err != nil:
+	case cur.Labels[mc.LinkLabel] != l.Name:
+		return result{reasonNameCollision, fmt.Sprintf("Service %s/%s exists and is not this Link's mirror", remoteSvc.Namespace, mirrorName)}
+	case !sameMirror(cur, want):
+		cur.Labels, cur.Annotations, cur.Spec.Ports = want.Labels, want.Annotations, want.Spec.Ports
+		_, err = services.Update(ctx, cur, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return result{reasonError, err.Error()}
+	}
+	return result{reasonMirrored, ""}
+}
+
+// writeStatus writes status to u's status subresource if it differs.
+func (c *Controller) writeStatus(ctx context.Context, u *unstructured.Unstructured, status mc.LinkStatus) error {
+	old, _ := mc.DecodeLink(u)
+	if old != nil && statusEqual(old.Status, status) {
+		return nil
+	}
+	raw, err := toUnstructured(status)
+	if err != nil {
+		return err
+	}
+	u = u.DeepCopy()
+	u.Object["status"] = raw
+	_, err = c.dyn.Resource(mc.LinkResource).Namespace(c.namespace).UpdateStatus(ctx, u, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // a newer Link comes with its own event
+	}
+	return err
+}
+
+// hashOf identifies what a remote watch is built from.
+func hashOf(kubeconfig []byte, l *mc.Link) [sha256.Size]byte {
+	sel := ""
+	if l.Spec.RemoteDiscoverySelector != nil {
+		sel = metav1.FormatLabelSelector(l.Spec.RemoteDiscoverySelector)
+	}
+	return sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%s", l.Spec.ClusterName, sel, kubeconfig))
+}

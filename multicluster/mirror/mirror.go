@@ -1,0 +1,74 @@
+package mirror
+
+import (
+	"maps"
+	"reflect"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	mc "github.com/plexus-mesh/plexus/mesh/api/multicluster/v1alpha1"
+)
+
+// mirrorOf is the mirror of remote Service svc for Link l: selector-less,
+// ClusterIP, the remote ports (node ports dropped), the remote labels and
+// annotations but the extension's own (no re-export), and the labels that
+// say what it mirrors.
+func mirrorOf(l *mc.Link, svc *corev1.Service, name string) *corev1.Service {
+	lbls := map[string]string{}
+	for k, v := range svc.Labels {
+		if !extensionKey(k) {
+			lbls[k] = v
+		}
+	}
+	maps.Copy(lbls, map[string]string{
+		mc.MirroredServiceLabel: "true",
+		mc.ClusterNameLabel:     l.Spec.ClusterName,
+		mc.LinkLabel:            l.Name,
+		mc.RemoteNameLabel:      svc.Name,
+		mc.RemoteDiscoveryLabel: l.Spec.ClusterName,
+	})
+	annotations := map[string]string{}
+	for k, v := range svc.Annotations {
+		if !extensionKey(k) && k != corev1.LastAppliedConfigAnnotation {
+			annotations[k] = v
+		}
+	}
+	var ports []corev1.ServicePort
+	for _, p := range svc.Spec.Ports {
+		ports = append(ports, corev1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port, AppProtocol: p.AppProtocol})
+	}
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: svc.Namespace, Name: name, Labels: lbls, Annotations: annotations},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: ports},
+	}
+}
+
+// extensionKey reports whether a label or annotation key is the
+// extension's, never copied onto a mirror.
+func extensionKey(k string) bool {
+	return strings.HasPrefix(k, "mirror.plexus.dev/") || strings.HasPrefix(k, "multicluster.plexus.dev/")
+}
+
+// sameMirror reports whether cur already is want, as far as the mirror
+// decides (the API server fills in the rest).
+func sameMirror(cur, want *corev1.Service) bool {
+	if !maps.Equal(cur.Labels, want.Labels) || !maps.Equal(nonNil(cur.Annotations), want.Annotations) || len(cur.Spec.Ports) != len(want.Spec.Ports) {
+		return false
+	}
+	for i, p := range cur.Spec.Ports {
+		w := want.Spec.Ports[i]
+		if p.Name != w.Name || p.Port != w.Port || p.Protocol != w.Protocol || !reflect.DeepEqual(p.AppProtocol, w.AppProtocol) {
+			return false
+		}
+	}
+	return true
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}

@@ -1,0 +1,174 @@
+package mirror
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	mc "github.com/plexus-mesh/plexus/mesh/api/multicluster/v1alpha1"
+)
+
+// remote is one Link's watch of its cluster's selected Services.
+type remote struct {
+	hash     [sha256.Size]byte
+	services corelisters.ServiceLister
+	synced   func() bool
+	cancel   context.CancelFunc
+
+	mu       sync.Mutex
+	results  map[string]*result // by remote ns/name: the last sync's
+	watchErr error              // the last list or watch error; nil once one succeeds
+	errSince time.Time
+}
+
+// credentialsError is why a Link's credentials cannot be used.
+type credentialsError struct{ reason, message string }
+
+func (e *credentialsError) Error() string { return e.message }
+
+// ensureRemote starts (or restarts, when its credentials or selector
+// changed) Link l's watch of its cluster, and returns it; a credentials
+// error leaves the running watch (if any) as it is.
+func (c *Controller) ensureRemote(ctx context.Context, l *mc.Link) (*remote, *credentialsError) {
+	secret, err := c.local.CoreV1().Secrets(c.namespace).Get(ctx, l.Spec.CredentialsSecret, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return c.remoteOf(l.Name), &credentialsError{"Missing", fmt.Sprintf("Secret %s/%s does not exist", c.namespace, l.Spec.CredentialsSecret)}
+	case err != nil:
+		return c.remoteOf(l.Name), &credentialsError{"Unreadable", fmt.Sprintf("reading Secret %s/%s: %v", c.namespace, l.Spec.CredentialsSecret, err)}
+	case secret.Type != mc.CredentialsSecretType || len(secret.Data[mc.CredentialsKey]) == 0:
+		return c.remoteOf(l.Name), &credentialsError{"Malformed", fmt.Sprintf("Secret %s/%s is not of type %s with key %s", c.namespace, l.Spec.CredentialsSecret, mc.CredentialsSecretType, mc.CredentialsKey)}
+	}
+	kubeconfig := secret.Data[mc.CredentialsKey]
+	hash := hashOf(kubeconfig, l)
+	if r := c.remoteOf(l.Name); r != nil && r.hash == hash {
+		return r, nil
+	}
+	client, err := c.NewRemote(kubeconfig)
+	if err != nil {
+		return c.remoteOf(l.Name), &credentialsError{"Malformed", fmt.Sprintf("Secret %s/%s: kubeconfig: %v", c.namespace, l.Spec.CredentialsSecret, err)}
+	}
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{mc.ExportedLabel: mc.ExportedRemoteDiscovery}}
+	if l.Spec.RemoteDiscoverySelector != nil {
+		sel = l.Spec.RemoteDiscoverySelector
+	}
+	selector, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		return c.remoteOf(l.Name), &credentialsError{"InvalidSelector", fmt.Sprintf("remoteDiscoverySelector: %v", err)}
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = selector.String()
+	}))
+	inf := factory.Core().V1().Services().Informer()
+	r := &remote{hash: hash, services: factory.Core().V1().Services().Lister(), synced: inf.HasSynced, results: map[string]*result{}}
+	name := l.Name
+	enqueue := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		if svc, ok := obj.(*corev1.Service); ok {
+			c.queue.Add(item{link: name, ns: svc.Namespace, name: svc.Name})
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue,
+	}); err != nil {
+		return c.remoteOf(l.Name), &credentialsError{"Error", err.Error()}
+	}
+	_ = inf.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
+		r.setWatchErr(err)
+		c.queue.AddAfter(item{link: name}, unreachableAfter+time.Second) // to say so once it lasts
+	})
+	c.mu.Lock()
+	rctx, cancel := context.WithCancel(c.ctx)
+	r.cancel = cancel
+	if old := c.remotes[name]; old != nil {
+		old.cancel()
+	}
+	c.remotes[name] = r
+	c.mu.Unlock()
+	factory.Start(rctx.Done())
+	go func() {
+		if cache.WaitForCacheSync(rctx.Done(), inf.HasSynced) {
+			r.setWatchErr(nil)
+			c.queue.Add(item{link: name}) // stale mirrors, status
+		}
+	}()
+	go func() {
+		<-rctx.Done()
+		factory.Shutdown()
+	}()
+	c.log.Info("watching linked cluster", "link", name, "cluster", l.Spec.ClusterName, "selector", selector.String())
+	// A remote that never answers is reported once that lasts.
+	c.queue.AddAfter(item{link: name}, unreachableAfter+time.Second)
+	return r, nil
+}
+
+// unreachableAfter is how long a remote API server may fail (or not
+// sync) before the Link says it is unreachable.
+const unreachableAfter = 10 * time.Second
+
+func (r *remote) setWatchErr(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		r.watchErr = nil
+		return
+	}
+	if r.watchErr == nil {
+		r.errSince = time.Now()
+	}
+	r.watchErr = err
+}
+
+// unreachable is the remote API server's error once it lasted
+// unreachableAfter, else nil.
+func (r *remote) unreachable(now time.Time) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.watchErr != nil && now.Sub(r.errSince) >= unreachableAfter {
+		return r.watchErr
+	}
+	return nil
+}
+
+func (r *remote) setResult(ns, name string, res *result) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if res == nil {
+		delete(r.results, ns+"/"+name)
+	} else {
+		r.results[ns+"/"+name] = res
+	}
+}
+
+// exported reports whether remote Service ns/name is selected (its mirror
+// stays).
+func (r *remote) exported(ns, name string) bool {
+	_, err := r.services.Services(ns).Get(name)
+	return err == nil
+}
+
+func (c *Controller) remoteOf(link string) *remote {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.remotes[link]
+}
+
+func (c *Controller) stopRemote(link string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r := c.remotes[link]; r != nil {
+		r.cancel()
+		delete(c.remotes, link)
+	}
+}
