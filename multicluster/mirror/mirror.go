@@ -9,16 +9,21 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	mc "github.com/plexus-mesh/plexus/mesh/api/multicluster/v1alpha1"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // mirrorOf is the mirror of remote Service svc for Link l: selector-less,
-// ClusterIP, the remote ports (node ports dropped), the remote labels and
-// annotations but the extension's own (no re-export), and the labels that
-// say what it mirrors.
+// ClusterIP, the remote ports (node ports dropped), and the labels that
+// say what it mirrors. Of what the remote cluster wrote it copies only
+// what cannot change how this cluster treats the mirror: labels but the
+// extension's own (no re-export) and Kubernetes' (service-proxy-name would
+// hide it from kube-proxy), and the Plexus proxy configuration
+// annotations (opaque ports); not zone-aware balancing (the other
+// cluster's zones mean nothing here) nor any other annotation.
 func mirrorOf(l *mc.Link, svc *corev1.Service, name string) *corev1.Service {
 	lbls := map[string]string{}
 	for k, v := range svc.Labels {
-		if !extensionKey(k) {
+		if !extensionKey(k) && !kubernetesKey(k) {
 			lbls[k] = v
 		}
 	}
@@ -31,7 +36,7 @@ func mirrorOf(l *mc.Link, svc *corev1.Service, name string) *corev1.Service {
 	})
 	annotations := map[string]string{}
 	for k, v := range svc.Annotations {
-		if !extensionKey(k) && k != corev1.LastAppliedConfigAnnotation {
+		if strings.HasPrefix(k, podcontract.AnnotationPrefix) {
 			annotations[k] = v
 		}
 	}
@@ -49,6 +54,13 @@ func mirrorOf(l *mc.Link, svc *corev1.Service, name string) *corev1.Service {
 // extension's, never copied onto a mirror.
 func extensionKey(k string) bool {
 	return strings.HasPrefix(k, "mirror.plexus.dev/") || strings.HasPrefix(k, "multicluster.plexus.dev/")
+}
+
+// kubernetesKey reports whether a label key is in one of Kubernetes' own
+// prefixes (kubernetes.io, k8s.io and their subdomains).
+func kubernetesKey(k string) bool {
+	prefix, _, ok := strings.Cut(k, "/")
+	return ok && (prefix == "kubernetes.io" || prefix == "k8s.io" || strings.HasSuffix(prefix, ".kubernetes.io") || strings.HasSuffix(prefix, ".k8s.io"))
 }
 
 // sameMirror reports whether cur already is want, as far as the mirror
