@@ -32,9 +32,16 @@ const vizNamespace = "plexus-viz"
 // its typed struct, rejecting unknown and duplicate fields.
 func vizObjects(t *testing.T) []runtime.Object {
 	t.Helper()
-	files, err := filepath.Glob("plexus-viz/prometheus*.yaml")
+	return manifestObjects(t, "plexus-viz/prometheus*.yaml")
+}
+
+// manifestObjects decodes every document of the files glob matches into
+// its typed struct, rejecting unknown and duplicate fields.
+func manifestObjects(t *testing.T, glob string) []runtime.Object {
+	t.Helper()
+	files, err := filepath.Glob(glob)
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no plexus-viz/prometheus*.yaml (%v)", err)
+		t.Fatalf("no %s (%v)", glob, err)
 	}
 	var objs []runtime.Object
 	for _, f := range files {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,10 +15,6 @@ import (
 
 	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
-
-// bAPIServer is cluster b's API server, in its control plane's network
-// namespace on b's nodes' bridge (integration/cluster/env.sh).
-const bAPIServer = "10.214.0.250:6443"
 
 // TestClusterPair: the two clusters make cluster-up CLUSTERS=2 brings up
 // are two: control planes of their own (kube-system's UIDs differ), nodes
@@ -132,15 +127,15 @@ func TestClusterPair(t *testing.T) {
 	}{
 		{"a's pod to b's pod", "a", "http://" + servers["b"].ip + ":8080/", true, podOnly},
 		{"b's pod to a's pod", "b", "http://" + servers["a"].ip + ":8080/", true, podOnly},
-		{"a's pod to b's API server", "a", "http://" + bAPIServer + "/", false, nodes},
+		{"a's pod to b's API server", "a", "http://" + clustertest.BAPIServer + "/", false, nodes},
 		{"b's pod to a's API server", "b", "http://10.213.0.1:6443/", false, nodes},
 		{"a's pod to b's NodePort", "a", "http://10.214.0.1:" + servers["b"].nodePort + "/", true, nodes},
 		{"b's pod to a's NodePort", "b", "http://10.213.0.1:" + servers["a"].nodePort + "/", true, nodes},
 	}
-	mode := pairMode(t, "")
-	t.Cleanup(func() { pairMode(t, mode) })
+	mode := clustertest.PairMode(t, "")
+	t.Cleanup(func() { clustertest.PairMode(t, mode) })
 	for _, m := range []string{"isolated", "flat", "hierarchical"} {
-		pairMode(t, m)
+		clustertest.PairMode(t, m)
 		t.Run(m, func(t *testing.T) {
 			for _, h := range hops {
 				reached, remote := probe(h.from, h.url, h.echo)
@@ -157,23 +152,6 @@ func TestClusterPair(t *testing.T) {
 			}
 		})
 	}
-}
-
-// pairMode sets the network between the two clusters to mode
-// (integration/cluster/pair.sh) and returns the mode it was in; "" only
-// returns it.
-func pairMode(t *testing.T, mode string) string {
-	t.Helper()
-	out, err := exec.Command("../cluster/pair.sh", "mode").Output()
-	if err != nil {
-		t.Fatalf("pair.sh mode: %v", err)
-	}
-	if mode != "" {
-		if out, err := exec.Command("../cluster/pair.sh", "mode", mode).CombinedOutput(); err != nil {
-			t.Fatalf("pair.sh mode %s: %v: %s", mode, err, out)
-		}
-	}
-	return strings.TrimSpace(string(out))
 }
 
 // startPairServer runs testapp serve as pod "server" with a NodePort

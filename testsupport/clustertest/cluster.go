@@ -164,17 +164,29 @@ func (c *Cluster) Logs(ctx context.Context, ns, pod, container string) (string, 
 // standard output; the test fails if kubectl does.
 func (c *Cluster) Kubectl(t testing.TB, args ...string) string {
 	t.Helper()
+	out, err := c.TryKubectl(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TryKubectl runs the cluster's kubectl against the cluster for at most a
+// minute and returns its standard output, or an error with its standard
+// error (for cleanups, which must not fail the test).
+func (c *Cluster) TryKubectl(args ...string) (string, error) {
 	bin := os.Getenv(EnvKubectl)
 	if bin == "" {
 		bin = "kubectl"
 	}
-	ctx := Context(t, time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("kubectl %s: %v: %s", strings.Join(args, " "), err, stderr.String())
+		return string(out), fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, stderr.String())
 	}
-	return string(out)
+	return string(out), nil
 }

@@ -1,0 +1,39 @@
+package clustertest
+
+import (
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// BAPIServer is cluster b's API server address, in its control plane's
+// network namespace on b's nodes' bridge (integration/cluster/env.sh): a's
+// pods reach it unless the clusters are isolated.
+const BAPIServer = "10.214.0.250:6443"
+
+// RepoRoot is the Plexus checkout this package was built from.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// PairMode sets the network between the two local clusters to mode
+// (isolated, flat or hierarchical: integration/cluster/pair.sh) and
+// returns the mode it was in; mode "" only returns it. The caller restores
+// the mode it found (t.Cleanup).
+func PairMode(t testing.TB, mode string) string {
+	t.Helper()
+	script := filepath.Join(RepoRoot(), "integration", "cluster", "pair.sh")
+	out, err := exec.Command(script, "mode").Output()
+	if err != nil {
+		t.Fatalf("pair.sh mode: %v", err)
+	}
+	if mode != "" {
+		if out, err := exec.Command(script, "mode", mode).CombinedOutput(); err != nil {
+			t.Fatalf("pair.sh mode %s: %v: %s", mode, err, out)
+		}
+	}
+	return strings.TrimSpace(string(out))
+}
