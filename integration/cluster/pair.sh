@@ -19,7 +19,9 @@
 #
 # A refused packet gets ICMP network unreachable: a connect fails at once,
 # as with no route. Known leak: the host itself (a's node 1's host-network
-# processes) reaches b's pods in every mode.
+# processes) reaches b's pods in every mode. b's pods reach the host (its
+# daemons listen on every address) only where a's nodes are reachable:
+# flat, at any address; hierarchical, at a's node address.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 PLEXUS_CLUSTER_NAME=a source "$HERE/env.sh"
@@ -57,16 +59,22 @@ set_mode() {
 		ipt -t "$table" -N "$chain" 2>/dev/null || ipt -t "$table" -F "$chain"
 		ipt -t "$table" -C "$from" -j "$chain" 2>/dev/null || ipt -t "$table" -I "$from" 1 -j "$chain"
 	done
+	# Answers to what the host itself opened (the known leak) pass.
+	ipt -A PLXMC-IN -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
 	case $mode in
 	isolated)
 		refuse "$A_PODS" "$B_PODS"
 		refuse "$A_PODS" "$B_NODES"
 		refuse "$B_PODS" "$A_PODS"
 		refuse "$B_PODS" "$A_NODES"
-		# a's node 1 is the host: its address is not forwarded to.
-		ipt -A PLXMC-IN -s "$B_PODS" -d "$A_NODES" -j REJECT --reject-with icmp-net-unreachable
+		# The host is a's node 1, whose daemons (its API server on every
+		# address) b's pods would reach at any of its addresses.
+		ipt -A PLXMC-IN -s "$B_PODS" -j REJECT --reject-with icmp-net-unreachable
 		;;
 	hierarchical)
+		# b's pods reach a's node 1 at its node address only, as any of a's
+		# nodes; the host's other addresses are not a node's.
+		ipt -A PLXMC-IN -s "$B_PODS" ! -d "$A_NODES" -j REJECT --reject-with icmp-net-unreachable
 		# What was sent to a node's address (a NodePort) and translated to a
 		# pod's here passes: it was decided on the node's address.
 		ipt -A PLXMC-FWD -m conntrack --ctstate DNAT -j RETURN

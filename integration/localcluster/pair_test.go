@@ -129,6 +129,7 @@ func TestClusterPair(t *testing.T) {
 		{"b's pod to a's pod", "b", "http://" + servers["a"].ip + ":8080/", true, podOnly},
 		{"a's pod to b's API server", "a", "http://" + clustertest.BAPIServer + "/", false, nodes},
 		{"b's pod to a's API server", "b", "http://10.213.0.1:6443/", false, nodes},
+		{"b's pod to the host's address on b's bridge (a's API server)", "b", "http://10.214.0.254:6443/", false, podOnly},
 		{"a's pod to b's NodePort", "a", "http://10.214.0.1:" + servers["b"].nodePort + "/", true, nodes},
 		{"b's pod to a's NodePort", "b", "http://10.213.0.1:" + servers["a"].nodePort + "/", true, nodes},
 	}
