@@ -37,7 +37,7 @@ func TestMulticlusterObjects(t *testing.T) {
 		}
 	}
 	for role, want := range map[string][]string{
-		"plexus-multicluster-service-mirror":                     {"/services:create", "/services:delete", "/services:get", "/services:list", "/services:update"},
+		"plexus-multicluster-service-mirror":                     {"/services:create", "/services:delete", "/services:get", "/services:list", "/services:update", "/services:watch"},
 		"plexus-multicluster/plexus-service-mirror":              {"/secrets:get", "multicluster.plexus.dev/links/finalizers:update", "multicluster.plexus.dev/links/status:update", "multicluster.plexus.dev/links:get", "multicluster.plexus.dev/links:list", "multicluster.plexus.dev/links:patch", "multicluster.plexus.dev/links:watch"},
 		"plexus-multicluster/plexus-destination-remote-clusters": {"/secrets:get", "/secrets:list", "/secrets:watch"},
 		"plexus-multicluster-remote-access":                      {"/pods:list", "/pods:watch", "/services:list", "/services:watch", "discovery.k8s.io/endpointslices:list", "discovery.k8s.io/endpointslices:watch"},

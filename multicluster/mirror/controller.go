@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -41,7 +42,7 @@ const Finalizer = "multicluster.plexus.dev/mirrors"
 
 // Controller mirrors the Links' remote Services.
 type Controller struct {
-	local     kubernetes.Interface
+	kube      kubernetes.Interface
 	dyn       dynamic.Interface
 	namespace string
 	log       *slog.Logger
@@ -50,6 +51,8 @@ type Controller struct {
 
 	factory dynamicinformer.DynamicSharedInformerFactory
 	links   cache.SharedIndexInformer
+	local   informers.SharedInformerFactory
+	mirrors cache.SharedIndexInformer // this cluster's mirrors, every Link's
 	queue   workqueue.TypedRateLimitingInterface[item]
 
 	mu      sync.Mutex
@@ -64,7 +67,7 @@ type item struct{ link, ns, name string }
 // New builds a controller for the Links in namespace.
 func New(local kubernetes.Interface, dyn dynamic.Interface, namespace string, log *slog.Logger) (*Controller, error) {
 	c := &Controller{
-		local: local, dyn: dyn, namespace: namespace, log: log,
+		kube: local, dyn: dyn, namespace: namespace, log: log,
 		NewRemote: func(kubeconfig []byte) (kubernetes.Interface, error) {
 			return kubeclient.Remote(kubeconfig, "plexus-service-mirror")
 		},
@@ -73,8 +76,27 @@ func New(local kubernetes.Interface, dyn dynamic.Interface, namespace string, lo
 			workqueue.NewTypedItemExponentialFailureRateLimiter[item](100*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[item]{}),
 		remotes: map[string]*remote{},
+		local: informers.NewSharedInformerFactoryWithOptions(local, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.Set{mc.MirroredServiceLabel: "true"}.String()
+		})),
 	}
 	c.links = c.factory.ForResource(mc.LinkResource).Informer()
+	c.mirrors = c.local.Core().V1().Services().Informer()
+	// A mirror edited or deleted here is put back as its remote Service
+	// says.
+	requeue := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		if svc, ok := obj.(*corev1.Service); ok && svc.Labels[mc.LinkLabel] != "" && svc.Labels[mc.RemoteNameLabel] != "" {
+			c.queue.Add(item{link: svc.Labels[mc.LinkLabel], ns: svc.Namespace, name: svc.Labels[mc.RemoteNameLabel]})
+		}
+	}
+	if _, err := c.mirrors.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) { requeue(obj) }, DeleteFunc: requeue,
+	}); err != nil {
+		return nil, fmt.Errorf("watching mirrors: %w", err)
+	}
 	enqueue := func(obj any) {
 		if u, ok := obj.(*unstructured.Unstructured); ok {
 			c.queue.Add(item{link: u.GetName()})
@@ -92,10 +114,10 @@ func New(local kubernetes.Interface, dyn dynamic.Interface, namespace string, lo
 	return c, nil
 }
 
-// Ready returns nil once the Links' cache has synced.
+// Ready returns nil once the Links' and mirrors' caches have synced.
 func (c *Controller) Ready() error {
-	if !c.links.HasSynced() {
-		return errors.New("the Links' cache has not synced")
+	if !c.links.HasSynced() || !c.mirrors.HasSynced() {
+		return errors.New("the Links' and mirrors' caches have not synced")
 	}
 	return nil
 }
@@ -106,8 +128,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.ctx = ctx
 	c.mu.Unlock()
 	c.factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), c.links.HasSynced) {
-		return fmt.Errorf("the Link cache did not sync: %w", context.Cause(ctx))
+	c.local.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), c.links.HasSynced, c.mirrors.HasSynced) {
+		return fmt.Errorf("the Link and mirror caches did not sync: %w", context.Cause(ctx))
 	}
 	c.log.Info("service mirror running", "namespace", c.namespace)
 	go func() {
@@ -135,6 +158,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	c.factory.Shutdown()
+	c.local.Shutdown()
 	return nil
 }
 
@@ -179,10 +203,13 @@ func (c *Controller) syncLink(ctx context.Context, name string) error {
 		return err
 	}
 	r, credErr := c.ensureRemote(ctx, l)
-	if r != nil && r.synced() {
+	if r != nil && r.needsCollect() {
+		// Once per watch: mirrors of Services un-exported while
+		// nobody watched. Later un-exports come one by one.
 		if err := c.deleteMirrors(ctx, name, r.exported); err != nil {
 			return err
 		}
+		r.collected()
 	}
 	return c.writeStatus(ctx, u, linkStatus(l, r, credErr, time.Now()))
 }
@@ -216,7 +243,7 @@ func (c *Controller) setFinalizer(ctx context.Context, u *unstructured.Unstructu
 // deleteMirrors deletes Link name's mirrors whose remote Service keep
 // does not report exported (every one when keep is nil).
 func (c *Controller) deleteMirrors(ctx context.Context, name string, keep func(ns, name string) bool) error {
-	list, err := c.local.CoreV1().Services("").List(ctx, metav1.ListOptions{
+	list, err := c.kube.CoreV1().Services("").List(ctx, metav1.ListOptions{
 		LabelSelector: labels.Set{mc.LinkLabel: name}.String()})
 	if err != nil {
 		return fmt.Errorf("listing Link %s's mirrors: %w", name, err)
@@ -226,15 +253,37 @@ func (c *Controller) deleteMirrors(ctx context.Context, name string, keep func(n
 		if keep != nil && keep(svc.Namespace, svc.Labels[mc.RemoteNameLabel]) {
 			continue
 		}
-		uid := svc.UID
-		err := c.local.CoreV1().Services(svc.Namespace).Delete(ctx, svc.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-		if err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, err)
-			continue
-		}
-		c.log.Info("mirror deleted", "link", name, "mirror", svc.Namespace+"/"+svc.Name)
+		errs = append(errs, c.deleteService(ctx, name, &svc))
 	}
 	return errors.Join(errs...)
+}
+
+// deleteMirror deletes the mirror mirrorName of remote Service ns/remoteName,
+// if it is Link link's mirror of that Service; anything else of that name
+// stays.
+func (c *Controller) deleteMirror(ctx context.Context, link, ns, remoteName, mirrorName string) error {
+	svc, err := c.kube.CoreV1().Services(ns).Get(ctx, mirrorName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if svc.Labels[mc.LinkLabel] != link || svc.Labels[mc.RemoteNameLabel] != remoteName {
+		return nil
+	}
+	return c.deleteService(ctx, link, svc)
+}
+
+// deleteService deletes svc, Link link's mirror, unless it was replaced.
+func (c *Controller) deleteService(ctx context.Context, link string, svc *corev1.Service) error {
+	uid := svc.UID
+	err := c.kube.CoreV1().Services(svc.Namespace).Delete(ctx, svc.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return err
+	}
+	c.log.Info("mirror deleted", "link", link, "mirror", svc.Namespace+"/"+svc.Name)
+	return nil
 }
 
 // syncMirror creates, updates or deletes the mirror of one remote Service.
@@ -252,7 +301,7 @@ func (c *Controller) syncMirror(ctx context.Context, it item) error {
 	if apierrors.IsNotFound(err) {
 		r.setResult(it.ns, it.name, nil)
 		c.queue.Add(item{link: it.link})
-		return c.deleteMirrors(ctx, it.link, func(ns, name string) bool { return ns != it.ns || name != it.name })
+		return c.deleteMirror(ctx, it.link, it.ns, it.name, mirrorName)
 	}
 	if err != nil {
 		return err
@@ -269,7 +318,7 @@ func (c *Controller) syncMirror(ctx context.Context, it item) error {
 // applyMirror makes the local mirror match the remote Service.
 func (c *Controller) applyMirror(ctx context.Context, l *mc.Link, remoteSvc *corev1.Service, mirrorName string) result {
 	want := mirrorOf(l, remoteSvc, mirrorName)
-	services := c.local.CoreV1().Services(remoteSvc.Namespace)
+	services := c.kube.CoreV1().Services(remoteSvc.Namespace)
 	cur, err := services.Get(ctx, mirrorName, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):

@@ -267,3 +267,40 @@ func TestLinkBadCredentials(t *testing.T) {
 		t.Errorf("a Link without rights mirrored hello: %v", err)
 	}
 }
+
+// TestMirrorRepaired: a mirror deleted or edited by hand is put back as
+// its remote Service says, and un-exporting a Service whose mirror name
+// is taken by a local Service leaves that Service alone.
+func TestMirrorRepaired(t *testing.T) {
+	a, b := pairEnv(t)
+	ctx := context.Background()
+	export(t, b, "hello", true)
+	within(t, "mirror hello-b created", mirrorOK(a, "hello-b"))
+
+	if err := a.core.CoreV1().Services("shop").Delete(ctx, "hello-b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	within(t, "deleted mirror recreated", mirrorOK(a, "hello-b"))
+
+	cur, err := a.core.CoreV1().Services("shop").Get(ctx, "hello-b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Spec.Ports[0].Port = 9999
+	if _, err := a.core.CoreV1().Services("shop").Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	within(t, "edited mirror restored", mirrorOK(a, "hello-b"))
+
+	if _, err := a.core.CoreV1().Services("shop").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web-b"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 8080}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	export(t, b, "web", true)
+	within(t, "collision reported", func() bool { return mirrorReason(t, a, "web") == reasonNameCollision })
+	export(t, b, "web", false)
+	within(t, "un-export: web's status entry gone", func() bool { return mirrorReason(t, a, "web") == "" })
+	if _, err := a.core.CoreV1().Services("shop").Get(ctx, "web-b", metav1.GetOptions{}); err != nil {
+		t.Errorf("un-exporting web deleted the local web-b: %v", err)
+	}
+}

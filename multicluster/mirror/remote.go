@@ -28,6 +28,10 @@ type remote struct {
 	results  map[string]*result // by remote ns/name: the last sync's
 	watchErr error              // the last list or watch error; nil once one succeeds
 	errSince time.Time
+	// collectedDone: the mirrors this watch's first list no longer
+	// selects were deleted. After that the informer reports every
+	// un-export, also those it finds relisting after an outage.
+	collectedDone bool
 }
 
 // credentialsError is why a Link's credentials cannot be used.
@@ -39,7 +43,7 @@ func (e *credentialsError) Error() string { return e.message }
 // changed) Link l's watch of its cluster, and returns it; a credentials
 // error leaves the running watch (if any) as it is.
 func (c *Controller) ensureRemote(ctx context.Context, l *mc.Link) (*remote, *credentialsError) {
-	secret, err := c.local.CoreV1().Secrets(c.namespace).Get(ctx, l.Spec.CredentialsSecret, metav1.GetOptions{})
+	secret, err := c.kube.CoreV1().Secrets(c.namespace).Get(ctx, l.Spec.CredentialsSecret, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return c.remoteOf(l.Name), &credentialsError{"Missing", fmt.Sprintf("Secret %s/%s does not exist", c.namespace, l.Spec.CredentialsSecret)}
@@ -139,6 +143,24 @@ func (r *remote) unreachable(now time.Time) error {
 		return r.watchErr
 	}
 	return nil
+}
+
+// needsCollect reports whether the watch has synced and the mirrors it
+// does not select are still to be collected.
+func (r *remote) needsCollect() bool {
+	if !r.synced() {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.collectedDone
+}
+
+// collected records that they were.
+func (r *remote) collected() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.collectedDone = true
 }
 
 func (r *remote) setResult(ns, name string, res *result) {

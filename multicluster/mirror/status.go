@@ -40,32 +40,28 @@ func linkStatus(l *mc.Link, r *remote, credErr *credentialsError, now time.Time)
 		apimeta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg,
 			ObservedGeneration: l.Generation, LastTransitionTime: metav1.NewTime(now)})
 	}
+	// Ready is False with the first failing condition's reason.
 	ready, readyReason, readyMsg := true, "Ready", "mirroring"
+	check := func(typ string, ok bool, reason, msg string) {
+		set(typ, ok, reason, msg)
+		if !ok && ready {
+			ready, readyReason, readyMsg = false, reason, msg
+		}
+	}
 	if credErr != nil {
-		set(mc.ConditionCredentialsValid, false, credErr.reason, credErr.message)
-		ready, readyReason, readyMsg = false, credErr.reason, credErr.message
+		check(mc.ConditionCredentialsValid, false, credErr.reason, credErr.message)
 	} else {
-		set(mc.ConditionCredentialsValid, true, "Valid", "")
+		check(mc.ConditionCredentialsValid, true, "Valid", "")
 	}
 	switch {
 	case r == nil:
-		set(mc.ConditionRemoteReachable, false, "NotWatched", "no watch of the remote cluster")
-		if ready {
-			ready, readyReason, readyMsg = false, "NotWatched", "no watch of the remote cluster"
-		}
+		check(mc.ConditionRemoteReachable, false, "NotWatched", "no watch of the remote cluster")
 	case r.unreachable(now) != nil:
-		msg := fmt.Sprintf("the remote API server fails: %v", r.unreachable(now))
-		set(mc.ConditionRemoteReachable, false, "Unreachable", msg)
-		if ready {
-			ready, readyReason, readyMsg = false, "Unreachable", msg
-		}
+		check(mc.ConditionRemoteReachable, false, "Unreachable", fmt.Sprintf("the remote API server fails: %v", r.unreachable(now)))
 	case !r.synced():
-		set(mc.ConditionRemoteReachable, false, "Syncing", "waiting for the remote Services")
-		if ready {
-			ready, readyReason, readyMsg = false, "Syncing", "waiting for the remote Services"
-		}
+		check(mc.ConditionRemoteReachable, false, "Syncing", "waiting for the remote Services")
 	default:
-		set(mc.ConditionRemoteReachable, true, "Synced", "")
+		check(mc.ConditionRemoteReachable, true, "Synced", "")
 	}
 	set(mc.ConditionReady, ready, readyReason, readyMsg)
 	if r == nil {
