@@ -40,6 +40,7 @@ func TestMulticlusterObjects(t *testing.T) {
 		"plexus-multicluster-service-mirror":                     {"/services:create", "/services:delete", "/services:get", "/services:list", "/services:update", "/services:watch"},
 		"plexus-multicluster/plexus-service-mirror":              {"/secrets:get", "multicluster.plexus.dev/links/finalizers:update", "multicluster.plexus.dev/links/status:update", "multicluster.plexus.dev/links:get", "multicluster.plexus.dev/links:list", "multicluster.plexus.dev/links:patch", "multicluster.plexus.dev/links:watch"},
 		"plexus-multicluster/plexus-destination-remote-clusters": {"/secrets:get", "/secrets:list", "/secrets:watch"},
+		"plexus-system/plexus-multicluster-remote-access":        {"/configmaps:get"},
 		"plexus-multicluster-remote-access":                      {"/pods:list", "/pods:watch", "/services:list", "/services:watch", "discovery.k8s.io/endpointslices:list", "discovery.k8s.io/endpointslices:watch"},
 	} {
 		var got []string
@@ -55,6 +56,12 @@ func TestMulticlusterObjects(t *testing.T) {
 		slices.Sort(got)
 		if !slices.Equal(got, want) {
 			t.Errorf("%s grants %v, want %v", role, got, want)
+		}
+	}
+	// A linked cluster reads the anchors' ConfigMap, no other.
+	for _, r := range rules["plexus-system/plexus-multicluster-remote-access"] {
+		if !slices.Equal(r.ResourceNames, []string{"plexus-identity-trust-anchors"}) {
+			t.Errorf("remote access reads ConfigMaps %v in plexus-system, want only plexus-identity-trust-anchors", r.ResourceNames)
 		}
 	}
 }

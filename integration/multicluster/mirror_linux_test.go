@@ -37,6 +37,13 @@ func TestServiceMirrorOnPair(t *testing.T) {
 	ctx := clustertest.Context(t, 5*time.Minute)
 	kustomization := filepath.Join(clustertest.RepoRoot(), "deploy", "plexus-multicluster")
 	for _, c := range []*clustertest.Cluster{a, b} {
+		// Plexus is not installed here; the extension's Role for the
+		// trust anchors needs its namespace.
+		if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "plexus-system"}}, metav1.CreateOptions{}); err == nil {
+			t.Cleanup(func() { _ = c.Client.CoreV1().Namespaces().Delete(context.Background(), "plexus-system", metav1.DeleteOptions{}) })
+		} else if !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
 		c.Kubectl(t, "apply", "-k", kustomization)
 		t.Cleanup(func() {
 			// The CRD last: its Links' finalizer needs the controller.

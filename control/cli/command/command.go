@@ -44,6 +44,10 @@ func (u UsageError) Unwrap() error { return u.Err }
 // Usagef is a UsageError with a formatted message.
 func Usagef(format string, a ...any) error { return UsageError{Err: fmt.Errorf(format, a...)} }
 
+// ErrReported is a failure whose details are already printed: plexusctl
+// exits 1 and prints nothing more.
+var ErrReported = errors.New("failure reported")
+
 // Globals are kubectl's connection and output flags, persistent flags of
 // every command, accepted before and after the subcommand.
 type Globals struct {

@@ -87,7 +87,7 @@ func TestDiagnostics(t *testing.T) {
 		stdout string
 		stderr string
 	}{
-		{"help lists diagnostics", []string{"-h"}, ExitOK, "diagnostics proxy-metrics po/NAME", ""},
+		{"help lists diagnostics", []string{"-h"}, ExitOK, "diagnostics  proxy-metrics po/NAME", ""},
 		{"no subcommand", []string{"diagnostics"}, ExitUsage, "", "Usage:\n  plexusctl diagnostics [flags]\n  plexusctl diagnostics [command]"},
 		{"help", []string{"diagnostics", "-h"}, ExitOK, "asked of a ready destination pod as a proxy asks", ""},
 		{"endpoints help", []string{"diagnostics", "endpoints", "-h"}, ExitOK, "what destination tells a proxy for SVC.NS:PORT, asked of a ready destination pod as a proxy asks (its first answer to Get), through a port-forward [--compare] [-o wide|json|yaml]\n\nUsage:\n  plexusctl diagnostics endpoints SVC.NS:PORT [flags]", ""},

@@ -30,6 +30,7 @@ import (
 	"github.com/plexus-mesh/plexus/control/healthcheck"
 	"github.com/plexus-mesh/plexus/control/version"
 	"github.com/plexus-mesh/plexus/deploy"
+	"github.com/plexus-mesh/plexus/multicluster/cli/mccmd"
 	"github.com/plexus-mesh/plexus/viz/cli/vizcmd"
 )
 
@@ -74,7 +75,7 @@ resource; the message says what to run for help).`,
 		installCmd(g, env), upgradeCmd(g, env), uninstallCmd(g, env), checkCmd(g, env),
 		optinCmd(optin.Inject, env), optinCmd(optin.Uninject, env),
 		statCmd(g, env), routesCmd(g, env), profileCmd(g, env), authzCmd(g, env),
-		vizcmd.Command(g, env), diagnosticsCmd(g, env), versionCmd(g, env),
+		vizcmd.Command(g, env), mccmd.Command(g, env), diagnosticsCmd(g, env), versionCmd(g, env),
 	)
 	return cmd
 }
@@ -105,7 +106,7 @@ func Main(ctx context.Context, args []string, env Env) int {
 	case errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command"):
 		fmt.Fprintf(env.Stderr, "%s: %s (see %s --help)\n", name, strings.Join(strings.Fields(err.Error()), " "), name)
 		return ExitUsage
-	case errors.Is(err, errReported):
+	case errors.Is(err, command.ErrReported):
 		return ExitFail
 	default:
 		fmt.Fprintf(env.Stderr, "%s: %v\n", name, err)
@@ -139,9 +140,6 @@ func singleDashLongFlag(cmd *cobra.Command, args []string) error {
 	}
 	return nil
 }
-
-// errReported is a failure whose details are already printed.
-var errReported = errors.New("failure reported")
 
 func installCmd(g *command.Globals, env Env) *cobra.Command {
 	return command.Leaf("install", "print the manifests for kubectl apply --server-side -f -", func(fs *pflag.FlagSet) command.RunFunc {
@@ -318,7 +316,7 @@ func checkCmd(g *command.Globals, env Env) *cobra.Command {
 			c := healthcheck.Checker{Client: clients.Kube, Policy: clients, Now: time.Now, ServerTime: healthcheck.APIServerTime(restCfg),
 				Scrape: healthcheck.Scraper(stat.ProxyScraper(clients.Kube))}
 			if !healthcheck.Print(env.Stdout, c.Run(ctx, cfg), env.Colour) {
-				return errReported
+				return command.ErrReported
 			}
 			return nil
 		}

@@ -27,7 +27,8 @@ func TestVizUsage(t *testing.T) {
 		code   int
 		stderr string
 	}{
-		{"help lists viz", []string{"-h"}, ExitOK, "viz         the viz extension"},
+		{"help lists viz", []string{"-h"}, ExitOK, "viz          the viz extension"},
+		{"help lists multicluster", []string{"-h"}, ExitOK, "multicluster the multicluster extension"},
 		{"viz alone", []string{"viz"}, ExitUsage, "Usage:\n  plexusctl viz [flags]\n  plexusctl viz [command]"},
 		{"viz help", []string{"viz", "-h"}, ExitOK, "allow-scrapes"},
 		{"unknown", []string{"viz", "frob"}, ExitUsage, `unknown viz command "frob": want one of allow-scrapes, dashboard, edges`},
