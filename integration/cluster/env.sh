@@ -158,6 +158,8 @@ export_test_env() {
 # export_pair_env exports what the Go tests read to reach cluster b as
 # well (make cluster-up CLUSTERS=2).
 export_pair_env() {
-	PLEXUS_TEST_KUBECONFIG_B=$(PLEXUS_CLUSTER_NAME=b bash -c 'source "$0" && echo "$KUBECONFIG_ADMIN"' "$PLEXUS_ROOT/integration/cluster/env.sh")
-	export PLEXUS_TEST_KUBECONFIG_B
+	local b
+	b=$(PLEXUS_CLUSTER_NAME=b bash -c 'source "$0" && echo "$KUBECONFIG_ADMIN $STATE_DIR $CNI_CONF_DIR $CNI_BIN_DIR $NODE_NAME"' "$PLEXUS_ROOT/integration/cluster/env.sh")
+	read -r PLEXUS_TEST_KUBECONFIG_B PLEXUS_TEST_B_STATE_DIR PLEXUS_TEST_B_CNI_CONF_DIR PLEXUS_TEST_B_CNI_BIN_DIR PLEXUS_TEST_B_NODE_NAME <<<"$b"
+	export PLEXUS_TEST_KUBECONFIG_B PLEXUS_TEST_B_STATE_DIR PLEXUS_TEST_B_CNI_CONF_DIR PLEXUS_TEST_B_CNI_BIN_DIR PLEXUS_TEST_B_NODE_NAME
 }

@@ -23,6 +23,10 @@ import (
 // node named NodeName (the nodes node.sh adds keep theirs elsewhere).
 type Env struct {
 	ConfDir, BinDir, Plugin, Kubeconfig, StateDir, NodeName string
+	// NoHostNode: every node of the cluster is a node.sh node (cluster b
+	// of a pair): ConfDir and BinDir are only the path strings its
+	// nodes see.
+	NoHostNode bool
 }
 
 // Read returns the cluster's CNI setup, or skips the test outside `make test`.
@@ -38,6 +42,25 @@ func Read(t *testing.T) Env {
 	}
 	if e.ConfDir == "" || e.BinDir == "" || e.Plugin == "" || e.StateDir == "" || e.NodeName == "" {
 		t.Skip("PLEXUS_CLUSTER_CNI_CONF_DIR, PLEXUS_CLUSTER_CNI_BIN_DIR, PLEXUS_CNI_BIN, PLEXUS_CLUSTER_STATE_DIR and PLEXUS_CLUSTER_NODE_NAME are not set (run `make test`)")
+	}
+	return e
+}
+
+// ReadB returns cluster b's CNI setup (make cluster-up CLUSTERS=2;
+// export_pair_env), or skips the test without it.
+func ReadB(t *testing.T) Env {
+	t.Helper()
+	e := Env{
+		ConfDir:    os.Getenv("PLEXUS_TEST_B_CNI_CONF_DIR"),
+		BinDir:     os.Getenv("PLEXUS_TEST_B_CNI_BIN_DIR"),
+		Plugin:     os.Getenv("PLEXUS_CNI_BIN"),
+		Kubeconfig: os.Getenv("PLEXUS_TEST_KUBECONFIG_B"),
+		StateDir:   os.Getenv("PLEXUS_TEST_B_STATE_DIR"),
+		NodeName:   os.Getenv("PLEXUS_TEST_B_NODE_NAME"),
+		NoHostNode: true,
+	}
+	if e.ConfDir == "" || e.BinDir == "" || e.Plugin == "" || e.Kubeconfig == "" || e.StateDir == "" || e.NodeName == "" {
+		t.Skip("cluster b's PLEXUS_TEST_B_* and PLEXUS_CNI_BIN are not set (make test's pair cycle)")
 	}
 	return e
 }
@@ -107,7 +130,10 @@ func (e Env) Install(t *testing.T) string {
 // those of the nodes node.sh added ($StateDir/nodes/NAME/cni).
 func (e Env) nodeDirs(t *testing.T) []cniDirs {
 	t.Helper()
-	dirs := []cniDirs{{conf: e.ConfDir, bin: e.BinDir, kubeconfig: e.Kubeconfig}}
+	var dirs []cniDirs
+	if !e.NoHostNode {
+		dirs = append(dirs, cniDirs{conf: e.ConfDir, bin: e.BinDir, kubeconfig: e.Kubeconfig})
+	}
 	added, err := filepath.Glob(filepath.Join(e.StateDir, "nodes", "*", "cni"))
 	if err != nil {
 		t.Fatal(err)

@@ -82,12 +82,22 @@ func Context(t testing.TB, d time.Duration) context.Context {
 // failed, then deletes the namespace and waits until it is gone.
 func (c *Cluster) Namespace(t testing.TB, prefix string, labels map[string]string) string {
 	t.Helper()
+	return c.createNamespace(t, metav1.ObjectMeta{GenerateName: prefix + "-", Labels: labels})
+}
+
+// NamespaceNamed is Namespace with an exact name (the one another
+// cluster's namespace got, say).
+func (c *Cluster) NamespaceNamed(t testing.TB, name string, labels map[string]string) string {
+	t.Helper()
+	return c.createNamespace(t, metav1.ObjectMeta{Name: name, Labels: labels})
+}
+
+func (c *Cluster) createNamespace(t testing.TB, meta metav1.ObjectMeta) string {
+	t.Helper()
 	ctx := Context(t, time.Minute)
-	ns, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-", Labels: labels},
-	}, metav1.CreateOptions{})
+	ns, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: meta}, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("creating namespace %s-*: %v", prefix, err)
+		t.Fatalf("creating namespace %s%s: %v", meta.Name, meta.GenerateName, err)
 	}
 	name := ns.Name
 	t.Cleanup(func() {
