@@ -4,13 +4,16 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -60,6 +63,12 @@ func (c *Controller) ensureRemote(ctx context.Context, l *mc.Link) (*remote, *cr
 	client, err := c.NewRemote(kubeconfig)
 	if err != nil {
 		return c.remoteOf(l.Name), &credentialsError{"Malformed", fmt.Sprintf("Secret %s/%s: kubeconfig: %v", c.namespace, l.Spec.CredentialsSecret, err)}
+	}
+	if missing := missingRights(ctx, client); len(missing) > 0 {
+		// Checked again later: the rights may be granted.
+		c.queue.AddAfter(item{link: l.Name}, rightsRecheck)
+		return c.remoteOf(l.Name), &credentialsError{"Forbidden", fmt.Sprintf("the credentials in Secret %s/%s may not %s in the remote cluster",
+			c.namespace, l.Spec.CredentialsSecret, strings.Join(missing, ", "))}
 	}
 	sel := &metav1.LabelSelector{MatchLabels: map[string]string{mc.ExportedLabel: mc.ExportedRemoteDiscovery}}
 	if l.Spec.RemoteDiscoverySelector != nil {
@@ -115,6 +124,37 @@ func (c *Controller) ensureRemote(ctx context.Context, l *mc.Link) (*remote, *cr
 	// A remote that never answers is reported once that lasts.
 	c.queue.AddAfter(item{link: name}, unreachableAfter+time.Second)
 	return r, nil
+}
+
+// neededRights are what the linked cluster must grant: the service
+// mirror watches Services, destination Services, EndpointSlices and Pods.
+var neededRights = []authorizationv1.ResourceAttributes{
+	{Verb: "list", Resource: "services"}, {Verb: "watch", Resource: "services"},
+	{Verb: "list", Group: "discovery.k8s.io", Resource: "endpointslices"}, {Verb: "watch", Group: "discovery.k8s.io", Resource: "endpointslices"},
+	{Verb: "list", Resource: "pods"}, {Verb: "watch", Resource: "pods"},
+}
+
+// rightsRecheck is how often credentials lacking rights are checked again.
+const rightsRecheck = 30 * time.Second
+
+// missingRights asks the remote API server which of neededRights the
+// credentials lack ("list pods", ...). A question it does not answer
+// counts as granted: the watch then says what fails.
+func missingRights(ctx context.Context, client kubernetes.Interface) []string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var missing []string
+	for _, r := range neededRights {
+		review, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx,
+			&authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &r}}, metav1.CreateOptions{})
+		if err != nil {
+			return missing // unanswered: one hung question is enough
+		}
+		if !review.Status.Allowed {
+			missing = append(missing, r.Verb+" "+r.Resource)
+		}
+	}
+	return missing
 }
 
 // unreachableAfter is how long a remote API server may fail (or not
