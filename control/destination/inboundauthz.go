@@ -128,7 +128,8 @@ type identitySet struct {
 // identity, "spiffe://..." exact; of the "*.<DNS name>" forms the CRD
 // admits, Linkerd's namespace form
 // "*.<ns>.serviceaccount.identity.<control-plane-ns>.<trust-domain>"
-// with this trust domain is every service account of <ns>, and any other
+// with any trust domain (this cluster's or a linked one's) is every
+// service account of <ns> there, and any other
 // matches no Plexus identity (left out, logged once). identityRefs: a
 // ServiceAccount is its identity, a Namespace every service account in
 // it.
@@ -164,19 +165,23 @@ func (in inboundComputation) meshIdentities(m *policyv1alpha1.MeshTLSAuthenticat
 
 // namespacePrefix is the prefix of every identity of namespace ns.
 func (in inboundComputation) namespacePrefix(ns string) string {
-	return "spiffe://" + in.cfg.TrustDomain + "/ns/" + ns + "/sa/"
+	return namespacePrefix(in.cfg.TrustDomain, ns)
 }
 
+func namespacePrefix(td, ns string) string { return "spiffe://" + td + "/ns/" + ns + "/sa/" }
+
 // linkerdNamespaceForm reads "*.<ns>.serviceaccount.identity.<cp>.<td>"
-// with td this trust domain as the prefix of ns's identities.
+// as the prefix of ns's identities in trust domain td: this cluster's, or
+// a linked cluster's (multicluster), whose identities reach this one's
+// proxies when both trust one anchor.
 func (in inboundComputation) linkerdNamespaceForm(id string) (string, bool) {
 	rest, ok1 := strings.CutPrefix(id, "*.")
 	ns, rest, ok2 := strings.Cut(rest, ".serviceaccount.identity.")
 	_, td, ok3 := strings.Cut(rest, ".")
-	if !ok1 || !ok2 || !ok3 || ns == "" || strings.Contains(ns, ".") || td != in.cfg.TrustDomain {
+	if !ok1 || !ok2 || !ok3 || ns == "" || strings.Contains(ns, ".") || td == "" || strings.ContainsAny(td, "/*:") {
 		return "", false
 	}
-	return in.namespacePrefix(ns), true
+	return namespacePrefix(td, ns), true
 }
 
 // intersect returns the identities in both a and b: an exact identity of

@@ -68,7 +68,7 @@ func IssuerMain(_ context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("issuer: %w", err)
 	}
-	issuer, err := pki.NewIntermediate(anchor, pki.CAOptions{TrustDomain: *td, Lifetime: *issuerLifetime})
+	issuer, err := pki.NewIntermediate(anchor, pki.CAOptions{TrustDomain: *td, Lifetime: *issuerLifetime, OnlyTrustDomain: true})
 	if err != nil {
 		return fmt.Errorf("issuer: %w", err)
 	}

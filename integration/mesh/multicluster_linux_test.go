@@ -22,14 +22,17 @@ import (
 	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
-// TestMulticlusterFlat (issue 27's T1 and T2, on the two local clusters
-// of make test's pair cycle, their networks flat): Plexus in both under
-// one trust anchor (an issuer each), the multicluster extension in both,
+// TestMulticlusterFlat (issue 27's T1, T2 and T4, on the two local
+// clusters of make test's pair cycle, their networks flat): Plexus in both
+// under one trust anchor (an issuer each) with trust domains of their own
+// (a's cluster.local, b's b.cluster.local), the multicluster extension in both,
 // and a links to b with plexusctl multicluster link (credentials from b's
 // TokenRequest API). Exporting hello in b mirrors it in a within 5 s;
 // a's client then reaches b's hello pods at their own addresses over mTLS,
 // each side's metrics naming the other's identity; a policy in b that
-// names a's client admits it and refuses a's other account with 403. A
+// names a's client admits it and refuses a's other account with 403, and
+// b's own client, the same service account name in the same namespace,
+// too: the trust domain tells the clusters apart. A
 // collision is reported by check; un-exporting deletes the mirror, and
 // unlink deletes the Link, its mirrors and credentials, and revokes the
 // token.
@@ -40,10 +43,10 @@ func TestMulticlusterFlat(t *testing.T) {
 	t.Cleanup(func() { clustertest.PairMode(t, mode) })
 
 	identity := sharedAnchor(t)
-	ctlA, _ := installAllKeepingCNI(t, a, envA, identity("a")...)
+	ctlA, _ := installAllKeepingCNI(t, a, envA, identity("a", trustDomain)...)
 	ctlB := newPlexusctl(t, b)
 	envB.KeepNodeCNI(t)
-	installAll(t, b, envB, ctlB, identity("b")...)
+	installAll(t, b, envB, ctlB, append(identity("b", trustDomainB), "--trust-domain="+trustDomainB)...)
 	ctx := clustertest.Context(t, 15*time.Minute)
 	for _, c := range []struct {
 		cluster *clustertest.Cluster
@@ -78,6 +81,7 @@ func TestMulticlusterFlat(t *testing.T) {
 	ns := b.Namespace(t, "mc-flat", meshLabels)
 	a.NamespaceNamed(t, ns, meshLabels)
 	deploy(t, b, ns, "hello", 2, meshed, podSpec("hello", "serve", ":8080"))
+	deploy(t, b, ns, "client", 1, meshed, podSpec("client", "serve", ":8080"))
 	service(t, b, ns, "hello", 8080)
 	service(t, b, ns, "web", 8080)
 	deploy(t, a, ns, "client", 1, meshed, podSpec("client", "serve", ":8080"))
@@ -90,10 +94,10 @@ func TestMulticlusterFlat(t *testing.T) {
 	for _, w := range []struct {
 		c    *clustertest.Cluster
 		name string
-	}{{b, "hello"}, {a, "client"}, {a, "other"}} {
+	}{{b, "hello"}, {b, "client"}, {a, "client"}, {a, "other"}} {
 		w.c.WaitDeploymentReady(t, ns, w.name, 3*time.Minute)
 	}
-	client, other := pods(t, a, ns, "client")[0].Name, pods(t, a, ns, "other")[0].Name
+	client, other, clientInB := pods(t, a, ns, "client")[0].Name, pods(t, a, ns, "other")[0].Name, pods(t, b, ns, "client")[0].Name
 
 	// The link, as a user makes it.
 	link, err := ctlB("multicluster", "link", "--cluster-name", "b", "--api-server-address", "https://"+clustertest.BAPIServer)
@@ -148,7 +152,8 @@ func TestMulticlusterFlat(t *testing.T) {
 		}
 	}
 	id := func(sa string) string { return "spiffe://" + trustDomain + "/ns/" + ns + "/sa/" + sa }
-	wantSeries(t, proxyMetrics(t, a, ns, client), "request_total", `direction="outbound"`, `tls="true"`, `server_id="`+id("hello")+`"`)
+	idB := func(sa string) string { return "spiffe://" + trustDomainB + "/ns/" + ns + "/sa/" + sa }
+	wantSeries(t, proxyMetrics(t, a, ns, client), "request_total", `direction="outbound"`, `tls="true"`, `server_id="`+idB("hello")+`"`)
 	for name := range res.Servers {
 		wantSeries(t, proxyMetrics(t, b, ns, name), "request_total", `direction="inbound"`, `tls="true"`, `client_id="`+id("client")+`"`)
 	}
@@ -170,6 +175,12 @@ func TestMulticlusterFlat(t *testing.T) {
 	if res, err = execLoad(ctx, a, ns, client, "-n", "20", "-timeout", "5s", url); err != nil || res.Statuses["200"] != 20 {
 		t.Errorf("a's client under b's policy: %s %v", briefResult(res), err)
 	}
+	// T4: b's own sa/client is not a's.
+	if res, err = execLoad(ctx, b, ns, clientInB, "-n", "5", "-timeout", "5s", "http://hello."+ns+".svc.cluster.local/"); err != nil ||
+		res.Statuses["403"] != 5 || res.Errors["plexus-proxy-error: unauthorized"] != 5 {
+		t.Errorf("b's own client (%s) under a policy naming a's: %s %v, want 403×5", idB("client"), briefResult(res), err)
+	}
+	wantSeries(t, proxyMetrics(t, b, ns, clientInB), "request_total", `direction="outbound"`, `tls="true"`, `server_id="`+idB("hello")+`"`)
 
 	// A collision: b's web would be mirrored as a's own web-b.
 	setExported(t, b, ns, "web", true)
@@ -212,9 +223,13 @@ func TestMulticlusterFlat(t *testing.T) {
 	}, nil)
 }
 
+// trustDomainB is b's trust domain.
+const trustDomainB = "b.cluster.local"
+
 // sharedAnchor makes one trust anchor and, per cluster, an issuer under
-// it, and returns the plexusctl install flags for a cluster's.
-func sharedAnchor(t *testing.T) func(cluster string) []string {
+// it that may sign identities of that cluster's trust domain only, and
+// returns the plexusctl install flags for a cluster's.
+func sharedAnchor(t *testing.T) func(cluster, td string) []string {
 	t.Helper()
 	anchor, err := pki.NewAnchor(pki.CAOptions{TrustDomain: trustDomain})
 	if err != nil {
@@ -223,8 +238,8 @@ func sharedAnchor(t *testing.T) func(cluster string) []string {
 	dir := t.TempDir()
 	anchors := filepath.Join(dir, "anchors.pem")
 	writeFile(t, anchors, pki.EncodeCerts(anchor.Cert))
-	return func(cluster string) []string {
-		issuer, err := pki.NewIntermediate(anchor, pki.CAOptions{TrustDomain: trustDomain})
+	return func(cluster, td string) []string {
+		issuer, err := pki.NewIntermediate(anchor, pki.CAOptions{TrustDomain: td, OnlyTrustDomain: true})
 		if err != nil {
 			t.Fatal(err)
 		}

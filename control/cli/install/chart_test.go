@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/plexus-mesh/plexus/deploy"
+	"github.com/plexus-mesh/plexus/mesh/identity/pki"
 	"github.com/plexus-mesh/plexus/viz/cli"
 )
 
@@ -371,13 +372,23 @@ type givenIdentity struct {
 	dir string
 }
 
+// realIdentity's issuer has no name constraints, as one made with
+// another tool (step, cert-manager) may not: it suits any trust domain.
 func realIdentity(t *testing.T) givenIdentity {
 	t.Helper()
-	id, err := GenerateIdentity("cluster.local", fixedNow)
+	anchor, err := pki.NewAnchor(pki.CAOptions{TrustDomain: "cluster.local", Now: fixedNow})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return givenIdentity{Identity: id, dir: t.TempDir()}
+	issuer, err := pki.NewIntermediate(anchor, pki.CAOptions{TrustDomain: "cluster.local", Now: fixedNow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := pki.EncodeKey(issuer.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return givenIdentity{Identity: Identity{AnchorsPEM: pki.EncodeCerts(anchor.Cert), IssuerCertPEM: pki.EncodeCerts(issuer.Cert), IssuerKeyPEM: key}, dir: t.TempDir()}
 }
 
 func (g givenIdentity) files(t *testing.T) (anchors, cert, key string) {

@@ -122,8 +122,14 @@ func TestGenerateIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := VerifyIdentity(id, now); err != nil {
+	if err := VerifyIdentity(id, "mesh.example.org", now); err != nil {
 		t.Fatalf("generated issuer does not verify: %v", err)
+	}
+	// It signs its own trust domain's identities only.
+	for _, td := range []string{"cluster.local", "b.mesh.example.org", "example.org"} {
+		if err := VerifyIdentity(id, td, now); err == nil || !strings.Contains(err.Error(), "not of "+td) {
+			t.Errorf("the issuer for mesh.example.org accepted for %s: %v", td, err)
+		}
 	}
 	anchors, _ := pki.ParseCerts(id.AnchorsPEM)
 	issuer, _ := pki.ParseCerts(id.IssuerCertPEM)
@@ -142,7 +148,7 @@ func TestGenerateIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	mixed := Identity{AnchorsPEM: other.AnchorsPEM, IssuerCertPEM: id.IssuerCertPEM, IssuerKeyPEM: id.IssuerKeyPEM}
-	if err := VerifyIdentity(mixed, now); err == nil {
+	if err := VerifyIdentity(mixed, "mesh.example.org", now); err == nil {
 		t.Error("an issuer verified against another anchor")
 	}
 }

@@ -70,15 +70,15 @@ func (r Renderer) identity(cfg Config) (Identity, error) {
 		}
 		*f.into = b
 	}
-	if err := VerifyIdentity(id, now); err != nil {
+	if err := VerifyIdentity(id, cfg.TrustDomain, now); err != nil {
 		return Identity{}, fmt.Errorf("identity files %s, %s, %s: %w", cfg.TrustAnchorsFile, cfg.IssuerCertificateFile, cfg.IssuerKeyFile, err)
 	}
 	return id, nil
 }
 
-// VerifyIdentity checks that id's issuer is a CA holding its key and
-// chains to id's anchors at now.
-func VerifyIdentity(id Identity, now time.Time) error {
+// VerifyIdentity checks that id's issuer is a CA holding its key, chains
+// to id's anchors at now, and may sign identities of trust domain td.
+func VerifyIdentity(id Identity, td string, now time.Time) error {
 	anchors, err := pki.ParseCerts(id.AnchorsPEM)
 	if err != nil {
 		return fmt.Errorf("trust anchors: %w", err)
@@ -87,10 +87,11 @@ func VerifyIdentity(id Identity, now time.Time) error {
 	for _, a := range anchors {
 		pool.AddCert(a)
 	}
-	if _, err := pki.ParseIssuer(id.IssuerCertPEM, id.IssuerKeyPEM, pool, now); err != nil {
+	iss, err := pki.ParseIssuer(id.IssuerCertPEM, id.IssuerKeyPEM, pool, now)
+	if err != nil {
 		return err
 	}
-	return nil
+	return pki.CheckTrustDomain(iss.Chain(), td)
 }
 
 // identityObjects are the issuer Secret identity reads and the trust

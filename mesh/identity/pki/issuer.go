@@ -88,6 +88,9 @@ func (i *Issuer) Issue(csr *x509.CertificateRequest, leaf Leaf) (*x509.Certifica
 	if leaf.ID.IsZero() || leaf.Lifetime <= 0 || leaf.ClockSkew < 0 {
 		return nil, fmt.Errorf("leaf for %q: need an identity, a positive lifetime (%s) and a non-negative clock skew (%s)", leaf.ID, leaf.Lifetime, leaf.ClockSkew)
 	}
+	if err := CheckTrustDomain(i.chain, leaf.ID.TrustDomain); err != nil {
+		return nil, fmt.Errorf("leaf for %s: %w", leaf.ID, err)
+	}
 	now := leaf.Now
 	if now.IsZero() {
 		now = time.Now()

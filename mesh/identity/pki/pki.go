@@ -40,6 +40,11 @@ type CAOptions struct {
 	Lifetime    time.Duration // 0 means the default for the kind of CA
 	Now         time.Time     // zero means time.Now()
 	ClockSkew   time.Duration // NotBefore is backdated by this much; 0 means DefaultClockSkew
+	// OnlyTrustDomain makes an intermediate that can sign identities of
+	// TrustDomain only (URI name constraints: that host, none of its
+	// subdomains), so that linked clusters under one anchor cannot mint
+	// each other's identities.
+	OnlyTrustDomain bool
 }
 
 func (o CAOptions) times(def time.Duration) (notBefore, notAfter time.Time, err error) {
@@ -87,18 +92,22 @@ func NewIntermediate(parent CA, o CAOptions) (CA, error) {
 	}
 	tmpl := caTemplate("identity.plexus."+o.TrustDomain, nb, na)
 	tmpl.MaxPathLenZero = true
+	if o.OnlyTrustDomain {
+		tmpl.PermittedURIDomains = []string{o.TrustDomain}
+		tmpl.ExcludedURIDomains = []string{"." + o.TrustDomain}
+	}
 	return newCA(tmpl, &parent)
 }
 
-// NewAnchorAndIssuer creates a new trust anchor and an issuer signed by it,
-// with the default lifetimes: what an install without given identity
-// files starts from.
+// NewAnchorAndIssuer creates a new trust anchor and an issuer signed by it
+// for trustDomain only, with the default lifetimes: what an install
+// without given identity files starts from.
 func NewAnchorAndIssuer(trustDomain string, now time.Time) (anchor, issuer CA, err error) {
 	anchor, err = NewAnchor(CAOptions{TrustDomain: trustDomain, Now: now})
 	if err != nil {
 		return CA{}, CA{}, fmt.Errorf("creating the trust anchor: %w", err)
 	}
-	issuer, err = NewIntermediate(anchor, CAOptions{TrustDomain: trustDomain, Now: now})
+	issuer, err = NewIntermediate(anchor, CAOptions{TrustDomain: trustDomain, Now: now, OnlyTrustDomain: true})
 	if err != nil {
 		return CA{}, CA{}, fmt.Errorf("creating the issuer: %w", err)
 	}
