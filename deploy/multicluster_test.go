@@ -38,9 +38,10 @@ func TestMulticlusterObjects(t *testing.T) {
 	}
 	for role, want := range map[string][]string{
 		"plexus-multicluster-service-mirror":                     {"/services:create", "/services:delete", "/services:get", "/services:list", "/services:update", "/services:watch"},
-		"plexus-multicluster/plexus-service-mirror":              {"/secrets:get", "multicluster.plexus.dev/links/finalizers:update", "multicluster.plexus.dev/links/status:update", "multicluster.plexus.dev/links:get", "multicluster.plexus.dev/links:list", "multicluster.plexus.dev/links:patch", "multicluster.plexus.dev/links:watch"},
+		"plexus-multicluster/plexus-service-mirror":              {"/secrets:get", "/secrets:update", "multicluster.plexus.dev/links/finalizers:update", "multicluster.plexus.dev/links/status:update", "multicluster.plexus.dev/links:get", "multicluster.plexus.dev/links:list", "multicluster.plexus.dev/links:patch", "multicluster.plexus.dev/links:watch"},
 		"plexus-multicluster/plexus-destination-remote-clusters": {"/secrets:get", "/secrets:list", "/secrets:watch"},
 		"plexus-system/plexus-multicluster-remote-access":        {"/configmaps:get"},
+		"plexus-multicluster/plexus-multicluster-remote-access":  {"/serviceaccounts/token:create"},
 		"plexus-multicluster-remote-access":                      {"/pods:list", "/pods:watch", "/services:list", "/services:watch", "discovery.k8s.io/endpointslices:list", "discovery.k8s.io/endpointslices:watch"},
 	} {
 		var got []string
@@ -58,10 +59,16 @@ func TestMulticlusterObjects(t *testing.T) {
 			t.Errorf("%s grants %v, want %v", role, got, want)
 		}
 	}
-	// A linked cluster reads the anchors' ConfigMap, no other.
-	for _, r := range rules["plexus-system/plexus-multicluster-remote-access"] {
-		if !slices.Equal(r.ResourceNames, []string{"plexus-identity-trust-anchors"}) {
-			t.Errorf("remote access reads ConfigMaps %v in plexus-system, want only plexus-identity-trust-anchors", r.ResourceNames)
+	// A linked cluster reads the anchors' ConfigMap, no other, and mints
+	// tokens of its own account only.
+	for role, want := range map[string]string{
+		"plexus-system/plexus-multicluster-remote-access":       "plexus-identity-trust-anchors",
+		"plexus-multicluster/plexus-multicluster-remote-access": "plexus-mc-remote-access",
+	} {
+		for _, r := range rules[role] {
+			if !slices.Equal(r.ResourceNames, []string{want}) {
+				t.Errorf("%s grants on %v, want only %s", role, r.ResourceNames, want)
+			}
 		}
 	}
 }

@@ -38,9 +38,10 @@ const (
 	// the Secret, in the linked cluster, the token is bound to: deleting
 	// it revokes the token.
 	TokenBindingAnnotation = "multicluster.plexus.dev/token-binding"
-	// DefaultTokenLifetime is how long link's token lives, until tokens
-	// are rotated in place.
-	DefaultTokenLifetime = 8760 * time.Hour
+	// DefaultTokenLifetime is how long link's token lives; the service
+	// mirror renews it in place before it expires
+	// (multicluster/mirror: --token-renew-at).
+	DefaultTokenLifetime = 24 * time.Hour
 )
 
 // CredentialsSecretName is the credentials Secret of cluster name.
@@ -138,7 +139,7 @@ func (l Linker) Link(ctx context.Context, o LinkOptions, w io.Writer) error {
 			"annotations": extension.Object{TokenBindingAnnotation: binding.Name}},
 		"spec": extension.Object{"clusterName": o.ClusterName, "credentialsSecret": CredentialsSecretName(o.ClusterName)},
 	}
-	header := fmt.Sprintf("# Link to cluster %s (trust domain %s) at %s: apply in the linking cluster.\n# Its token expires %s; plexusctl multicluster unlink revokes it.\n",
+	header := fmt.Sprintf("# Link to cluster %s (trust domain %s) at %s: apply in the linking cluster.\n# Its token expires %s; the service mirror renews it before then, and\n# plexusctl multicluster unlink revokes it.\n",
 		o.ClusterName, cfg.TrustDomain, server, tok.Status.ExpirationTimestamp.UTC().Format(time.RFC3339))
 	if _, err := io.WriteString(w, header); err != nil {
 		return err

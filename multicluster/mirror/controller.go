@@ -48,6 +48,9 @@ type Controller struct {
 	log       *slog.Logger
 	// NewRemote builds a linked cluster's client from its kubeconfig.
 	NewRemote func(kubeconfig []byte) (kubernetes.Interface, error)
+	// RenewAt is the fraction of a link token's lifetime after which it
+	// is replaced (DefaultRenewAt).
+	RenewAt float64
 
 	factory dynamicinformer.DynamicSharedInformerFactory
 	links   cache.SharedIndexInformer
@@ -67,7 +70,7 @@ type item struct{ link, ns, name string }
 // New builds a controller for the Links in namespace.
 func New(local kubernetes.Interface, dyn dynamic.Interface, namespace string, log *slog.Logger) (*Controller, error) {
 	c := &Controller{
-		kube: local, dyn: dyn, namespace: namespace, log: log,
+		kube: local, dyn: dyn, namespace: namespace, log: log, RenewAt: DefaultRenewAt,
 		NewRemote: func(kubeconfig []byte) (kubernetes.Interface, error) {
 			return kubeclient.Remote(kubeconfig, "plexus-service-mirror")
 		},
@@ -211,7 +214,17 @@ func (c *Controller) syncLink(ctx context.Context, name string) error {
 		}
 		r.collected()
 	}
-	return c.writeStatus(ctx, u, linkStatus(l, r, credErr, time.Now()))
+	if r != nil && credErr == nil && r.synced() && r.tokenOK && c.nextOf(r) == nil {
+		if at := r.token.renewAt(c.RenewAt); time.Now().Before(at) {
+			c.queue.AddAfter(item{link: name}, time.Until(at))
+		} else if err := c.renewCredentials(ctx, l, r); err != nil {
+			c.log.Warn("renewing a link's token failed; retrying", "link", name, "error", err)
+			c.queue.AddAfter(item{link: name}, 30*time.Second)
+		} else {
+			c.queue.Add(item{link: name}) // to watch with it
+		}
+	}
+	return c.writeStatus(ctx, u, linkStatus(l, r, c.nextOf(r), credErr, time.Now()))
 }
 
 // setFinalizer adds (on) or removes the finalizer of u, if needed.

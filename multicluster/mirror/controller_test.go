@@ -43,7 +43,7 @@ func (a api) kubeconfig(token string) []byte { return mctest.Kubeconfig(a.url, t
 // pairEnv: cluster a (the Link CRD, namespaces plexus-multicluster and
 // shop, the credentials of b) and cluster b (namespace shop), a running
 // controller in a, and Link "b" to b. It returns both.
-func pairEnv(t *testing.T) (a, b api) {
+func pairEnv(t *testing.T, configure ...func(*Controller)) (a, b api) {
 	t.Helper()
 	a, b = startAPI(t), startAPI(t)
 	ctx := context.Background()
@@ -67,6 +67,9 @@ func pairEnv(t *testing.T) (a, b api) {
 	c, err := New(a.core, a.dyn, mc.Namespace, log)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range configure {
+		f(c)
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -23,9 +23,16 @@ import (
 // remote is one Link's watch of its cluster's selected Services.
 type remote struct {
 	hash     [sha256.Size]byte
+	client   kubernetes.Interface
+	token    linkToken // its credentials' token, when a bound one (tokenOK)
+	tokenOK  bool
 	services corelisters.ServiceLister
 	synced   func() bool
 	cancel   context.CancelFunc
+	// next replaces this watch once it has synced (new credentials, a
+	// renewed token, another selector), so that the Link never shows a
+	// resync; nil when none is under way. Guarded by Controller.mu.
+	next *remote
 
 	mu       sync.Mutex
 	results  map[string]*result // by remote ns/name: the last sync's
@@ -57,8 +64,12 @@ func (c *Controller) ensureRemote(ctx context.Context, l *mc.Link) (*remote, *cr
 	}
 	kubeconfig := secret.Data[mc.CredentialsKey]
 	hash := hashOf(kubeconfig, l)
-	if r := c.remoteOf(l.Name); r != nil && r.hash == hash {
-		return r, nil
+	cur := c.remoteOf(l.Name)
+	if cur != nil && cur.hash == hash {
+		return cur, nil
+	}
+	if next := c.nextOf(cur); next != nil && next.hash == hash {
+		return cur, nil // its replacement is syncing
 	}
 	client, err := c.NewRemote(kubeconfig)
 	if err != nil {
@@ -82,7 +93,8 @@ func (c *Controller) ensureRemote(ctx context.Context, l *mc.Link) (*remote, *cr
 		o.LabelSelector = selector.String()
 	}))
 	inf := factory.Core().V1().Services().Informer()
-	r := &remote{hash: hash, services: factory.Core().V1().Services().Lister(), synced: inf.HasSynced, results: map[string]*result{}}
+	r := &remote{hash: hash, client: client, services: factory.Core().V1().Services().Lister(), synced: inf.HasSynced, results: map[string]*result{}}
+	r.token, r.tokenOK = parseLinkToken(kubeconfig)
 	name := l.Name
 	enqueue := func(obj any) {
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -104,15 +116,31 @@ func (c *Controller) ensureRemote(ctx context.Context, l *mc.Link) (*remote, *cr
 	c.mu.Lock()
 	rctx, cancel := context.WithCancel(c.ctx)
 	r.cancel = cancel
-	if old := c.remotes[name]; old != nil {
+	old := c.remotes[name]
+	switch {
+	case old != nil && old.synced():
+		// The running watch serves until this one has synced.
+		if old.next != nil {
+			old.next.cancel()
+		}
+		old.next = r
+	case old != nil:
 		old.cancel()
+		c.remotes[name] = r
+	default:
+		c.remotes[name] = r
 	}
-	c.remotes[name] = r
 	c.mu.Unlock()
 	factory.Start(rctx.Done())
 	go func() {
 		if cache.WaitForCacheSync(rctx.Done(), inf.HasSynced) {
 			r.setWatchErr(nil)
+			c.mu.Lock()
+			if cur := c.remotes[name]; cur != nil && cur.next == r {
+				cur.cancel()
+				c.remotes[name] = r
+			}
+			c.mu.Unlock()
 			c.queue.Add(item{link: name}) // stale mirrors, status
 		}
 	}()
@@ -120,10 +148,20 @@ func (c *Controller) ensureRemote(ctx context.Context, l *mc.Link) (*remote, *cr
 		<-rctx.Done()
 		factory.Shutdown()
 	}()
-	c.log.Info("watching linked cluster", "link", name, "cluster", l.Spec.ClusterName, "selector", selector.String())
+	c.log.Info("watching linked cluster", "link", name, "cluster", l.Spec.ClusterName, "selector", selector.String(), "replacing", old != nil)
 	// A remote that never answers is reported once that lasts.
 	c.queue.AddAfter(item{link: name}, unreachableAfter+time.Second)
-	return r, nil
+	return c.remoteOf(name), nil
+}
+
+// nextOf is r's replacement under way, if any.
+func (c *Controller) nextOf(r *remote) *remote {
+	if r == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return r.next
 }
 
 // neededRights are what the linked cluster must grant: the service
@@ -231,6 +269,9 @@ func (c *Controller) stopRemote(link string) {
 	defer c.mu.Unlock()
 	if r := c.remotes[link]; r != nil {
 		r.cancel()
+		if r.next != nil {
+			r.next.cancel()
+		}
 		delete(c.remotes, link)
 	}
 }

@@ -27,10 +27,11 @@ const (
 )
 
 // linkStatus is Link l's status: its conditions from its credentials
-// (credErr), its remote watch r (nil: none yet), and one entry per
-// selected remote Service. Transition times are kept from l's status
-// where a condition did not change.
-func linkStatus(l *mc.Link, r *remote, credErr *credentialsError, now time.Time) mc.LinkStatus {
+// (credErr), its remote watch r (nil: none yet) and the watch meant to
+// replace it (next, nil: none), and one entry per selected remote
+// Service. Transition times are kept from l's status where a condition
+// did not change.
+func linkStatus(l *mc.Link, r, next *remote, credErr *credentialsError, now time.Time) mc.LinkStatus {
 	st := mc.LinkStatus{ObservedGeneration: l.Generation, Conditions: slices.Clone(l.Status.Conditions)}
 	set := func(typ string, ok bool, reason, msg string) {
 		status := metav1.ConditionFalse
@@ -60,6 +61,8 @@ func linkStatus(l *mc.Link, r *remote, credErr *credentialsError, now time.Time)
 		check(mc.ConditionRemoteReachable, false, "Unreachable", fmt.Sprintf("the remote API server fails: %v", r.unreachable(now)))
 	case !r.synced():
 		check(mc.ConditionRemoteReachable, false, "Syncing", "waiting for the remote Services")
+	case next != nil && next.unreachable(now) != nil:
+		check(mc.ConditionRemoteReachable, false, "Unreachable", fmt.Sprintf("the new credentials fail (the old ones still serve): %v", next.unreachable(now)))
 	default:
 		check(mc.ConditionRemoteReachable, true, "Synced", "")
 	}

@@ -23,6 +23,9 @@ type Config struct {
 	component.Flags
 	// Namespace holds the Links and their credentials Secrets.
 	Namespace string
+	// RenewAt is the fraction of a link token's lifetime after which the
+	// mirror replaces it.
+	RenewAt float64
 }
 
 // Validate reports every problem with c.
@@ -30,6 +33,9 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.Namespace == "" {
 		errs = append(errs, errors.New("--namespace is required"))
+	}
+	if c.RenewAt <= 0 || c.RenewAt >= 1 {
+		errs = append(errs, fmt.Errorf("--token-renew-at %v: want a fraction of the token's lifetime, between 0 and 1", c.RenewAt))
 	}
 	return errors.Join(append(errs, c.Flags.Validate())...)
 }
@@ -44,6 +50,7 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	if ns == "" {
 		ns = mc.Namespace
 	}
+	fs.Float64Var(&c.RenewAt, "token-renew-at", mirror.DefaultRenewAt, "replace a link's token after this fraction of its lifetime")
 	fs.StringVar(&c.Namespace, "namespace", ns, "namespace of the Links and their credentials Secrets (default $POD_NAMESPACE, else "+mc.Namespace+")")
 	return c, component.ParseFlags(fs, args, func() error { return c.Validate() })
 }
@@ -62,6 +69,7 @@ func Main(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	c.RenewAt = cfg.RenewAt
 	lns, err := component.Listen(cfg.AdminAddr)
 	if err != nil {
 		return err
