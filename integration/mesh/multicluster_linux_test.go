@@ -73,7 +73,10 @@ func TestMulticlusterFlat(t *testing.T) {
 			}
 		})
 	}
-	a.WaitDeploymentReady(t, mc.Namespace, "plexus-service-mirror", 2*time.Minute)
+	// T8 throughout: the link's 10-minute token is renewed every 12 s.
+	a.Kubectl(t, "-n", mc.Namespace, "patch", "deployment", "plexus-service-mirror", "--type=json",
+		`-p=[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--token-renew-at=0.02"}]`)
+	a.Kubectl(t, "-n", mc.Namespace, "rollout", "status", "deployment/plexus-service-mirror", "--timeout=2m")
 
 	// The workloads: hello in b; client and other in a, in a namespace
 	// of the same name; and a local Service in a that takes the name
@@ -100,7 +103,7 @@ func TestMulticlusterFlat(t *testing.T) {
 	client, other, clientInB := pods(t, a, ns, "client")[0].Name, pods(t, a, ns, "other")[0].Name, pods(t, b, ns, "client")[0].Name
 
 	// The link, as a user makes it.
-	link, err := ctlB("multicluster", "link", "--cluster-name", "b", "--api-server-address", "https://"+clustertest.BAPIServer)
+	link, err := ctlB("multicluster", "link", "--cluster-name", "b", "--api-server-address", "https://"+clustertest.BAPIServer, "--token-lifetime=10m")
 	if err != nil {
 		t.Fatalf("multicluster link: %v\n%s", err, link)
 	}
@@ -117,6 +120,11 @@ func TestMulticlusterFlat(t *testing.T) {
 	// T1: export.
 	setExported(t, b, ns, "hello", true)
 	within(t, "export: mirror hello-b in a", 5*time.Second, mirrorIn(a, ns, "hello-b"), nil)
+	firstMirror, err := a.Client.CoreV1().Services(ns).Get(ctx, "hello-b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstToken := linkedToken(t, a)
 
 	// T2: a's client reaches b's hello pods, pod to pod, over mTLS.
 	helloPods := map[string]string{} // name → IP
@@ -181,6 +189,16 @@ func TestMulticlusterFlat(t *testing.T) {
 		t.Errorf("b's own client (%s) under a policy naming a's: %s %v, want 403×5", idB("client"), briefResult(res), err)
 	}
 	wantSeries(t, proxyMetrics(t, b, ns, clientInB), "request_total", `direction="outbound"`, `tls="true"`, `server_id="`+idB("hello")+`"`)
+
+	// T8: the token is renewed in place: the mirror stays, traffic flows.
+	within(t, "the link's token renewed (12 s after it was minted)", 30*time.Second, func() bool { return linkedToken(t, a) != firstToken }, nil)
+	if cur, err := a.Client.CoreV1().Services(ns).Get(ctx, "hello-b", metav1.GetOptions{}); err != nil || cur.UID != firstMirror.UID {
+		t.Errorf("the mirror hello-b was replaced when the token was renewed: %v", err)
+	}
+	within(t, "after the renewal: a's client still reaches b", 10*time.Second, func() bool {
+		res, err = execLoad(ctx, a, ns, client, "-n", "20", "-timeout", "5s", url)
+		return err == nil && res.Statuses["200"] == 20
+	}, func() string { return briefResult(res) + " " + errString(err) })
 
 	// A collision: b's web would be mirrored as a's own web-b.
 	setExported(t, b, ns, "web", true)
@@ -296,6 +314,16 @@ func goneIn(c *clustertest.Cluster, ns, name string) func() bool {
 		_, err := c.Client.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	}
+}
+
+// linkedToken is the token of a's credentials for Link b.
+func linkedToken(t *testing.T, a *clustertest.Cluster) string {
+	t.Helper()
+	creds, err := a.Client.CoreV1().Secrets(mc.Namespace).Get(context.Background(), "cluster-credentials-b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tokenOf(t, creds.Data[mc.CredentialsKey])
 }
 
 // tokenOf is the bearer token of a kubeconfig's current user.
