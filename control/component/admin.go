@@ -2,6 +2,7 @@ package component
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/plexus-mesh/plexus/mesh/connlimit"
 )
 
 // AdminHandler is the admin endpoint every control-plane service serves:
@@ -34,11 +37,43 @@ func AdminHandler(reg *prometheus.Registry, checks ...func() error) http.Handler
 	return mux
 }
 
-// Admin is the part serving AdminHandler(reg, checks...) on ln; with ln
-// nil (no admin address, see Listen) it only waits for the end.
+// An admin port's bounds: any pod can reach it (the kubelet's probes and
+// Prometheus must), so it holds at most AdminMaxConnections connections
+// and AdminMaxPerSource from one address (loopback not counted); one more
+// is reset at once and counted in plexus_admin_connections_refused_total.
+// A request must arrive whole within 10 s, a connection idle 30 s is
+// closed.
+const (
+	AdminMaxConnections = 64
+	AdminMaxPerSource   = 16
+	adminReadTimeout    = 10 * time.Second
+	adminWriteTimeout   = 30 * time.Second
+	adminIdleTimeout    = 30 * time.Second
+	adminMaxHeaderBytes = 16 << 10
+)
+
+// Admin is the part serving AdminHandler(reg, checks...) on ln, bounded as
+// above; with ln nil (no admin address, see Listen) it only waits for the
+// end.
 func Admin(ln net.Listener, reg *prometheus.Registry, checks ...func() error) Part {
 	if ln == nil {
 		return Part{Name: "admin server", Run: func(ctx context.Context) error { <-ctx.Done(); return nil }}
 	}
-	return HTTP("admin server", ln, &http.Server{Handler: AdminHandler(reg, checks...), ReadHeaderTimeout: 10 * time.Second})
+	refused := prometheus.NewCounter(prometheus.CounterOpts{Name: "plexus_admin_connections_refused_total",
+		Help: "Connections to the admin port reset at once: it held its most, in all or from that address."})
+	if err := reg.Register(refused); err != nil {
+		var already prometheus.AlreadyRegisteredError
+		if errors.As(err, &already) {
+			refused = already.ExistingCollector.(prometheus.Counter)
+		}
+	}
+	capped := connlimit.Listener(ln, connlimit.New(AdminMaxConnections, AdminMaxPerSource), refused.Inc)
+	return HTTP("admin server", capped, &http.Server{
+		Handler:           AdminHandler(reg, checks...),
+		ReadHeaderTimeout: adminReadTimeout,
+		ReadTimeout:       adminReadTimeout,
+		WriteTimeout:      adminWriteTimeout,
+		IdleTimeout:       adminIdleTimeout,
+		MaxHeaderBytes:    adminMaxHeaderBytes,
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/plexus-mesh/plexus/mesh/connlimit"
 	"github.com/plexus-mesh/plexus/sidecar/detect"
 	"github.com/plexus-mesh/plexus/sidecar/httpproxy"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
@@ -71,10 +72,10 @@ func (p *Proxy) handle(c *net.TCPConn, dir string, release func()) {
 	if p.probe != nil && dir == metrics.Inbound && dst.Port() == p.opts.Config.RedirectProbePort {
 		p.probed.Store(true)
 		m.RedirectProbe()
-		probeRelease, ok := p.probeLimit.take(remoteAddr(c))
+		probeRelease, ok := p.probeLimit.Take(connlimit.RemoteAddr(c))
 		if !ok {
 			m.LimitExceeded(limitProbe, metrics.LimitConnections)
-			resetClose(c)
+			connlimit.ResetClose(c)
 			return
 		}
 		// The probe server closes it, giving back both its slots.

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/plexus-mesh/plexus/mesh/connlimit"
 	"github.com/plexus-mesh/plexus/mesh/identity/mtls"
 	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/balance"
@@ -106,7 +107,7 @@ type Proxy struct {
 	probed   atomic.Bool
 	// probeLimit bounds the probe port's connections (which also hold
 	// their inbound slots).
-	probeLimit *connLimiter
+	probeLimit *connlimit.Limiter
 	tlsConf    *tls.Config // inbound mesh mTLS; nil without identity
 	slots      map[string]*connSlots
 	inbound    inboundConns // live inbound connections, for revocation
@@ -211,7 +212,7 @@ func New(opts Options) *Proxy {
 	}
 	if opts.Config.RedirectProbePort != 0 && opts.Probe != nil {
 		p.probe = &l7{ln: newConnListener(), done: make(chan struct{}), server: adminServer(opts.Probe, cfg.AdminIdleTimeout, opts.Log)}
-		p.probeLimit = newConnLimiter(max(cfg.AdminMaxConnections, 1), adminMaxPerSource)
+		p.probeLimit = connlimit.New(max(cfg.AdminMaxConnections, 1), adminMaxPerSource)
 		p.start(p.probe)
 	}
 	return p

@@ -1,4 +1,5 @@
-// Package tcptest is for tests only: loopback TCP connections.
+// Package tcptest is for tests only: loopback TCP connections, and a
+// listener of in-memory connections seen as coming from any address.
 package tcptest
 
 import (
