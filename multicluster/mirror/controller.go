@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,6 +59,8 @@ type Controller struct {
 	mirrors cache.SharedIndexInformer // this cluster's mirrors, every Link's
 	queue   workqueue.TypedRateLimitingInterface[item]
 
+	metrics *metrics
+
 	mu      sync.Mutex
 	ctx     context.Context
 	remotes map[string]*remote // by Link name
@@ -67,10 +70,12 @@ type Controller struct {
 // Service of a Link's.
 type item struct{ link, ns, name string }
 
-// New builds a controller for the Links in namespace.
-func New(local kubernetes.Interface, dyn dynamic.Interface, namespace string, log *slog.Logger) (*Controller, error) {
+// New builds a controller for the Links in namespace, its metrics
+// registered in reg.
+func New(local kubernetes.Interface, dyn dynamic.Interface, namespace string, reg prometheus.Registerer, log *slog.Logger) (*Controller, error) {
 	c := &Controller{
-		kube: local, dyn: dyn, namespace: namespace, log: log, RenewAt: DefaultRenewAt,
+		metrics: newMetrics(reg),
+		kube:    local, dyn: dyn, namespace: namespace, log: log, RenewAt: DefaultRenewAt,
 		NewRemote: func(kubeconfig []byte) (kubernetes.Interface, error) {
 			return kubeclient.Remote(kubeconfig, "plexus-service-mirror")
 		},
@@ -193,6 +198,7 @@ func (c *Controller) syncLink(ctx context.Context, name string) error {
 	}
 	if l == nil {
 		c.stopRemote(name)
+		c.metrics.forget(name)
 		return nil
 	}
 	if l.DeletionTimestamp != nil {
@@ -218,13 +224,17 @@ func (c *Controller) syncLink(ctx context.Context, name string) error {
 		if at := r.token.renewAt(c.RenewAt); time.Now().Before(at) {
 			c.queue.AddAfter(item{link: name}, time.Until(at))
 		} else if err := c.renewCredentials(ctx, l, r); err != nil {
-			c.log.Warn("renewing a link's token failed; retrying", "link", name, "error", err)
+			c.metrics.renewals.WithLabelValues(name, "error").Inc()
+			c.log.Warn("renewing a link's token failed; retrying", "link", name, "error", err, "expires in", expiresIn(r.token, time.Now()))
 			c.queue.AddAfter(item{link: name}, 30*time.Second)
 		} else {
+			c.metrics.renewals.WithLabelValues(name, "ok").Inc()
 			c.queue.Add(item{link: name}) // to watch with it
 		}
 	}
-	return c.writeStatus(ctx, u, linkStatus(l, r, c.nextOf(r), credErr, time.Now()))
+	st := linkStatus(l, r, c.nextOf(r), credErr, time.Now())
+	c.metrics.observe(l, st, r)
+	return c.writeStatus(ctx, u, st)
 }
 
 // setFinalizer adds (on) or removes the finalizer of u, if needed.

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,7 +66,7 @@ func pairEnv(t *testing.T, configure ...func(*Controller)) (a, b api) {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	}
-	c, err := New(a.core, a.dyn, mc.Namespace, log)
+	c, err := New(a.core, a.dyn, mc.Namespace, prometheus.NewRegistry(), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +183,8 @@ func mirrorReason(t *testing.T, a api, name string) string {
 // left alone and reported; deleting the Link deletes every mirror it made
 // and the Link itself goes, within 5 s each.
 func TestLinkLifecycle(t *testing.T) {
-	a, b := pairEnv(t)
+	var c *Controller
+	a, b := pairEnv(t, func(ctl *Controller) { c = ctl })
 	ctx := context.Background()
 
 	export(t, b, "hello", true)
@@ -196,6 +199,10 @@ func TestLinkLifecycle(t *testing.T) {
 		return len(st.Conditions) == 3 && mirrorReason(t, a, "hello") == reasonMirrored
 	})
 
+	within(t, "metrics: ready, one mirror", func() bool {
+		return testutil.ToFloat64(c.metrics.ready.WithLabelValues("b", "b")) == 1 && testutil.ToFloat64(c.metrics.mirrors.WithLabelValues("b", "mirrored")) == 1
+	})
+
 	export(t, b, "hello", false)
 	within(t, "un-export: mirror hello-b deleted", gone(a, "hello-b"))
 	within(t, "un-export: hello's status entry gone", func() bool { return mirrorReason(t, a, "hello") == "" })
@@ -207,6 +214,7 @@ func TestLinkLifecycle(t *testing.T) {
 	}
 	export(t, b, "web", true)
 	within(t, "collision reported", func() bool { return mirrorReason(t, a, "web") == reasonNameCollision })
+	within(t, "metrics: the collision counted", func() bool { return testutil.ToFloat64(c.metrics.mirrors.WithLabelValues("b", "failed")) == 1 })
 	if cur, err := a.core.CoreV1().Services("shop").Get(ctx, "web-b", metav1.GetOptions{}); err != nil || cur.ResourceVersion != local.ResourceVersion {
 		t.Errorf("the local web-b was touched: %v %v", cur, err)
 	}
@@ -224,6 +232,7 @@ func TestLinkLifecycle(t *testing.T) {
 		return gone(a, "hello-b")() && gone(a, "api-b")() && gone(a, "db-b")()
 	})
 	within(t, "Link deleted: the Link gone", func() bool { _, ok := linkStatusOf(t, a, "b"); return !ok })
+	within(t, "Link deleted: its series gone", func() bool { return testutil.CollectAndCount(c.metrics.ready) == 0 })
 	if _, err := a.core.CoreV1().Services("shop").Get(ctx, "web-b", metav1.GetOptions{}); err != nil {
 		t.Errorf("the local web-b went with the Link: %v", err)
 	}

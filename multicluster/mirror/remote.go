@@ -110,6 +110,7 @@ func (c *Controller) ensureRemote(ctx context.Context, l *mc.Link) (*remote, *cr
 		return c.remoteOf(l.Name), &credentialsError{"Error", err.Error()}
 	}
 	_ = inf.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
+		c.metrics.watchErrors.WithLabelValues(name).Inc()
 		r.setWatchErr(err)
 		c.queue.AddAfter(item{link: name}, unreachableAfter+time.Second) // to say so once it lasts
 	})

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -24,7 +25,8 @@ import (
 // throughout (the new watch takes over once synced); and the new token is
 // bound to the same Secret, so deleting it there cuts the link off.
 func TestTokenRenewedInPlace(t *testing.T) {
-	a, b := pairEnv(t, func(c *Controller) { c.RenewAt = 0.01 }) // 600 s tokens: renewed after 6 s
+	var c *Controller
+	a, b := pairEnv(t, func(ctl *Controller) { c = ctl; c.RenewAt = 0.01 }) // 600 s tokens: renewed after 6 s
 	ctx := context.Background()
 	export(t, b, "hello", true)
 	within(t, "mirror hello-b created", mirrorOK(a, "hello-b"))
@@ -86,6 +88,12 @@ func TestTokenRenewedInPlace(t *testing.T) {
 	}
 	export(t, b, "api", true)
 	within(t, "with the renewed token: api mirrored", mirrorOK(a, "api-b"))
+	if n := testutil.ToFloat64(c.metrics.renewals.WithLabelValues("b", "ok")); n < 1 {
+		t.Errorf("renewals counted: %v", n)
+	}
+	if exp := testutil.ToFloat64(c.metrics.tokenExpiry.WithLabelValues("b")); exp < float64(time.Now().Add(5*time.Minute).Unix()) {
+		t.Errorf("token expiry exported as %v, want the renewed token's (about 10 minutes ahead)", exp)
+	}
 
 	if err := b.core.CoreV1().Secrets(mc.Namespace).Delete(ctx, binding.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

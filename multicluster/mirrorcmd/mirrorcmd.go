@@ -65,7 +65,7 @@ func Main(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("dynamic client: %w", err)
 	}
-	c, err := mirror.New(env.Kube, dyn, cfg.Namespace, env.Log)
+	c, err := mirror.New(env.Kube, dyn, cfg.Namespace, env.Registry, env.Log)
 	if err != nil {
 		return err
 	}
