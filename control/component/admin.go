@@ -42,9 +42,12 @@ func AdminHandler(reg *prometheus.Registry, checks ...func() error) http.Handler
 // and AdminMaxPerSource from one address (loopback not counted); one more
 // is reset at once and counted in plexus_admin_connections_refused_total.
 // A request must arrive whole within 10 s, a connection idle 30 s is
-// closed.
+// closed. The total is high enough that starving the kubelet's probes
+// (which would take the component out of its Service) needs 64 source
+// addresses, and low enough to bound memory (~7 KiB per idle
+// connection: ~7 MiB).
 const (
-	AdminMaxConnections = 64
+	AdminMaxConnections = 1024
 	AdminMaxPerSource   = 16
 	adminReadTimeout    = 10 * time.Second
 	adminWriteTimeout   = 30 * time.Second
