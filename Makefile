@@ -23,7 +23,7 @@ BINARIES := $(notdir $(COMMANDS))
 IMAGES := images/pause.tar images/testapp.tar images/demoapp.tar images/coredns.tar images/prometheus.tar \
 	$(filter-out images/plexus-cni.tar images/plexusctl.tar,$(BINARIES:%=images/%.tar))
 
-.PHONY: all build images deps cluster-up cluster-down test test-unit demo bench bench-cluster clean proto proto-check gateway-crds charts lint layers
+.PHONY: all build images deps cluster-up cluster-down test test-unit demo demo-multicluster bench bench-cluster clean proto proto-check gateway-crds charts lint layers
 
 all: build
 
@@ -123,6 +123,13 @@ bench-cluster: deps images
 ## demo: the mesh end to end on the local cluster
 demo: cluster-up
 	integration/demo.sh
+
+## demo-multicluster: two local clusters, flat, linked: a calls b's pods
+## over mTLS and b's policy names a's client (make cluster-down takes both
+## down)
+demo-multicluster:
+	$(MAKE) cluster-up CLUSTERS=2 MC=flat
+	integration/demo-multicluster.sh
 
 ## proto: regenerate mesh/api from its .proto files with pinned generators;
 ## proto-check: fail if the committed generated code is not what they produce

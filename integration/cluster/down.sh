@@ -200,6 +200,10 @@ if $HOST_NODE; then
 else
 	stop kube-scheduler kube-controller-manager kube-apiserver etcd
 	ip netns del "$CP_NETNS" 2>/dev/null
+	# The namespace may outlive its last process a while (the kernel
+	# frees it when nothing refers to it); its veth must go now, or the
+	# next cluster-up finds it.
+	ip link del "$CP_VETH" 2>/dev/null || true
 	"$HERE/pair.sh" remove
 	kill_shims
 fi
