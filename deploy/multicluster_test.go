@@ -41,6 +41,7 @@ func TestMulticlusterObjects(t *testing.T) {
 		"plexus-multicluster/plexus-service-mirror":              {"/secrets:get", "/secrets:update", "multicluster.plexus.dev/links/finalizers:update", "multicluster.plexus.dev/links/status:update", "multicluster.plexus.dev/links:get", "multicluster.plexus.dev/links:list", "multicluster.plexus.dev/links:patch", "multicluster.plexus.dev/links:watch"},
 		"plexus-multicluster/plexus-destination-remote-clusters": {"/secrets:get", "/secrets:list", "/secrets:watch"},
 		"plexus-system/plexus-multicluster-remote-access":        {"/configmaps:get"},
+		"plexus-system/plexus-service-mirror-anchors":            {"/configmaps:get"},
 		"plexus-multicluster/plexus-multicluster-remote-access":  {"/serviceaccounts/token:create"},
 		"plexus-multicluster-remote-access":                      {"/pods:list", "/pods:watch", "/services:list", "/services:watch", "discovery.k8s.io/endpointslices:list", "discovery.k8s.io/endpointslices:watch"},
 	} {
@@ -63,6 +64,7 @@ func TestMulticlusterObjects(t *testing.T) {
 	// tokens of its own account only.
 	for role, want := range map[string]string{
 		"plexus-system/plexus-multicluster-remote-access":       "plexus-identity-trust-anchors",
+		"plexus-system/plexus-service-mirror-anchors":           "plexus-identity-trust-anchors",
 		"plexus-multicluster/plexus-multicluster-remote-access": "plexus-mc-remote-access",
 	} {
 		for _, r := range rules[role] {

@@ -2,22 +2,16 @@ package mccli
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/x509"
-	"encoding/hex"
 	"fmt"
-	"slices"
-	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/plexus-mesh/plexus/control/cli/install"
 	"github.com/plexus-mesh/plexus/control/healthcheck"
-	"github.com/plexus-mesh/plexus/control/identitycmd"
 	mc "github.com/plexus-mesh/plexus/mesh/api/multicluster/v1alpha1"
-	"github.com/plexus-mesh/plexus/mesh/identity/pki"
+	"github.com/plexus-mesh/plexus/multicluster/trust"
 )
 
 // Checker checks the extension in the linking cluster: the Link CRD and
@@ -42,7 +36,7 @@ func (c Checker) Run(ctx context.Context) []healthcheck.Result {
 	}
 	rs = append(rs, ok("the Link resource is served"))
 	rs = append(rs, c.mirrorRunning(ctx))
-	localAnchors, localErr := anchorsOf(ctx, c.Local)
+	localAnchors, localErr := trust.Anchors(ctx, c.Local)
 	for i := range list.Items {
 		l, err := mc.DecodeLink(&list.Items[i])
 		if err != nil {
@@ -115,50 +109,16 @@ func (c Checker) anchors(ctx context.Context, l *mc.Link, local []*x509.Certific
 	if err != nil {
 		return fail(name, "the Link's credentials: "+err.Error(), "")
 	}
-	theirs, err := anchorsOf(ctx, remote)
+	theirs, err := trust.Anchors(ctx, remote)
 	if err != nil {
 		return fail(name, fmt.Sprintf("cluster %s: %v", l.Spec.ClusterName, err), "")
 	}
-	ours := fingerprints(local)
-	for _, a := range fingerprints(theirs) {
-		if slices.Contains(ours, a) {
-			return ok(name)
-		}
+	if trust.Common(local, theirs) {
+		return ok(name)
 	}
 	return fail(name, fmt.Sprintf("no anchor in common: this cluster trusts %s, cluster %s trusts %s; their proxies cannot verify each other",
-		describe(local), l.Spec.ClusterName, describe(theirs)),
+		trust.Describe(local), l.Spec.ClusterName, trust.Describe(theirs)),
 		"install both clusters under one anchor (plexusctl install --identity-trust-anchors-file), or add the other's anchor to each bundle")
-}
-
-// anchorsOf reads the trust anchors a cluster's injector hands its proxies.
-func anchorsOf(ctx context.Context, k kubernetes.Interface) ([]*x509.Certificate, error) {
-	cm, err := k.CoreV1().ConfigMaps(install.Namespace).Get(ctx, identitycmd.AnchorsConfigMap, metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", install.Namespace, identitycmd.AnchorsConfigMap, err)
-	}
-	certs, err := pki.ParseCerts([]byte(cm.Data[identitycmd.AnchorsBundleKey]))
-	if err != nil {
-		return nil, fmt.Errorf("ConfigMap %s/%s key %s: %w", install.Namespace, identitycmd.AnchorsConfigMap, identitycmd.AnchorsBundleKey, err)
-	}
-	return certs, nil
-}
-
-// fingerprints are the SHA-256 of each certificate's public key.
-func fingerprints(certs []*x509.Certificate) []string {
-	var out []string
-	for _, c := range certs {
-		sum := sha256.Sum256(c.RawSubjectPublicKeyInfo)
-		out = append(out, hex.EncodeToString(sum[:]))
-	}
-	return out
-}
-
-func describe(certs []*x509.Certificate) string {
-	var parts []string
-	for i, f := range fingerprints(certs) {
-		parts = append(parts, fmt.Sprintf("%q (key sha256 %s…)", certs[i].Subject.CommonName, f[:16]))
-	}
-	return strings.Join(parts, ", ")
 }
 
 func ok(name string) healthcheck.Result {

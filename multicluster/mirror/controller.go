@@ -52,6 +52,9 @@ type Controller struct {
 	// RenewAt is the fraction of a link token's lifetime after which it
 	// is replaced (DefaultRenewAt).
 	RenewAt float64
+	// TrustRecheck is how often both clusters' anchors are compared
+	// (DefaultTrustRecheck).
+	TrustRecheck time.Duration
 
 	factory dynamicinformer.DynamicSharedInformerFactory
 	links   cache.SharedIndexInformer
@@ -75,7 +78,7 @@ type item struct{ link, ns, name string }
 func New(local kubernetes.Interface, dyn dynamic.Interface, namespace string, reg prometheus.Registerer, log *slog.Logger) (*Controller, error) {
 	c := &Controller{
 		metrics: newMetrics(reg),
-		kube:    local, dyn: dyn, namespace: namespace, log: log, RenewAt: DefaultRenewAt,
+		kube:    local, dyn: dyn, namespace: namespace, log: log, RenewAt: DefaultRenewAt, TrustRecheck: DefaultTrustRecheck,
 		NewRemote: func(kubeconfig []byte) (kubernetes.Interface, error) {
 			return kubeclient.Remote(kubeconfig, "plexus-service-mirror")
 		},
@@ -212,6 +215,14 @@ func (c *Controller) syncLink(ctx context.Context, name string) error {
 		return err
 	}
 	r, credErr := c.ensureRemote(ctx, l)
+	if r != nil && credErr == nil && r.synced() {
+		c.checkTrust(ctx, l, r, time.Now())
+		if r.trust.refused {
+			if err := c.deleteMirrors(ctx, name, nil); err != nil {
+				return err
+			}
+		}
+	}
 	if r != nil && r.needsCollect() {
 		// Once per watch: mirrors of Services un-exported while
 		// nobody watched. Later un-exports come one by one.
@@ -320,6 +331,11 @@ func (c *Controller) syncMirror(ctx context.Context, it item) error {
 		return nil // the Link's sync comes once it has
 	}
 	mirrorName := it.name + "-" + l.Spec.ClusterName
+	if r.trust.refused {
+		r.setResult(it.ns, it.name, &result{reasonRefused, "the Link is refused: " + r.trust.message})
+		c.queue.Add(item{link: it.link})
+		return c.deleteMirror(ctx, it.link, it.ns, it.name, mirrorName)
+	}
 	remoteSvc, err := r.services.Services(it.ns).Get(it.name)
 	if apierrors.IsNotFound(err) {
 		r.setResult(it.ns, it.name, nil)

@@ -31,7 +31,7 @@ type api struct {
 	dyn  dynamic.Interface
 }
 
-func startAPI(t *testing.T) api {
+func startAPI(t testing.TB) api {
 	t.Helper()
 	s := apiservertest.Start(t)
 	cfg := &rest.Config{Host: s.URL, BearerToken: apiservertest.AdminToken, QPS: -1,
@@ -45,18 +45,34 @@ func (a api) kubeconfig(token string) []byte { return mctest.Kubeconfig(a.url, t
 // pairEnv: cluster a (the Link CRD, namespaces plexus-multicluster and
 // shop, the credentials of b) and cluster b (namespace shop), a running
 // controller in a, and Link "b" to b. It returns both.
-func pairEnv(t *testing.T, configure ...func(*Controller)) (a, b api) {
+func pairEnv(t testing.TB, configure ...func(*Controller)) (a, b api) {
+	t.Helper()
+	a, b = startPair(t)
+	linkPair(t, a, b, configure...)
+	return a, b
+}
+
+// startPair starts a and b, each with namespaces plexus-multicluster and
+// shop.
+func startPair(t testing.TB) (a, b api) {
 	t.Helper()
 	a, b = startAPI(t), startAPI(t)
-	ctx := context.Background()
-	mctest.InstallLinkCRD(t, a.dyn)
 	for _, c := range []api{a, b} {
 		for _, ns := range []string{mc.Namespace, "shop"} {
-			if _, err := c.core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			if _, err := c.core.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
+	return a, b
+}
+
+// linkPair installs the Link CRD and b's credentials in a, runs a
+// controller there (configured by configure) and creates Link "b".
+func linkPair(t testing.TB, a, b api, configure ...func(*Controller)) {
+	t.Helper()
+	ctx := context.Background()
+	mctest.InstallLinkCRD(t, a.dyn)
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: mc.Namespace, Name: "cluster-credentials-b"},
 		Type: mc.CredentialsSecretType, Data: map[string][]byte{mc.CredentialsKey: b.kubeconfig(apiservertest.AdminToken)}}
 	if _, err := a.core.CoreV1().Secrets(mc.Namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
@@ -83,14 +99,13 @@ func pairEnv(t *testing.T, configure ...func(*Controller)) (a, b api) {
 		}
 	})
 	createLink(t, a, "b", "b", "cluster-credentials-b")
-	return a, b
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
 
-func createLink(t *testing.T, a api, name, cluster, secret string) {
+func createLink(t testing.TB, a api, name, cluster, secret string) {
 	t.Helper()
 	u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"clusterName": cluster, "credentialsSecret": secret}}}
 	u.SetAPIVersion(mc.APIVersion)
@@ -102,7 +117,7 @@ func createLink(t *testing.T, a api, name, cluster, secret string) {
 }
 
 // export creates (or labels) Service shop/name in b, exported or not.
-func export(t *testing.T, b api, name string, exported bool) {
+func export(t testing.TB, b api, name string, exported bool) {
 	t.Helper()
 	ctx := context.Background()
 	svcs := b.core.CoreV1().Services("shop")
@@ -196,7 +211,7 @@ func TestLinkLifecycle(t *testing.T) {
 				return false
 			}
 		}
-		return len(st.Conditions) == 3 && mirrorReason(t, a, "hello") == reasonMirrored
+		return len(st.Conditions) == 4 && mirrorReason(t, a, "hello") == reasonMirrored
 	})
 
 	within(t, "metrics: ready, one mirror", func() bool {

@@ -26,6 +26,12 @@ import (
 // identity and cluster-admin may.
 func TestMirrorLabelsPolicy(t *testing.T) {
 	a := apiservertest.Start(t)
+	// The service mirror's Role for the trust anchors lives in Plexus's
+	// namespace.
+	if _, err := a.Client(t, apiservertest.AdminToken).CoreV1().Namespaces().Create(context.Background(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "plexus-system"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range []string{"namespace.yaml", "service-mirror.yaml", "mirror-labels-policy.yaml"} {
 		a.Apply(t, "plexus-multicluster/"+f)
 	}

@@ -38,6 +38,10 @@ type remote struct {
 	results  map[string]*result // by remote ns/name: the last sync's
 	watchErr error              // the last list or watch error; nil once one succeeds
 	errSince time.Time
+	// trust is the last comparison of both clusters' anchors, at
+	// trustAt (zero: not yet).
+	trust   trustState
+	trustAt time.Time
 	// collectedDone: the mirrors this watch's first list no longer
 	// selects were deleted. After that the informer reports every
 	// un-export, also those it finds relisting after an outage.

@@ -23,6 +23,7 @@ const (
 	reasonMirrored         = "Mirrored"
 	reasonNameCollision    = "NameCollision"
 	reasonMissingNamespace = "MissingNamespace"
+	reasonRefused          = "LinkRefused"
 	reasonError            = "Error"
 )
 
@@ -65,6 +66,16 @@ func linkStatus(l *mc.Link, r, next *remote, credErr *credentialsError, now time
 		check(mc.ConditionRemoteReachable, false, "Unreachable", fmt.Sprintf("the new credentials fail (the old ones still serve): %v", next.unreachable(now)))
 	default:
 		check(mc.ConditionRemoteReachable, true, "Synced", "")
+	}
+	switch {
+	case r == nil || r.trustAt.IsZero():
+	case r.trust.refused:
+		check(mc.ConditionTrustVerified, false, "NoCommonAnchor", r.trust.message)
+	case r.trust.unknown:
+		apimeta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: mc.ConditionTrustVerified, Status: metav1.ConditionUnknown,
+			Reason: "Unverified", Message: r.trust.message, ObservedGeneration: l.Generation, LastTransitionTime: metav1.NewTime(now)})
+	default:
+		check(mc.ConditionTrustVerified, true, "CommonAnchor", "")
 	}
 	set(mc.ConditionReady, ready, readyReason, readyMsg)
 	if r == nil {

@@ -53,8 +53,8 @@ type LinkSpec struct {
 // LinkStatus is what the controller reports.
 type LinkStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: ConditionCredentialsValid, ConditionRemoteReachable
-	// and ConditionReady.
+	// Conditions: ConditionCredentialsValid, ConditionRemoteReachable,
+	// ConditionTrustVerified and ConditionReady.
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 	// MirrorServices: one per remote Service selected, sorted by remote
 	// namespace and name.
@@ -84,7 +84,10 @@ const (
 	ConditionCredentialsValid = "CredentialsValid"
 	ConditionRemoteReachable  = "RemoteReachable"
 	ConditionReady            = "Ready"
-	ConditionMirrored         = "Mirrored"
+	// ConditionTrustVerified: both clusters' proxies trust a common
+	// anchor (False refuses the Link: nothing is mirrored).
+	ConditionTrustVerified = "TrustVerified"
+	ConditionMirrored      = "Mirrored"
 )
 
 // Labels, annotations and the Secret type the extension and destination
