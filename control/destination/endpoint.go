@@ -24,10 +24,13 @@ type endpoint struct {
 	// proxy sends it nothing new while any endpoint of the set is not
 	// terminating.
 	terminating bool
+	// via: the linked cluster's gateway that reaches addr (gateway mode);
+	// zero otherwise.
+	via netip.AddrPort
 }
 
 func (e endpoint) equal(o endpoint) bool {
-	return e.addr == o.addr && e.identity == o.identity && e.opaque == o.opaque && e.terminating == o.terminating && maps.Equal(e.labels, o.labels)
+	return e.addr == o.addr && e.identity == o.identity && e.opaque == o.opaque && e.terminating == o.terminating && e.via == o.via && maps.Equal(e.labels, o.labels)
 }
 
 // profile is what GetProfile streams.

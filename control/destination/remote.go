@@ -18,6 +18,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -60,9 +61,12 @@ type remoteClusters struct {
 
 // remoteCluster is one linked cluster's watcher.
 type remoteCluster struct {
-	w      *watcher
-	hash   [sha256.Size]byte // of what it was built from
-	cancel context.CancelFunc
+	w *watcher
+	// gateway reaches its pods in gateway mode (GatewayAddressAnnotation);
+	// zero when it has none.
+	gateway netip.AddrPort
+	hash    [sha256.Size]byte // of what it was built from
+	cancel  context.CancelFunc
 }
 
 func newRemoteClusters(local *watcher, client kubernetes.Interface, namespace string, log *slog.Logger) (*remoteClusters, error) {
@@ -176,7 +180,15 @@ func (r *remoteClusters) onSecret(oldObj, newObj any) {
 	if trustDomain == "" {
 		trustDomain = r.local.cfg.TrustDomain
 	}
-	hash := sha256.Sum256(append(append([]byte(trustDomain), 0), kubeconfig...))
+	var gateway netip.AddrPort
+	if a := s.Annotations[mc.GatewayAddressAnnotation]; a != "" {
+		var err error
+		if gateway, err = netip.ParseAddrPort(a); err != nil {
+			r.log.Warn("credentials Secret's gateway address ignored: want ip:port", "secret", s.Namespace+"/"+s.Name,
+				"annotation", mc.GatewayAddressAnnotation, "error", err)
+		}
+	}
+	hash := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%s", trustDomain, gateway, kubeconfig))
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if c := r.clusters[name]; c != nil && c.hash == hash {
@@ -184,12 +196,12 @@ func (r *remoteClusters) onSecret(oldObj, newObj any) {
 	}
 	r.gen++
 	r.latest[name] = r.gen
-	go r.start(name, kubeconfig, trustDomain, hash, r.gen)
+	go r.start(name, kubeconfig, trustDomain, gateway, hash, r.gen)
 }
 
 // start builds the watcher of cluster name, waits for its caches, and
 // swaps it in unless a newer Secret came meanwhile.
-func (r *remoteClusters) start(name string, kubeconfig []byte, trustDomain string, hash [sha256.Size]byte, gen uint64) {
+func (r *remoteClusters) start(name string, kubeconfig []byte, trustDomain string, gateway netip.AddrPort, hash [sha256.Size]byte, gen uint64) {
 	log := r.log.With("cluster", name)
 	client, err := r.newClient(kubeconfig)
 	if err != nil {
@@ -220,7 +232,7 @@ func (r *remoteClusters) start(name string, kubeconfig []byte, trustDomain strin
 	if old := r.clusters[name]; old != nil {
 		old.cancel()
 	}
-	r.clusters[name] = &remoteCluster{w: w, hash: hash, cancel: cancel}
+	r.clusters[name] = &remoteCluster{w: w, gateway: gateway, hash: hash, cancel: cancel}
 	log.Info("linked cluster's caches synced")
 	r.enqueueMirrors(name)
 }
@@ -246,26 +258,40 @@ func (r *remoteClusters) enqueueMirrors(name string) {
 	}
 }
 
-// watcherOf is cluster name's synced watcher, or nil.
-func (r *remoteClusters) watcherOf(name string) *watcher {
+// clusterOf is cluster name's synced watcher and gateway; nil when it has
+// none.
+func (r *remoteClusters) clusterOf(name string) (*watcher, netip.AddrPort) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if c := r.clusters[name]; c != nil {
-		return c.w
+		return c.w, c.gateway
 	}
-	return nil
+	return nil, netip.AddrPort{}
 }
 
 // mirrorSnapshot is the snapshot of mirror svc of cluster name: the remote
-// Service's endpoints, under the mirror's labels and name. base is the
-// mirror's own snapshot, which stands when the cluster is not watched (no
-// endpoints).
+// Service's endpoints, under the mirror's labels and name; in gateway mode
+// its meshed endpoints only, each through the cluster's gateway (the
+// gateway passes on nothing but a mesh handshake). base is the mirror's
+// own snapshot, which stands when the cluster is not watched or, in
+// gateway mode, has no gateway (no endpoints).
 func (r *remoteClusters) mirrorSnapshot(name string, svc *corev1.Service, port uint16, base snapshot) snapshot {
-	rw := r.watcherOf(name)
-	if rw == nil {
+	rw, gateway := r.clusterOf(name)
+	viaGateway := svc.Labels[mc.GatewayLabel] != ""
+	if rw == nil || viaGateway && !gateway.IsValid() {
 		return base
 	}
 	s := rw.serviceSnapshot(svc.Namespace, svc.Labels[mc.RemoteNameLabel], port)
+	if viaGateway {
+		eps := make(map[netip.AddrPort]endpoint, len(s.endpoints))
+		for a, e := range s.endpoints {
+			if e.identity != "" {
+				e.via = gateway
+				eps[a] = e
+			}
+		}
+		s.endpoints = eps
+	}
 	s.exists = true // the mirror does, whatever the remote Service does
 	s.setLabels = base.setLabels
 	s.profile.fqn = base.profile.fqn

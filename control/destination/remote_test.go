@@ -64,7 +64,7 @@ func remoteEnv(t *testing.T) (a, b *fake.Clientset, dst pb.DestinationClient, sr
 			return b, nil
 		}
 	})
-	eventually.Within(t, wait, "cluster b's watcher synced", func() bool { return srv.watcher.remote.watcherOf("b") != nil })
+	eventually.Within(t, wait, "cluster b's watcher synced", func() bool { return watcherOf(srv.watcher.remote, "b") != nil })
 	return a, b, client, srv
 }
 
@@ -127,13 +127,13 @@ func TestRemoteDiscoveryDropsClusterWithItsSecret(t *testing.T) {
 func TestRemoteDiscoverySwapsWatcherInPlace(t *testing.T) {
 	a, _, client, srv := remoteEnv(t)
 	s := openMirror(t, client)
-	before := srv.watcher.remote.watcherOf("b")
+	before := watcherOf(srv.watcher.remote, "b")
 	ctx := context.Background()
 	rotated := linkSecret("b", "b-rotated", "b.example")
 	if _, err := a.CoreV1().Secrets(mc.Namespace).Update(ctx, rotated, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually.Within(t, wait, "cluster b's watcher replaced", func() bool { return srv.watcher.remote.watcherOf("b") != before })
+	eventually.Within(t, wait, "cluster b's watcher replaced", func() bool { return watcherOf(srv.watcher.remote, "b") != before })
 	s.quiet(t, 500*time.Millisecond)
 }
 
@@ -155,4 +155,61 @@ func TestRemoteDiscoveryIgnoresOtherServices(t *testing.T) {
 	unlinked := open(t, client.Get, "hello-c.shop.svc.cluster.local:80")
 	unlinked.expectUpdates(t, wait, "none(exists)")
 	local.quiet(t, 200*time.Millisecond)
+}
+
+// watcherOf is cluster name's synced watcher, or nil.
+func watcherOf(r *remoteClusters, name string) *watcher {
+	w, _ := r.clusterOf(name)
+	return w
+}
+
+// TestRemoteDiscoveryGatewayMode: a mirror in gateway mode is answered
+// with the remote meshed endpoints, each through the linked cluster's
+// gateway; a non-meshed one is left out (the gateway passes on nothing
+// but a mesh handshake), and with no gateway known there is nothing to
+// send to.
+func TestRemoteDiscoveryGatewayMode(t *testing.T) {
+	a, b, client, srv := remoteEnv(t)
+	ctx := context.Background()
+	gw := mirror("shop", "hello-gw-b", "10.96.0.53", "b", "hello")
+	gw.Labels[mc.GatewayLabel] = "b"
+	if _, err := a.CoreV1().Services("shop").Create(ctx, gw, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CoreV1().Pods("shop").Create(ctx, pod("shop", "plain", "10.245.0.7", false, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	slice := endpointSlice("shop", "hello-1", "hello", discoveryv1.AddressTypeIPv4, "http", 8080,
+		sliceEndpoint{"10.245.0.5", true, "hello-1"}, sliceEndpoint{"10.245.0.7", true, "plain"})
+	if _, err := b.DiscoveryV1().EndpointSlices("shop").Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually.Within(t, wait, "the gateway mirror cached", func() bool {
+		_, ok, _ := srv.watcher.services.GetIndexer().GetByKey("shop/hello-gw-b")
+		return ok
+	})
+	s := open(t, client.Get, "hello-gw-b.shop.svc.cluster.local:80")
+	s.expectUpdates(t, wait, "none(exists)")
+
+	secret := linkSecret("b", "b", "b.example")
+	secret.Annotations[mc.GatewayAddressAnnotation] = "10.214.1.10:31480"
+	if _, err := a.CoreV1().Secrets(mc.Namespace).Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	u := s.expectUpdates(t, wait, "add[10.245.0.5:8080]")[0].GetAdd()
+	if got := u.Addrs[0].GetVia(); got == nil || fmt.Sprintf("%v:%d", got.GetIp(), got.GetPort()) != fmt.Sprintf("%v:%d", []byte{10, 214, 1, 10}, 31480) {
+		t.Errorf("via %v, want the gateway 10.214.1.10:31480", got)
+	}
+	if got := u.Addrs[0].GetTlsIdentity().GetSpiffeId(); got != "spiffe://b.example/ns/shop/sa/web" {
+		t.Errorf("identity %q, want the remote pod's own", got)
+	}
+	// The flat mirror of the same Service still reaches both pods directly.
+	flat := open(t, client.Get, "hello-b.shop.svc.cluster.local:80")
+	for _, add := range flat.expectUpdates(t, wait, "add[10.245.0.5:8080 10.245.0.7:8080]") {
+		for _, wa := range add.GetAdd().GetAddrs() {
+			if wa.GetVia() != nil {
+				t.Errorf("flat mirror's endpoint %v has a gateway", wa.GetAddr())
+			}
+		}
+	}
 }

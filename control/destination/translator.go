@@ -137,6 +137,9 @@ func addUpdate(setLabels map[string]string, eps []endpoint) *pb.Update {
 		if e.opaque {
 			wa.ProtocolHint.Protocol = pb.ProtocolHint_OPAQUE
 		}
+		if e.via.IsValid() {
+			wa.Via = tcpAddress(e.via)
+		}
 		addrs[i] = wa
 	}
 	return &pb.Update{Update: &pb.Update_Add{Add: &pb.AddrSet{Addrs: addrs, MetricLabels: setLabels}}}

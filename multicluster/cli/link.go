@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"time"
 
@@ -56,6 +57,9 @@ type LinkOptions struct {
 	APIServer string
 	// TokenLifetime is the token's lifetime.
 	TokenLifetime time.Duration
+	// GatewayAddress is ip:port of its gateway as the linking cluster's
+	// pods reach it; empty: found from the gateway's Service (gateway.go).
+	GatewayAddress string
 }
 
 // Validate reports every problem with o.
@@ -65,6 +69,11 @@ func (o LinkOptions) Validate() error {
 		errs = append(errs, errors.New("--cluster-name is required"))
 	} else if msgs := validation.IsDNS1123Label(o.ClusterName); len(msgs) > 0 || len(o.ClusterName) > mc.MaxClusterNameLength {
 		errs = append(errs, fmt.Errorf("--cluster-name %q: want a DNS label of at most %d characters (mirrors are <service>-<cluster>)", o.ClusterName, mc.MaxClusterNameLength))
+	}
+	if o.GatewayAddress != "" {
+		if _, err := netip.ParseAddrPort(o.GatewayAddress); err != nil {
+			errs = append(errs, fmt.Errorf("--gateway-address %q: want ip:port", o.GatewayAddress))
+		}
 	}
 	if o.TokenLifetime < 10*time.Minute {
 		errs = append(errs, fmt.Errorf("--token-lifetime %v: want at least 10m (the API server's minimum)", o.TokenLifetime))
@@ -103,6 +112,12 @@ func (l Linker) Link(ctx context.Context, o LinkOptions, w io.Writer) error {
 	if server == "" {
 		server = l.Config.Host
 	}
+	gateway := o.GatewayAddress
+	if gateway == "" {
+		if gateway, err = gatewayAddress(ctx, l.Remote); err != nil {
+			return err
+		}
+	}
 	binding := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: mc.Namespace, Name: "plexus-mc-link-" + o.ClusterName + "-" + randSuffix(),
 		Labels: map[string]string{mc.ClusterNameLabel: o.ClusterName}}}
 	if binding, err = l.Remote.CoreV1().Secrets(mc.Namespace).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
@@ -139,8 +154,13 @@ func (l Linker) Link(ctx context.Context, o LinkOptions, w io.Writer) error {
 			"annotations": extension.Object{TokenBindingAnnotation: binding.Name}},
 		"spec": extension.Object{"clusterName": o.ClusterName, "credentialsSecret": CredentialsSecretName(o.ClusterName)},
 	}
-	header := fmt.Sprintf("# Link to cluster %s (trust domain %s) at %s: apply in the linking cluster.\n# Its token expires %s; the service mirror renews it before then, and\n# plexusctl multicluster unlink revokes it.\n",
-		o.ClusterName, cfg.TrustDomain, server, tok.Status.ExpirationTimestamp.UTC().Format(time.RFC3339))
+	via := "no gateway: Services exported in gateway mode get no endpoints"
+	if gateway != "" {
+		secret["metadata"].(extension.Object)["annotations"].(extension.Object)[mc.GatewayAddressAnnotation] = gateway
+		via = "gateway " + gateway
+	}
+	header := fmt.Sprintf("# Link to cluster %s (trust domain %s) at %s, %s: apply in the linking cluster.\n# Its token expires %s; the service mirror renews it before then, and\n# plexusctl multicluster unlink revokes it.\n",
+		o.ClusterName, cfg.TrustDomain, server, via, tok.Status.ExpirationTimestamp.UTC().Format(time.RFC3339))
 	if _, err := io.WriteString(w, header); err != nil {
 		return err
 	}

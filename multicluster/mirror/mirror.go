@@ -12,7 +12,8 @@ import (
 	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
-// mirrorOf is the mirror of remote Service svc for Link l: selector-less,
+// mirrorOf is the mirror of remote Service svc for Link l (in gateway mode
+// when svc is exported so: GatewayLabel): selector-less,
 // ClusterIP, the remote ports (node ports dropped), and the labels that
 // say what it mirrors. Of what the remote cluster wrote it copies only
 // what cannot change how this cluster treats the mirror: labels but the
@@ -34,6 +35,9 @@ func mirrorOf(l *mc.Link, svc *corev1.Service, name string) *corev1.Service {
 		mc.RemoteNameLabel:      svc.Name,
 		mc.RemoteDiscoveryLabel: l.Spec.ClusterName,
 	})
+	if svc.Labels[mc.ExportedLabel] == mc.ExportedGateway {
+		lbls[mc.GatewayLabel] = l.Spec.ClusterName
+	}
 	annotations := map[string]string{}
 	for k, v := range svc.Annotations {
 		if strings.HasPrefix(k, podcontract.AnnotationPrefix) {

@@ -85,7 +85,9 @@ func (c *Controller) ensureRemote(ctx context.Context, l *mc.Link) (*remote, *cr
 		return c.remoteOf(l.Name), &credentialsError{"Forbidden", fmt.Sprintf("the credentials in Secret %s/%s may not %s in the remote cluster",
 			c.namespace, l.Spec.CredentialsSecret, strings.Join(missing, ", "))}
 	}
-	sel := &metav1.LabelSelector{MatchLabels: map[string]string{mc.ExportedLabel: mc.ExportedRemoteDiscovery}}
+	sel := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: mc.ExportedLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{mc.ExportedRemoteDiscovery, mc.ExportedGateway},
+	}}}
 	if l.Spec.RemoteDiscoverySelector != nil {
 		sel = l.Spec.RemoteDiscoverySelector
 	}

@@ -95,6 +95,17 @@ type Endpoint struct {
 	// Opaque: the port is opaque, forward without protocol detection.
 	Opaque bool
 	Labels map[string]string
+	// Via is the linked cluster's gateway that reaches Addr (gateway mode
+	// of multicluster; mesh/passthrough); zero: Addr is dialled directly.
+	Via netip.AddrPort
+}
+
+// DialAddr is where a connection to e goes first: Via, or Addr.
+func (e Endpoint) DialAddr() netip.AddrPort {
+	if e.Via.IsValid() {
+		return e.Via
+	}
+	return e.Addr
 }
 
 // Pick is one chosen endpoint. Call Done when the request or connection

@@ -240,6 +240,11 @@ func toEndpoint(wa *destinationpb.WeightedAddr, setLabels map[string]string) (En
 		}
 		e.Identity = parsed
 	}
+	if wa.GetVia() != nil {
+		if e.Via, ok = addrPort(wa.GetVia()); !ok {
+			return Endpoint{}, false
+		}
+	}
 	if len(setLabels)+len(wa.GetMetricLabels()) > 0 {
 		e.Labels = make(map[string]string, len(setLabels)+len(wa.GetMetricLabels()))
 		for k, v := range setLabels {

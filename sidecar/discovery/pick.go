@@ -303,7 +303,7 @@ func (p *Pick) rejoin() {
 // for a fallback pick.
 func (p *Pick) ConnectFailed() {
 	if p.ep != nil && p.s != nil && p.ep.lb.MarkDown() {
-		p.r.probeDown(p.s, p.ep, p.Addr, "refused or did not accept a connection")
+		p.r.probeDown(p.s, p.ep, p.DialAddr(), "refused or did not accept a connection")
 	}
 }
 
@@ -311,7 +311,7 @@ func (p *Pick) ConnectFailed() {
 // ignored.
 func (p *Pick) Done() {
 	if p.h.Waiting() && p.h.Unanswered(monoNow()) {
-		p.r.probeDown(p.s, p.ep, p.Addr, "left a request unanswered past its silence limit")
+		p.r.probeDown(p.s, p.ep, p.DialAddr(), "left a request unanswered past its silence limit")
 	}
 	p.h.Done()
 	if p.s != nil {

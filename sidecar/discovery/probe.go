@@ -43,9 +43,9 @@ func dialProbe(ctx context.Context, addr netip.AddrPort) error {
 	return c.Close()
 }
 
-// probeDown starts probing ep, at addr, which a request or connection of
-// s just marked down (why says how), unless a probe of it runs or the
-// resolver is closing.
+// probeDown starts probing ep, at addr (its gateway's, if it has one),
+// which a request or connection of s just marked down (why says how),
+// unless a probe of it runs or the resolver is closing.
 func (r *Resolver) probeDown(s *sub, ep *endpoint, addr netip.AddrPort, why string) {
 	s.unresponsive.Add(1)
 	r.opts.Log.Warn("endpoint "+why+"; passing it over until it answers or accepts a connection",

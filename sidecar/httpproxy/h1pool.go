@@ -40,6 +40,7 @@ func (u *upstream) clean() bool {
 type poolKey struct {
 	addr netip.AddrPort
 	id   spiffe.ID
+	via  netip.AddrPort // the gateway the connection went through
 }
 
 // h1pool keeps idle fast-path upstream connections, newest first.

@@ -164,7 +164,7 @@ func (hc *h1conn) forward(h *reqHead) bool {
 	var res resHead
 	err = x.attempt(func(n int) error {
 		var err error
-		key = poolKey{addr: x.endpoint.Addr, id: x.endpoint.Identity} // a re-send may go elsewhere
+		key = poolKey{addr: x.endpoint.Addr, id: x.endpoint.Identity, via: x.endpoint.Via} // a re-send may go elsewhere
 		up, res, err = hc.try(h, key, n)
 		return err
 	})

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/passthrough"
 	"github.com/plexus-mesh/plexus/mesh/policy/authz"
 	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/balance"
@@ -55,6 +56,8 @@ type Endpoint struct {
 	// Identity is the identity the upstream proxy must prove over mesh
 	// mTLS; zero means plaintext.
 	Identity spiffe.ID
+	// Via is the gateway that reaches Addr (mesh/passthrough); zero: none.
+	Via netip.AddrPort
 	// Load, when set, is told of the request's first response byte and
 	// its end (the balancer's latency and pending counts).
 	Load Load
@@ -275,8 +278,14 @@ func (e *tlsError) Error() string { return e.err.Error() }
 func (e *tlsError) Unwrap() error { return e.err }
 
 func (p *Proxy) dial(ctx context.Context, _, addr string) (net.Conn, error) {
-	d, err := p.connect(ctx, addr, spiffe.ID{})
-	if ep, ok := ctx.Value(endpointKey{}).(Endpoint); ok && ep.Addr.String() == addr {
+	ep, ok := ctx.Value(endpointKey{}).(Endpoint)
+	ok = ok && ep.Addr.String() == addr
+	var via netip.AddrPort
+	if ok {
+		via = ep.Via
+	}
+	d, err := p.connect(ctx, addr, spiffe.ID{}, via)
+	if ok {
 		if err != nil {
 			ep.connectFailed(err)
 		} else {
@@ -294,7 +303,7 @@ func (p *Proxy) dialTLS(ctx context.Context, _, addr string) (net.Conn, error) {
 	if !ok || ep.Identity.IsZero() || ep.Addr.String() != addr {
 		return nil, &dialError{err: fmt.Errorf("no mesh identity known for %s", addr)}
 	}
-	d, err := p.connect(ctx, addr, ep.Identity)
+	d, err := p.connect(ctx, addr, ep.Identity, ep.Via)
 	if err != nil {
 		ep.connectFailed(err)
 	} else {
@@ -305,7 +314,7 @@ func (p *Proxy) dialTLS(ctx context.Context, _, addr string) (net.Conn, error) {
 
 // dialUpstream opens a fast-path upstream connection to ep.
 func (p *Proxy) dialUpstream(ep Endpoint) (*upstream, error) {
-	d, err := p.connect(context.Background(), ep.Addr.String(), ep.Identity)
+	d, err := p.connect(context.Background(), ep.Addr.String(), ep.Identity, ep.Via)
 	if err != nil {
 		ep.connectFailed(err)
 		return nil, err
@@ -322,9 +331,9 @@ type dialed struct {
 	nb   *nbConn
 }
 
-// connect dials addr (and, with id, runs the mesh handshake) within the
-// connect timeout.
-func (p *Proxy) connect(ctx context.Context, addr string, id spiffe.ID) (dialed, error) {
+// connect dials addr, through the gateway via if set (and, with id, runs
+// the mesh handshake) within the connect timeout.
+func (p *Proxy) connect(ctx context.Context, addr string, id spiffe.ID, via netip.AddrPort) (dialed, error) {
 	dst, err := netip.ParseAddrPort(addr)
 	if err != nil {
 		return dialed{}, &dialError{err: fmt.Errorf("destination %q: %w", addr, err)}
@@ -338,7 +347,7 @@ func (p *Proxy) connect(ctx context.Context, addr string, id spiffe.ID) (dialed,
 		ctx, cancel = context.WithTimeout(ctx, p.opts.ConnectTimeout)
 		defer cancel()
 	}
-	c, err := p.opts.Dial(ctx, dst)
+	c, err := passthrough.Dial(ctx, p.opts.Dial, via, dst)
 	if err != nil {
 		return dialed{}, &dialError{err: err, marksDown: request.Err() == nil && connectReason(err) != ReasonConnectError}
 	}

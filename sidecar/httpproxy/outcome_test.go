@@ -186,7 +186,7 @@ func TestConnectFailedOnlyForTheEndpointsFault(t *testing.T) {
 		{"the proxy is out of file descriptors", tooManyFiles, context.Background(), "127.0.0.1:1", spiffe.ID{}, false},
 	} {
 		p := &Proxy{opts: Options{Dial: c.dial, ConnectTimeout: 200 * time.Millisecond, Secure: badHandshake}}
-		_, err := p.connect(c.ctx, c.addr, c.id)
+		_, err := p.connect(c.ctx, c.addr, c.id, netip.AddrPort{})
 		if err == nil {
 			t.Fatalf("%s: connected", c.name)
 		}

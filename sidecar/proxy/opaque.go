@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/plexus-mesh/plexus/mesh/passthrough"
 	"github.com/plexus-mesh/plexus/sidecar/discovery"
 	"github.com/plexus-mesh/plexus/sidecar/forward"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
@@ -108,7 +109,7 @@ func (p *Proxy) dialPicked(ctx context.Context, dst netip.AddrPort) (discovery.P
 		if !last {
 			actx, cancel = context.WithTimeout(ctx, connectAttemptTimeout)
 		}
-		up, derr := p.dialer(metrics.Outbound)(actx, pk.Addr)
+		up, derr := passthrough.Dial(actx, p.dialer(metrics.Outbound), pk.Via, pk.Addr)
 		cancel()
 		if derr == nil {
 			id := pk.Identity

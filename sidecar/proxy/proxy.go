@@ -325,7 +325,7 @@ func (p *Proxy) balance(ctx context.Context, dst netip.AddrPort, backend *routes
 	case err != nil:
 		return httpproxy.Endpoint{}, err
 	}
-	ep := httpproxy.Endpoint{Addr: pk.Addr, Load: &load{pk}}
+	ep := httpproxy.Endpoint{Addr: pk.Addr, Via: pk.Via, Load: &load{pk}}
 	if p.opts.Certs != nil {
 		ep.Identity = pk.Identity
 	}

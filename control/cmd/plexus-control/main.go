@@ -1,5 +1,5 @@
 // Command plexus-control runs one control-plane service per invocation:
-// plexus-control identity | destination | injector | issuer | sp-validator | tap | web [flags].
+// plexus-control identity | destination | gateway | injector | issuer | service-mirror | sp-validator | tap | web [flags].
 package main
 
 import (
@@ -16,6 +16,7 @@ import (
 	"github.com/plexus-mesh/plexus/control/identitycmd"
 	"github.com/plexus-mesh/plexus/control/injectcmd"
 	"github.com/plexus-mesh/plexus/control/spvalidatorcmd"
+	"github.com/plexus-mesh/plexus/multicluster/gatewaycmd"
 	"github.com/plexus-mesh/plexus/multicluster/mirrorcmd"
 	"github.com/plexus-mesh/plexus/viz/dashboardcmd"
 	"github.com/plexus-mesh/plexus/viz/tapcmd"
@@ -28,6 +29,9 @@ func commands() map[string]func(ctx context.Context, args []string, out io.Write
 		"destination": destinationcmd.Main,
 		"issuer":      identitycmd.IssuerMain,
 		"web":         dashboardcmd.Main,
+		"gateway": func(ctx context.Context, args []string, _ io.Writer) error {
+			return gatewaycmd.Main(ctx, args, os.Stderr)
+		},
 		"service-mirror": func(ctx context.Context, args []string, _ io.Writer) error {
 			return mirrorcmd.Main(ctx, args, os.Stderr)
 		},

@@ -490,7 +490,13 @@ type WeightedAddr struct {
 	// new while any endpoint of the set is not terminating, and uses it only
 	// when every endpoint is (as kube-proxy does). Endpoints neither ready
 	// nor serving are not sent.
-	Terminating   bool `protobuf:"varint,6,opt,name=terminating,proto3" json:"terminating,omitempty"`
+	Terminating bool `protobuf:"varint,6,opt,name=terminating,proto3" json:"terminating,omitempty"`
+	// Set for an endpoint in a linked cluster reached through that cluster's
+	// multicluster gateway (gateway mode): the proxy connects here, sends a
+	// PROXY protocol v2 header whose destination is addr, then runs its mesh
+	// handshake with the endpoint itself, through the gateway, which cannot
+	// read it (mesh/passthrough).
+	Via           *TcpAddress `protobuf:"bytes,7,opt,name=via,proto3" json:"via,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -565,6 +571,13 @@ func (x *WeightedAddr) GetTerminating() bool {
 		return x.Terminating
 	}
 	return false
+}
+
+func (x *WeightedAddr) GetVia() *TcpAddress {
+	if x != nil {
+		return x.Via
+	}
+	return nil
 }
 
 type TcpAddress struct {
@@ -3282,14 +3295,15 @@ const file_mesh_api_destinationpb_destination_proto_rawDesc = "" +
 	"\rmetric_labels\x18\x02 \x03(\v20.plexus.destination.v1.AddrSet.MetricLabelsEntryR\fmetricLabels\x1a?\n" +
 	"\x11MetricLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xad\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe2\x03\n" +
 	"\fWeightedAddr\x125\n" +
 	"\x04addr\x18\x01 \x01(\v2!.plexus.destination.v1.TcpAddressR\x04addr\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\rR\x06weight\x12Z\n" +
 	"\rmetric_labels\x18\x03 \x03(\v25.plexus.destination.v1.WeightedAddr.MetricLabelsEntryR\fmetricLabels\x12E\n" +
 	"\ftls_identity\x18\x04 \x01(\v2\".plexus.destination.v1.TlsIdentityR\vtlsIdentity\x12H\n" +
 	"\rprotocol_hint\x18\x05 \x01(\v2#.plexus.destination.v1.ProtocolHintR\fprotocolHint\x12 \n" +
-	"\vterminating\x18\x06 \x01(\bR\vterminating\x1a?\n" +
+	"\vterminating\x18\x06 \x01(\bR\vterminating\x123\n" +
+	"\x03via\x18\a \x01(\v2!.plexus.destination.v1.TcpAddressR\x03via\x1a?\n" +
 	"\x11MetricLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"0\n" +
@@ -3585,81 +3599,82 @@ var file_mesh_api_destinationpb_destination_proto_depIdxs = []int32{
 	49, // 6: plexus.destination.v1.WeightedAddr.metric_labels:type_name -> plexus.destination.v1.WeightedAddr.MetricLabelsEntry
 	10, // 7: plexus.destination.v1.WeightedAddr.tls_identity:type_name -> plexus.destination.v1.TlsIdentity
 	11, // 8: plexus.destination.v1.WeightedAddr.protocol_hint:type_name -> plexus.destination.v1.ProtocolHint
-	0,  // 9: plexus.destination.v1.ProtocolHint.protocol:type_name -> plexus.destination.v1.ProtocolHint.Protocol
-	14, // 10: plexus.destination.v1.DestinationProfile.routes:type_name -> plexus.destination.v1.Route
-	15, // 11: plexus.destination.v1.OutboundPolicy.parent:type_name -> plexus.destination.v1.ResourceRef
-	19, // 12: plexus.destination.v1.OutboundPolicy.routes:type_name -> plexus.destination.v1.OutboundRoute
-	18, // 13: plexus.destination.v1.OutboundPolicy.failure_accrual:type_name -> plexus.destination.v1.FailureAccrual
-	17, // 14: plexus.destination.v1.OutboundPolicy.zone_aware:type_name -> plexus.destination.v1.ZoneAware
-	50, // 15: plexus.destination.v1.FailureAccrual.min_penalty:type_name -> google.protobuf.Duration
-	50, // 16: plexus.destination.v1.FailureAccrual.max_penalty:type_name -> google.protobuf.Duration
-	15, // 17: plexus.destination.v1.OutboundRoute.ref:type_name -> plexus.destination.v1.ResourceRef
-	1,  // 18: plexus.destination.v1.OutboundRoute.protocol:type_name -> plexus.destination.v1.OutboundRoute.Protocol
-	20, // 19: plexus.destination.v1.OutboundRoute.rules:type_name -> plexus.destination.v1.OutboundRule
-	21, // 20: plexus.destination.v1.OutboundRule.matches:type_name -> plexus.destination.v1.RouteMatch
-	27, // 21: plexus.destination.v1.OutboundRule.filters:type_name -> plexus.destination.v1.Filter
-	33, // 22: plexus.destination.v1.OutboundRule.backends:type_name -> plexus.destination.v1.Backend
-	34, // 23: plexus.destination.v1.OutboundRule.timeouts:type_name -> plexus.destination.v1.Timeouts
-	35, // 24: plexus.destination.v1.OutboundRule.retry:type_name -> plexus.destination.v1.RetryPolicy
-	38, // 25: plexus.destination.v1.OutboundRule.response_classes:type_name -> plexus.destination.v1.ResponseClass
-	22, // 26: plexus.destination.v1.RouteMatch.path:type_name -> plexus.destination.v1.PathMatch
-	23, // 27: plexus.destination.v1.RouteMatch.headers:type_name -> plexus.destination.v1.HeaderMatch
-	24, // 28: plexus.destination.v1.RouteMatch.query:type_name -> plexus.destination.v1.QueryMatch
-	25, // 29: plexus.destination.v1.RouteMatch.condition:type_name -> plexus.destination.v1.Condition
-	2,  // 30: plexus.destination.v1.PathMatch.kind:type_name -> plexus.destination.v1.PathMatch.Kind
-	3,  // 31: plexus.destination.v1.HeaderMatch.kind:type_name -> plexus.destination.v1.HeaderMatch.Kind
-	4,  // 32: plexus.destination.v1.QueryMatch.kind:type_name -> plexus.destination.v1.QueryMatch.Kind
-	26, // 33: plexus.destination.v1.Condition.all:type_name -> plexus.destination.v1.Conditions
-	26, // 34: plexus.destination.v1.Condition.any:type_name -> plexus.destination.v1.Conditions
-	25, // 35: plexus.destination.v1.Condition.not:type_name -> plexus.destination.v1.Condition
-	25, // 36: plexus.destination.v1.Conditions.conditions:type_name -> plexus.destination.v1.Condition
-	28, // 37: plexus.destination.v1.Filter.request_header_modifier:type_name -> plexus.destination.v1.HeaderModifier
-	28, // 38: plexus.destination.v1.Filter.response_header_modifier:type_name -> plexus.destination.v1.HeaderModifier
-	31, // 39: plexus.destination.v1.Filter.request_redirect:type_name -> plexus.destination.v1.RequestRedirect
-	32, // 40: plexus.destination.v1.Filter.url_rewrite:type_name -> plexus.destination.v1.URLRewrite
-	29, // 41: plexus.destination.v1.HeaderModifier.set:type_name -> plexus.destination.v1.Header
-	29, // 42: plexus.destination.v1.HeaderModifier.add:type_name -> plexus.destination.v1.Header
-	30, // 43: plexus.destination.v1.RequestRedirect.path:type_name -> plexus.destination.v1.PathModifier
-	30, // 44: plexus.destination.v1.URLRewrite.path:type_name -> plexus.destination.v1.PathModifier
-	15, // 45: plexus.destination.v1.Backend.ref:type_name -> plexus.destination.v1.ResourceRef
-	27, // 46: plexus.destination.v1.Backend.filters:type_name -> plexus.destination.v1.Filter
-	50, // 47: plexus.destination.v1.Timeouts.request:type_name -> google.protobuf.Duration
-	50, // 48: plexus.destination.v1.Timeouts.response:type_name -> google.protobuf.Duration
-	50, // 49: plexus.destination.v1.Timeouts.idle:type_name -> google.protobuf.Duration
-	36, // 50: plexus.destination.v1.RetryPolicy.http_statuses:type_name -> plexus.destination.v1.StatusRange
-	50, // 51: plexus.destination.v1.RetryPolicy.attempt_timeout:type_name -> google.protobuf.Duration
-	37, // 52: plexus.destination.v1.RetryPolicy.budget:type_name -> plexus.destination.v1.RetryBudget
-	50, // 53: plexus.destination.v1.RetryBudget.ttl:type_name -> google.protobuf.Duration
-	39, // 54: plexus.destination.v1.ResponseClass.condition:type_name -> plexus.destination.v1.ResponseMatch
-	36, // 55: plexus.destination.v1.ResponseMatch.status:type_name -> plexus.destination.v1.StatusRange
-	40, // 56: plexus.destination.v1.ResponseMatch.all:type_name -> plexus.destination.v1.ResponseMatches
-	40, // 57: plexus.destination.v1.ResponseMatch.any:type_name -> plexus.destination.v1.ResponseMatches
-	39, // 58: plexus.destination.v1.ResponseMatch.not:type_name -> plexus.destination.v1.ResponseMatch
-	39, // 59: plexus.destination.v1.ResponseMatches.matches:type_name -> plexus.destination.v1.ResponseMatch
-	15, // 60: plexus.destination.v1.InboundPolicy.server:type_name -> plexus.destination.v1.ResourceRef
-	43, // 61: plexus.destination.v1.InboundPolicy.authorizations:type_name -> plexus.destination.v1.Authorization
-	45, // 62: plexus.destination.v1.InboundPolicy.routes:type_name -> plexus.destination.v1.InboundRoute
-	46, // 63: plexus.destination.v1.InboundPolicy.rate_limit:type_name -> plexus.destination.v1.RateLimit
-	15, // 64: plexus.destination.v1.Authorization.ref:type_name -> plexus.destination.v1.ResourceRef
-	44, // 65: plexus.destination.v1.Authorization.networks:type_name -> plexus.destination.v1.Network
-	15, // 66: plexus.destination.v1.InboundRoute.ref:type_name -> plexus.destination.v1.ResourceRef
-	21, // 67: plexus.destination.v1.InboundRoute.matches:type_name -> plexus.destination.v1.RouteMatch
-	43, // 68: plexus.destination.v1.InboundRoute.authorizations:type_name -> plexus.destination.v1.Authorization
-	15, // 69: plexus.destination.v1.RateLimit.ref:type_name -> plexus.destination.v1.ResourceRef
-	47, // 70: plexus.destination.v1.RateLimit.overrides:type_name -> plexus.destination.v1.RateLimitOverride
-	5,  // 71: plexus.destination.v1.Destination.Get:input_type -> plexus.destination.v1.GetDestination
-	5,  // 72: plexus.destination.v1.Destination.GetProfile:input_type -> plexus.destination.v1.GetDestination
-	5,  // 73: plexus.destination.v1.Destination.GetOutboundPolicy:input_type -> plexus.destination.v1.GetDestination
-	41, // 74: plexus.destination.v1.Destination.GetInboundPolicy:input_type -> plexus.destination.v1.InboundPolicyRequest
-	6,  // 75: plexus.destination.v1.Destination.Get:output_type -> plexus.destination.v1.Update
-	13, // 76: plexus.destination.v1.Destination.GetProfile:output_type -> plexus.destination.v1.DestinationProfile
-	16, // 77: plexus.destination.v1.Destination.GetOutboundPolicy:output_type -> plexus.destination.v1.OutboundPolicy
-	42, // 78: plexus.destination.v1.Destination.GetInboundPolicy:output_type -> plexus.destination.v1.InboundPolicy
-	75, // [75:79] is the sub-list for method output_type
-	71, // [71:75] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	9,  // 9: plexus.destination.v1.WeightedAddr.via:type_name -> plexus.destination.v1.TcpAddress
+	0,  // 10: plexus.destination.v1.ProtocolHint.protocol:type_name -> plexus.destination.v1.ProtocolHint.Protocol
+	14, // 11: plexus.destination.v1.DestinationProfile.routes:type_name -> plexus.destination.v1.Route
+	15, // 12: plexus.destination.v1.OutboundPolicy.parent:type_name -> plexus.destination.v1.ResourceRef
+	19, // 13: plexus.destination.v1.OutboundPolicy.routes:type_name -> plexus.destination.v1.OutboundRoute
+	18, // 14: plexus.destination.v1.OutboundPolicy.failure_accrual:type_name -> plexus.destination.v1.FailureAccrual
+	17, // 15: plexus.destination.v1.OutboundPolicy.zone_aware:type_name -> plexus.destination.v1.ZoneAware
+	50, // 16: plexus.destination.v1.FailureAccrual.min_penalty:type_name -> google.protobuf.Duration
+	50, // 17: plexus.destination.v1.FailureAccrual.max_penalty:type_name -> google.protobuf.Duration
+	15, // 18: plexus.destination.v1.OutboundRoute.ref:type_name -> plexus.destination.v1.ResourceRef
+	1,  // 19: plexus.destination.v1.OutboundRoute.protocol:type_name -> plexus.destination.v1.OutboundRoute.Protocol
+	20, // 20: plexus.destination.v1.OutboundRoute.rules:type_name -> plexus.destination.v1.OutboundRule
+	21, // 21: plexus.destination.v1.OutboundRule.matches:type_name -> plexus.destination.v1.RouteMatch
+	27, // 22: plexus.destination.v1.OutboundRule.filters:type_name -> plexus.destination.v1.Filter
+	33, // 23: plexus.destination.v1.OutboundRule.backends:type_name -> plexus.destination.v1.Backend
+	34, // 24: plexus.destination.v1.OutboundRule.timeouts:type_name -> plexus.destination.v1.Timeouts
+	35, // 25: plexus.destination.v1.OutboundRule.retry:type_name -> plexus.destination.v1.RetryPolicy
+	38, // 26: plexus.destination.v1.OutboundRule.response_classes:type_name -> plexus.destination.v1.ResponseClass
+	22, // 27: plexus.destination.v1.RouteMatch.path:type_name -> plexus.destination.v1.PathMatch
+	23, // 28: plexus.destination.v1.RouteMatch.headers:type_name -> plexus.destination.v1.HeaderMatch
+	24, // 29: plexus.destination.v1.RouteMatch.query:type_name -> plexus.destination.v1.QueryMatch
+	25, // 30: plexus.destination.v1.RouteMatch.condition:type_name -> plexus.destination.v1.Condition
+	2,  // 31: plexus.destination.v1.PathMatch.kind:type_name -> plexus.destination.v1.PathMatch.Kind
+	3,  // 32: plexus.destination.v1.HeaderMatch.kind:type_name -> plexus.destination.v1.HeaderMatch.Kind
+	4,  // 33: plexus.destination.v1.QueryMatch.kind:type_name -> plexus.destination.v1.QueryMatch.Kind
+	26, // 34: plexus.destination.v1.Condition.all:type_name -> plexus.destination.v1.Conditions
+	26, // 35: plexus.destination.v1.Condition.any:type_name -> plexus.destination.v1.Conditions
+	25, // 36: plexus.destination.v1.Condition.not:type_name -> plexus.destination.v1.Condition
+	25, // 37: plexus.destination.v1.Conditions.conditions:type_name -> plexus.destination.v1.Condition
+	28, // 38: plexus.destination.v1.Filter.request_header_modifier:type_name -> plexus.destination.v1.HeaderModifier
+	28, // 39: plexus.destination.v1.Filter.response_header_modifier:type_name -> plexus.destination.v1.HeaderModifier
+	31, // 40: plexus.destination.v1.Filter.request_redirect:type_name -> plexus.destination.v1.RequestRedirect
+	32, // 41: plexus.destination.v1.Filter.url_rewrite:type_name -> plexus.destination.v1.URLRewrite
+	29, // 42: plexus.destination.v1.HeaderModifier.set:type_name -> plexus.destination.v1.Header
+	29, // 43: plexus.destination.v1.HeaderModifier.add:type_name -> plexus.destination.v1.Header
+	30, // 44: plexus.destination.v1.RequestRedirect.path:type_name -> plexus.destination.v1.PathModifier
+	30, // 45: plexus.destination.v1.URLRewrite.path:type_name -> plexus.destination.v1.PathModifier
+	15, // 46: plexus.destination.v1.Backend.ref:type_name -> plexus.destination.v1.ResourceRef
+	27, // 47: plexus.destination.v1.Backend.filters:type_name -> plexus.destination.v1.Filter
+	50, // 48: plexus.destination.v1.Timeouts.request:type_name -> google.protobuf.Duration
+	50, // 49: plexus.destination.v1.Timeouts.response:type_name -> google.protobuf.Duration
+	50, // 50: plexus.destination.v1.Timeouts.idle:type_name -> google.protobuf.Duration
+	36, // 51: plexus.destination.v1.RetryPolicy.http_statuses:type_name -> plexus.destination.v1.StatusRange
+	50, // 52: plexus.destination.v1.RetryPolicy.attempt_timeout:type_name -> google.protobuf.Duration
+	37, // 53: plexus.destination.v1.RetryPolicy.budget:type_name -> plexus.destination.v1.RetryBudget
+	50, // 54: plexus.destination.v1.RetryBudget.ttl:type_name -> google.protobuf.Duration
+	39, // 55: plexus.destination.v1.ResponseClass.condition:type_name -> plexus.destination.v1.ResponseMatch
+	36, // 56: plexus.destination.v1.ResponseMatch.status:type_name -> plexus.destination.v1.StatusRange
+	40, // 57: plexus.destination.v1.ResponseMatch.all:type_name -> plexus.destination.v1.ResponseMatches
+	40, // 58: plexus.destination.v1.ResponseMatch.any:type_name -> plexus.destination.v1.ResponseMatches
+	39, // 59: plexus.destination.v1.ResponseMatch.not:type_name -> plexus.destination.v1.ResponseMatch
+	39, // 60: plexus.destination.v1.ResponseMatches.matches:type_name -> plexus.destination.v1.ResponseMatch
+	15, // 61: plexus.destination.v1.InboundPolicy.server:type_name -> plexus.destination.v1.ResourceRef
+	43, // 62: plexus.destination.v1.InboundPolicy.authorizations:type_name -> plexus.destination.v1.Authorization
+	45, // 63: plexus.destination.v1.InboundPolicy.routes:type_name -> plexus.destination.v1.InboundRoute
+	46, // 64: plexus.destination.v1.InboundPolicy.rate_limit:type_name -> plexus.destination.v1.RateLimit
+	15, // 65: plexus.destination.v1.Authorization.ref:type_name -> plexus.destination.v1.ResourceRef
+	44, // 66: plexus.destination.v1.Authorization.networks:type_name -> plexus.destination.v1.Network
+	15, // 67: plexus.destination.v1.InboundRoute.ref:type_name -> plexus.destination.v1.ResourceRef
+	21, // 68: plexus.destination.v1.InboundRoute.matches:type_name -> plexus.destination.v1.RouteMatch
+	43, // 69: plexus.destination.v1.InboundRoute.authorizations:type_name -> plexus.destination.v1.Authorization
+	15, // 70: plexus.destination.v1.RateLimit.ref:type_name -> plexus.destination.v1.ResourceRef
+	47, // 71: plexus.destination.v1.RateLimit.overrides:type_name -> plexus.destination.v1.RateLimitOverride
+	5,  // 72: plexus.destination.v1.Destination.Get:input_type -> plexus.destination.v1.GetDestination
+	5,  // 73: plexus.destination.v1.Destination.GetProfile:input_type -> plexus.destination.v1.GetDestination
+	5,  // 74: plexus.destination.v1.Destination.GetOutboundPolicy:input_type -> plexus.destination.v1.GetDestination
+	41, // 75: plexus.destination.v1.Destination.GetInboundPolicy:input_type -> plexus.destination.v1.InboundPolicyRequest
+	6,  // 76: plexus.destination.v1.Destination.Get:output_type -> plexus.destination.v1.Update
+	13, // 77: plexus.destination.v1.Destination.GetProfile:output_type -> plexus.destination.v1.DestinationProfile
+	16, // 78: plexus.destination.v1.Destination.GetOutboundPolicy:output_type -> plexus.destination.v1.OutboundPolicy
+	42, // 79: plexus.destination.v1.Destination.GetInboundPolicy:output_type -> plexus.destination.v1.InboundPolicy
+	76, // [76:80] is the sub-list for method output_type
+	72, // [72:76] is the sub-list for method input_type
+	72, // [72:72] is the sub-list for extension type_name
+	72, // [72:72] is the sub-list for extension extendee
+	0,  // [0:72] is the sub-list for field type_name
 }
 
 func init() { file_mesh_api_destinationpb_destination_proto_init() }

@@ -83,6 +83,7 @@ func linkCmd(g *command.Globals, env command.Env) *cobra.Command {
 		fs.StringVar(&o.ClusterName, "cluster-name", "", "the name the linking cluster gives this one (mirrors are <service>-<name>)")
 		fs.StringVar(&o.APIServer, "api-server-address", "", "this cluster's API server as the linking cluster's pods reach it (default: the kubeconfig's)")
 		fs.DurationVar(&o.TokenLifetime, "token-lifetime", mccli.DefaultTokenLifetime, "lifetime of the token minted for the link")
+		fs.StringVar(&o.GatewayAddress, "gateway-address", "", "this cluster's gateway (ip:port) as the linking cluster's pods reach it (default: its Service's load-balancer address, else a node's address and the node port)")
 		return func(ctx context.Context, args []string) error {
 			if err := command.NoArgs(args, o.Validate); err != nil {
 				return err

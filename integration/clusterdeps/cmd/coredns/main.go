@@ -8,7 +8,6 @@ package main
 
 import (
 	"github.com/coredns/coredns/coremain"
-
 	_ "github.com/coredns/coredns/plugin/cache"
 	_ "github.com/coredns/coredns/plugin/errors"
 	_ "github.com/coredns/coredns/plugin/health"

@@ -44,9 +44,11 @@ type LinkSpec struct {
 	// CredentialsSecretType, whose key CredentialsKey holds a kubeconfig
 	// for the remote API server.
 	CredentialsSecret string `json:"credentialsSecret"`
-	// RemoteDiscoverySelector selects the remote Services mirrored in
-	// remote-discovery (flat) mode: the local proxies reach their pods
-	// directly. Default: ExportedLabel=ExportedRemoteDiscovery.
+	// RemoteDiscoverySelector selects the remote Services mirrored. Each
+	// is mirrored in gateway mode when its ExportedLabel is
+	// ExportedGateway, else in remote-discovery (flat) mode: the local
+	// proxies reach their pods directly. Default: ExportedLabel in
+	// (ExportedRemoteDiscovery, ExportedGateway).
 	RemoteDiscoverySelector *metav1.LabelSelector `json:"remoteDiscoverySelector,omitempty"`
 }
 
@@ -94,9 +96,12 @@ const (
 // share.
 const (
 	// ExportedLabel on a Service exports it to the clusters linked to this
-	// one; ExportedRemoteDiscovery is flat mode.
+	// one; ExportedRemoteDiscovery is flat mode (their proxies reach its
+	// pods directly), ExportedGateway gateway mode (through this cluster's
+	// gateway, which passes their mTLS through: mesh/passthrough).
 	ExportedLabel           = "mirror.plexus.dev/exported"
 	ExportedRemoteDiscovery = "remote-discovery"
+	ExportedGateway         = "gateway"
 
 	// MirroredServiceLabel marks a mirror; ClusterNameLabel, LinkLabel and
 	// RemoteNameLabel say of what. RemoteDiscoveryLabel, the remote
@@ -107,6 +112,11 @@ const (
 	RemoteNameLabel      = "mirror.plexus.dev/remote-name"
 	LinkLabel            = "multicluster.plexus.dev/link"
 	RemoteDiscoveryLabel = "multicluster.plexus.dev/remote-discovery"
+	// GatewayLabel, the remote cluster's name, on a mirror of a Service
+	// exported in gateway mode: destination answers with the same remote
+	// endpoints, each reached through that cluster's gateway
+	// (GatewayAddressAnnotation of its credentials Secret).
+	GatewayLabel = "multicluster.plexus.dev/gateway"
 
 	// CredentialsSecretType is the type of a Secret holding a remote
 	// cluster's kubeconfig in CredentialsKey; ClusterNameLabel names the
@@ -115,6 +125,9 @@ const (
 	CredentialsSecretType = "multicluster.plexus.dev/remote-kubeconfig"
 	CredentialsKey        = "kubeconfig"
 	TrustDomainAnnotation = "multicluster.plexus.dev/trust-domain"
+	// GatewayAddressAnnotation on a credentials Secret: ip:port of the
+	// remote cluster's gateway as this cluster's pods reach it.
+	GatewayAddressAnnotation = "multicluster.plexus.dev/gateway-address"
 
 	// Namespace is where the extension runs and keeps Links and their
 	// Secrets.

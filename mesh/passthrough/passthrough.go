@@ -1,0 +1,118 @@
+// Package passthrough is the preface of a connection through a multicluster
+// gateway (gateway mode, multicluster/README.md): a client proxy connects to
+// the linked cluster's gateway, sends a PROXY protocol v2 header whose
+// destination is the pod it wants, then runs its mesh mTLS handshake with
+// that pod's proxy through the gateway. The gateway reads the header only,
+// then joins the bytes both ways: it cannot read the session, and the pod's
+// proxy sees the client's own certificate.
+//
+// The header is written and parsed by github.com/pires/go-proxyproto; this
+// package holds what Plexus asks of it: version 2, TCP over IPv4 or IPv6,
+// the PROXY command, a bounded size and a deadline.
+package passthrough
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"time"
+
+	proxyproto "github.com/pires/go-proxyproto"
+)
+
+// WriteHeader writes the preface naming dst (and src, for the gateway's
+// logs) to w.
+func WriteHeader(w io.Writer, src, dst netip.AddrPort) error {
+	if !dst.IsValid() {
+		return fmt.Errorf("passthrough: invalid destination %v", dst)
+	}
+	if !src.IsValid() || src.Addr().Is4() != dst.Addr().Is4() {
+		// The header carries one family: an unknown or other-family source
+		// is sent as the unspecified address of dst's.
+		src = netip.AddrPortFrom(unspecified(dst.Addr()), 0)
+	}
+	h := proxyproto.HeaderProxyFromAddrs(2, net.TCPAddrFromAddrPort(src), net.TCPAddrFromAddrPort(dst))
+	_, err := h.WriteTo(w)
+	return err
+}
+
+func unspecified(a netip.Addr) netip.Addr {
+	if a.Is4() {
+		return netip.IPv4Unspecified()
+	}
+	return netip.IPv6Unspecified()
+}
+
+// ErrHeader wraps every reason a connection's preface is refused.
+var ErrHeader = errors.New("passthrough header")
+
+// Accept reads c's preface within timeout and returns its source and
+// destination, and the connection to join from, which yields what followed
+// the header. The deadline is cleared on success.
+func Accept(c net.Conn, timeout time.Duration) (src, dst netip.AddrPort, rest net.Conn, err error) {
+	pc := proxyproto.NewConn(c,
+		proxyproto.WithPolicy(proxyproto.REQUIRE),
+		proxyproto.SetReadHeaderTimeout(timeout),
+		proxyproto.WithBufferSize(4096))
+	h := pc.ProxyHeader()
+	if h == nil {
+		// ProxyHeader hides the parse error; a zero-length Read shows it.
+		_, rerr := pc.Read(nil)
+		if rerr == nil {
+			rerr = errors.New("no header")
+		}
+		return src, dst, nil, fmt.Errorf("%w: %w", ErrHeader, rerr)
+	}
+	return check(h, pc)
+}
+
+// check holds h to what Plexus sends.
+func check(h *proxyproto.Header, pc net.Conn) (src, dst netip.AddrPort, rest net.Conn, err error) {
+	switch {
+	case h.Version != 2:
+		return src, dst, nil, fmt.Errorf("%w: version %d, want 2", ErrHeader, h.Version)
+	case h.Command != proxyproto.PROXY:
+		return src, dst, nil, fmt.Errorf("%w: command %#x, want PROXY", ErrHeader, byte(h.Command))
+	case !h.TransportProtocol.IsStream():
+		return src, dst, nil, fmt.Errorf("%w: transport %#x, want TCP", ErrHeader, byte(h.TransportProtocol))
+	}
+	s, sok := h.SourceAddr.(*net.TCPAddr)
+	d, dok := h.DestinationAddr.(*net.TCPAddr)
+	if !sok || !dok {
+		return src, dst, nil, fmt.Errorf("%w: addresses are not TCP", ErrHeader)
+	}
+	src, dst = s.AddrPort(), d.AddrPort()
+	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
+	if !dst.Addr().IsValid() || dst.Addr().IsUnspecified() || dst.Port() == 0 {
+		return src, dst, nil, fmt.Errorf("%w: destination %v", ErrHeader, dst)
+	}
+	return src, dst, pc, nil
+}
+
+// Dial connects to dst with dial: directly when via is zero, else through
+// the gateway at via, the header sent.
+func Dial(ctx context.Context, dial func(context.Context, netip.AddrPort) (net.Conn, error), via, dst netip.AddrPort) (net.Conn, error) {
+	if !via.IsValid() {
+		return dial(ctx, dst)
+	}
+	c, err := dial(ctx, via)
+	if err != nil {
+		return nil, fmt.Errorf("gateway %s: %w", via, err)
+	}
+	var src netip.AddrPort
+	if a, ok := c.LocalAddr().(*net.TCPAddr); ok {
+		src = a.AddrPort()
+	}
+	if d, ok := ctx.Deadline(); ok {
+		_ = c.SetWriteDeadline(d)
+	}
+	if err := WriteHeader(c, src, dst); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("gateway %s: sending the header for %s: %w", via, dst, err)
+	}
+	_ = c.SetWriteDeadline(time.Time{})
+	return c, nil
+}

@@ -1,0 +1,110 @@
+package passthrough
+
+import (
+	"bytes"
+	"encoding/hex"
+	"io"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+// accept runs Accept on the server side of a pipe fed b, and returns what
+// it found and everything the connection yields after the header.
+func accept(t testing.TB, b []byte) (src, dst netip.AddrPort, rest []byte, err error) {
+	client, server := net.Pipe()
+	go func() {
+		_, _ = client.Write(b)
+		client.Close()
+	}()
+	defer server.Close()
+	src, dst, c, err := Accept(server, time.Second)
+	if err != nil {
+		return src, dst, nil, err
+	}
+	rest, _ = io.ReadAll(c)
+	return src, dst, rest, nil
+}
+
+// TestHeaderRoundTrip: what WriteHeader writes, Accept reads back (IPv4,
+// IPv6, an unknown source), and the bytes after it (a ClientHello) are
+// the connection's, unchanged.
+func TestHeaderRoundTrip(t *testing.T) {
+	hello := []byte{0x16, 0x03, 0x01, 0x00, 0x02, 0xaa, 0xbb}
+	for _, c := range []struct{ src, dst, wantSrc string }{
+		{"10.244.0.7:41000", "10.245.0.5:8080", "10.244.0.7:41000"},
+		{"[fd00::7]:41000", "[fd00:1::5]:8080", "[fd00::7]:41000"},
+		{"", "10.245.0.5:8080", "0.0.0.0:0"},
+		{"[fd00::7]:41000", "10.245.0.5:8080", "0.0.0.0:0"}, // families differ
+	} {
+		var src netip.AddrPort
+		if c.src != "" {
+			src = netip.MustParseAddrPort(c.src)
+		}
+		var buf bytes.Buffer
+		if err := WriteHeader(&buf, src, netip.MustParseAddrPort(c.dst)); err != nil {
+			t.Fatal(err)
+		}
+		gotSrc, gotDst, rest, err := accept(t, append(buf.Bytes(), hello...))
+		if err != nil {
+			t.Fatalf("%s → %s: %v", c.src, c.dst, err)
+		}
+		if gotSrc.String() != c.wantSrc || gotDst.String() != c.dst || !bytes.Equal(rest, hello) {
+			t.Errorf("%s → %s: read %v → %v, rest %x", c.src, c.dst, gotSrc, gotDst, rest)
+		}
+	}
+}
+
+// TestHeaderAsTheSpecWritesIt: Accept reads a header built by hand from
+// the PROXY protocol specification (section 2.2), not by the writer.
+func TestHeaderAsTheSpecWritesIt(t *testing.T) {
+	b, _ := hex.DecodeString("0d0a0d0a000d0a515549540a" + // signature
+		"21" + "11" + "000c" + // v2 PROXY, TCP over IPv4, 12 bytes
+		"0af40007" + "0af50005" + "a028" + "1f90") // 10.244.0.7 → 10.245.0.5, 41000 → 8080
+	src, dst, rest, err := accept(t, append(b, 'x'))
+	if err != nil || src.String() != "10.244.0.7:41000" || dst.String() != "10.245.0.5:8080" || string(rest) != "x" {
+		t.Fatalf("%v → %v, rest %q, %v", src, dst, rest, err)
+	}
+}
+
+// TestRefusedHeaders: each is refused with ErrHeader.
+func TestRefusedHeaders(t *testing.T) {
+	for name, hexHeader := range map[string]string{
+		"PROXY v1":          hex.EncodeToString([]byte("PROXY TCP4 10.244.0.7 10.245.0.5 41000 8080\r\n")),
+		"LOCAL command":     "0d0a0d0a000d0a515549540a" + "20" + "00" + "0000",
+		"UDP":               "0d0a0d0a000d0a515549540a" + "21" + "12" + "000c" + "0af40007" + "0af50005" + "a0281f90",
+		"port 0":            "0d0a0d0a000d0a515549540a" + "21" + "11" + "000c" + "0af40007" + "0af50005" + "a0280000",
+		"unspecified":       "0d0a0d0a000d0a515549540a" + "21" + "11" + "000c" + "0af40007" + "00000000" + "a0281f90",
+		"truncated":         "0d0a0d0a000d0a515549540a" + "21" + "11" + "000c" + "0af4",
+		"a TLS ClientHello": "160301000501020304",
+		"nothing":           "",
+	} {
+		b, _ := hex.DecodeString(hexHeader)
+		if _, _, _, err := accept(t, b); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// FuzzAccept: no input panics Accept, and whatever it accepts names a
+// usable destination and leaves the rest of the bytes to the connection.
+func FuzzAccept(f *testing.F) {
+	var ok bytes.Buffer
+	_ = WriteHeader(&ok, netip.MustParseAddrPort("10.244.0.7:41000"), netip.MustParseAddrPort("10.245.0.5:8080"))
+	f.Add(ok.Bytes())
+	f.Add([]byte("PROXY TCP4 1.2.3.4 5.6.7.8 1 2\r\n"))
+	f.Add([]byte{0x16, 0x03, 0x01})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, dst, rest, err := accept(t, b)
+		if err != nil {
+			return
+		}
+		if !dst.IsValid() || dst.Port() == 0 || dst.Addr().IsUnspecified() {
+			t.Fatalf("accepted destination %v", dst)
+		}
+		if !bytes.HasSuffix(b, rest) {
+			t.Fatalf("rest %x is not the input's tail", rest)
+		}
+	})
+}
