@@ -217,10 +217,11 @@ func (c *Controller) syncLink(ctx context.Context, name string) error {
 	r, credErr := c.ensureRemote(ctx, l)
 	if r != nil && credErr == nil && r.synced() {
 		c.checkTrust(ctx, l, r, time.Now())
-		if r.trust.refused {
+		if r.trust.refused && !r.trust.withdrawn {
 			if err := c.deleteMirrors(ctx, name, nil); err != nil {
 				return err
 			}
+			r.trust.withdrawn = true
 		}
 	}
 	if r != nil && r.needsCollect() {

@@ -21,6 +21,9 @@ type trustState struct {
 	// each other; unknown: a bundle could not be read (not refused).
 	refused, unknown bool
 	message          string
+	// withdrawn: the refused Link's mirrors were deleted since this
+	// check (again after each recheck, not on every sync).
+	withdrawn bool
 }
 
 // checkTrust compares, when due, the anchors this cluster's proxies hold
