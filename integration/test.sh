@@ -13,7 +13,7 @@
 #   4. cycles cluster-up/cluster-down five times (the first with flannel
 #      as the primary CNI and a second node, the second with a second
 #      cluster beside the first: TestClusterPair, destination's remote
-#      discovery of the second from the first, and TestMulticlusterFlat:
+#      discovery of the second from the first, and TestMulticluster:
 #      Plexus and the multicluster extension in both, linked, traffic and
 #      policy across) and proves it again.
 # Tears down a running local cluster first. Expects `make deps images` to
@@ -101,8 +101,8 @@ for i in 1 2 3 4 5; do
 			die "TestClusterPair failed in cycle 2"
 		(export_pair_env && PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN go test -count=1 -run TestRemoteDiscoveryAgainstPair ./control/destination) ||
 			die "TestRemoteDiscoveryAgainstPair failed in cycle 2"
-		(export_pair_env && PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN go test -count=1 -timeout 20m -run 'TestMulticlusterFlat$' ./integration/mesh) ||
-			die "TestMulticlusterFlat failed in cycle 2"
+		(export_pair_env && PLEXUS_TEST_KUBECONFIG=$KUBECONFIG_ADMIN go test -count=1 -timeout 20m -run 'TestMulticluster$' ./integration/mesh) ||
+			die "TestMulticluster failed in cycle 2"
 	else
 		"$HERE/cluster/up.sh" >/dev/null || die "cluster-up failed in cycle $i"
 	fi

@@ -22,7 +22,7 @@ import (
 	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
-// TestMulticlusterFlat (issue 27's T1, T2 and T4, on the two local
+// TestMulticluster (issue 27's T1, T2, T3, T4 and T8, on the two local
 // clusters of make test's pair cycle, their networks flat): Plexus in both
 // under one trust anchor (an issuer each) with trust domains of their own
 // (a's cluster.local, b's b.cluster.local), the multicluster extension in both,
@@ -32,11 +32,12 @@ import (
 // each side's metrics naming the other's identity; a policy in b that
 // names a's client admits it and refuses a's other account with 403, and
 // b's own client, the same service account name in the same namespace,
-// too: the trust domain tells the clusters apart. A
+// too: the trust domain tells the clusters apart. Then, the networks
+// hierarchical, the same through b's gateway (testGatewayMode). A
 // collision is reported by check; un-exporting deletes the mirror, and
 // unlink deletes the Link, its mirrors and credentials, and revokes the
 // token.
-func TestMulticlusterFlat(t *testing.T) {
+func TestMulticluster(t *testing.T) {
 	a, b := clustertest.Pair(t)
 	envA, envB := clustercni.Read(t), clustercni.ReadB(t)
 	mode := clustertest.PairMode(t, "flat")
@@ -200,6 +201,9 @@ func TestMulticlusterFlat(t *testing.T) {
 		return err == nil && res.Statuses["200"] == 20
 	}, func() string { return briefResult(res) + " " + errString(err) })
 
+	// T3: gateway mode, the networks hierarchical.
+	testGatewayMode(t, gatewayCase{a: a, b: b, ns: ns, client: client, other: other, hello: helloPods, id: id})
+
 	// A collision: b's web would be mirrored as a's own web-b.
 	setExported(t, b, ns, "web", true)
 	within(t, "collision: multicluster check names it", 10*time.Second, func() bool {
@@ -282,6 +286,16 @@ func writeFile(t *testing.T, name string, b []byte) {
 // setExported labels (or unlabels) Service ns/name of c for flat mode.
 func setExported(t *testing.T, c *clustertest.Cluster, ns, name string, exported bool) {
 	t.Helper()
+	mode := ""
+	if exported {
+		mode = mc.ExportedRemoteDiscovery
+	}
+	setExport(t, c, ns, name, mode)
+}
+
+// setExport sets Service ns/name's export label to mode ("": removes it).
+func setExport(t *testing.T, c *clustertest.Cluster, ns, name, mode string) {
+	t.Helper()
 	ctx := clustertest.Context(t, 30*time.Second)
 	svc, err := c.Client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -290,8 +304,8 @@ func setExported(t *testing.T, c *clustertest.Cluster, ns, name string, exported
 	if svc.Labels == nil {
 		svc.Labels = map[string]string{}
 	}
-	if exported {
-		svc.Labels[mc.ExportedLabel] = mc.ExportedRemoteDiscovery
+	if mode != "" {
+		svc.Labels[mc.ExportedLabel] = mode
 	} else {
 		delete(svc.Labels, mc.ExportedLabel)
 	}

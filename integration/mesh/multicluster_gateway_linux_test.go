@@ -1,0 +1,165 @@
+package mesh
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	mc "github.com/plexus-mesh/plexus/mesh/api/multicluster/v1alpha1"
+	"github.com/plexus-mesh/plexus/mesh/passthrough"
+	"github.com/plexus-mesh/plexus/testsupport/clustertest"
+)
+
+// gatewayCase is what TestMulticluster's gateway phase needs of the
+// flat phase: the clusters, the namespace, a's client and other pods, b's
+// hello pods (name → IP) and the policy in b that admits a's client only.
+type gatewayCase struct {
+	a, b          *clustertest.Cluster
+	ns            string
+	client, other string
+	hello         map[string]string
+	id            func(sa string) string // a's identities
+}
+
+// testGatewayMode (issue 27's T3): with the clusters' networks
+// hierarchical (a's pods reach b's nodes only, so not b's pods), hello is
+// exported in gateway mode; a's client reaches b's hello pods through b's
+// gateway, which passes its mTLS through: b's proxies name a's client,
+// and b's policy admits it and refuses a's other account. From outside
+// the mesh, the gateway refuses a pod of b that is not exported, and an
+// exported pod reached without mTLS refuses the request itself.
+func testGatewayMode(t *testing.T, g gatewayCase) {
+	ctx := clustertest.Context(t, 5*time.Minute)
+	url := "http://hello-b." + g.ns + ".svc.cluster.local/"
+	clustertest.PairMode(t, "hierarchical")
+	defer clustertest.PairMode(t, "flat")
+
+	// Pod to pod is refused now: the flat mirror answers nothing.
+	res, err := execLoad(ctx, g.a, g.ns, g.client, "-n", "3", "-timeout", "3s", url)
+	if err == nil && res.Statuses["200"] > 0 {
+		t.Fatalf("hierarchical: a's client still reached b's pods directly: %s", briefResult(res))
+	}
+
+	creds, err := g.a.Client.CoreV1().Secrets(mc.Namespace).Get(ctx, "cluster-credentials-b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := netip.ParseAddrPort(creds.Annotations[mc.GatewayAddressAnnotation])
+	if err != nil {
+		t.Fatalf("link wrote no usable gateway address (%s): %v", mc.GatewayAddressAnnotation, err)
+	}
+	gwPods, err := g.b.Client.CoreV1().Pods(mc.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=plexus-gateway"})
+	if err != nil || len(gwPods.Items) != 1 {
+		t.Fatalf("b's gateway pod: %v (%d found)", err, len(gwPods.Items))
+	}
+	gwPod := gwPods.Items[0].Name
+	forwarded := func() int { return gatewayCount(t, g.b, gwPod, "forwarded") }
+	before := forwarded()
+
+	setExport(t, g.b, g.ns, "hello", mc.ExportedGateway)
+	within(t, "gateway export: hello-b marked gateway", 5*time.Second, func() bool {
+		svc, err := g.a.Client.CoreV1().Services(g.ns).Get(ctx, "hello-b", metav1.GetOptions{})
+		return err == nil && svc.Labels[mc.GatewayLabel] == "b"
+	}, nil)
+	start := time.Now()
+	within(t, "a's client reaches b's hello through the gateway", 30*time.Second, func() bool {
+		res, err = execLoad(ctx, g.a, g.ns, g.client, "-n", "20", "-timeout", "5s", url)
+		return err == nil && res.Statuses["200"] == 20
+	}, func() string { return briefResult(res) + " " + errString(err) })
+	t.Logf("gateway mode: first 20×200 %v after the export", time.Since(start).Round(time.Millisecond))
+	for server := range res.Servers {
+		if _, ok := g.hello[server]; !ok {
+			t.Errorf("answered by %s, not one of b's hello pods %v", server, g.hello)
+		}
+	}
+	if n := forwarded(); n <= before {
+		t.Errorf("gateway forwarded %d connections, %d before: the requests did not go through it", n, before)
+	}
+	// The identity passed through: b's proxies name a's client.
+	for name := range res.Servers {
+		wantSeries(t, proxyMetrics(t, g.b, g.ns, name), "request_total", `direction="inbound"`, `tls="true"`, `client_id="`+g.id("client")+`"`)
+	}
+	within(t, "through the gateway, b's policy refuses a's other account", 30*time.Second, func() bool {
+		res, err = execLoad(ctx, g.a, g.ns, g.other, "-n", "5", "-timeout", "5s", url)
+		return err == nil && res.Statuses["403"] == 5 && res.Errors["plexus-proxy-error: unauthorized"] == 5
+	}, func() string { return briefResult(res) + " " + errString(err) })
+
+	// An attacker at the gateway's port, outside any mesh.
+	refused := gatewayCount(t, g.b, gwPod, "refused")
+	clientInB := pods(t, g.b, g.ns, "client")[0]
+	if status, err := throughGateway(gw, netip.MustParseAddrPort(clientInB.Status.PodIP+":8080")); err == nil {
+		t.Errorf("the gateway forwarded to b's client, not exported: %s", status)
+	}
+	if n := gatewayCount(t, g.b, gwPod, "refused"); n != refused+1 {
+		t.Errorf("gateway refused %d, want %d", n, refused+1)
+	}
+	for _, ip := range g.hello {
+		status, err := throughGateway(gw, netip.MustParseAddrPort(ip+":8080"))
+		if err != nil || !strings.HasPrefix(status, "403") {
+			t.Errorf("plaintext to exported hello %s through the gateway: %q %v, want its proxy's 403", ip, status, err)
+		}
+		break
+	}
+
+	// Back to flat mode for what follows.
+	setExport(t, g.b, g.ns, "hello", mc.ExportedRemoteDiscovery)
+	within(t, "flat export again: hello-b no longer marked gateway", 5*time.Second, func() bool {
+		svc, err := g.a.Client.CoreV1().Services(g.ns).Get(ctx, "hello-b", metav1.GetOptions{})
+		return err == nil && svc.Labels[mc.GatewayLabel] == "" && svc.Labels[mc.RemoteDiscoveryLabel] == "b"
+	}, nil)
+}
+
+// throughGateway sends a plaintext HTTP request to dst through the
+// gateway at gw, from the host (outside any mesh), and returns the
+// response's status line.
+func throughGateway(gw, dst netip.AddrPort) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := passthrough.Dial(ctx, func(ctx context.Context, a netip.AddrPort) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", a.String())
+	}, gw, dst)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	req, _ := http.NewRequest(http.MethodGet, "http://"+dst.String()+"/", nil)
+	if err := req.Write(c); err != nil {
+		return "", err
+	}
+	res, err := http.ReadResponse(bufio.NewReader(c), req)
+	if err != nil {
+		return "", err
+	}
+	res.Body.Close()
+	return res.Status, nil
+}
+
+var gatewayCountRE = regexp.MustCompile(`(?m)^plexus_gateway_connections_total\{result="([a-z_]+)"\} (\d+)`)
+
+// gatewayCount is the gateway's connection count of result.
+func gatewayCount(t *testing.T, c *clustertest.Cluster, pod, result string) int {
+	t.Helper()
+	raw, err := c.Client.CoreV1().Pods(mc.Namespace).ProxyGet("http", pod, "9993", "/metrics", nil).DoRaw(clustertest.Context(t, 20*time.Second))
+	if err != nil {
+		t.Fatalf("gateway metrics: %v", err)
+	}
+	for _, m := range gatewayCountRE.FindAllStringSubmatch(string(raw), -1) {
+		if m[1] == result {
+			n, _ := strconv.Atoi(m[2])
+			return n
+		}
+	}
+	t.Fatalf("gateway metrics have no plexus_gateway_connections_total{result=%q}", result)
+	return 0
+}
