@@ -26,17 +26,21 @@ type metrics struct {
 	statusLeader prometheus.Gauge
 	// statusWrites counts route status updates sent, by result.
 	statusWrites *prometheus.CounterVec
+	// gatewayHealthy is 1 while a linked cluster's gateway answers its
+	// health checks, by cluster (gatewayhealth.go).
+	gatewayHealthy *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	f := promauto.With(reg)
 	m := &metrics{
-		streams:      f.NewGaugeVec(prometheus.GaugeOpts{Name: "plexus_destination_streams", Help: "Open destination streams, by rpc."}, []string{"rpc"}),
-		updates:      f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_destination_updates_total", Help: "Messages queued to destination streams, by rpc and kind (add, remove, no_endpoints, profile)."}, []string{"rpc", "kind"}),
-		overflow:     f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_destination_stream_overflow_total", Help: "Destination streams ended because their update queue overflowed, by rpc."}, []string{"rpc"}),
-		statusLeader: f.NewGauge(prometheus.GaugeOpts{Name: "plexus_destination_status_leader", Help: "1 while this replica holds the route status lease and writes route status, else 0."}),
-		statusWrites: f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_destination_status_writes_total", Help: "Route status updates sent to the API server, by result (ok, error)."}, []string{"result"}),
-		refused:      f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_destination_refused_streams_total", Help: "Destination streams refused to their caller, by rpc and reason: no_client_certificate, invalid_identity, foreign_trust_domain (Unauthenticated), identity_stream_limit, loopback_stream_limit, address_stream_limit (ResourceExhausted), not_own_pod (PermissionDenied)."}, []string{"rpc", "reason"}),
+		streams:        f.NewGaugeVec(prometheus.GaugeOpts{Name: "plexus_destination_streams", Help: "Open destination streams, by rpc."}, []string{"rpc"}),
+		updates:        f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_destination_updates_total", Help: "Messages queued to destination streams, by rpc and kind (add, remove, no_endpoints, profile)."}, []string{"rpc", "kind"}),
+		overflow:       f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_destination_stream_overflow_total", Help: "Destination streams ended because their update queue overflowed, by rpc."}, []string{"rpc"}),
+		gatewayHealthy: f.NewGaugeVec(prometheus.GaugeOpts{Name: "plexus_destination_gateway_healthy", Help: "1 while the linked cluster's multicluster gateway answers destination's health checks, 0 while its gateway-mode endpoints are withdrawn, by cluster."}, []string{"cluster"}),
+		statusLeader:   f.NewGauge(prometheus.GaugeOpts{Name: "plexus_destination_status_leader", Help: "1 while this replica holds the route status lease and writes route status, else 0."}),
+		statusWrites:   f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_destination_status_writes_total", Help: "Route status updates sent to the API server, by result (ok, error)."}, []string{"result"}),
+		refused:        f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_destination_refused_streams_total", Help: "Destination streams refused to their caller, by rpc and reason: no_client_certificate, invalid_identity, foreign_trust_domain (Unauthenticated), identity_stream_limit, loopback_stream_limit, address_stream_limit (ResourceExhausted), not_own_pod (PermissionDenied)."}, []string{"rpc", "reason"}),
 	}
 	return m
 }

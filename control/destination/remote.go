@@ -21,6 +21,7 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -45,6 +46,8 @@ type remoteClusters struct {
 	client    kubernetes.Interface // the local cluster's
 	namespace string
 	log       *slog.Logger
+	// gatewayHealthy: each cluster's gateway health (gatewayhealth.go).
+	gatewayHealthy *prometheus.GaugeVec
 	// newClient builds a remote cluster's client from its kubeconfig (a
 	// test replaces it).
 	newClient func(kubeconfig []byte) (kubernetes.Interface, error)
@@ -63,15 +66,17 @@ type remoteClusters struct {
 type remoteCluster struct {
 	w *watcher
 	// gateway reaches its pods in gateway mode (GatewayAddressAnnotation);
-	// zero when it has none.
+	// zero when it has none. down: its health checks fail
+	// (gatewayhealth.go); r.mu guards it.
 	gateway netip.AddrPort
+	down    bool
 	hash    [sha256.Size]byte // of what it was built from
 	cancel  context.CancelFunc
 }
 
-func newRemoteClusters(local *watcher, client kubernetes.Interface, namespace string, log *slog.Logger) (*remoteClusters, error) {
+func newRemoteClusters(local *watcher, client kubernetes.Interface, namespace string, gatewayHealthy *prometheus.GaugeVec, log *slog.Logger) (*remoteClusters, error) {
 	r := &remoteClusters{
-		local: local, client: client, namespace: namespace, log: log.With("component", "remote-discovery"),
+		local: local, client: client, namespace: namespace, gatewayHealthy: gatewayHealthy, log: log.With("component", "remote-discovery"),
 		newClient: func(kubeconfig []byte) (kubernetes.Interface, error) {
 			return kubeclient.Remote(kubeconfig, "plexus-destination")
 		},
@@ -232,9 +237,22 @@ func (r *remoteClusters) start(name string, kubeconfig []byte, trustDomain strin
 	if old := r.clusters[name]; old != nil {
 		old.cancel()
 	}
-	r.clusters[name] = &remoteCluster{w: w, gateway: gateway, hash: hash, cancel: cancel}
+	rc := &remoteCluster{w: w, gateway: gateway, hash: hash, cancel: cancel}
+	r.clusters[name] = rc
 	log.Info("linked cluster's caches synced")
 	r.enqueueMirrors(name)
+	if gateway.IsValid() {
+		go probeGateway(ctx, gateway, r.gatewayHealthy.WithLabelValues(name), func(healthy bool) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if r.clusters[name] != rc {
+				return // replaced
+			}
+			rc.down = !healthy
+			log.Warn("linked cluster's gateway health changed", "gateway", gateway, "healthy", healthy)
+			r.enqueueMirrors(name)
+		})
+	}
 }
 
 // dropLocked stops cluster name's watcher (r.mu held).
@@ -244,6 +262,7 @@ func (r *remoteClusters) dropLocked(name string) {
 	if c := r.clusters[name]; c != nil {
 		c.cancel()
 		delete(r.clusters, name)
+		r.gatewayHealthy.DeleteLabelValues(name)
 		r.log.Info("linked cluster dropped", "cluster", name)
 	}
 	r.enqueueMirrors(name)
@@ -258,12 +277,15 @@ func (r *remoteClusters) enqueueMirrors(name string) {
 	}
 }
 
-// clusterOf is cluster name's synced watcher and gateway; nil when it has
-// none.
+// clusterOf is cluster name's synced watcher and its gateway, zero when
+// it has none or it fails its health checks; nil when it has none.
 func (r *remoteClusters) clusterOf(name string) (*watcher, netip.AddrPort) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if c := r.clusters[name]; c != nil {
+		if c.down {
+			return c.w, netip.AddrPort{}
+		}
 		return c.w, c.gateway
 	}
 	return nil, netip.AddrPort{}
@@ -274,7 +296,7 @@ func (r *remoteClusters) clusterOf(name string) (*watcher, netip.AddrPort) {
 // its meshed endpoints only, each through the cluster's gateway (the
 // gateway passes on nothing but a mesh handshake). base is the mirror's
 // own snapshot, which stands when the cluster is not watched or, in
-// gateway mode, has no gateway (no endpoints).
+// gateway mode, has no healthy gateway (no endpoints).
 func (r *remoteClusters) mirrorSnapshot(name string, svc *corev1.Service, port uint16, base snapshot) snapshot {
 	rw, gateway := r.clusterOf(name)
 	viaGateway := svc.Labels[mc.GatewayLabel] != ""

@@ -3,6 +3,8 @@ package destination
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -15,7 +17,9 @@ import (
 
 	pb "github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	mc "github.com/plexus-mesh/plexus/mesh/api/multicluster/v1alpha1"
+	"github.com/plexus-mesh/plexus/mesh/passthrough"
 	"github.com/plexus-mesh/plexus/testsupport/eventually"
+	"github.com/plexus-mesh/plexus/testsupport/tcptest"
 )
 
 // mirror is a remote-discovery mirror of cluster's Service remote, as the
@@ -171,9 +175,9 @@ func watcherOf(r *remoteClusters, name string) *watcher {
 func TestRemoteDiscoveryGatewayMode(t *testing.T) {
 	a, b, client, srv := remoteEnv(t)
 	ctx := context.Background()
-	gw := mirror("shop", "hello-gw-b", "10.96.0.53", "b", "hello")
-	gw.Labels[mc.GatewayLabel] = "b"
-	if _, err := a.CoreV1().Services("shop").Create(ctx, gw, metav1.CreateOptions{}); err != nil {
+	gwMirror := mirror("shop", "hello-gw-b", "10.96.0.53", "b", "hello")
+	gwMirror.Labels[mc.GatewayLabel] = "b"
+	if _, err := a.CoreV1().Services("shop").Create(ctx, gwMirror, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.CoreV1().Pods("shop").Create(ctx, pod("shop", "plain", "10.245.0.7", false, nil), metav1.CreateOptions{}); err != nil {
@@ -191,18 +195,30 @@ func TestRemoteDiscoveryGatewayMode(t *testing.T) {
 	s := open(t, client.Get, "hello-gw-b.shop.svc.cluster.local:80")
 	s.expectUpdates(t, wait, "none(exists)")
 
+	gw, gwClose := healthyGateway(t, "127.0.0.1:0")
 	secret := linkSecret("b", "b", "b.example")
-	secret.Annotations[mc.GatewayAddressAnnotation] = "10.214.1.10:31480"
+	secret.Annotations[mc.GatewayAddressAnnotation] = gw.String()
 	if _, err := a.CoreV1().Secrets(mc.Namespace).Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	u := s.expectUpdates(t, wait, "add[10.245.0.5:8080]")[0].GetAdd()
-	if got := u.Addrs[0].GetVia(); got == nil || fmt.Sprintf("%v:%d", got.GetIp(), got.GetPort()) != fmt.Sprintf("%v:%d", []byte{10, 214, 1, 10}, 31480) {
-		t.Errorf("via %v, want the gateway 10.214.1.10:31480", got)
+	if got := u.Addrs[0].GetVia(); got == nil || fmt.Sprintf("%v:%d", got.GetIp(), got.GetPort()) != fmt.Sprintf("%v:%d", []byte{127, 0, 0, 1}, gw.Port()) {
+		t.Errorf("via %v, want the gateway %v", got, gw)
 	}
 	if got := u.Addrs[0].GetTlsIdentity().GetSpiffeId(); got != "spiffe://b.example/ns/shop/sa/web" {
 		t.Errorf("identity %q, want the remote pod's own", got)
 	}
+	// The gateway goes away: its endpoints are withdrawn within
+	// interval + failures × (refused at once); it comes back: restored.
+	gwClose()
+	start := time.Now()
+	s.expectUpdates(t, wait, "remove[10.245.0.5:8080]", "none(exists)")
+	if d := time.Since(start); d > GatewayProbeInterval*(GatewayProbeFailures+1) {
+		t.Errorf("a refusing gateway was withdrawn after %v", d)
+	}
+	healthyGateway(t, gw.String())
+	s.expectUpdates(t, wait, "add[10.245.0.5:8080]")
+
 	// The flat mirror of the same Service still reaches both pods directly.
 	flat := open(t, client.Get, "hello-b.shop.svc.cluster.local:80")
 	for _, add := range flat.expectUpdates(t, wait, "add[10.245.0.5:8080 10.245.0.7:8080]") {
@@ -212,4 +228,11 @@ func TestRemoteDiscoveryGatewayMode(t *testing.T) {
 			}
 		}
 	}
+}
+
+// healthyGateway answers multicluster health checks on addr (loopback)
+// as a ready gateway does, until the test ends or close is called.
+func healthyGateway(t *testing.T, addr string) (gw netip.AddrPort, close func()) {
+	t.Helper()
+	return tcptest.Serve(t, addr, func(c net.Conn) { _, _, _ = passthrough.Accept(c, time.Second) })
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -93,6 +94,9 @@ func testGatewayMode(t *testing.T, g gatewayCase) {
 		return err == nil && res.Statuses["403"] == 5 && res.Errors["plexus-proxy-error: unauthorized"] == 5
 	}, func() string { return briefResult(res) + " " + errString(err) })
 
+	// T6: the gateway refused, then blackholed, on the way from a to b.
+	testGatewayDown(t, g, gw, url)
+
 	// An attacker at the gateway's port, outside any mesh.
 	refused := gatewayCount(t, g.b, gwPod, "refused")
 	clientInB := pods(t, g.b, g.ns, "client")[0]
@@ -162,4 +166,83 @@ func gatewayCount(t *testing.T, c *clustertest.Cluster, pod, result string) int 
 	}
 	t.Fatalf("gateway metrics have no plexus_gateway_connections_total{result=%q}", result)
 	return 0
+}
+
+// testGatewayDown (issue 27's T6): the host, the router between the two
+// clusters, refuses (TCP reset) and then drops what a sends to b's
+// gateway. Each time a's destination finds it within 3 s (its
+// plexus_destination_gateway_healthy{cluster="b"} 0), a's client's proxy
+// no longer holds hello-b's endpoints and its requests fail at once
+// rather than wait; with the rule gone both come back.
+func testGatewayDown(t *testing.T, g gatewayCase, gw netip.AddrPort, url string) {
+	ctx := clustertest.Context(t, 3*time.Minute)
+	dests, err := g.a.Client.CoreV1().Pods(controlNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=plexus-destination"})
+	if err != nil || len(dests.Items) == 0 {
+		t.Fatalf("a's destination pods: %v", err)
+	}
+	gaugeIs := func(v string) func() bool {
+		return func() bool {
+			for _, d := range dests.Items {
+				raw, err := g.a.Client.CoreV1().Pods(controlNamespace).ProxyGet("http", d.Name, "9996", "/metrics", nil).DoRaw(ctx)
+				if err != nil || !strings.Contains(string(raw), `plexus_destination_gateway_healthy{cluster="b"} `+v) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	healthy, down := gaugeIs("1"), gaugeIs("0")
+	within(t, "a's destination finds b's gateway healthy", 10*time.Second, healthy, nil)
+	for _, c := range []struct{ name, target string }{
+		{"refused", "REJECT --reject-with tcp-reset"},
+		{"blackholed", "DROP"},
+	} {
+		rule := append([]string{"FORWARD", "-d", gw.Addr().String(), "-p", "tcp", "--dport", strconv.Itoa(int(gw.Port())), "-j"}, strings.Fields(c.target)...)
+		iptables(t, append([]string{"-I"}, rule...)...)
+		removed := false
+		remove := func() {
+			if !removed {
+				removed = true
+				iptables(t, append([]string{"-D"}, rule...)...)
+			}
+		}
+		t.Cleanup(remove)
+		start := time.Now()
+		within(t, "gateway "+c.name+": a's destination finds it down", 3*time.Second, down, nil)
+		t.Logf("gateway %s: detected in %v (destination's health checks)", c.name, time.Since(start).Round(time.Millisecond))
+		within(t, "gateway "+c.name+": a's client's proxy holds no endpoint of hello-b", 5*time.Second, func() bool {
+			sets, err := proxyEndpointSets(ctx, g.a, g.ns, g.client)
+			if err != nil {
+				return false
+			}
+			for _, set := range sets {
+				if set.Labels["service"] == "hello-b" && len(set.Endpoints) > 0 {
+					return false
+				}
+			}
+			return true
+		}, nil)
+		reqStart := time.Now()
+		res, err := execLoad(ctx, g.a, g.ns, g.client, "-n", "1", "-timeout", "10s", url)
+		if err == nil && res.Statuses["200"] > 0 {
+			t.Errorf("gateway %s: a request still got 200: %s", c.name, briefResult(res))
+		}
+		t.Logf("gateway %s: a request fails in %v: %s %s", c.name, time.Since(reqStart).Round(time.Millisecond), briefResult(res), errString(err))
+		remove()
+		start = time.Now()
+		within(t, "gateway "+c.name+" back: healthy again", 5*time.Second, healthy, nil)
+		t.Logf("gateway %s back: healthy in %v", c.name, time.Since(start).Round(time.Millisecond))
+		within(t, "gateway "+c.name+" back: a's client reaches b's hello", 15*time.Second, func() bool {
+			res, err = execLoad(ctx, g.a, g.ns, g.client, "-n", "20", "-timeout", "5s", url)
+			return err == nil && res.Statuses["200"] == 20
+		}, func() string { return briefResult(res) + " " + errString(err) })
+	}
+}
+
+// iptables runs iptables on the host (the router between the clusters).
+func iptables(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("iptables", append([]string{"-w"}, args...)...).CombinedOutput(); err != nil {
+		t.Fatalf("iptables %s: %v: %s", strings.Join(args, " "), err, out)
+	}
 }

@@ -87,6 +87,22 @@ func (c *slotConn) Close() error {
 	return c.Conn.Close()
 }
 
+// CloseWrite half-closes the connection when it is TCP (else closes it).
+func (c *slotConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Close()
+}
+
+// SetLinger sets SO_LINGER when the connection is TCP (ResetClose).
+func (c *slotConn) SetLinger(sec int) error {
+	if l, ok := c.Conn.(interface{ SetLinger(int) error }); ok {
+		return l.SetLinger(sec)
+	}
+	return nil
+}
+
 // RemoteAddr is c's peer address (the zero Addr when it has none).
 func RemoteAddr(c net.Conn) netip.Addr {
 	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
@@ -97,8 +113,8 @@ func RemoteAddr(c net.Conn) netip.Addr {
 
 // ResetClose closes c with a reset, so its client does not wait.
 func ResetClose(c net.Conn) {
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetLinger(0)
+	if l, ok := c.(interface{ SetLinger(int) error }); ok {
+		_ = l.SetLinger(0)
 	}
 	c.Close()
 }

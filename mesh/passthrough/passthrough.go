@@ -49,10 +49,20 @@ func unspecified(a netip.Addr) netip.Addr {
 // ErrHeader wraps every reason a connection's preface is refused.
 var ErrHeader = errors.New("passthrough header")
 
-// Accept reads c's preface within timeout and returns its source and
-// destination, and the connection to join from, which yields what followed
-// the header. The deadline is cleared on success.
-func Accept(c net.Conn, timeout time.Duration) (src, dst netip.AddrPort, rest net.Conn, err error) {
+// Header is what a connection's preface says.
+type Header struct {
+	// Src and Dst: the client's address (for logs) and the pod it wants.
+	Src, Dst netip.AddrPort
+	// Health: a health check (the PROXY protocol's LOCAL command, which
+	// the specification gives for health checks), not a connection to
+	// forward: Src and Dst are zero.
+	Health bool
+}
+
+// Accept reads c's preface within timeout and returns it, and the
+// connection to join from, which yields what followed the header. The
+// deadline is cleared on success.
+func Accept(c net.Conn, timeout time.Duration) (Header, net.Conn, error) {
 	pc := proxyproto.NewConn(c,
 		proxyproto.WithPolicy(proxyproto.REQUIRE),
 		proxyproto.SetReadHeaderTimeout(timeout),
@@ -64,32 +74,60 @@ func Accept(c net.Conn, timeout time.Duration) (src, dst netip.AddrPort, rest ne
 		if rerr == nil {
 			rerr = errors.New("no header")
 		}
-		return src, dst, nil, fmt.Errorf("%w: %w", ErrHeader, rerr)
+		return Header{}, nil, fmt.Errorf("%w: %w", ErrHeader, rerr)
 	}
-	return check(h, pc)
+	hdr, err := check(h)
+	if err != nil {
+		return Header{}, nil, err
+	}
+	return hdr, pc, nil
 }
 
 // check holds h to what Plexus sends.
-func check(h *proxyproto.Header, pc net.Conn) (src, dst netip.AddrPort, rest net.Conn, err error) {
+func check(h *proxyproto.Header) (Header, error) {
 	switch {
 	case h.Version != 2:
-		return src, dst, nil, fmt.Errorf("%w: version %d, want 2", ErrHeader, h.Version)
+		return Header{}, fmt.Errorf("%w: version %d, want 2", ErrHeader, h.Version)
+	case h.Command == proxyproto.LOCAL:
+		return Header{Health: true}, nil
 	case h.Command != proxyproto.PROXY:
-		return src, dst, nil, fmt.Errorf("%w: command %#x, want PROXY", ErrHeader, byte(h.Command))
+		return Header{}, fmt.Errorf("%w: command %#x, want PROXY or LOCAL", ErrHeader, byte(h.Command))
 	case !h.TransportProtocol.IsStream():
-		return src, dst, nil, fmt.Errorf("%w: transport %#x, want TCP", ErrHeader, byte(h.TransportProtocol))
+		return Header{}, fmt.Errorf("%w: transport %#x, want TCP", ErrHeader, byte(h.TransportProtocol))
 	}
 	s, sok := h.SourceAddr.(*net.TCPAddr)
 	d, dok := h.DestinationAddr.(*net.TCPAddr)
 	if !sok || !dok {
-		return src, dst, nil, fmt.Errorf("%w: addresses are not TCP", ErrHeader)
+		return Header{}, fmt.Errorf("%w: addresses are not TCP", ErrHeader)
 	}
-	src, dst = s.AddrPort(), d.AddrPort()
+	dst := d.AddrPort()
 	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
 	if !dst.Addr().IsValid() || dst.Addr().IsUnspecified() || dst.Port() == 0 {
-		return src, dst, nil, fmt.Errorf("%w: destination %v", ErrHeader, dst)
+		return Header{}, fmt.Errorf("%w: destination %v", ErrHeader, dst)
 	}
-	return src, dst, pc, nil
+	return Header{Src: s.AddrPort(), Dst: dst}, nil
+}
+
+// Probe checks the gateway at gw with dial: it sends a health check and
+// expects the gateway to close the connection cleanly before ctx ends. A
+// gateway that cannot serve (not ready) resets it instead.
+func Probe(ctx context.Context, dial func(context.Context, netip.AddrPort) (net.Conn, error), gw netip.AddrPort) error {
+	c, err := dial(ctx, gw)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if d, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(d)
+	}
+	h := &proxyproto.Header{Version: 2, Command: proxyproto.LOCAL, TransportProtocol: proxyproto.UNSPEC}
+	if _, err := h.WriteTo(c); err != nil {
+		return err
+	}
+	if n, err := c.Read(make([]byte, 1)); n > 0 || !errors.Is(err, io.EOF) {
+		return fmt.Errorf("gateway %s did not answer its health check (read %d bytes, %v)", gw, n, err)
+	}
+	return nil
 }
 
 // Dial connects to dst with dial: directly when via is zero, else through

@@ -2,6 +2,7 @@ package passthrough
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"io"
 	"net"
@@ -19,12 +20,12 @@ func accept(t testing.TB, b []byte) (src, dst netip.AddrPort, rest []byte, err e
 		client.Close()
 	}()
 	defer server.Close()
-	src, dst, c, err := Accept(server, time.Second)
+	h, c, err := Accept(server, time.Second)
 	if err != nil {
 		return src, dst, nil, err
 	}
 	rest, _ = io.ReadAll(c)
-	return src, dst, rest, nil
+	return h.Src, h.Dst, rest, nil
 }
 
 // TestHeaderRoundTrip: what WriteHeader writes, Accept reads back (IPv4,
@@ -72,7 +73,7 @@ func TestHeaderAsTheSpecWritesIt(t *testing.T) {
 func TestRefusedHeaders(t *testing.T) {
 	for name, hexHeader := range map[string]string{
 		"PROXY v1":          hex.EncodeToString([]byte("PROXY TCP4 10.244.0.7 10.245.0.5 41000 8080\r\n")),
-		"LOCAL command":     "0d0a0d0a000d0a515549540a" + "20" + "00" + "0000",
+		"LOCAL command, v1": hex.EncodeToString([]byte("PROXY UNKNOWN\r\n")),
 		"UDP":               "0d0a0d0a000d0a515549540a" + "21" + "12" + "000c" + "0af40007" + "0af50005" + "a0281f90",
 		"port 0":            "0d0a0d0a000d0a515549540a" + "21" + "11" + "000c" + "0af40007" + "0af50005" + "a0280000",
 		"unspecified":       "0d0a0d0a000d0a515549540a" + "21" + "11" + "000c" + "0af40007" + "00000000" + "a0281f90",
@@ -107,4 +108,53 @@ func FuzzAccept(f *testing.F) {
 			t.Fatalf("rest %x is not the input's tail", rest)
 		}
 	})
+}
+
+// TestHealthCheck: Probe's LOCAL header is read as a health check, and
+// Probe passes on a clean close and fails on a reset or silence.
+func TestHealthCheck(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	answer := make(chan string, 3)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			h, _, err := Accept(c, time.Second)
+			switch how := <-answer; {
+			case err != nil || !h.Health:
+				t.Errorf("read %+v, %v: want a health check", h, err)
+				c.Close()
+			case how == "close":
+				c.Close()
+			case how == "reset":
+				c.(*net.TCPConn).SetLinger(0)
+				c.Close()
+			case how == "silent":
+				defer c.Close()
+			}
+		}
+	}()
+	gw := ln.Addr().(*net.TCPAddr).AddrPort()
+	dial := func(ctx context.Context, a netip.AddrPort) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", a.String())
+	}
+	for _, c := range []struct {
+		how  string
+		pass bool
+	}{{"close", true}, {"reset", false}, {"silent", false}} {
+		answer <- c.how
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		err := Probe(ctx, dial, gw)
+		cancel()
+		if (err == nil) != c.pass {
+			t.Errorf("gateway that answers %s: Probe %v, want pass %v", c.how, err, c.pass)
+		}
+	}
 }

@@ -39,6 +39,9 @@ type Options struct {
 	// Allowed reports why the gateway may not connect to a destination
 	// (Targets.Allowed); nil: it may.
 	Allowed func(netip.AddrPort) error
+	// Ready reports why the gateway cannot serve yet (Targets.Ready): a
+	// health check is then refused. Nil: always ready.
+	Ready func() error
 	// Dial connects to a target (default: TCP).
 	Dial func(ctx context.Context, dst netip.AddrPort) (net.Conn, error)
 	// HeaderTimeout bounds the wait for the header, ConnectTimeout the
@@ -132,16 +135,27 @@ const (
 	resultRefused     = "refused"
 	resultUnreachable = "unreachable"
 	resultLimit       = "limit"
+	resultHealth      = "health_check"
 )
 
 // handle serves one accepted connection.
 func (g *Gateway) handle(ctx context.Context, c net.Conn) {
 	defer c.Close()
-	src, dst, in, err := passthrough.Accept(c, g.opts.HeaderTimeout)
+	h, in, err := passthrough.Accept(c, g.opts.HeaderTimeout)
 	if err != nil {
 		g.metrics.connections.WithLabelValues(resultBadHeader).Inc()
 		g.opts.Log.Debug("connection refused: bad header", "client", c.RemoteAddr(), "error", err)
 		connlimit.ResetClose(c)
+		return
+	}
+	src, dst := h.Src, h.Dst
+	if h.Health {
+		// A linked cluster's destination asks whether it may send here:
+		// a clean close says yes, a reset no.
+		g.metrics.connections.WithLabelValues(resultHealth).Inc()
+		if g.opts.Ready != nil && g.opts.Ready() != nil {
+			connlimit.ResetClose(c)
+		}
 		return
 	}
 	if err := g.opts.Allowed(dst); err != nil {

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,7 +23,14 @@ import (
 // startGateway serves a gateway on loopback that may reach allowed only.
 func startGateway(t *testing.T, allowed netip.AddrPort) (netip.AddrPort, *Gateway) {
 	t.Helper()
+	return startGatewayReady(t, allowed, nil)
+}
+
+// startGatewayReady is startGateway whose readiness is ready.
+func startGatewayReady(t *testing.T, allowed netip.AddrPort, ready func() error) (netip.AddrPort, *Gateway) {
+	t.Helper()
 	g, err := New(Options{
+		Ready: ready,
 		Allowed: func(dst netip.AddrPort) error {
 			if dst != allowed {
 				return errors.New("not exported")
@@ -163,8 +172,8 @@ func TestRefusesWhatItMayNotReach(t *testing.T) {
 				t.Fatal(err)
 			}
 			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-			if n, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
-				t.Fatalf("read %d bytes, %v: want the connection closed", n, err)
+			if n, err := c.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("read %d bytes, %v: want the connection reset", n, err)
 			}
 			if got := count(g, tc.result) - before; got != 1 {
 				t.Errorf("%s counted %v times, want 1", tc.result, got)
@@ -176,7 +185,33 @@ func TestRefusesWhatItMayNotReach(t *testing.T) {
 	}
 }
 
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+// TestHealthCheckAnswersReadiness: a linked cluster's probe passes while
+// the gateway is ready and fails (reset) while it is not; each is counted
+// as a health check, none as forwarded.
+func TestHealthCheckAnswersReadiness(t *testing.T) {
+	var notReady atomic.Bool
+	gw, g := startGatewayReady(t, netip.AddrPort{}, func() error {
+		if notReady.Load() {
+			return errors.New("caches not synced")
+		}
+		return nil
+	})
+	probe := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		return passthrough.Probe(ctx, dial, gw)
+	}
+	if err := probe(); err != nil {
+		t.Errorf("ready gateway: %v", err)
+	}
+	notReady.Store(true)
+	if err := probe(); err == nil {
+		t.Error("a gateway not ready passed its health check")
+	}
+	if n := count(g, resultHealth); n != 2 {
+		t.Errorf("health checks counted %v, want 2", n)
+	}
+	if n := count(g, resultForwarded); n != 0 {
+		t.Errorf("forwarded %v, want 0", n)
+	}
 }

@@ -67,7 +67,7 @@ func Main(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	g, err := gateway.New(gateway.Options{
-		Allowed: targets.Allowed, HeaderTimeout: cfg.HeaderTimeout,
+		Allowed: targets.Allowed, Ready: targets.Ready, HeaderTimeout: cfg.HeaderTimeout,
 		MaxConnections: cfg.MaxConnections, PerSource: cfg.PerSource,
 		Registry: env.Registry, Log: env.Log,
 	})
