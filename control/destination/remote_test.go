@@ -234,5 +234,5 @@ func TestRemoteDiscoveryGatewayMode(t *testing.T) {
 // as a ready gateway does, until the test ends or close is called.
 func healthyGateway(t *testing.T, addr string) (gw netip.AddrPort, close func()) {
 	t.Helper()
-	return tcptest.Serve(t, addr, func(c net.Conn) { _, _, _ = passthrough.Accept(c, time.Second) })
+	return tcptest.Serve(t, addr, func(c net.Conn) { _, _ = passthrough.Accept(c, time.Second) })
 }

@@ -87,6 +87,10 @@ func (c *slotConn) Close() error {
 	return c.Conn.Close()
 }
 
+// NetConn is the connection itself (closing it does not give the slot
+// back: Close c).
+func (c *slotConn) NetConn() net.Conn { return c.Conn }
+
 // CloseWrite half-closes the connection when it is TCP (else closes it).
 func (c *slotConn) CloseWrite() error {
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {

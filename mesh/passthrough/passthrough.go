@@ -12,7 +12,10 @@
 package passthrough
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -59,28 +62,48 @@ type Header struct {
 	Health bool
 }
 
-// Accept reads c's preface within timeout and returns it, and the
-// connection to join from, which yields what followed the header. The
-// deadline is cleared on success.
-func Accept(c net.Conn, timeout time.Duration) (Header, net.Conn, error) {
-	pc := proxyproto.NewConn(c,
-		proxyproto.WithPolicy(proxyproto.REQUIRE),
-		proxyproto.SetReadHeaderTimeout(timeout),
-		proxyproto.WithBufferSize(4096))
-	h := pc.ProxyHeader()
-	if h == nil {
-		// ProxyHeader hides the parse error; a zero-length Read shows it.
-		_, rerr := pc.Read(nil)
-		if rerr == nil {
-			rerr = errors.New("no header")
-		}
-		return Header{}, nil, fmt.Errorf("%w: %w", ErrHeader, rerr)
+// maxHeaderLen bounds the length a header announces past its first 16
+// bytes (IPv6 addresses take 36; Plexus sends no TLVs).
+const maxHeaderLen = 512
+
+// signature starts every PROXY protocol v2 header.
+var signature = []byte("\r\n\r\n\x00\r\nQUIT\n")
+
+// Accept reads c's preface within timeout and returns it. It reads the
+// header's bytes exactly (its length is in its first 16), so what follows
+// is still c's to read: joined TCP connections can be spliced in the
+// kernel. The deadline is cleared on success.
+func Accept(c net.Conn, timeout time.Duration) (Header, error) {
+	if err := c.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		return Header{}, fmt.Errorf("%w: %w", ErrHeader, err)
+	}
+	b := make([]byte, 16, 16+maxHeaderLen)
+	if _, err := io.ReadFull(c, b); err != nil {
+		return Header{}, fmt.Errorf("%w: %w", ErrHeader, err)
+	}
+	if !bytes.Equal(b[:12], signature) {
+		return Header{}, fmt.Errorf("%w: no PROXY protocol v2 signature", ErrHeader)
+	}
+	n := int(binary.BigEndian.Uint16(b[14:16]))
+	if n > maxHeaderLen {
+		return Header{}, fmt.Errorf("%w: %d bytes announced, at most %d", ErrHeader, n, maxHeaderLen)
+	}
+	b = b[:16+n]
+	if _, err := io.ReadFull(c, b[16:]); err != nil {
+		return Header{}, fmt.Errorf("%w: %w", ErrHeader, err)
+	}
+	h, err := proxyproto.Read(bufio.NewReader(bytes.NewReader(b)))
+	if err != nil {
+		return Header{}, fmt.Errorf("%w: %w", ErrHeader, err)
 	}
 	hdr, err := check(h)
 	if err != nil {
-		return Header{}, nil, err
+		return Header{}, err
 	}
-	return hdr, pc, nil
+	if err := c.SetReadDeadline(time.Time{}); err != nil {
+		return Header{}, fmt.Errorf("%w: %w", ErrHeader, err)
+	}
+	return hdr, nil
 }
 
 // check holds h to what Plexus sends.

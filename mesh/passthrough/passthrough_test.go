@@ -14,18 +14,24 @@ import (
 // accept runs Accept on the server side of a pipe fed b, and returns what
 // it found and everything the connection yields after the header.
 func accept(t testing.TB, b []byte) (src, dst netip.AddrPort, rest []byte, err error) {
+	h, rest, err := acceptHeader(t, b)
+	return h.Src, h.Dst, rest, err
+}
+
+// acceptHeader is accept returning the whole header.
+func acceptHeader(t testing.TB, b []byte) (Header, []byte, error) {
 	client, server := net.Pipe()
 	go func() {
 		_, _ = client.Write(b)
 		client.Close()
 	}()
 	defer server.Close()
-	h, c, err := Accept(server, time.Second)
+	h, err := Accept(server, time.Second)
 	if err != nil {
-		return src, dst, nil, err
+		return Header{}, nil, err
 	}
-	rest, _ = io.ReadAll(c)
-	return h.Src, h.Dst, rest, nil
+	rest, _ := io.ReadAll(server)
+	return h, rest, nil
 }
 
 // TestHeaderRoundTrip: what WriteHeader writes, Accept reads back (IPv4,
@@ -88,8 +94,9 @@ func TestRefusedHeaders(t *testing.T) {
 	}
 }
 
-// FuzzAccept: no input panics Accept, and whatever it accepts names a
-// usable destination and leaves the rest of the bytes to the connection.
+// FuzzAccept: no input panics Accept, and whatever it accepts is a health
+// check without addresses or names a usable destination, and leaves the
+// rest of the bytes, unread, to the connection.
 func FuzzAccept(f *testing.F) {
 	var ok bytes.Buffer
 	_ = WriteHeader(&ok, netip.MustParseAddrPort("10.244.0.7:41000"), netip.MustParseAddrPort("10.245.0.5:8080"))
@@ -97,15 +104,21 @@ func FuzzAccept(f *testing.F) {
 	f.Add([]byte("PROXY TCP4 1.2.3.4 5.6.7.8 1 2\r\n"))
 	f.Add([]byte{0x16, 0x03, 0x01})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_, dst, rest, err := accept(t, b)
+		h, rest, err := acceptHeader(t, b)
 		if err != nil {
 			return
 		}
-		if !dst.IsValid() || dst.Port() == 0 || dst.Addr().IsUnspecified() {
-			t.Fatalf("accepted destination %v", dst)
-		}
 		if !bytes.HasSuffix(b, rest) {
 			t.Fatalf("rest %x is not the input's tail", rest)
+		}
+		if h.Health {
+			if h.Src.IsValid() || h.Dst.IsValid() {
+				t.Fatalf("a health check with addresses %+v", h)
+			}
+			return
+		}
+		if dst := h.Dst; !dst.IsValid() || dst.Port() == 0 || dst.Addr().IsUnspecified() {
+			t.Fatalf("accepted destination %v", dst)
 		}
 	})
 }
@@ -125,7 +138,7 @@ func TestHealthCheck(t *testing.T) {
 			if err != nil {
 				return
 			}
-			h, _, err := Accept(c, time.Second)
+			h, err := Accept(c, time.Second)
 			switch how := <-answer; {
 			case err != nil || !h.Health:
 				t.Errorf("read %+v, %v: want a health check", h, err)

@@ -141,7 +141,7 @@ const (
 // handle serves one accepted connection.
 func (g *Gateway) handle(ctx context.Context, c net.Conn) {
 	defer c.Close()
-	h, in, err := passthrough.Accept(c, g.opts.HeaderTimeout)
+	h, err := passthrough.Accept(c, g.opts.HeaderTimeout)
 	if err != nil {
 		g.metrics.connections.WithLabelValues(resultBadHeader).Inc()
 		g.opts.Log.Debug("connection refused: bad header", "client", c.RemoteAddr(), "error", err)
@@ -182,19 +182,28 @@ func (g *Gateway) handle(ctx context.Context, c net.Conn) {
 		up.Close()
 	})
 	defer stop()
-	join(in, c, up)
+	join(netConn(c), up)
+}
+
+// netConn is the connection under c's limit slot: TCP to TCP, the copies
+// are spliced in the kernel.
+func netConn(c net.Conn) net.Conn {
+	if u, ok := c.(interface{ NetConn() net.Conn }); ok {
+		return u.NetConn()
+	}
+	return c
 }
 
 // join copies both ways until both directions have ended: each end of one
-// direction half-closes the other side (in reads from c, past the header).
-func join(in io.Reader, c, up net.Conn) {
+// direction half-closes the other side.
+func join(c, up net.Conn) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		_, _ = io.Copy(c, up)
 		closeWrite(c)
 	}()
-	_, _ = io.Copy(up, in)
+	_, _ = io.Copy(up, c)
 	closeWrite(up)
 	<-done
 }
