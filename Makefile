@@ -125,8 +125,8 @@ demo: cluster-up
 	integration/demo.sh
 
 ## demo-multicluster: two local clusters, flat, linked: a calls b's pods
-## over mTLS and b's policy names a's client (make cluster-down takes both
-## down)
+## over mTLS and b's policy names a's client; then the same through b's
+## gateway, the networks hierarchical (make cluster-down takes both down)
 demo-multicluster:
 	$(MAKE) cluster-up CLUSTERS=2 MC=flat
 	integration/demo-multicluster.sh

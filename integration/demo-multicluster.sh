@@ -5,7 +5,8 @@
 # b: b.cluster.local); the multicluster extension in both; a linked to b
 # with plexusctl multicluster link; hello in b exported; a's client calling
 # hello-b, answered by b's pods directly over mTLS; b's proxy naming a's
-# client; a policy in b naming a's client.
+# client; a policy in b naming a's client; then, the networks
+# hierarchical, the same through b's gateway.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/cluster/env.sh"
@@ -165,4 +166,31 @@ fromB=$(statuses kb "$bclient" http://hello.mc-demo.svc.cluster.local/)
 echo "    b's own client (spiffe://b.cluster.local/ns/mc-demo/sa/client): $fromB"
 [ "$fromB" = '"statuses":{"403":5}' ] || die "b's policy admitted b's own sa/client"
 
-log "multicluster demo done in $((SECONDS - start))s: a and b stay up (make cluster-down takes both down)"
+step "gateway mode: the networks hierarchical (a's pods reach b's nodes only), hello exported through b's gateway"
+trap '"$HERE/cluster/pair.sh" mode flat >/dev/null 2>&1 || true' EXIT
+"$HERE/cluster/pair.sh" mode hierarchical >/dev/null
+kb -n mc-demo label --overwrite service hello mirror.plexus.dev/exported=gateway >/dev/null
+deadline=$((SECONDS + 10))
+until [ "$(ka -n mc-demo get service hello-b -o jsonpath='{.metadata.labels.multicluster\.plexus\.dev/gateway}')" = b ]; do
+	[ $SECONDS -lt $deadline ] || die "hello-b not in gateway mode within 10 s"
+	sleep 0.2
+done
+echo "    b's gateway, as a reaches it: $(ka -n plexus-multicluster get secret cluster-credentials-b -o jsonpath='{.metadata.annotations.multicluster\.plexus\.dev/gateway-address}')"
+deadline=$((SECONDS + 30))
+until fromA=$(statuses ka "$client" http://hello-b.mc-demo.svc.cluster.local/) && [ "$fromA" = '"statuses":{"200":5}' ]; do
+	[ $SECONDS -lt $deadline ] || die "a's client did not reach hello-b through b's gateway: $fromA"
+	sleep 1
+done
+echo "    a's client through the gateway, under b's policy naming it: $fromA"
+gw=$(kb -n plexus-multicluster get pods -l app.kubernetes.io/name=plexus-gateway -o jsonpath='{.items[0].metadata.name}')
+echo "    b's gateway (it passes a's mTLS through, unread):"
+kb get --raw "/api/v1/namespaces/plexus-multicluster/pods/$gw:9993/proxy/metrics" | grep '^plexus_gateway_connections_total' | grep -v ' 0$' | sed 's/^/      /'
+echo "    b's hello pods still name the caller:"
+for p in $(kb -n mc-demo get pods -l app=hello -o jsonpath='{.items[*].metadata.name}'); do
+	kb -n mc-demo get --raw "/api/v1/namespaces/mc-demo/pods/$p:4191/proxy/metrics" | grep 'request_total{' | grep 'direction="inbound"' |
+		grep -o 'client_id="[^"]*"' | sort -u | sed "s/^/      $p: /"
+done
+kb -n mc-demo label --overwrite service hello mirror.plexus.dev/exported=remote-discovery >/dev/null
+"$HERE/cluster/pair.sh" mode flat >/dev/null
+
+log "multicluster demo done in $((SECONDS - start))s: a and b stay up, flat (make cluster-down takes both down)"
