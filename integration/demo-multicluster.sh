@@ -182,6 +182,8 @@ until fromA=$(statuses ka "$client" http://hello-b.mc-demo.svc.cluster.local/) &
 	sleep 1
 done
 echo "    a's client through the gateway, under b's policy naming it: $fromA"
+echo "    plexusctl multicluster gateways (in a):"
+pa multicluster gateways | sed 's/^/      /'
 gw=$(kb -n plexus-multicluster get pods -l app.kubernetes.io/name=plexus-gateway -o jsonpath='{.items[0].metadata.name}')
 echo "    b's gateway (it passes a's mTLS through, unread):"
 kb get --raw "/api/v1/namespaces/plexus-multicluster/pods/$gw:9993/proxy/metrics" | grep '^plexus_gateway_connections_total' | grep -v ' 0$' | sed 's/^/      /'

@@ -28,6 +28,25 @@ const (
 	GatewayProbeFailures = 2
 )
 
+// gatewayGauges are the gateways' metrics, by cluster.
+type gatewayGauges struct {
+	healthy, latency *prometheus.GaugeVec
+}
+
+// gatewayGauge is one cluster's.
+type gatewayGauge struct {
+	healthy, latency prometheus.Gauge
+}
+
+func (g gatewayGauges) of(cluster string) gatewayGauge {
+	return gatewayGauge{g.healthy.WithLabelValues(cluster), g.latency.WithLabelValues(cluster)}
+}
+
+func (g gatewayGauges) forget(cluster string) {
+	g.healthy.DeleteLabelValues(cluster)
+	g.latency.DeleteLabelValues(cluster)
+}
+
 // gatewayHealth is one linked cluster's gateway's state.
 type gatewayHealth struct {
 	healthy bool
@@ -36,27 +55,31 @@ type gatewayHealth struct {
 
 // probeGateway probes cluster name's gateway gw until ctx ends, telling
 // changed of every change of health (healthy first, until probes fail).
-func probeGateway(ctx context.Context, gw netip.AddrPort, gauge prometheus.Gauge, changed func(healthy bool)) {
+func probeGateway(ctx context.Context, gw netip.AddrPort, gauge gatewayGauge, changed func(healthy bool)) {
 	var d net.Dialer
 	dial := func(ctx context.Context, a netip.AddrPort) (net.Conn, error) {
 		return d.DialContext(ctx, "tcp", a.String())
 	}
 	h := gatewayHealth{healthy: true}
-	gauge.Set(1)
+	gauge.healthy.Set(1)
 	t := time.NewTicker(GatewayProbeInterval)
 	defer t.Stop()
 	for {
 		pctx, cancel := context.WithTimeout(ctx, GatewayProbeTimeout)
+		start := time.Now()
 		err := passthrough.Probe(pctx, dial, gw)
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
+		if err == nil {
+			gauge.latency.Set(time.Since(start).Seconds())
+		}
 		if was := h.healthy; h.observe(err == nil) != was {
 			if h.healthy {
-				gauge.Set(1)
+				gauge.healthy.Set(1)
 			} else {
-				gauge.Set(0)
+				gauge.healthy.Set(0)
 			}
 			changed(h.healthy)
 		}

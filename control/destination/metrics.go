@@ -29,6 +29,8 @@ type metrics struct {
 	// gatewayHealthy is 1 while a linked cluster's gateway answers its
 	// health checks, by cluster (gatewayhealth.go).
 	gatewayHealthy *prometheus.GaugeVec
+	// gatewayLatency is the last successful health check's duration.
+	gatewayLatency *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -38,6 +40,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		updates:        f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_destination_updates_total", Help: "Messages queued to destination streams, by rpc and kind (add, remove, no_endpoints, profile)."}, []string{"rpc", "kind"}),
 		overflow:       f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_destination_stream_overflow_total", Help: "Destination streams ended because their update queue overflowed, by rpc."}, []string{"rpc"}),
 		gatewayHealthy: f.NewGaugeVec(prometheus.GaugeOpts{Name: "plexus_destination_gateway_healthy", Help: "1 while the linked cluster's multicluster gateway answers destination's health checks, 0 while its gateway-mode endpoints are withdrawn, by cluster."}, []string{"cluster"}),
+		gatewayLatency: f.NewGaugeVec(prometheus.GaugeOpts{Name: "plexus_destination_gateway_probe_seconds", Help: "How long the last successful health check of the linked cluster's multicluster gateway took (connect, check, clean close), by cluster."}, []string{"cluster"}),
 		statusLeader:   f.NewGauge(prometheus.GaugeOpts{Name: "plexus_destination_status_leader", Help: "1 while this replica holds the route status lease and writes route status, else 0."}),
 		statusWrites:   f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_destination_status_writes_total", Help: "Route status updates sent to the API server, by result (ok, error)."}, []string{"result"}),
 		refused:        f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_destination_refused_streams_total", Help: "Destination streams refused to their caller, by rpc and reason: no_client_certificate, invalid_identity, foreign_trust_domain (Unauthenticated), identity_stream_limit, loopback_stream_limit, address_stream_limit (ResourceExhausted), not_own_pod (PermissionDenied)."}, []string{"rpc", "reason"}),

@@ -21,7 +21,6 @@ import (
 	"net/netip"
 	"sync"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -46,8 +45,8 @@ type remoteClusters struct {
 	client    kubernetes.Interface // the local cluster's
 	namespace string
 	log       *slog.Logger
-	// gatewayHealthy: each cluster's gateway health (gatewayhealth.go).
-	gatewayHealthy *prometheus.GaugeVec
+	// gateways: each cluster's gateway health (gatewayhealth.go).
+	gateways gatewayGauges
 	// newClient builds a remote cluster's client from its kubeconfig (a
 	// test replaces it).
 	newClient func(kubeconfig []byte) (kubernetes.Interface, error)
@@ -74,9 +73,9 @@ type remoteCluster struct {
 	cancel  context.CancelFunc
 }
 
-func newRemoteClusters(local *watcher, client kubernetes.Interface, namespace string, gatewayHealthy *prometheus.GaugeVec, log *slog.Logger) (*remoteClusters, error) {
+func newRemoteClusters(local *watcher, client kubernetes.Interface, namespace string, gateways gatewayGauges, log *slog.Logger) (*remoteClusters, error) {
 	r := &remoteClusters{
-		local: local, client: client, namespace: namespace, gatewayHealthy: gatewayHealthy, log: log.With("component", "remote-discovery"),
+		local: local, client: client, namespace: namespace, gateways: gateways, log: log.With("component", "remote-discovery"),
 		newClient: func(kubeconfig []byte) (kubernetes.Interface, error) {
 			return kubeclient.Remote(kubeconfig, "plexus-destination")
 		},
@@ -242,7 +241,7 @@ func (r *remoteClusters) start(name string, kubeconfig []byte, trustDomain strin
 	log.Info("linked cluster's caches synced")
 	r.enqueueMirrors(name)
 	if gateway.IsValid() {
-		go probeGateway(ctx, gateway, r.gatewayHealthy.WithLabelValues(name), func(healthy bool) {
+		go probeGateway(ctx, gateway, r.gateways.of(name), func(healthy bool) {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			if r.clusters[name] != rc {
@@ -262,7 +261,7 @@ func (r *remoteClusters) dropLocked(name string) {
 	if c := r.clusters[name]; c != nil {
 		c.cancel()
 		delete(r.clusters, name)
-		r.gatewayHealthy.DeleteLabelValues(name)
+		r.gateways.forget(name)
 		r.log.Info("linked cluster dropped", "cluster", name)
 	}
 	r.enqueueMirrors(name)

@@ -29,6 +29,7 @@ type gatewayCase struct {
 	client, other string
 	hello         map[string]string
 	id            func(sa string) string // a's identities
+	ctlA          plexusctl
 }
 
 // testGatewayMode (issue 27's T3): with the clusters' networks
@@ -82,6 +83,7 @@ func testGatewayMode(t *testing.T, g gatewayCase) {
 			t.Errorf("answered by %s, not one of b's hello pods %v", server, g.hello)
 		}
 	}
+	within(t, "plexusctl multicluster gateways: b's gateway alive, one service", 5*time.Second, gatewaysSay(g, gw, "yes", "1"), nil)
 	if n := forwarded(); n <= before {
 		t.Errorf("gateway forwarded %d connections, %d before: the requests did not go through it", n, before)
 	}
@@ -210,6 +212,7 @@ func testGatewayDown(t *testing.T, g gatewayCase, gw netip.AddrPort, url string)
 		start := time.Now()
 		within(t, "gateway "+c.name+": a's destination finds it down", 3*time.Second, down, nil)
 		t.Logf("gateway %s: detected in %v (destination's health checks)", c.name, time.Since(start).Round(time.Millisecond))
+		within(t, "gateway "+c.name+": plexusctl multicluster gateways says so", 5*time.Second, gatewaysSay(g, gw, "no", "1"), nil)
 		within(t, "gateway "+c.name+": a's client's proxy holds no endpoint of hello-b", 5*time.Second, func() bool {
 			sets, err := proxyEndpointSets(ctx, g.a, g.ns, g.client)
 			if err != nil {
@@ -244,5 +247,22 @@ func iptables(t *testing.T, args ...string) {
 	t.Helper()
 	if out, err := exec.Command("iptables", append([]string{"-w"}, args...)...).CombinedOutput(); err != nil {
 		t.Fatalf("iptables %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// gatewaysSay reports whether plexusctl multicluster gateways in a shows
+// b's gateway at gw, alive as said, with services gateway-mode mirrors.
+func gatewaysSay(g gatewayCase, gw netip.AddrPort, alive, services string) func() bool {
+	return func() bool {
+		out, err := g.ctlA("multicluster", "gateways")
+		if err != nil {
+			return false
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) >= 4 && f[0] == "b" {
+				return f[1] == gw.String() && f[2] == alive && f[3] == services
+			}
+		}
+		return false
 	}
 }

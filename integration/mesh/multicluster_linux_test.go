@@ -202,7 +202,7 @@ func TestMulticluster(t *testing.T) {
 	}, func() string { return briefResult(res) + " " + errString(err) })
 
 	// T3: gateway mode, the networks hierarchical.
-	testGatewayMode(t, gatewayCase{a: a, b: b, ns: ns, client: client, other: other, hello: helloPods, id: id})
+	testGatewayMode(t, gatewayCase{a: a, b: b, ns: ns, client: client, other: other, hello: helloPods, id: id, ctlA: ctlA})
 
 	// A collision: b's web would be mirrored as a's own web-b.
 	setExported(t, b, ns, "web", true)

@@ -3,6 +3,7 @@ package mccli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -246,4 +247,59 @@ func newAnchor(t *testing.T, td string) pki.CA {
 		t.Fatal(err)
 	}
 	return ca
+}
+
+// TestGateways: each link's gateway address, its gateway-mode mirrors and
+// what the destination replicas' health checks say (alive only when all
+// say so; the slowest check); a link without a gateway shows none; a
+// replica not read is named.
+func TestGateways(t *testing.T) {
+	secret := func(cluster, gw string) *corev1.Secret {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: mc.Namespace, Name: "cluster-credentials-" + cluster,
+			Labels: map[string]string{mc.ClusterNameLabel: cluster}, Annotations: map[string]string{}}, Type: mc.CredentialsSecretType}
+		if gw != "" {
+			s.Annotations[mc.GatewayAddressAnnotation] = gw
+		}
+		return s
+	}
+	mirror := func(name, cluster string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, Labels: map[string]string{mc.GatewayLabel: cluster}}}
+	}
+	dest := func(name string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "plexus-system", Name: name, Labels: map[string]string{"app.kubernetes.io/name": "plexus-destination"}}}
+	}
+	kube := fake.NewClientset(secret("b", "10.214.0.1:32210"), secret("c", "10.215.0.1:31000"), secret("d", ""),
+		mirror("web-b", "b"), mirror("api-b", "b"), mirror("web-c", "c"), dest("destination-1"), dest("destination-2"), dest("destination-3"))
+	metrics := map[string]string{
+		"destination-1": "plexus_destination_gateway_healthy{cluster=\"b\"} 1\nplexus_destination_gateway_healthy{cluster=\"c\"} 1\n" +
+			"plexus_destination_gateway_probe_seconds{cluster=\"b\"} 0.0012\nplexus_destination_gateway_probe_seconds{cluster=\"c\"} 0.002\n",
+		"destination-2": "plexus_destination_gateway_healthy{cluster=\"b\"} 1\nplexus_destination_gateway_healthy{cluster=\"c\"} 0\n" +
+			"plexus_destination_gateway_probe_seconds{cluster=\"b\"} 0.0031\n",
+	}
+	scrape := func(_ context.Context, pod string) ([]byte, error) {
+		m, ok := metrics[pod]
+		if !ok {
+			return nil, errors.New("connection refused")
+		}
+		return []byte(m), nil
+	}
+	gs, err := Gateways(context.Background(), kube, scrape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := PrintGateways(&out, gs, ""); err != nil {
+		t.Fatal(err)
+	}
+	want := `CLUSTER   GATEWAY            ALIVE     SERVICES   LATENCY
+b         10.214.0.1:32210   yes       2          3.1ms
+c         10.215.0.1:31000   no        1          2ms
+d         (none)             unknown   0          -
+b: destination replica not read: destination-3: connection refused
+c: destination replica not read: destination-3: connection refused
+d: destination replica not read: destination-3: connection refused
+`
+	if out.String() != want {
+		t.Errorf("gateways:\n%s\nwant:\n%s", out.String(), want)
+	}
 }

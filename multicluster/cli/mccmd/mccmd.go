@@ -34,12 +34,12 @@ var manifests = extension.Manifests{FS: deploy.Manifests, Dir: "plexus-multiclus
 func Command(g *command.Globals, env command.Env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "multicluster",
-		Short: "the multicluster extension: install, link, unlink, check",
+		Short: "the multicluster extension: install, link, unlink, check, gateways",
 		Long: "The multicluster extension (namespace " + mc.Namespace + "): Links to other clusters, whose exported\n" +
 			"Services are mirrored here and reached pod to pod (flat mode).",
 		RunE: command.ParentRun,
 	}
-	cmd.AddCommand(installCmd(env), uninstallCmd(g, env), linkCmd(g, env), unlinkCmd(g, env), checkCmd(g, env))
+	cmd.AddCommand(installCmd(env), uninstallCmd(g, env), linkCmd(g, env), unlinkCmd(g, env), checkCmd(g, env), gatewaysCmd(g, env))
 	return cmd
 }
 
@@ -151,6 +151,31 @@ func checkCmd(g *command.Globals, env command.Env) *cobra.Command {
 				return command.ErrReported
 			}
 			return nil
+		}
+	})
+}
+
+func gatewaysCmd(g *command.Globals, env command.Env) *cobra.Command {
+	return command.Leaf("gateways", "each linked cluster's gateway: its address, whether destination's health checks pass, its gateway-mode mirrors here, the last check's latency", func(fs *pflag.FlagSet) command.RunFunc {
+		timeout := fs.Duration("timeout", 30*time.Second, "give up on the API server after this long")
+		return func(ctx context.Context, args []string) error {
+			if err := command.NoArgs(args, func() error { return nil }); err != nil {
+				return err
+			}
+			if g.Output != "" && g.Output != "json" {
+				return command.Usagef("unknown output format %q: want json", g.Output)
+			}
+			kube, _, err := connect(g)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(ctx, *timeout)
+			defer cancel()
+			gs, err := mccli.Gateways(ctx, kube, mccli.ProxyScrape(kube))
+			if err != nil {
+				return err
+			}
+			return mccli.PrintGateways(env.Stdout, gs, g.Output)
 		}
 	})
 }
