@@ -319,9 +319,28 @@ func (r *remoteClusters) mirrorSnapshot(name string, svc *corev1.Service, port u
 	return s
 }
 
+// podIPSnapshot answers for a pod IP this cluster does not know with a
+// linked cluster's pod of that IP, its identity in that cluster's trust
+// domain: what a headless mirror's DNS names resolve to (flat mode).
+// base stands when no linked cluster has it.
+func (r *remoteClusters) podIPSnapshot(ip netip.Addr, port uint16, base snapshot) snapshot {
+	r.mu.Lock()
+	ws := make([]*watcher, 0, len(r.clusters))
+	for _, c := range r.clusters {
+		ws = append(ws, c.w)
+	}
+	r.mu.Unlock()
+	for _, w := range ws {
+		if s := w.podIPSnapshot(ip, port); s.exists {
+			return s
+		}
+	}
+	return base
+}
+
 // forward drains the remote watcher's queue into the local one, as the
-// keys of the local mirrors of each remote Service, until ctx ends. (A
-// remote pod IP's key concerns no mirror.)
+// keys of the local mirrors of each remote Service, or of a remote pod's
+// IP, until ctx ends.
 func (w *watcher) forward(ctx context.Context, local *watcher, cluster string) {
 	go func() {
 		<-ctx.Done()
@@ -333,7 +352,9 @@ func (w *watcher) forward(ctx context.Context, local *watcher, cluster string) {
 		if shutdown {
 			return
 		}
-		if !k.IP.IsValid() {
+		if k.IP.IsValid() {
+			local.queue.Add(key{IP: k.IP})
+		} else {
 			objs, _ := local.services.GetIndexer().ByIndex(indexRemote, cluster+"/"+k.Namespace+"/"+k.Name)
 			for _, obj := range objs {
 				svc := obj.(*corev1.Service)

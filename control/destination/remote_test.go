@@ -236,3 +236,23 @@ func healthyGateway(t *testing.T, addr string) (gw netip.AddrPort, close func())
 	t.Helper()
 	return tcptest.Serve(t, addr, func(c net.Conn) { _, _ = passthrough.Accept(c, time.Second) })
 }
+
+// TestRemoteDiscoveryAnswersRemotePodIP: an address no local pod has but
+// a linked cluster's pod does (what a headless mirror's names resolve to)
+// is answered with that pod and its identity in the linked cluster's
+// trust domain; a new remote pod at an address is followed; an address
+// nobody has is unknown.
+func TestRemoteDiscoveryAnswersRemotePodIP(t *testing.T) {
+	_, b, client, _ := remoteEnv(t)
+	s := open(t, client.Get, "10.245.0.5:8080")
+	u := s.expectUpdates(t, wait, "add[10.245.0.5:8080]")[0].GetAdd()
+	if got := u.Addrs[0].GetTlsIdentity().GetSpiffeId(); got != "spiffe://b.example/ns/shop/sa/web" {
+		t.Errorf("remote pod's identity %q, want cluster b's trust domain", got)
+	}
+	later := open(t, client.Get, "10.245.0.9:8080")
+	later.expectUpdates(t, wait, "none(unknown)")
+	if _, err := b.CoreV1().Pods("shop").Create(context.Background(), pod("shop", "hello-9", "10.245.0.9", true, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	later.expectUpdates(t, wait, "add[10.245.0.9:8080]")
+}

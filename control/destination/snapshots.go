@@ -154,6 +154,9 @@ func (w *watcher) podIPSnapshot(ip netip.Addr, port uint16) snapshot {
 		}
 	}
 	if pod == nil {
+		if w.remote != nil {
+			return w.remote.podIPSnapshot(ip, port, s)
+		}
 		return s
 	}
 	s.exists = true

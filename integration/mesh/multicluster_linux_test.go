@@ -22,7 +22,7 @@ import (
 	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
-// TestMulticluster (issue 27's T1, T2, T3, T4 and T8, on the two local
+// TestMulticluster (issue 27's T1-T4, T6, T8 and T9, on the two local
 // clusters of make test's pair cycle, their networks flat): Plexus in both
 // under one trust anchor (an issuer each) with trust domains of their own
 // (a's cluster.local, b's b.cluster.local), the multicluster extension in both,
@@ -32,8 +32,9 @@ import (
 // each side's metrics naming the other's identity; a policy in b that
 // names a's client admits it and refuses a's other account with 403, and
 // b's own client, the same service account name in the same namespace,
-// too: the trust domain tells the clusters apart. Then, the networks
-// hierarchical, the same through b's gateway (testGatewayMode). A
+// too: the trust domain tells the clusters apart. A StatefulSet's pods
+// answer by name (testHeadless). Then, the networks hierarchical, the
+// same through b's gateway, and its failures (testGatewayMode). A
 // collision is reported by check; un-exporting deletes the mirror, and
 // unlink deletes the Link, its mirrors and credentials, and revokes the
 // token.
@@ -201,8 +202,11 @@ func TestMulticluster(t *testing.T) {
 		return err == nil && res.Statuses["200"] == 20
 	}, func() string { return briefResult(res) + " " + errString(err) })
 
+	g := gatewayCase{a: a, b: b, ns: ns, client: client, other: other, hello: helloPods, id: id, ctlA: ctlA}
+	// T9: a StatefulSet, its pods by name.
+	testHeadless(t, g)
 	// T3: gateway mode, the networks hierarchical.
-	testGatewayMode(t, gatewayCase{a: a, b: b, ns: ns, client: client, other: other, hello: helloPods, id: id, ctlA: ctlA})
+	testGatewayMode(t, g)
 
 	// A collision: b's web would be mirrored as a's own web-b.
 	setExported(t, b, ns, "web", true)

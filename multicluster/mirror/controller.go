@@ -346,7 +346,12 @@ func (c *Controller) syncMirror(ctx context.Context, it item) error {
 	if err != nil {
 		return err
 	}
-	res := c.applyMirror(ctx, l, remoteSvc, mirrorName)
+	res, m := c.applyMirror(ctx, l, remoteSvc, mirrorName)
+	if m != nil && headless(m) {
+		if err := c.syncSlice(ctx, l, r, remoteSvc, m); err != nil {
+			res = result{reasonError, fmt.Sprintf("the headless mirror's EndpointSlice: %v", err)}
+		}
+	}
 	r.setResult(it.ns, it.name, &res)
 	c.queue.Add(item{link: it.link}) // its status
 	if res.reason == reasonError {
@@ -355,31 +360,38 @@ func (c *Controller) syncMirror(ctx context.Context, it item) error {
 	return nil
 }
 
-// applyMirror makes the local mirror match the remote Service.
-func (c *Controller) applyMirror(ctx context.Context, l *mc.Link, remoteSvc *corev1.Service, mirrorName string) result {
+// applyMirror makes the local mirror match the remote Service, and
+// returns it (nil unless it is this Link's).
+func (c *Controller) applyMirror(ctx context.Context, l *mc.Link, remoteSvc *corev1.Service, mirrorName string) (result, *corev1.Service) {
 	want := mirrorOf(l, remoteSvc, mirrorName)
 	services := c.kube.CoreV1().Services(remoteSvc.Namespace)
 	cur, err := services.Get(ctx, mirrorName, metav1.GetOptions{})
+	if err == nil && cur.Labels[mc.LinkLabel] == l.Name && headless(cur) != headless(want) {
+		// A Service's ClusterIP cannot change: a new mirror replaces it.
+		if err = c.deleteService(ctx, l.Name, cur); err == nil {
+			err = apierrors.NewNotFound(corev1.Resource("services"), mirrorName)
+		}
+	}
 	switch {
 	case apierrors.IsNotFound(err):
-		_, err = services.Create(ctx, want, metav1.CreateOptions{})
+		cur, err = services.Create(ctx, want, metav1.CreateOptions{})
 		if apierrors.IsNotFound(err) {
-			return result{reasonMissingNamespace, fmt.Sprintf("namespace %s does not exist here", remoteSvc.Namespace)}
+			return result{reasonMissingNamespace, fmt.Sprintf("namespace %s does not exist here", remoteSvc.Namespace)}, nil
 		}
 		if err == nil {
 			c.log.Info("mirror created", "link", l.Name, "mirror", remoteSvc.Namespace+"/"+mirrorName)
 		}
 	case err != nil:
 	case cur.Labels[mc.LinkLabel] != l.Name:
-		return result{reasonNameCollision, fmt.Sprintf("Service %s/%s exists and is not this Link's mirror", remoteSvc.Namespace, mirrorName)}
+		return result{reasonNameCollision, fmt.Sprintf("Service %s/%s exists and is not this Link's mirror", remoteSvc.Namespace, mirrorName)}, nil
 	case !sameMirror(cur, want):
 		cur.Labels, cur.Annotations, cur.Spec.Ports = want.Labels, want.Annotations, want.Spec.Ports
-		_, err = services.Update(ctx, cur, metav1.UpdateOptions{})
+		cur, err = services.Update(ctx, cur, metav1.UpdateOptions{})
 	}
 	if err != nil {
-		return result{reasonError, err.Error()}
+		return result{reasonError, err.Error()}, nil
 	}
-	return result{reasonMirrored, ""}
+	return result{reasonMirrored, ""}, cur
 }
 
 // writeStatus writes status to u's status subresource if it differs.

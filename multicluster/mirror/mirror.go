@@ -48,10 +48,14 @@ func mirrorOf(l *mc.Link, svc *corev1.Service, name string) *corev1.Service {
 	for _, p := range svc.Spec.Ports {
 		ports = append(ports, corev1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port, AppProtocol: p.AppProtocol})
 	}
-	return &corev1.Service{
+	m := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: svc.Namespace, Name: name, Labels: lbls, Annotations: annotations},
 		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: ports},
 	}
+	if mirroredHeadless(svc) {
+		m.Spec.ClusterIP = corev1.ClusterIPNone // headless.go
+	}
+	return m
 }
 
 // extensionKey reports whether a label or annotation key is the

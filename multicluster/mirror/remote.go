@@ -10,11 +10,13 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 
 	mc "github.com/plexus-mesh/plexus/mesh/api/multicluster/v1alpha1"
@@ -27,8 +29,11 @@ type remote struct {
 	token    linkToken // its credentials' token, when a bound one (tokenOK)
 	tokenOK  bool
 	services corelisters.ServiceLister
-	synced   func() bool
-	cancel   context.CancelFunc
+	// slices are the remote EndpointSlices, read for headless Services
+	// (headless.go).
+	slices discoverylisters.EndpointSliceLister
+	synced func() bool
+	cancel context.CancelFunc
 	// next replaces this watch once it has synced (new credentials, a
 	// renewed token, another selector), so that the Link never shows a
 	// resync; nil when none is under way. Guarded by Controller.mu.
@@ -99,7 +104,11 @@ func (c *Controller) ensureRemote(ctx context.Context, l *mc.Link) (*remote, *cr
 		o.LabelSelector = selector.String()
 	}))
 	inf := factory.Core().V1().Services().Informer()
-	r := &remote{hash: hash, client: client, services: factory.Core().V1().Services().Lister(), synced: inf.HasSynced, results: map[string]*result{}}
+	sliceFactory := informers.NewSharedInformerFactory(client, 0)
+	sliceInf := sliceFactory.Discovery().V1().EndpointSlices().Informer()
+	r := &remote{hash: hash, client: client, services: factory.Core().V1().Services().Lister(),
+		slices: sliceFactory.Discovery().V1().EndpointSlices().Lister(),
+		synced: func() bool { return inf.HasSynced() && sliceInf.HasSynced() }, results: map[string]*result{}}
 	r.token, r.tokenOK = parseLinkToken(kubeconfig)
 	name := l.Name
 	enqueue := func(obj any) {
@@ -112,6 +121,24 @@ func (c *Controller) ensureRemote(ctx context.Context, l *mc.Link) (*remote, *cr
 	}
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue,
+	}); err != nil {
+		return c.remoteOf(l.Name), &credentialsError{"Error", err.Error()}
+	}
+	// A slice of an exported headless Service changes its mirror's slice.
+	enqueueSlice := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		s, ok := obj.(*discoveryv1.EndpointSlice)
+		if !ok {
+			return
+		}
+		if svc, err := r.services.Services(s.Namespace).Get(s.Labels[discoveryv1.LabelServiceName]); err == nil && headless(svc) {
+			c.queue.Add(item{link: name, ns: svc.Namespace, name: svc.Name})
+		}
+	}
+	if _, err := sliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueueSlice, UpdateFunc: func(_, obj any) { enqueueSlice(obj) }, DeleteFunc: enqueueSlice,
 	}); err != nil {
 		return c.remoteOf(l.Name), &credentialsError{"Error", err.Error()}
 	}
@@ -139,8 +166,9 @@ func (c *Controller) ensureRemote(ctx context.Context, l *mc.Link) (*remote, *cr
 	}
 	c.mu.Unlock()
 	factory.Start(rctx.Done())
+	sliceFactory.Start(rctx.Done())
 	go func() {
-		if cache.WaitForCacheSync(rctx.Done(), inf.HasSynced) {
+		if cache.WaitForCacheSync(rctx.Done(), inf.HasSynced, sliceInf.HasSynced) {
 			r.setWatchErr(nil)
 			c.mu.Lock()
 			if cur := c.remotes[name]; cur != nil && cur.next == r {
@@ -154,6 +182,7 @@ func (c *Controller) ensureRemote(ctx context.Context, l *mc.Link) (*remote, *cr
 	go func() {
 		<-rctx.Done()
 		factory.Shutdown()
+		sliceFactory.Shutdown()
 	}()
 	c.log.Info("watching linked cluster", "link", name, "cluster", l.Spec.ClusterName, "selector", selector.String(), "replacing", old != nil)
 	// A remote that never answers is reported once that lasts.
