@@ -30,8 +30,11 @@ import (
 const (
 	DefaultHeaderTimeout  = 5 * time.Second
 	DefaultConnectTimeout = 3 * time.Second
-	DefaultMaxConnections = 10000
-	DefaultPerSource      = 2000
+	// DefaultHalfCloseTimeout: a peer that half-closes and then stays
+	// silent does not hold its slot for ever.
+	DefaultHalfCloseTimeout = 30 * time.Second
+	DefaultMaxConnections   = 10000
+	DefaultPerSource        = 2000
 )
 
 // Options configure a Gateway.
@@ -45,8 +48,9 @@ type Options struct {
 	// Dial connects to a target (default: TCP).
 	Dial func(ctx context.Context, dst netip.AddrPort) (net.Conn, error)
 	// HeaderTimeout bounds the wait for the header, ConnectTimeout the
-	// connection to the target.
-	HeaderTimeout, ConnectTimeout time.Duration
+	// connection to the target, HalfCloseTimeout a joined connection
+	// once one direction has ended.
+	HeaderTimeout, ConnectTimeout, HalfCloseTimeout time.Duration
 	// MaxConnections bounds the connections held in all, PerSource those
 	// from one address (every proxy of a linked cluster may come from one
 	// masqueraded address: keep it high).
@@ -79,6 +83,9 @@ func New(o Options) (*Gateway, error) {
 	}
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.HalfCloseTimeout <= 0 {
+		o.HalfCloseTimeout = DefaultHalfCloseTimeout
 	}
 	if o.MaxConnections <= 0 {
 		o.MaxConnections = DefaultMaxConnections
@@ -113,12 +120,14 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(50 * time.Millisecond) // out of file descriptors, say
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return err
 			}
-			return err
+			// Out of file descriptors, say: the connections held end in
+			// time, so wait rather than stop.
+			g.opts.Log.Warn("accepting a connection failed; retrying", "error", err)
+			time.Sleep(50 * time.Millisecond)
+			continue
 		}
 		g.conns.Add(1)
 		go func() {
@@ -182,7 +191,7 @@ func (g *Gateway) handle(ctx context.Context, c net.Conn) {
 		up.Close()
 	})
 	defer stop()
-	join(netConn(c), up)
+	join(netConn(c), up, g.opts.HalfCloseTimeout)
 }
 
 // netConn is the connection under c's limit slot: TCP to TCP, the copies
@@ -194,18 +203,29 @@ func netConn(c net.Conn) net.Conn {
 	return c
 }
 
-// join copies both ways until both directions have ended: each end of one
-// direction half-closes the other side.
-func join(c, up net.Conn) {
+// join copies both ways until both directions have ended: the end of one
+// half-closes the other side and gives the other direction halfClose to
+// end; an error in either closes both.
+func join(c, up net.Conn, halfClose time.Duration) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = io.Copy(c, up)
-		closeWrite(c)
+		pipe(c, up, halfClose)
 	}()
-	_, _ = io.Copy(up, c)
-	closeWrite(up)
+	pipe(up, c, halfClose)
 	<-done
+}
+
+// pipe copies from src to dst, then half-closes dst and bounds the other
+// direction (dst's reads).
+func pipe(dst, src net.Conn, halfClose time.Duration) {
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		src.Close()
+		return
+	}
+	closeWrite(dst)
+	_ = dst.SetReadDeadline(time.Now().Add(halfClose))
 }
 
 func closeWrite(c net.Conn) {

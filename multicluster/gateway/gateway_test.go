@@ -17,6 +17,7 @@ import (
 	"github.com/plexus-mesh/plexus/mesh/identity/mtls"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 	"github.com/plexus-mesh/plexus/mesh/passthrough"
+	"github.com/plexus-mesh/plexus/testsupport/tcptest"
 	"github.com/plexus-mesh/plexus/testsupport/testpki"
 )
 
@@ -29,7 +30,7 @@ func startGateway(t *testing.T, allowed netip.AddrPort) (netip.AddrPort, *Gatewa
 // startGatewayReady is startGateway whose readiness is ready.
 func startGatewayReady(t *testing.T, allowed netip.AddrPort, ready func() error) (netip.AddrPort, *Gateway) {
 	t.Helper()
-	g, err := New(Options{
+	return startGatewayWith(t, Options{
 		Ready: ready,
 		Allowed: func(dst netip.AddrPort) error {
 			if dst != allowed {
@@ -38,8 +39,14 @@ func startGatewayReady(t *testing.T, allowed netip.AddrPort, ready func() error)
 			return nil
 		},
 		HeaderTimeout: 300 * time.Millisecond,
-		Registry:      prometheus.NewRegistry(),
 	})
+}
+
+// startGatewayWith serves a gateway of o on loopback until the test ends.
+func startGatewayWith(t *testing.T, o Options) (netip.AddrPort, *Gateway) {
+	t.Helper()
+	o.Registry = prometheus.NewRegistry()
+	g, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,5 +220,32 @@ func TestHealthCheckAnswersReadiness(t *testing.T) {
 	}
 	if n := count(g, resultForwarded); n != 0 {
 		t.Errorf("forwarded %v, want 0", n)
+	}
+}
+
+// TestHalfClosedConnectionEnds: once the target has finished (closed its
+// side) a client that stays silent loses the connection after the
+// half-close timeout, and its slot with it.
+func TestHalfClosedConnectionEnds(t *testing.T) {
+	target, _ := tcptest.Serve(t, "127.0.0.1:0", func(c net.Conn) { _, _ = c.Write([]byte("bye")) })
+	gw, g := startGatewayWith(t, Options{Allowed: func(netip.AddrPort) error { return nil }, HalfCloseTimeout: 200 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := passthrough.Dial(ctx, dial, gw, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, err := io.ReadAll(c); err != nil || string(b) != "bye" {
+		t.Fatalf("read %q, %v: want the target's bye, then EOF", b, err)
+	}
+	// The client never closes its side: the gateway ends it.
+	start := time.Now()
+	for testutil.ToFloat64(g.metrics.open) != 0 {
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("the half-closed connection is still open after 5 s")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -15,6 +16,7 @@ import (
 
 	mc "github.com/plexus-mesh/plexus/mesh/api/multicluster/v1alpha1"
 	"github.com/plexus-mesh/plexus/mesh/meshpod"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 )
 
 // indexAddr indexes EndpointSlices by each ip:port they offer.
@@ -22,8 +24,9 @@ const indexAddr = "addr"
 
 // Targets answers where the gateway may connect: the endpoints of this
 // cluster's Services exported in gateway mode (ExportedLabel=ExportedGateway)
-// that are served by meshed pods, so that what passes through always ends
-// at a proxy that runs the mesh handshake and its policy. Anything else (a
+// that are addresses of meshed pods whose proxy nothing skips (proxied),
+// so that what passes through always ends at a proxy that runs the mesh
+// handshake and its policy. Anything else (a
 // pod of a Service not exported, a pod without the proxy, the node, the
 // API server) is refused.
 type Targets struct {
@@ -94,12 +97,33 @@ func (t *Targets) Allowed(dst netip.AddrPort) error {
 			if ep.TargetRef == nil || ep.TargetRef.Kind != "Pod" || !hasAddr(ep, dst.Addr()) {
 				continue
 			}
-			if pod, err := t.pods.Pods(s.Namespace).Get(ep.TargetRef.Name); err == nil && meshpod.IsMeshed(pod) {
+			if pod, err := t.pods.Pods(s.Namespace).Get(ep.TargetRef.Name); err == nil && proxied(pod, dst) {
 				return nil
 			}
 		}
 	}
 	return fmt.Errorf("%s is no meshed endpoint of a Service exported in gateway mode", dst)
+}
+
+// proxied reports whether a connection to dst reaches pod's proxy: pod
+// runs it, has the address itself (a slice, which anyone who may write
+// EndpointSlices in its namespace can write, cannot lend a meshed pod's
+// name to another address), and does not let the port or any source skip
+// it (skip-inbound-ports, skip-inbound-subnets).
+func proxied(pod *corev1.Pod, dst netip.AddrPort) bool {
+	if !meshpod.IsMeshed(pod) || !slices.Contains(meshpod.IPs(pod), dst.Addr()) {
+		return false
+	}
+	cfg, err := podcontract.FromAnnotations(podcontract.Defaults(), pod.Annotations)
+	if err != nil || len(cfg.SkipInboundSubnets) > 0 {
+		return false
+	}
+	for _, r := range cfg.SkipInboundPorts {
+		if r.Contains(dst.Port()) {
+			return false
+		}
+	}
+	return true
 }
 
 func hasAddr(ep discoveryv1.Endpoint, a netip.Addr) bool {
@@ -133,13 +157,24 @@ func sliceAddrs(obj any) ([]string, error) {
 	return out, nil
 }
 
-// slimPod keeps of a pod what meshpod.IsMeshed reads.
+// slimPod keeps of a pod what proxied reads: its containers' names, its
+// addresses, and its skip annotations.
 func slimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
 	}
 	slim := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, ResourceVersion: pod.ResourceVersion}}
+	slim.Spec.HostNetwork = pod.Spec.HostNetwork
+	slim.Status.PodIP, slim.Status.PodIPs = pod.Status.PodIP, pod.Status.PodIPs
+	for _, k := range []string{podcontract.AnnotationSkipInboundPorts, podcontract.AnnotationSkipInboundSubnets} {
+		if v, ok := pod.Annotations[k]; ok {
+			if slim.Annotations == nil {
+				slim.Annotations = map[string]string{}
+			}
+			slim.Annotations[k] = v
+		}
+	}
 	for _, c := range pod.Spec.Containers {
 		slim.Spec.Containers = append(slim.Spec.Containers, corev1.Container{Name: c.Name})
 	}

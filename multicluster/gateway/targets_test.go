@@ -13,6 +13,7 @@ import (
 
 	mc "github.com/plexus-mesh/plexus/mesh/api/multicluster/v1alpha1"
 	"github.com/plexus-mesh/plexus/mesh/meshpod"
+	"github.com/plexus-mesh/plexus/mesh/podcontract"
 	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
@@ -24,9 +25,10 @@ func svc(name, exported string) *corev1.Service {
 	return s
 }
 
-func pod(name string, meshed bool) *corev1.Pod {
+func pod(name, ip string, meshed bool) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Env: []corev1.EnvVar{{Name: "SECRET", Value: "x"}}}}}}
+		Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Env: []corev1.EnvVar{{Name: "SECRET", Value: "x"}}}}},
+		Status: corev1.PodStatus{PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}}
 	if meshed {
 		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: meshpod.ProxyContainerName})
 	}
@@ -43,16 +45,25 @@ func slice(service, ip, podName string, port int32) *discoveryv1.EndpointSlice {
 }
 
 // TestTargetsAllowOnlyMeshedEndpointsOfGatewayExports: the gateway may
-// reach a meshed pod of a Service exported in gateway mode, at the port
-// its EndpointSlice names; not another port, not a pod without the proxy,
+// reach a meshed pod of a Service exported in gateway mode, at its own
+// address and the port its EndpointSlice names; not another port, not a
+// pod without the proxy or whose proxy skips the port or some sources,
 // not a pod of a Service exported flat or not at all, not an address no
-// slice names.
+// slice names, nor one a slice lends a meshed pod's name.
 func TestTargetsAllowOnlyMeshedEndpointsOfGatewayExports(t *testing.T) {
+	skipsPort, skipsSources := pod("skip-1", "10.245.0.20", true), pod("skip-2", "10.245.0.21", true)
+	skipsPort.Annotations = map[string]string{podcontract.AnnotationSkipInboundPorts: "8080"}
+	skipsSources.Annotations = map[string]string{podcontract.AnnotationSkipInboundSubnets: "10.0.0.0/8"}
 	client := fake.NewClientset(
 		svc("web", mc.ExportedGateway), svc("flat", mc.ExportedRemoteDiscovery), svc("private", ""), svc("mixed", mc.ExportedGateway),
-		pod("web-1", true), pod("flat-1", true), pod("private-1", true), pod("plain-1", false),
+		svc("forged", mc.ExportedGateway), svc("skips", mc.ExportedGateway),
+		pod("web-1", "10.245.0.5", true), pod("flat-1", "10.245.0.6", true), pod("private-1", "10.245.0.7", true), pod("plain-1", "10.245.0.8", false),
+		skipsPort, skipsSources,
 		slice("web", "10.245.0.5", "web-1", 8080), slice("flat", "10.245.0.6", "flat-1", 8080),
 		slice("private", "10.245.0.7", "private-1", 8080), slice("mixed", "10.245.0.8", "plain-1", 8080),
+		// A hand-written slice lending web-1's name to the node's kubelet.
+		slice("forged", "10.214.0.1", "web-1", 10250),
+		slice("skips", "10.245.0.20", "skip-1", 8080), slice("skips", "10.245.0.21", "skip-2", 8080),
 	)
 	targets, err := NewTargets(client)
 	if err != nil {
@@ -64,12 +75,15 @@ func TestTargetsAllowOnlyMeshedEndpointsOfGatewayExports(t *testing.T) {
 	eventually.Within(t, wait, "caches synced", func() bool { return targets.Ready() == nil })
 
 	for dst, want := range map[string]bool{
-		"10.245.0.5:8080": true,
-		"10.245.0.5:9090": false, // a port the Service does not offer
-		"10.245.0.6:8080": false, // exported flat
-		"10.245.0.7:8080": false, // not exported
-		"10.245.0.8:8080": false, // exported, but the pod has no proxy
-		"10.96.0.1:443":   false, // no endpoint at all (the API server's Service)
+		"10.245.0.5:8080":  true,
+		"10.245.0.5:9090":  false, // a port the Service does not offer
+		"10.245.0.6:8080":  false, // exported flat
+		"10.245.0.7:8080":  false, // not exported
+		"10.245.0.8:8080":  false, // exported, but the pod has no proxy
+		"10.96.0.1:443":    false, // no endpoint at all (the API server's Service)
+		"10.214.0.1:10250": false, // a slice naming a meshed pod that does not have the address
+		"10.245.0.20:8080": false, // its proxy skips the port
+		"10.245.0.21:8080": false, // its proxy skips some sources
 	} {
 		err := targets.Allowed(netip.MustParseAddrPort(dst))
 		if (err == nil) != want {

@@ -29,7 +29,7 @@ import (
 )
 
 // SliceManager is the managed-by label value of a mirror's EndpointSlice.
-const SliceManager = "service-mirror.multicluster.plexus.dev"
+const SliceManager = mc.MirrorSliceManager
 
 // headless reports whether svc is headless.
 func headless(svc *corev1.Service) bool { return svc.Spec.ClusterIP == corev1.ClusterIPNone }
@@ -55,6 +55,7 @@ func sliceOf(l *mc.Link, m *corev1.Service, remote []*discoveryv1.EndpointSlice)
 				discoveryv1.LabelServiceName: m.Name,
 				discoveryv1.LabelManagedBy:   SliceManager,
 				mc.LinkLabel:                 l.Name,
+				mc.ClusterNameLabel:          l.Spec.ClusterName,
 			},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: m.Name, UID: m.UID}},
 		},

@@ -125,6 +125,11 @@ const (
 	CredentialsSecretType = "multicluster.plexus.dev/remote-kubeconfig"
 	CredentialsKey        = "kubeconfig"
 	TrustDomainAnnotation = "multicluster.plexus.dev/trust-domain"
+	// MirrorSliceManager is the managed-by label of the EndpointSlice the
+	// service mirror keeps for a headless mirror: the remote pods'
+	// addresses, for which destination answers with the remote pods.
+	MirrorSliceManager = "service-mirror.multicluster.plexus.dev"
+
 	// GatewayAddressAnnotation on a credentials Secret: ip:port of the
 	// remote cluster's gateway as this cluster's pods reach it.
 	GatewayAddressAnnotation = "multicluster.plexus.dev/gateway-address"
