@@ -24,7 +24,7 @@ import (
 // Gateway probing.
 const (
 	GatewayProbeInterval = 500 * time.Millisecond
-	GatewayProbeTimeout  = time.Second
+	GatewayProbeTimeout  = 750 * time.Millisecond
 	GatewayProbeFailures = 2
 )
 

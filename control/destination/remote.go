@@ -19,9 +19,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
@@ -36,6 +38,9 @@ import (
 const (
 	indexRemote        = "remote"        // mirrors by <cluster>/<ns>/<remote name>
 	indexRemoteCluster = "remoteCluster" // mirrors by <cluster>
+	// indexMirrorAddr: the service mirror's slices of headless mirrors
+	// (on the local EndpointSlices) by each address.
+	indexMirrorAddr = "mirrorAddr"
 )
 
 // remoteClusters keeps a watcher of every linked cluster whose Secret is
@@ -45,8 +50,12 @@ type remoteClusters struct {
 	client    kubernetes.Interface // the local cluster's
 	namespace string
 	log       *slog.Logger
-	// gateways: each cluster's gateway health (gatewayhealth.go).
+	// gateways: each cluster's gateway health (gatewayhealth.go), and
+	// probes the probing of each cluster's gateway: it outlives watchers
+	// replaced for new credentials (a renewed token), so their health
+	// carries over.
 	gateways gatewayGauges
+	probes   map[string]*gatewayProbe
 	// newClient builds a remote cluster's client from its kubeconfig (a
 	// test replaces it).
 	newClient func(kubeconfig []byte) (kubernetes.Interface, error)
@@ -65,10 +74,8 @@ type remoteClusters struct {
 type remoteCluster struct {
 	w *watcher
 	// gateway reaches its pods in gateway mode (GatewayAddressAnnotation);
-	// zero when it has none. down: its health checks fail
-	// (gatewayhealth.go); r.mu guards it.
+	// zero when it has none.
 	gateway netip.AddrPort
-	down    bool
 	hash    [sha256.Size]byte // of what it was built from
 	cancel  context.CancelFunc
 }
@@ -79,9 +86,12 @@ func newRemoteClusters(local *watcher, client kubernetes.Interface, namespace st
 		newClient: func(kubeconfig []byte) (kubernetes.Interface, error) {
 			return kubeclient.Remote(kubeconfig, "plexus-destination")
 		},
-		clusters: map[string]*remoteCluster{}, latest: map[string]uint64{},
+		clusters: map[string]*remoteCluster{}, latest: map[string]uint64{}, probes: map[string]*gatewayProbe{},
 	}
 	if err := local.services.AddIndexers(cache.Indexers{indexRemote: indexRemoteMirror, indexRemoteCluster: indexRemoteMirrorCluster}); err != nil {
+		return nil, fmt.Errorf("adding remote-discovery indexers: %w", err)
+	}
+	if err := local.slices.AddIndexers(cache.Indexers{indexMirrorAddr: indexMirrorSliceAddrs}); err != nil {
 		return nil, fmt.Errorf("adding remote-discovery indexers: %w", err)
 	}
 	_, err := local.factory.Core().V1().Namespaces().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -236,22 +246,46 @@ func (r *remoteClusters) start(name string, kubeconfig []byte, trustDomain strin
 	if old := r.clusters[name]; old != nil {
 		old.cancel()
 	}
-	rc := &remoteCluster{w: w, gateway: gateway, hash: hash, cancel: cancel}
-	r.clusters[name] = rc
+	r.clusters[name] = &remoteCluster{w: w, gateway: gateway, hash: hash, cancel: cancel}
 	log.Info("linked cluster's caches synced")
+	r.probeLocked(name, gateway)
 	r.enqueueMirrors(name)
-	if gateway.IsValid() {
-		go probeGateway(ctx, gateway, r.gateways.of(name), func(healthy bool) {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			if r.clusters[name] != rc {
-				return // replaced
-			}
-			rc.down = !healthy
-			log.Warn("linked cluster's gateway health changed", "gateway", gateway, "healthy", healthy)
-			r.enqueueMirrors(name)
-		})
+}
+
+// gatewayProbe is the probing of one cluster's gateway.
+type gatewayProbe struct {
+	gw     netip.AddrPort
+	down   bool // its health checks fail; r.mu guards it
+	cancel context.CancelFunc
+}
+
+// probeLocked probes cluster name's gateway gw (none: stops probing),
+// unless that runs already (r.mu held).
+func (r *remoteClusters) probeLocked(name string, gw netip.AddrPort) {
+	if p := r.probes[name]; p != nil {
+		if p.gw == gw {
+			return
+		}
+		p.cancel()
+		delete(r.probes, name)
+		r.gateways.forget(name)
 	}
+	if !gw.IsValid() {
+		return
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	p := &gatewayProbe{gw: gw, cancel: cancel}
+	r.probes[name] = p
+	go probeGateway(ctx, gw, r.gateways.of(name), func(healthy bool) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.probes[name] != p {
+			return // replaced
+		}
+		p.down = !healthy
+		r.log.Warn("linked cluster's gateway health changed", "cluster", name, "gateway", gw, "healthy", healthy)
+		r.enqueueMirrors(name)
+	})
 }
 
 // dropLocked stops cluster name's watcher (r.mu held).
@@ -261,9 +295,9 @@ func (r *remoteClusters) dropLocked(name string) {
 	if c := r.clusters[name]; c != nil {
 		c.cancel()
 		delete(r.clusters, name)
-		r.gateways.forget(name)
 		r.log.Info("linked cluster dropped", "cluster", name)
 	}
+	r.probeLocked(name, netip.AddrPort{})
 	r.enqueueMirrors(name)
 }
 
@@ -282,7 +316,7 @@ func (r *remoteClusters) clusterOf(name string) (*watcher, netip.AddrPort) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if c := r.clusters[name]; c != nil {
-		if c.down {
+		if p := r.probes[name]; p != nil && p.down {
 			return c.w, netip.AddrPort{}
 		}
 		return c.w, c.gateway
@@ -319,15 +353,27 @@ func (r *remoteClusters) mirrorSnapshot(name string, svc *corev1.Service, port u
 	return s
 }
 
-// podIPSnapshot answers for a pod IP this cluster does not know with a
-// linked cluster's pod of that IP, its identity in that cluster's trust
-// domain: what a headless mirror's DNS names resolve to (flat mode).
-// base stands when no linked cluster has it.
+// podIPSnapshot answers for a pod IP this cluster does not know but a
+// headless mirror's EndpointSlice lists (what its DNS names resolve to,
+// flat mode) with the linked cluster's pod of that IP, its identity in
+// that cluster's trust domain. Nothing else is taken from a linked
+// cluster: it cannot claim this cluster's other addresses. base stands
+// otherwise.
 func (r *remoteClusters) podIPSnapshot(ip netip.Addr, port uint16, base snapshot) snapshot {
+	objs, _ := r.local.slices.GetIndexer().ByIndex(indexMirrorAddr, ip.String())
+	var names []string
+	for _, obj := range objs {
+		if c := obj.(*discoveryv1.EndpointSlice).Labels[mc.ClusterNameLabel]; c != "" {
+			names = append(names, c)
+		}
+	}
+	slices.Sort(names)
 	r.mu.Lock()
-	ws := make([]*watcher, 0, len(r.clusters))
-	for _, c := range r.clusters {
-		ws = append(ws, c.w)
+	ws := make([]*watcher, 0, len(names))
+	for _, n := range slices.Compact(names) {
+		if c := r.clusters[n]; c != nil {
+			ws = append(ws, c.w)
+		}
 	}
 	r.mu.Unlock()
 	for _, w := range ws {
@@ -388,4 +434,22 @@ func indexRemoteMirrorCluster(obj any) ([]string, error) {
 		return nil, nil
 	}
 	return []string{remoteOf(svc)}, nil
+}
+
+// indexMirrorSliceAddrs indexes the service mirror's slices of headless
+// mirrors by each address.
+func indexMirrorSliceAddrs(obj any) ([]string, error) {
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok || s.Labels[discoveryv1.LabelManagedBy] != mc.MirrorSliceManager {
+		return nil, nil
+	}
+	var out []string
+	for _, ep := range s.Endpoints {
+		for _, a := range ep.Addresses {
+			if ip, err := netip.ParseAddr(a); err == nil {
+				out = append(out, ip.Unmap().String())
+			}
+		}
+	}
+	return out, nil
 }

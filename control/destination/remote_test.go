@@ -237,22 +237,40 @@ func healthyGateway(t *testing.T, addr string) (gw netip.AddrPort, close func())
 	return tcptest.Serve(t, addr, func(c net.Conn) { _, _ = passthrough.Accept(c, time.Second) })
 }
 
-// TestRemoteDiscoveryAnswersRemotePodIP: an address no local pod has but
-// a linked cluster's pod does (what a headless mirror's names resolve to)
-// is answered with that pod and its identity in the linked cluster's
-// trust domain; a new remote pod at an address is followed; an address
-// nobody has is unknown.
+// TestRemoteDiscoveryAnswersRemotePodIP: an address no local pod has, a
+// linked cluster's pod has, and a headless mirror's slice lists (what the
+// mirror's DNS names resolve to) is answered with that pod and its
+// identity in the linked cluster's trust domain; before the slice lists
+// it, it is not (a linked cluster cannot claim addresses); a remote pod
+// that comes later at a listed address is followed.
 func TestRemoteDiscoveryAnswersRemotePodIP(t *testing.T) {
-	_, b, client, _ := remoteEnv(t)
+	a, b, client, _ := remoteEnv(t)
+	ctx := context.Background()
 	s := open(t, client.Get, "10.245.0.5:8080")
+	s.expectUpdates(t, wait, "none(unknown)")
+
+	mirrorSlice := endpointSlice("shop", "db-b", "db-b", discoveryv1.AddressTypeIPv4, "http", 8080,
+		sliceEndpoint{"10.245.0.5", true, ""}, sliceEndpoint{"10.245.0.9", true, ""})
+	mirrorSlice.Labels[discoveryv1.LabelManagedBy] = mc.MirrorSliceManager
+	mirrorSlice.Labels[mc.ClusterNameLabel] = "b"
+	if _, err := a.DiscoveryV1().EndpointSlices("shop").Create(ctx, mirrorSlice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	u := s.expectUpdates(t, wait, "add[10.245.0.5:8080]")[0].GetAdd()
 	if got := u.Addrs[0].GetTlsIdentity().GetSpiffeId(); got != "spiffe://b.example/ns/shop/sa/web" {
 		t.Errorf("remote pod's identity %q, want cluster b's trust domain", got)
 	}
 	later := open(t, client.Get, "10.245.0.9:8080")
 	later.expectUpdates(t, wait, "none(unknown)")
-	if _, err := b.CoreV1().Pods("shop").Create(context.Background(), pod("shop", "hello-9", "10.245.0.9", true, nil), metav1.CreateOptions{}); err != nil {
+	if _, err := b.CoreV1().Pods("shop").Create(ctx, pod("shop", "hello-9", "10.245.0.9", true, nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	later.expectUpdates(t, wait, "add[10.245.0.9:8080]")
+	// A remote pod at an address no mirror lists stays unknown.
+	other := open(t, client.Get, "10.245.0.10:8080")
+	if _, err := b.CoreV1().Pods("shop").Create(ctx, pod("shop", "hello-10", "10.245.0.10", true, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	other.expectUpdates(t, wait, "none(unknown)")
+	other.quiet(t, 300*time.Millisecond)
 }

@@ -255,6 +255,12 @@ func (w *watcher) onSlice(oldObj, newObj any) {
 			if svc := slice.Labels[discoveryv1.LabelServiceName]; svc != "" {
 				w.queue.Add(key{Namespace: slice.Namespace, Name: svc})
 			}
+			// A headless mirror's addresses are answered for (remote.go).
+			if addrs, _ := indexMirrorSliceAddrs(slice); w.remote != nil {
+				for _, a := range addrs {
+					w.queue.Add(key{IP: netip.MustParseAddr(a)})
+				}
+			}
 		}
 	}
 }
