@@ -37,7 +37,8 @@ func TestMulticlusterObjects(t *testing.T) {
 		}
 	}
 	for role, want := range map[string][]string{
-		"plexus-multicluster-service-mirror":                     {"/services:create", "/services:delete", "/services:get", "/services:list", "/services:update", "/services:watch"},
+		"plexus-multicluster-service-mirror": {"/services:create", "/services:delete", "/services:get", "/services:list", "/services:update", "/services:watch",
+			"discovery.k8s.io/endpointslices:create", "discovery.k8s.io/endpointslices:delete", "discovery.k8s.io/endpointslices:get", "discovery.k8s.io/endpointslices:update"},
 		"plexus-multicluster/plexus-service-mirror":              {"/secrets:get", "/secrets:update", "multicluster.plexus.dev/links/finalizers:update", "multicluster.plexus.dev/links/status:update", "multicluster.plexus.dev/links:get", "multicluster.plexus.dev/links:list", "multicluster.plexus.dev/links:patch", "multicluster.plexus.dev/links:watch"},
 		"plexus-multicluster/plexus-destination-remote-clusters": {"/secrets:get", "/secrets:list", "/secrets:watch"},
 		"plexus-system/plexus-multicluster-remote-access":        {"/configmaps:get"},

@@ -347,7 +347,8 @@ func (c *Controller) syncMirror(ctx context.Context, it item) error {
 		return err
 	}
 	res, m := c.applyMirror(ctx, l, remoteSvc, mirrorName)
-	if m != nil && headless(m) {
+	if m != nil && headless(m) && r.slicesSynced() {
+		// (Before the slices have synced, their arrival brings it back.)
 		if err := c.syncSlice(ctx, l, r, remoteSvc, m); err != nil {
 			res = result{reasonError, fmt.Sprintf("the headless mirror's EndpointSlice: %v", err)}
 		}

@@ -30,10 +30,12 @@ type remote struct {
 	tokenOK  bool
 	services corelisters.ServiceLister
 	// slices are the remote EndpointSlices, read for headless Services
-	// (headless.go).
-	slices discoverylisters.EndpointSliceLister
-	synced func() bool
-	cancel context.CancelFunc
+	// (headless.go) once slicesSynced; synced is the Services' alone (a
+	// headless mirror's slice follows as the slices arrive).
+	slices       discoverylisters.EndpointSliceLister
+	slicesSynced func() bool
+	synced       func() bool
+	cancel       context.CancelFunc
 	// next replaces this watch once it has synced (new credentials, a
 	// renewed token, another selector), so that the Link never shows a
 	// resync; nil when none is under way. Guarded by Controller.mu.
@@ -107,8 +109,8 @@ func (c *Controller) ensureRemote(ctx context.Context, l *mc.Link) (*remote, *cr
 	sliceFactory := informers.NewSharedInformerFactory(client, 0)
 	sliceInf := sliceFactory.Discovery().V1().EndpointSlices().Informer()
 	r := &remote{hash: hash, client: client, services: factory.Core().V1().Services().Lister(),
-		slices: sliceFactory.Discovery().V1().EndpointSlices().Lister(),
-		synced: func() bool { return inf.HasSynced() && sliceInf.HasSynced() }, results: map[string]*result{}}
+		slices: sliceFactory.Discovery().V1().EndpointSlices().Lister(), slicesSynced: sliceInf.HasSynced,
+		synced: inf.HasSynced, results: map[string]*result{}}
 	r.token, r.tokenOK = parseLinkToken(kubeconfig)
 	name := l.Name
 	enqueue := func(obj any) {
@@ -168,7 +170,7 @@ func (c *Controller) ensureRemote(ctx context.Context, l *mc.Link) (*remote, *cr
 	factory.Start(rctx.Done())
 	sliceFactory.Start(rctx.Done())
 	go func() {
-		if cache.WaitForCacheSync(rctx.Done(), inf.HasSynced, sliceInf.HasSynced) {
+		if cache.WaitForCacheSync(rctx.Done(), inf.HasSynced) {
 			r.setWatchErr(nil)
 			c.mu.Lock()
 			if cur := c.remotes[name]; cur != nil && cur.next == r {
