@@ -31,6 +31,8 @@ type metrics struct {
 	gatewayHealthy *prometheus.GaugeVec
 	// gatewayLatency is the last successful health check's duration.
 	gatewayLatency *prometheus.GaugeVec
+	// apiHealthy and apiLatency: the same of its API server.
+	apiHealthy, apiLatency *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -41,6 +43,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		overflow:       f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_destination_stream_overflow_total", Help: "Destination streams ended because their update queue overflowed, by rpc."}, []string{"rpc"}),
 		gatewayHealthy: f.NewGaugeVec(prometheus.GaugeOpts{Name: "plexus_destination_gateway_healthy", Help: "1 while the linked cluster's multicluster gateway answers destination's health checks, 0 while its gateway-mode endpoints are withdrawn, by cluster."}, []string{"cluster"}),
 		gatewayLatency: f.NewGaugeVec(prometheus.GaugeOpts{Name: "plexus_destination_gateway_probe_seconds", Help: "How long the last successful health check of the linked cluster's multicluster gateway took (connect, check, clean close), by cluster."}, []string{"cluster"}),
+		apiHealthy:     f.NewGaugeVec(prometheus.GaugeOpts{Name: "plexus_destination_remote_api_healthy", Help: "1 while the linked cluster's API server answers destination's readiness checks, 0 while its members of federated Services are withdrawn, by cluster."}, []string{"cluster"}),
+		apiLatency:     f.NewGaugeVec(prometheus.GaugeOpts{Name: "plexus_destination_remote_api_probe_seconds", Help: "How long the last successful readiness check of the linked cluster's API server took (connect, TLS, GET /readyz), by cluster."}, []string{"cluster"}),
 		statusLeader:   f.NewGauge(prometheus.GaugeOpts{Name: "plexus_destination_status_leader", Help: "1 while this replica holds the route status lease and writes route status, else 0."}),
 		statusWrites:   f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_destination_status_writes_total", Help: "Route status updates sent to the API server, by result (ok, error)."}, []string{"result"}),
 		refused:        f.NewCounterVec(prometheus.CounterOpts{Name: "plexus_destination_refused_streams_total", Help: "Destination streams refused to their caller, by rpc and reason: no_client_certificate, invalid_identity, foreign_trust_domain (Unauthenticated), identity_stream_limit, loopback_stream_limit, address_stream_limit (ResourceExhausted), not_own_pod (PermissionDenied)."}, []string{"rpc", "reason"}),

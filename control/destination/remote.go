@@ -38,6 +38,7 @@ import (
 const (
 	indexRemote        = "remote"        // mirrors by <cluster>/<ns>/<remote name>
 	indexRemoteCluster = "remoteCluster" // mirrors by <cluster>
+	indexFederated     = "federated"     // federated Services by their local member's <ns>/<name>
 	// indexMirrorAddr: the service mirror's slices of headless mirrors
 	// (on the local EndpointSlices) by each address.
 	indexMirrorAddr = "mirrorAddr"
@@ -50,15 +51,14 @@ type remoteClusters struct {
 	client    kubernetes.Interface // the local cluster's
 	namespace string
 	log       *slog.Logger
-	// gateways: each cluster's gateway health (gatewayhealth.go), and
-	// probes the probing of each cluster's gateway: it outlives watchers
-	// replaced for new credentials (a renewed token), so their health
-	// carries over.
-	gateways gatewayGauges
-	probes   map[string]*gatewayProbe
+	// The checking of each cluster's gateway and API server (health.go).
+	gatewayGauges, apiGauges healthGauges
+	gatewayProbes, apiProbes map[string]*prober
 	// newClient builds a remote cluster's client from its kubeconfig (a
 	// test replaces it).
 	newClient func(kubeconfig []byte) (kubernetes.Interface, error)
+	// newReady builds the check of its API server (a test replaces it).
+	newReady func(kubeconfig []byte) (func(context.Context) error, error)
 
 	mu       sync.Mutex
 	ctx      context.Context // run's
@@ -76,19 +76,25 @@ type remoteCluster struct {
 	// gateway reaches its pods in gateway mode (GatewayAddressAnnotation);
 	// zero when it has none.
 	gateway netip.AddrPort
-	hash    [sha256.Size]byte // of what it was built from
-	cancel  context.CancelFunc
+	// ready checks its API server (kubeclient.RemoteReady).
+	ready  func(context.Context) error
+	hash   [sha256.Size]byte // of what it was built from
+	cancel context.CancelFunc
 }
 
-func newRemoteClusters(local *watcher, client kubernetes.Interface, namespace string, gateways gatewayGauges, log *slog.Logger) (*remoteClusters, error) {
+func newRemoteClusters(local *watcher, client kubernetes.Interface, namespace string, gateways, apis healthGauges, log *slog.Logger) (*remoteClusters, error) {
 	r := &remoteClusters{
-		local: local, client: client, namespace: namespace, gateways: gateways, log: log.With("component", "remote-discovery"),
+		local: local, client: client, namespace: namespace, gatewayGauges: gateways, apiGauges: apis, log: log.With("component", "remote-discovery"),
 		newClient: func(kubeconfig []byte) (kubernetes.Interface, error) {
 			return kubeclient.Remote(kubeconfig, "plexus-destination")
 		},
-		clusters: map[string]*remoteCluster{}, latest: map[string]uint64{}, probes: map[string]*gatewayProbe{},
+		newReady: func(kubeconfig []byte) (func(context.Context) error, error) {
+			return kubeclient.RemoteReady(kubeconfig, "plexus-destination")
+		},
+		clusters: map[string]*remoteCluster{}, latest: map[string]uint64{},
+		gatewayProbes: map[string]*prober{}, apiProbes: map[string]*prober{},
 	}
-	if err := local.services.AddIndexers(cache.Indexers{indexRemote: indexRemoteMirror, indexRemoteCluster: indexRemoteMirrorCluster}); err != nil {
+	if err := local.services.AddIndexers(cache.Indexers{indexRemote: indexRemoteMirror, indexRemoteCluster: indexRemoteMirrorCluster, indexFederated: indexFederatedMember}); err != nil {
 		return nil, fmt.Errorf("adding remote-discovery indexers: %w", err)
 	}
 	if err := local.slices.AddIndexers(cache.Indexers{indexMirrorAddr: indexMirrorSliceAddrs}); err != nil {
@@ -222,6 +228,11 @@ func (r *remoteClusters) start(name string, kubeconfig []byte, trustDomain strin
 		log.Error("linked cluster's kubeconfig is unusable", "error", err)
 		return
 	}
+	ready, err := r.newReady(kubeconfig)
+	if err != nil {
+		log.Error("linked cluster's kubeconfig is unusable", "error", err)
+		return
+	}
 	cfg := r.local.cfg
 	cfg.TrustDomain = trustDomain
 	w, err := newClusterWatcher(cfg, client, log, false)
@@ -246,46 +257,11 @@ func (r *remoteClusters) start(name string, kubeconfig []byte, trustDomain strin
 	if old := r.clusters[name]; old != nil {
 		old.cancel()
 	}
-	r.clusters[name] = &remoteCluster{w: w, gateway: gateway, hash: hash, cancel: cancel}
+	r.clusters[name] = &remoteCluster{w: w, gateway: gateway, ready: ready, hash: hash, cancel: cancel}
 	log.Info("linked cluster's caches synced")
-	r.probeLocked(name, gateway)
+	r.probeGatewayLocked(name, gateway)
+	r.probeAPILocked(name, false)
 	r.enqueueMirrors(name)
-}
-
-// gatewayProbe is the probing of one cluster's gateway.
-type gatewayProbe struct {
-	gw     netip.AddrPort
-	down   bool // its health checks fail; r.mu guards it
-	cancel context.CancelFunc
-}
-
-// probeLocked probes cluster name's gateway gw (none: stops probing),
-// unless that runs already (r.mu held).
-func (r *remoteClusters) probeLocked(name string, gw netip.AddrPort) {
-	if p := r.probes[name]; p != nil {
-		if p.gw == gw {
-			return
-		}
-		p.cancel()
-		delete(r.probes, name)
-		r.gateways.forget(name)
-	}
-	if !gw.IsValid() {
-		return
-	}
-	ctx, cancel := context.WithCancel(r.ctx)
-	p := &gatewayProbe{gw: gw, cancel: cancel}
-	r.probes[name] = p
-	go probeGateway(ctx, gw, r.gateways.of(name), func(healthy bool) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.probes[name] != p {
-			return // replaced
-		}
-		p.down = !healthy
-		r.log.Warn("linked cluster's gateway health changed", "cluster", name, "gateway", gw, "healthy", healthy)
-		r.enqueueMirrors(name)
-	})
 }
 
 // dropLocked stops cluster name's watcher (r.mu held).
@@ -297,7 +273,8 @@ func (r *remoteClusters) dropLocked(name string) {
 		delete(r.clusters, name)
 		r.log.Info("linked cluster dropped", "cluster", name)
 	}
-	r.probeLocked(name, netip.AddrPort{})
+	r.probeGatewayLocked(name, netip.AddrPort{})
+	r.probeAPILocked(name, true)
 	r.enqueueMirrors(name)
 }
 
@@ -316,7 +293,7 @@ func (r *remoteClusters) clusterOf(name string) (*watcher, netip.AddrPort) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if c := r.clusters[name]; c != nil {
-		if p := r.probes[name]; p != nil && p.down {
+		if p := r.gatewayProbes[name]; p != nil && p.down {
 			return c.w, netip.AddrPort{}
 		}
 		return c.w, c.gateway
@@ -420,20 +397,33 @@ func remoteOf(svc *corev1.Service) string {
 	return svc.Labels[mc.RemoteDiscoveryLabel]
 }
 
+// indexRemoteMirror indexes the mirrors, and the federated Services, by
+// each remote Service they answer for: <cluster>/<ns>/<name>.
 func indexRemoteMirror(obj any) ([]string, error) {
 	svc, ok := obj.(*corev1.Service)
-	if !ok || remoteOf(svc) == "" {
+	if !ok {
 		return nil, nil
 	}
-	return []string{remoteOf(svc) + "/" + svc.Namespace + "/" + svc.Labels[mc.RemoteNameLabel]}, nil
+	if remoteOf(svc) != "" {
+		return []string{remoteOf(svc) + "/" + svc.Namespace + "/" + svc.Labels[mc.RemoteNameLabel]}, nil
+	}
+	var out []string
+	for _, c := range federatedClusters(svc) {
+		out = append(out, c+"/"+svc.Namespace+"/"+svc.Labels[mc.FederatedLabel])
+	}
+	return out, nil
 }
 
+// indexRemoteMirrorCluster indexes them by each cluster.
 func indexRemoteMirrorCluster(obj any) ([]string, error) {
 	svc, ok := obj.(*corev1.Service)
-	if !ok || remoteOf(svc) == "" {
+	if !ok {
 		return nil, nil
 	}
-	return []string{remoteOf(svc)}, nil
+	if remoteOf(svc) != "" {
+		return []string{remoteOf(svc)}, nil
+	}
+	return federatedClusters(svc), nil
 }
 
 // indexMirrorSliceAddrs indexes the service mirror's slices of headless

@@ -67,6 +67,9 @@ func remoteEnv(t *testing.T) (a, b *fake.Clientset, dst pb.DestinationClient, sr
 			}
 			return b, nil
 		}
+		s.watcher.remote.newReady = func([]byte) (func(context.Context) error, error) {
+			return func(context.Context) error { return nil }, nil
+		}
 	})
 	eventually.Within(t, wait, "cluster b's watcher synced", func() bool { return watcherOf(srv.watcher.remote, "b") != nil })
 	return a, b, client, srv
@@ -213,7 +216,7 @@ func TestRemoteDiscoveryGatewayMode(t *testing.T) {
 	gwClose()
 	start := time.Now()
 	s.expectUpdates(t, wait, "remove[10.245.0.5:8080]", "none(exists)")
-	if d := time.Since(start); d > GatewayProbeInterval*(GatewayProbeFailures+1) {
+	if d := time.Since(start); d > ProbeInterval*(ProbeFailures+1) {
 		t.Errorf("a refusing gateway was withdrawn after %v", d)
 	}
 	healthyGateway(t, gw.String())

@@ -43,7 +43,7 @@ func New(cfg Config, client kubernetes.Interface, reg prometheus.Registerer, log
 		return nil, err
 	}
 	if cfg.RemoteClustersNamespace != "" {
-		if w.remote, err = newRemoteClusters(w, client, cfg.RemoteClustersNamespace, gatewayGauges{m.gatewayHealthy, m.gatewayLatency}, log); err != nil {
+		if w.remote, err = newRemoteClusters(w, client, cfg.RemoteClustersNamespace, healthGauges{m.gatewayHealthy, m.gatewayLatency}, healthGauges{m.apiHealthy, m.apiLatency}, log); err != nil {
 			return nil, err
 		}
 	}

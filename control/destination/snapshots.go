@@ -5,6 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+
+	mc "github.com/plexus-mesh/plexus/mesh/api/multicluster/v1alpha1"
 )
 
 // Publishers' snapshots, computed from the watcher's informer caches.
@@ -35,6 +37,9 @@ func (w *watcher) serviceSnapshot(ns, name string, port uint16) snapshot {
 	s.exists = true
 	if c := remoteOf(svc); c != "" && w.remote != nil {
 		return w.remote.mirrorSnapshot(c, svc, port, s)
+	}
+	if svc.Labels[mc.FederatedLabel] != "" && w.remote != nil {
+		return w.federatedSnapshot(svc, port, s)
 	}
 	s.profile.opaque = OpaquePort(svc.Annotations, port)
 	var svcPort *corev1.ServicePort

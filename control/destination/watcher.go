@@ -173,6 +173,9 @@ func (w *watcher) process(k key) {
 	for _, p := range pubs {
 		p.update()
 	}
+	if w.remote != nil && !k.IP.IsValid() {
+		w.enqueueFederated(k.Namespace, k.Name) // its local member changed
+	}
 }
 
 // subscribe finds (or creates) the publisher of t and calls add with it;

@@ -59,7 +59,11 @@ type Controller struct {
 	factory dynamicinformer.DynamicSharedInformerFactory
 	links   cache.SharedIndexInformer
 	local   informers.SharedInformerFactory
-	mirrors cache.SharedIndexInformer // this cluster's mirrors, every Link's
+	mirrors cache.SharedIndexInformer // this cluster's mirrors, every Link's, and federated Services
+	// members: this cluster's Services exported as federated members
+	// (federated.go).
+	exports informers.SharedInformerFactory
+	members cache.SharedIndexInformer
 	queue   workqueue.TypedRateLimitingInterface[item]
 
 	metrics *metrics
@@ -69,9 +73,12 @@ type Controller struct {
 	remotes map[string]*remote // by Link name
 }
 
-// item is a unit of work: a Link (ns and name empty) or one remote
-// Service of a Link's.
-type item struct{ link, ns, name string }
+// item is a unit of work: a Link (ns and name empty), one remote Service
+// of a Link's, or (federated) the federated Service of members ns/name.
+type item struct {
+	link, ns, name string
+	federated      bool
+}
 
 // New builds a controller for the Links in namespace, its metrics
 // registered in reg.
@@ -90,23 +97,43 @@ func New(local kubernetes.Interface, dyn dynamic.Interface, namespace string, re
 		local: informers.NewSharedInformerFactoryWithOptions(local, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = labels.Set{mc.MirroredServiceLabel: "true"}.String()
 		})),
+		exports: informers.NewSharedInformerFactoryWithOptions(local, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.Set{mc.ExportedLabel: mc.ExportedFederated}.String()
+		})),
 	}
 	c.links = c.factory.ForResource(mc.LinkResource).Informer()
 	c.mirrors = c.local.Core().V1().Services().Informer()
+	c.members = c.exports.Core().V1().Services().Informer()
 	// A mirror edited or deleted here is put back as its remote Service
 	// says.
 	requeue := func(obj any) {
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tomb.Obj
 		}
-		if svc, ok := obj.(*corev1.Service); ok && svc.Labels[mc.LinkLabel] != "" && svc.Labels[mc.RemoteNameLabel] != "" {
+		svc, ok := obj.(*corev1.Service)
+		switch {
+		case !ok:
+		case svc.Labels[mc.LinkLabel] != "" && svc.Labels[mc.RemoteNameLabel] != "":
 			c.queue.Add(item{link: svc.Labels[mc.LinkLabel], ns: svc.Namespace, name: svc.Labels[mc.RemoteNameLabel]})
+		case svc.Labels[mc.FederatedLabel] != "":
+			c.queue.Add(item{federated: true, ns: svc.Namespace, name: svc.Labels[mc.FederatedLabel]})
 		}
 	}
 	if _, err := c.mirrors.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(_, obj any) { requeue(obj) }, DeleteFunc: requeue,
 	}); err != nil {
 		return nil, fmt.Errorf("watching mirrors: %w", err)
+	}
+	// This cluster's member of a federated Service changes it.
+	member := func(obj any) {
+		if svc, ok := unwrapService(obj); ok {
+			c.queue.Add(item{federated: true, ns: svc.Namespace, name: svc.Name})
+		}
+	}
+	if _, err := c.members.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: member, UpdateFunc: func(_, obj any) { member(obj) }, DeleteFunc: member,
+	}); err != nil {
+		return nil, fmt.Errorf("watching federated members: %w", err)
 	}
 	enqueue := func(obj any) {
 		if u, ok := obj.(*unstructured.Unstructured); ok {
@@ -127,8 +154,8 @@ func New(local kubernetes.Interface, dyn dynamic.Interface, namespace string, re
 
 // Ready returns nil once the Links' and mirrors' caches have synced.
 func (c *Controller) Ready() error {
-	if !c.links.HasSynced() || !c.mirrors.HasSynced() {
-		return errors.New("the Links' and mirrors' caches have not synced")
+	if !c.links.HasSynced() || !c.mirrors.HasSynced() || !c.members.HasSynced() {
+		return errors.New("the Links', mirrors' and federated members' caches have not synced")
 	}
 	return nil
 }
@@ -140,7 +167,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.mu.Unlock()
 	c.factory.Start(ctx.Done())
 	c.local.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), c.links.HasSynced, c.mirrors.HasSynced) {
+	c.exports.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), c.links.HasSynced, c.mirrors.HasSynced, c.members.HasSynced) {
 		return fmt.Errorf("the Link and mirror caches did not sync: %w", context.Cause(ctx))
 	}
 	c.log.Info("service mirror running", "namespace", c.namespace)
@@ -170,10 +198,14 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.mu.Unlock()
 	c.factory.Shutdown()
 	c.local.Shutdown()
+	c.exports.Shutdown()
 	return nil
 }
 
 func (c *Controller) sync(ctx context.Context, it item) error {
+	if it.federated {
+		return c.syncFederated(ctx, it.ns, it.name)
+	}
 	if it.name != "" {
 		return c.syncMirror(ctx, it)
 	}
@@ -216,7 +248,11 @@ func (c *Controller) syncLink(ctx context.Context, name string) error {
 	}
 	r, credErr := c.ensureRemote(ctx, l)
 	if r != nil && credErr == nil && r.synced() {
+		refused := r.trust.refused
 		c.checkTrust(ctx, l, r, time.Now())
+		if r.trust.refused != refused {
+			c.requeueFederated() // its members join or leave
+		}
 		if r.trust.refused && !r.trust.withdrawn {
 			if err := c.deleteMirrors(ctx, name, nil); err != nil {
 				return err
@@ -338,6 +374,13 @@ func (c *Controller) syncMirror(ctx context.Context, it item) error {
 		return c.deleteMirror(ctx, it.link, it.ns, it.name, mirrorName)
 	}
 	remoteSvc, err := r.services.Services(it.ns).Get(it.name)
+	if c.federatedMayChange(it.ns, it.name, remoteSvc) {
+		c.queue.Add(item{federated: true, ns: it.ns, name: it.name})
+	}
+	if err == nil && federated(remoteSvc) {
+		// A member is mirrored only as part of the federated Service.
+		return c.deleteMirror(ctx, it.link, it.ns, it.name, mirrorName)
+	}
 	if apierrors.IsNotFound(err) {
 		r.setResult(it.ns, it.name, nil)
 		c.queue.Add(item{link: it.link})

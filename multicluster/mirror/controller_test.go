@@ -119,7 +119,19 @@ func createLink(t testing.TB, a api, name, cluster, secret string) {
 // export creates (or labels) Service shop/name in b, exported or not.
 func export(t testing.TB, b api, name string, exported bool) {
 	t.Helper()
+	mode := ""
+	if exported {
+		mode = mc.ExportedRemoteDiscovery
+	}
+	exportAs(t, b, name, mode)
+}
+
+// exportAs creates (or labels) Service shop/name in c, exported in mode
+// (mc.ExportedLabel's value; "": not exported).
+func exportAs(t testing.TB, c api, name, mode string) {
+	t.Helper()
 	ctx := context.Background()
+	b := c
 	svcs := b.core.CoreV1().Services("shop")
 	svc, err := svcs.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -129,8 +141,8 @@ func export(t testing.TB, b api, name string, exported bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if exported {
-		svc.Labels[mc.ExportedLabel] = mc.ExportedRemoteDiscovery
+	if mode != "" {
+		svc.Labels[mc.ExportedLabel] = mode
 	} else {
 		delete(svc.Labels, mc.ExportedLabel)
 	}

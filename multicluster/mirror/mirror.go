@@ -38,12 +38,7 @@ func mirrorOf(l *mc.Link, svc *corev1.Service, name string) *corev1.Service {
 	if svc.Labels[mc.ExportedLabel] == mc.ExportedGateway {
 		lbls[mc.GatewayLabel] = l.Spec.ClusterName
 	}
-	annotations := map[string]string{}
-	for k, v := range svc.Annotations {
-		if strings.HasPrefix(k, podcontract.AnnotationPrefix) {
-			annotations[k] = v
-		}
-	}
+	annotations := proxyAnnotations(svc)
 	var ports []corev1.ServicePort
 	for _, p := range svc.Spec.Ports {
 		ports = append(ports, corev1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port, AppProtocol: p.AppProtocol})
@@ -56,6 +51,18 @@ func mirrorOf(l *mc.Link, svc *corev1.Service, name string) *corev1.Service {
 		m.Spec.ClusterIP = corev1.ClusterIPNone // headless.go
 	}
 	return m
+}
+
+// proxyAnnotations are svc's Plexus proxy configuration annotations
+// (opaque ports), which a mirror keeps.
+func proxyAnnotations(svc *corev1.Service) map[string]string {
+	out := map[string]string{}
+	for k, v := range svc.Annotations {
+		if strings.HasPrefix(k, podcontract.AnnotationPrefix) {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // extensionKey reports whether a label or annotation key is the

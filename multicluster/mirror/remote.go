@@ -93,7 +93,7 @@ func (c *Controller) ensureRemote(ctx context.Context, l *mc.Link) (*remote, *cr
 			c.namespace, l.Spec.CredentialsSecret, strings.Join(missing, ", "))}
 	}
 	sel := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-		Key: mc.ExportedLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{mc.ExportedRemoteDiscovery, mc.ExportedGateway},
+		Key: mc.ExportedLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{mc.ExportedRemoteDiscovery, mc.ExportedGateway, mc.ExportedFederated},
 	}}}
 	if l.Spec.RemoteDiscoverySelector != nil {
 		sel = l.Spec.RemoteDiscoverySelector
@@ -179,6 +179,7 @@ func (c *Controller) ensureRemote(ctx context.Context, l *mc.Link) (*remote, *cr
 			}
 			c.mu.Unlock()
 			c.queue.Add(item{link: name}) // stale mirrors, status
+			c.requeueFederated()          // members it no longer exports
 		}
 	}()
 	go func() {
@@ -279,21 +280,25 @@ func (r *remote) collected() {
 	r.collectedDone = true
 }
 
-func (r *remote) setResult(ns, name string, res *result) {
+// setResult records remote Service ns/name's result (nil: none) and
+// reports whether it changed.
+func (r *remote) setResult(ns, name string, res *result) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	old, had := r.results[ns+"/"+name]
 	if res == nil {
 		delete(r.results, ns+"/"+name)
-	} else {
-		r.results[ns+"/"+name] = res
+		return had
 	}
+	r.results[ns+"/"+name] = res
+	return !had || *old != *res
 }
 
-// exported reports whether remote Service ns/name is selected (its mirror
-// stays).
+// exported reports whether remote Service ns/name is selected and not
+// federated (its mirror stays).
 func (r *remote) exported(ns, name string) bool {
-	_, err := r.services.Services(ns).Get(name)
-	return err == nil
+	svc, err := r.services.Services(ns).Get(name)
+	return err == nil && !federated(svc)
 }
 
 func (c *Controller) remoteOf(link string) *remote {
@@ -304,12 +309,16 @@ func (c *Controller) remoteOf(link string) *remote {
 
 func (c *Controller) stopRemote(link string) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if r := c.remotes[link]; r != nil {
+	r := c.remotes[link]
+	if r != nil {
 		r.cancel()
 		if r.next != nil {
 			r.next.cancel()
 		}
 		delete(c.remotes, link)
+	}
+	c.mu.Unlock()
+	if r != nil {
+		c.requeueFederated() // its members leave
 	}
 }

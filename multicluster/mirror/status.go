@@ -86,6 +86,9 @@ func linkStatus(l *mc.Link, r, next *remote, credErr *credentialsError, now time
 	for key, res := range r.results {
 		ns, name, _ := strings.Cut(key, "/")
 		ms := mc.MirrorStatus{RemoteRef: mc.ObjectRef{Namespace: ns, Name: name}, LocalRef: mc.ObjectRef{Namespace: ns, Name: name + "-" + l.Spec.ClusterName}}
+		if svc, err := r.services.Services(ns).Get(name); err == nil && federated(svc) {
+			ms.LocalRef.Name = federatedName(name)
+		}
 		for _, old := range l.Status.MirrorServices {
 			if old.RemoteRef == ms.RemoteRef {
 				ms.Conditions = slices.Clone(old.Conditions)

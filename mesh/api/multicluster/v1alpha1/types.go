@@ -99,9 +99,13 @@ const (
 	// one; ExportedRemoteDiscovery is flat mode (their proxies reach its
 	// pods directly), ExportedGateway gateway mode (through this cluster's
 	// gateway, which passes their mTLS through: mesh/passthrough).
+	// ExportedFederated makes the Service a member of a federated
+	// Service: one Service spanning every cluster that exports a Service
+	// of its namespace and name so, this one included (FederatedLabel).
 	ExportedLabel           = "mirror.plexus.dev/exported"
 	ExportedRemoteDiscovery = "remote-discovery"
 	ExportedGateway         = "gateway"
+	ExportedFederated       = "federated"
 
 	// MirroredServiceLabel marks a mirror; ClusterNameLabel, LinkLabel and
 	// RemoteNameLabel say of what. RemoteDiscoveryLabel, the remote
@@ -117,6 +121,18 @@ const (
 	// endpoints, each reached through that cluster's gateway
 	// (GatewayAddressAnnotation of its credentials Secret).
 	GatewayLabel = "multicluster.plexus.dev/gateway"
+	// FederatedLabel, the members' name, marks the federated Service
+	// <name>-federated the service mirror keeps in a namespace where this
+	// cluster or a linked one exports a Service <name> as
+	// ExportedFederated. FederatedClustersAnnotation lists the linked
+	// clusters whose member it spans (comma-separated, sorted); this
+	// cluster's own member counts while it is exported so. Destination
+	// answers it flat: with every member's endpoints at their own
+	// addresses.
+	FederatedLabel              = "multicluster.plexus.dev/federated"
+	FederatedClustersAnnotation = "multicluster.plexus.dev/federated-clusters"
+	// FederatedSuffix ends a federated Service's name.
+	FederatedSuffix = "-federated"
 
 	// CredentialsSecretType is the type of a Secret holding a remote
 	// cluster's kubeconfig in CredentialsKey; ClusterNameLabel names the
