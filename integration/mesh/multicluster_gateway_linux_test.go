@@ -178,21 +178,7 @@ func gatewayCount(t *testing.T, c *clustertest.Cluster, pod, result string) int 
 // rather than wait; with the rule gone both come back.
 func testGatewayDown(t *testing.T, g gatewayCase, gw netip.AddrPort, url string) {
 	ctx := clustertest.Context(t, 3*time.Minute)
-	dests, err := g.a.Client.CoreV1().Pods(controlNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=plexus-destination"})
-	if err != nil || len(dests.Items) == 0 {
-		t.Fatalf("a's destination pods: %v", err)
-	}
-	gaugeIs := func(v string) func() bool {
-		return func() bool {
-			for _, d := range dests.Items {
-				raw, err := g.a.Client.CoreV1().Pods(controlNamespace).ProxyGet("http", d.Name, "9996", "/metrics", nil).DoRaw(ctx)
-				if err != nil || !strings.Contains(string(raw), `plexus_destination_gateway_healthy{cluster="b"} `+v) {
-					return false
-				}
-			}
-			return true
-		}
-	}
+	gaugeIs := destinationGauge(t, g.a, `plexus_destination_gateway_healthy{cluster="b"}`)
 	healthy, down := gaugeIs("1"), gaugeIs("0")
 	within(t, "a's destination finds b's gateway healthy", 10*time.Second, healthy, nil)
 	for _, c := range []struct{ name, target string }{

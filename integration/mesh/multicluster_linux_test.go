@@ -205,6 +205,8 @@ func TestMulticluster(t *testing.T) {
 	g := gatewayCase{a: a, b: b, ns: ns, client: client, other: other, hello: helloPods, id: id, ctlA: ctlA}
 	// T9: a StatefulSet, its pods by name.
 	testHeadless(t, g)
+	// T5: a federated Service, its failover.
+	testFederated(t, g)
 	// T3: gateway mode, the networks hierarchical.
 	testGatewayMode(t, g)
 

@@ -37,3 +37,9 @@ func PairMode(t testing.TB, mode string) string {
 	}
 	return strings.TrimSpace(string(out))
 }
+
+// The local clusters' pod networks (integration/cluster/env.sh).
+const (
+	APodCIDR = "10.244.0.0/16"
+	BPodCIDR = "10.245.0.0/16"
+)
