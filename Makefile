@@ -23,7 +23,7 @@ BINARIES := $(notdir $(COMMANDS))
 IMAGES := images/pause.tar images/testapp.tar images/demoapp.tar images/coredns.tar images/prometheus.tar \
 	$(filter-out images/plexus-cni.tar images/plexusctl.tar,$(BINARIES:%=images/%.tar))
 
-.PHONY: all build images deps cluster-up cluster-down test test-unit demo demo-multicluster bench bench-cluster clean proto proto-check gateway-crds charts lint layers
+.PHONY: all build images deps cluster-up cluster-down test test-unit demo demo-multicluster bench bench-cluster bench-multicluster clean proto proto-check gateway-crds charts lint layers
 
 all: build
 
@@ -119,6 +119,10 @@ bench: deps deps-bench images
 ## bench-cluster: the mesh pod to pod on the local cluster, meshed against unmeshed
 bench-cluster: deps images
 	integration/bench-cluster.sh
+
+## bench-multicluster: across two local clusters, flat against through the gateway
+bench-multicluster: deps images
+	integration/bench-multicluster.sh
 
 ## demo: the mesh end to end on the local cluster
 demo: cluster-up

@@ -22,7 +22,7 @@ import (
 	"github.com/plexus-mesh/plexus/testsupport/eventually"
 )
 
-// TestMulticluster (issue 27's T1-T4, T6, T8 and T9, on the two local
+// TestMulticluster (issue 27's T1-T6, T8 and T9, on the two local
 // clusters of make test's pair cycle, their networks flat): Plexus in both
 // under one trust anchor (an issuer each) with trust domains of their own
 // (a's cluster.local, b's b.cluster.local), the multicluster extension in both,
@@ -33,48 +33,17 @@ import (
 // names a's client admits it and refuses a's other account with 403, and
 // b's own client, the same service account name in the same namespace,
 // too: the trust domain tells the clusters apart. A StatefulSet's pods
-// answer by name (testHeadless). Then, the networks hierarchical, the
+// answer by name (testHeadless). A federated Service spans a's and b's
+// hello and fails over to a when b goes (testFederated). Then, the
+// networks hierarchical, the
 // same through b's gateway, and its failures (testGatewayMode). A
 // collision is reported by check; un-exporting deletes the mirror, and
 // unlink deletes the Link, its mirrors and credentials, and revokes the
 // token.
 func TestMulticluster(t *testing.T) {
-	a, b := clustertest.Pair(t)
-	envA, envB := clustercni.Read(t), clustercni.ReadB(t)
-	mode := clustertest.PairMode(t, "flat")
-	t.Cleanup(func() { clustertest.PairMode(t, mode) })
-
-	identity := sharedAnchor(t)
-	ctlA, _ := installAllKeepingCNI(t, a, envA, identity("a", trustDomain)...)
-	ctlB := newPlexusctl(t, b)
-	envB.KeepNodeCNI(t)
-	installAll(t, b, envB, ctlB, append(identity("b", trustDomainB), "--trust-domain="+trustDomainB)...)
+	p := linkPair(t, "--token-lifetime=10m")
+	a, b, ctlA := p.a, p.b, p.ctlA
 	ctx := clustertest.Context(t, 15*time.Minute)
-	for _, c := range []struct {
-		cluster *clustertest.Cluster
-		ctl     plexusctl
-	}{{a, ctlA}, {b, ctlB}} {
-		manifests, err := c.ctl("multicluster", "install")
-		if err != nil {
-			t.Fatalf("multicluster install: %v\n%s", err, manifests)
-		}
-		if out, err := kubectlOutput(ctx, c.cluster, manifests, "apply", "-f", "-"); err != nil {
-			t.Fatalf("applying the multicluster extension: %v\n%s", err, out)
-		}
-		t.Cleanup(func() {
-			// The Links while the service mirror runs (their finalizer
-			// needs it), then the rest.
-			_, _ = c.cluster.TryKubectl("delete", "links.multicluster.plexus.dev", "--all", "-n", mc.Namespace, "--timeout=30s")
-			objs, err := c.ctl("multicluster", "uninstall")
-			if err != nil {
-				t.Errorf("multicluster uninstall: %v\n%s", err, objs)
-				return
-			}
-			if out, err := kubectlOutput(context.Background(), c.cluster, objs, "delete", "--ignore-not-found", "--timeout=60s", "-f", "-"); err != nil {
-				t.Logf("deleting the multicluster extension: %v: %.500s", err, out)
-			}
-		})
-	}
 	// T8 throughout: the link's 10-minute token is renewed every 12 s.
 	a.Kubectl(t, "-n", mc.Namespace, "patch", "deployment", "plexus-service-mirror", "--type=json",
 		`-p=[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--token-renew-at=0.02"}]`)
@@ -104,20 +73,7 @@ func TestMulticluster(t *testing.T) {
 	}
 	client, other, clientInB := pods(t, a, ns, "client")[0].Name, pods(t, a, ns, "other")[0].Name, pods(t, b, ns, "client")[0].Name
 
-	// The link, as a user makes it.
-	link, err := ctlB("multicluster", "link", "--cluster-name", "b", "--api-server-address", "https://"+clustertest.BAPIServer, "--token-lifetime=10m")
-	if err != nil {
-		t.Fatalf("multicluster link: %v\n%s", err, link)
-	}
-	if out, err := kubectlOutput(ctx, a, link, "apply", "-f", "-"); err != nil {
-		t.Fatalf("applying the link: %v\n%s", err, out)
-	}
 	var check string
-	within(t, "Link b: multicluster check passes (Ready, a common anchor)", 60*time.Second, func() bool {
-		check, err = ctlA("multicluster", "check")
-		return err == nil
-	}, func() string { return check })
-	t.Logf("multicluster check:\n%s", check)
 
 	// T1: export.
 	setExported(t, b, ns, "hello", true)
@@ -249,6 +205,71 @@ func TestMulticluster(t *testing.T) {
 			Spec: authenticationv1.TokenReviewSpec{Token: tokenOf(t, creds.Data[mc.CredentialsKey])}}, metav1.CreateOptions{})
 		return err == nil && !review.Status.Authenticated
 	}, nil)
+}
+
+// linkedPair is the two local clusters, their networks flat, with Plexus
+// in both under one trust anchor (an issuer each) and trust domains of
+// their own (a's cluster.local, b's b.cluster.local), the multicluster
+// extension in both, and a linked to b as a user does it (plexusctl
+// multicluster link, with linkArgs).
+type linkedPair struct {
+	a, b       *clustertest.Cluster
+	ctlA, ctlB plexusctl
+}
+
+func linkPair(t *testing.T, linkArgs ...string) linkedPair {
+	t.Helper()
+	a, b := clustertest.Pair(t)
+	envA, envB := clustercni.Read(t), clustercni.ReadB(t)
+	mode := clustertest.PairMode(t, "flat")
+	t.Cleanup(func() { clustertest.PairMode(t, mode) })
+
+	identity := sharedAnchor(t)
+	ctlA, _ := installAllKeepingCNI(t, a, envA, identity("a", trustDomain)...)
+	ctlB := newPlexusctl(t, b)
+	envB.KeepNodeCNI(t)
+	installAll(t, b, envB, ctlB, append(identity("b", trustDomainB), "--trust-domain="+trustDomainB)...)
+	ctx := clustertest.Context(t, 10*time.Minute)
+	for _, c := range []struct {
+		cluster *clustertest.Cluster
+		ctl     plexusctl
+	}{{a, ctlA}, {b, ctlB}} {
+		manifests, err := c.ctl("multicluster", "install")
+		if err != nil {
+			t.Fatalf("multicluster install: %v\n%s", err, manifests)
+		}
+		if out, err := kubectlOutput(ctx, c.cluster, manifests, "apply", "-f", "-"); err != nil {
+			t.Fatalf("applying the multicluster extension: %v\n%s", err, out)
+		}
+		t.Cleanup(func() {
+			// The Links while the service mirror runs (their finalizer
+			// needs it), then the rest.
+			_, _ = c.cluster.TryKubectl("delete", "links.multicluster.plexus.dev", "--all", "-n", mc.Namespace, "--timeout=30s")
+			objs, err := c.ctl("multicluster", "uninstall")
+			if err != nil {
+				t.Errorf("multicluster uninstall: %v\n%s", err, objs)
+				return
+			}
+			if out, err := kubectlOutput(context.Background(), c.cluster, objs, "delete", "--ignore-not-found", "--timeout=60s", "-f", "-"); err != nil {
+				t.Logf("deleting the multicluster extension: %v: %.500s", err, out)
+			}
+		})
+	}
+	// The link, as a user makes it.
+	link, err := ctlB(append([]string{"multicluster", "link", "--cluster-name", "b", "--api-server-address", "https://" + clustertest.BAPIServer}, linkArgs...)...)
+	if err != nil {
+		t.Fatalf("multicluster link: %v\n%s", err, link)
+	}
+	if out, err := kubectlOutput(ctx, a, link, "apply", "-f", "-"); err != nil {
+		t.Fatalf("applying the link: %v\n%s", err, out)
+	}
+	var check string
+	within(t, "Link b: multicluster check passes (Ready, a common anchor)", 60*time.Second, func() bool {
+		check, err = ctlA("multicluster", "check")
+		return err == nil
+	}, func() string { return check })
+	t.Logf("multicluster check:\n%s", check)
+	return linkedPair{a: a, b: b, ctlA: ctlA, ctlB: ctlB}
 }
 
 // trustDomainB is b's trust domain.

@@ -71,11 +71,17 @@ func deploy(t *testing.T, c *clustertest.Cluster, ns, name string, replicas int3
 // service exposes port 80 of the pods labelled app=name on targetPort.
 func service(t *testing.T, c *clustertest.Cluster, ns, name string, targetPort int32) {
 	t.Helper()
+	serviceFor(t, c, ns, name, name, targetPort)
+}
+
+// serviceFor creates Service name, port 80, in front of app's pods.
+func serviceFor(t *testing.T, c *clustertest.Cluster, ns, name, app string, targetPort int32) {
+	t.Helper()
 	ctx := clustertest.Context(t, time.Minute)
 	_, err := c.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.ServiceSpec{
-			Selector: map[string]string{"app": name},
+			Selector: map[string]string{"app": app},
 			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(targetPort)}},
 		},
 	}, metav1.CreateOptions{})
