@@ -25,19 +25,27 @@ const (
 )
 
 // Workload is one end of an edge. A source without an identity has the
-// name Unmeshed and no namespace or kind.
+// name Unmeshed and no namespace or kind. A source in another cluster
+// (multicluster: its identity is of another trust domain than the
+// destination's) is its service account, with Cluster that trust domain.
 type Workload struct {
+	Cluster   string `json:"cluster,omitempty"`
 	Namespace string `json:"namespace,omitempty"`
 	Kind      string `json:"kind,omitempty"`
 	Name      string `json:"name"`
 }
 
-// String is namespace/kind/name, or the name alone.
+// String is namespace/kind/name, or the name alone; cluster: before it
+// for another cluster's.
 func (w Workload) String() string {
-	if w.Kind == "" {
-		return w.Name
+	s := w.Name
+	if w.Kind != "" {
+		s = w.Namespace + "/" + w.Kind + "/" + w.Name
 	}
-	return w.Namespace + "/" + w.Kind + "/" + w.Name
+	if w.Cluster != "" {
+		s = w.Cluster + ":" + s
+	}
+	return s
 }
 
 // Edge is traffic from one source to one destination workload, as the
@@ -124,7 +132,7 @@ func (c *Client) Edges(ctx context.Context, kube kubernetes.Interface, ns string
 	var out []*Edge
 	for _, k := range order {
 		e := acc[k]
-		if e.Source, err = r.source(ctx, e.ClientID); err != nil {
+		if e.Source, err = r.source(ctx, e.ClientID, e.ServerID); err != nil {
 			return nil, err
 		}
 		if e.ServerID == "" && e.Secured {
@@ -175,8 +183,11 @@ func (r *resolver) list(ctx context.Context, ns string) ([]corev1.Pod, error) {
 }
 
 // source is the workload whose pods run as clientID's service account;
-// with none or several, the service account itself.
-func (r *resolver) source(ctx context.Context, clientID string) (Workload, error) {
+// with none or several, the service account itself. A client of another
+// trust domain than serverID's (a linked cluster's) is not looked for
+// here: a pod of this cluster running as an account of that name is
+// another workload.
+func (r *resolver) source(ctx context.Context, clientID, serverID string) (Workload, error) {
 	if clientID == "" {
 		return Workload{Name: Unmeshed}, nil
 	}
@@ -184,6 +195,9 @@ func (r *resolver) source(ctx context.Context, clientID string) (Workload, error
 	if err != nil {
 		// "overflow" (the proxy's bound on distinct identities) or foreign.
 		return Workload{Name: clientID}, nil
+	}
+	if server, err := spiffe.Parse(serverID); err == nil && server.TrustDomain != id.TrustDomain {
+		return Workload{Cluster: id.TrustDomain, Namespace: id.Namespace, Kind: KindServiceAccount, Name: id.ServiceAccount}, nil
 	}
 	pods, err := r.list(ctx, id.Namespace)
 	if err != nil {

@@ -204,6 +204,10 @@ func TestEdges(t *testing.T) {
 			dst("books", td+"web", "true"), "4",
 			dst("web", "", "false"), "0.2", // kubelet probes
 			dst("books", td+"shared", "true"), "1", // two workloads run as shared
+			// A linked cluster's load (trust domain b.cluster.local): not
+			// this cluster's load, which runs as an account of that name.
+			L{"namespace": "demo", "workload_kind": "Deployment", "workload_name": "web", "client_id": "spiffe://b.cluster.local/ns/demo/sa/load",
+				"server_id": td + "web", "tls": "true"}, "2",
 		),
 		tcp: vec(
 			dst("web", td+"load", "true"), "0.1",
@@ -233,6 +237,7 @@ func TestEdges(t *testing.T) {
 		got = append(got, strings.Join([]string{e.Source.String(), e.Destination.String(), e.Protocol, e.ClientID, e.ServerID}, " "))
 	}
 	want := []string{
+		"b.cluster.local:demo/ServiceAccount/load demo/Deployment/web http spiffe://b.cluster.local/ns/demo/sa/load " + td + "web",
 		"demo/Deployment/books db/StatefulSet/pg tcp " + td + "books spiffe://cluster.local/ns/db/sa/pg",
 		"demo/Deployment/load demo/Deployment/web http " + td + "load " + td + "web",
 		"demo/Deployment/web demo/Deployment/books http " + td + "web " + td + "books",
@@ -242,12 +247,15 @@ func TestEdges(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("edges:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	lw := edges[1]
+	if edges[0].Source.Cluster != "b.cluster.local" || edges[0].RPS != 2 {
+		t.Errorf("the linked cluster's load→web = %+v", edges[0])
+	}
+	lw := edges[2]
 	if lw.RPS != 5 || lw.ConnectionsPerSec != 0.1 || lw.OpenConnections != 3 || !lw.Secured {
 		t.Errorf("load→web = %+v", lw)
 	}
-	if edges[4].Secured || edges[4].Source.Name != Unmeshed {
-		t.Errorf("unmeshed edge = %+v", edges[4])
+	if edges[5].Secured || edges[5].Source.Name != Unmeshed {
+		t.Errorf("unmeshed edge = %+v", edges[5])
 	}
 }
 

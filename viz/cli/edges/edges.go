@@ -6,6 +6,7 @@ package edges
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -51,7 +52,8 @@ func Merge(lists ...[]vizquery.Edge) []vizquery.Edge {
 }
 
 // Render writes edges as a table (SRC, DST, SRC_NS, DST_NS, SECURED;
-// wide adds CLIENT_ID and SERVER_ID) or JSON or YAML (stat's formats).
+// SRC_CLUSTER first when a source is another cluster's; wide adds
+// CLIENT_ID and SERVER_ID) or JSON or YAML (stat's formats).
 // qualify names each end with its kind (deploy/web), for tables of mixed
 // kinds.
 func Render(w io.Writer, es []vizquery.Edge, format string, qualify bool) error {
@@ -64,12 +66,19 @@ func Render(w io.Writer, es []vizquery.Edge, format string, qualify bool) error 
 	wide := format == stat.FormatWide
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
 	head := []string{"SRC", "DST", "SRC_NS", "DST_NS", "SECURED"}
+	clusters := slices.ContainsFunc(es, func(e vizquery.Edge) bool { return e.Source.Cluster != "" })
+	if clusters {
+		head = append([]string{"SRC_CLUSTER"}, head...)
+	}
 	if wide {
 		head = append(head, "CLIENT_ID", "SERVER_ID")
 	}
 	fmt.Fprintln(tw, strings.Join(head, "\t"))
 	for _, e := range es {
 		cells := []string{name(e.Source, qualify), name(e.Destination, qualify), orDash(e.Source.Namespace), orDash(e.Destination.Namespace), secured(e)}
+		if clusters {
+			cells = append([]string{orDash(e.Source.Cluster)}, cells...)
+		}
 		if wide {
 			cells = append(cells, orDash(e.ClientID), orDash(e.ServerID))
 		}

@@ -48,6 +48,15 @@ func TestRender(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A linked cluster's client: its cluster (trust domain) shown.
+	linked := append(demo()[:1], vizquery.Edge{Source: vizquery.Workload{Cluster: "b.cluster.local", Namespace: "plexus-demo", Kind: vizquery.KindServiceAccount, Name: "load"},
+		Destination: wl("plexus-demo", "Deployment", "web"), ClientID: "spiffe://b.cluster.local/ns/plexus-demo/sa/load", ServerID: id("plexus-demo", "web"), Secured: true, Protocol: "http", RPS: 4})
+	for _, format := range []string{stat.FormatTable, stat.FormatWide} {
+		out.WriteString("# linked " + format + "\n")
+		if err := Render(&out, linked, format, false); err != nil {
+			t.Fatal(err)
+		}
+	}
 	goldentest.Golden(t, "render.txt", out.Bytes())
 	if err := Render(&out, nil, "xml", false); err == nil {
 		t.Error("format xml: no error")
