@@ -114,6 +114,23 @@ func TestMirrorLabelsPolicy(t *testing.T) {
 	if err := update("hello-b", func(s *corev1.Service) { s.Labels["team"] = "x" }); err != nil {
 		t.Errorf("a tenant's other edit of a mirror: %v", err)
 	}
+	// Gateway mode and federated Services: the same.
+	forbidden("a tenant marking its own Service gateway", update("own", func(s *corev1.Service) { s.Labels[mc.GatewayLabel] = "b" }))
+	forbidden("a tenant making its own Service federated", update("own", func(s *corev1.Service) { s.Labels[mc.FederatedLabel] = "db" }))
+	fed := svc("web-federated", map[string]string{mc.MirroredServiceLabel: "true", mc.FederatedLabel: "web"})
+	fed.Annotations = map[string]string{mc.FederatedClustersAnnotation: "b"}
+	if err := create(mirror, fed); err != nil {
+		t.Fatalf("the service mirror creating a federated Service: %v", err)
+	}
+	forbidden("a tenant adding a cluster to a federated Service", update("web-federated", func(s *corev1.Service) {
+		s.Annotations[mc.FederatedClustersAnnotation] = "b,c"
+	}))
+	forbidden("a tenant annotating its own Service federated", update("own", func(s *corev1.Service) {
+		s.Annotations = map[string]string{mc.FederatedClustersAnnotation: "b"}
+	}))
+	if err := update("web-federated", func(s *corev1.Service) { s.Annotations["note"] = "x" }); err != nil {
+		t.Errorf("a tenant's other edit of a federated Service: %v", err)
+	}
 
 	t.Run("the policy type-checks against the Service schema", func(t *testing.T) {
 		for _, w := range a.PolicyWarnings(t, "plexus-multicluster-mirror-labels") {
