@@ -6,7 +6,8 @@
 # with plexusctl multicluster link; hello in b exported; a's client calling
 # hello-b, answered by b's pods directly over mTLS; b's proxy naming a's
 # client; a policy in b naming a's client; then, the networks
-# hierarchical, the same through b's gateway.
+# hierarchical, the same through b's gateway; then hello-federated, one
+# Service spanning hello in a and in b.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/cluster/env.sh"
@@ -194,5 +195,32 @@ for p in $(kb -n mc-demo get pods -l app=hello -o jsonpath='{.items[*].metadata.
 done
 kb -n mc-demo label --overwrite service hello mirror.plexus.dev/exported=remote-discovery >/dev/null
 "$HERE/cluster/pair.sh" mode flat >/dev/null
+
+step "a federated Service: hello in a too, exported as federated in both clusters: hello-federated spans their pods"
+ka -n mc-demo create deployment hello --image=plexus.dev/testapp:dev --replicas=2 -- /testapp serve :8080 >/dev/null
+ka -n mc-demo expose deployment hello --port 80 --target-port 8080 >/dev/null
+ka -n mc-demo rollout status deployment/hello --timeout 180s >/dev/null
+for k in ka kb; do $k -n mc-demo label --overwrite service hello mirror.plexus.dev/exported=federated >/dev/null; done
+deadline=$((SECONDS + 10))
+until [ "$(ka -n mc-demo get service hello-federated -o jsonpath='{.metadata.annotations.multicluster\.plexus\.dev/federated-clusters}' 2>/dev/null)" = b ]; do
+	[ $SECONDS -lt $deadline ] || die "no hello-federated spanning b in a within 10 s"
+	sleep 0.2
+done
+echo
+ka -n mc-demo get service hello-federated -L multicluster.plexus.dev/federated | sed 's/^/    /'
+echo
+servers=$(ka -n mc-demo exec "$client" -c testapp -- /testapp load -n 100 -c 4 http://hello-federated.mc-demo.svc.cluster.local/ | tr -d ' \n' | grep -o '"servers":{[^}]*}')
+echo "    100 requests from a's client to hello-federated, by pod:"
+for p in $(ka -n mc-demo get pods -l app=hello -o jsonpath='{.items[*].metadata.name}'); do
+	n=$(echo "$servers" | grep -o "\"$p\":[0-9]*" | cut -d: -f2)
+	echo "      a: $p ${n:-0}"
+done
+for p in $(kb -n mc-demo get pods -l app=hello -o jsonpath='{.items[*].metadata.name}'); do
+	n=$(echo "$servers" | grep -o "\"$p\":[0-9]*" | cut -d: -f2)
+	echo "      b: $p ${n:-0}"
+done
+echo "$servers" | grep -q "$(kb -n mc-demo get pods -l app=hello -o jsonpath='{.items[0].metadata.name}')\|$(kb -n mc-demo get pods -l app=hello -o jsonpath='{.items[1].metadata.name}')" ||
+	die "hello-federated sent nothing to b: $servers"
+echo "    (when b goes silent, a's destination withdraws b's pods within 2 s: TestMulticluster measures it)"
 
 log "multicluster demo done in $((SECONDS - start))s: a and b stay up, flat (make cluster-down takes both down)"
