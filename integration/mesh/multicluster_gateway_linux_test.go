@@ -175,10 +175,40 @@ func gatewayCount(t *testing.T, c *clustertest.Cluster, pod, result string) int 
 // gateway. Each time a's destination finds it within 3 s (its
 // plexus_destination_gateway_healthy{cluster="b"} 0), a's client's proxy
 // no longer holds hello-b's endpoints and its requests fail at once
-// rather than wait; with the rule gone both come back.
+// rather than wait, and a route splitting a's hello between a's pods and
+// hello-b sends everything to a's; with the rule gone both come back.
 func testGatewayDown(t *testing.T, g gatewayCase, gw netip.AddrPort, url string) {
 	ctx := clustertest.Context(t, 3*time.Minute)
 	gaugeIs := destinationGauge(t, g.a, `plexus_destination_gateway_healthy{cluster="b"}`)
+	// A route splitting a's hello between a's own pods and b's (hello-b,
+	// through the gateway): with the gateway down it fails over to a's.
+	split := strings.NewReplacer("{{ns}}", g.ns).Replace(`
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: hello-split, namespace: {{ns}}}
+spec:
+  parentRefs: [{group: "", kind: Service, name: hello, port: 80}]
+  rules: [{backendRefs: [{name: hello, port: 80, weight: 50}, {name: hello-b, port: 80, weight: 50}]}]
+`)
+	if out, err := kubectlOutput(ctx, g.a, split, "apply", "-f", "-"); err != nil {
+		t.Fatalf("applying the split: %v\n%s", err, out)
+	}
+	splitURL := "http://hello." + g.ns + ".svc.cluster.local/"
+	fromB := func(res loadResult) int {
+		n := 0
+		for server, k := range res.Servers {
+			if _, ok := g.hello[server]; ok {
+				n += k
+			}
+		}
+		return n
+	}
+	var res loadResult
+	var err error
+	within(t, "the split reaches b's hello through the gateway, and a's", 30*time.Second, func() bool {
+		res, err = execLoad(ctx, g.a, g.ns, g.client, "-n", "40", "-c", "4", "-timeout", "5s", splitURL)
+		return err == nil && res.Statuses["200"] == 40 && fromB(res) > 0 && fromB(res) < 40
+	}, func() string { return briefResult(res) + " " + errString(err) })
 	healthy, down := gaugeIs("1"), gaugeIs("0")
 	within(t, "a's destination finds b's gateway healthy", 10*time.Second, healthy, nil)
 	for _, c := range []struct{ name, target string }{
@@ -211,8 +241,13 @@ func testGatewayDown(t *testing.T, g gatewayCase, gw netip.AddrPort, url string)
 			}
 			return true
 		}, nil)
+		res, err = execLoad(ctx, g.a, g.ns, g.client, "-n", "40", "-c", "4", "-timeout", "5s", splitURL)
+		t.Logf("gateway %s: the split: %s, %d from b", c.name, briefResult(res), fromB(res))
+		if err != nil || res.Statuses["200"] != 40 || fromB(res) != 0 {
+			t.Errorf("gateway %s: the split did not fail over to a's hello: %s %s, %d from b", c.name, briefResult(res), errString(err), fromB(res))
+		}
 		reqStart := time.Now()
-		res, err := execLoad(ctx, g.a, g.ns, g.client, "-n", "1", "-timeout", "10s", url)
+		res, err = execLoad(ctx, g.a, g.ns, g.client, "-n", "1", "-timeout", "10s", url)
 		if err == nil && res.Statuses["200"] > 0 {
 			t.Errorf("gateway %s: a request still got 200: %s", c.name, briefResult(res))
 		}

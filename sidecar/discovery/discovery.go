@@ -284,6 +284,21 @@ func (r *Resolver) pickService(ctx context.Context, authority string, o pickOpts
 	return pk, err
 }
 
+// Empty reports whether destination answered backend's Service with no
+// endpoint that takes requests (scaled to 0, withdrawn, unknown); false
+// for the original destination and while it has not answered. A route
+// passes over such a backend for its others (httpproxy.Options.BackendEmpty).
+func (r *Resolver) Empty(backend *routes.Backend) bool {
+	if backend == nil || backend.Authority == "" {
+		return false
+	}
+	s := r.subscription(subKey{name: backend.Authority})
+	s.used.Store(true)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hasState && len(s.pickable) == 0
+}
+
 // ErrUnknownService is returned by PickService when destination does not
 // know the backend Service, or could not be asked.
 var ErrUnknownService = errors.New("destination does not know the Service or is unreachable")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/plexus-mesh/plexus/mesh/api/destinationpb"
 	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
+	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/testsupport/eventually"
 	"github.com/plexus-mesh/plexus/testsupport/fakedestination"
 	"github.com/plexus-mesh/plexus/testsupport/testpki"
@@ -182,6 +183,22 @@ func TestNoEndpointsAndNotFound(t *testing.T) {
 		_, err := e.r.Pick(context.Background(), known)
 		return errors.Is(err, ErrNoEndpoints)
 	})
+}
+
+// TestEmpty: a route backend is empty once destination answers it with
+// no endpoints, and not while it has one; the original destination never
+// is.
+func TestEmpty(t *testing.T) {
+	e := newEnv(t, nil)
+	const authority = "web.shop.svc.cluster.local:80"
+	b := &routes.Backend{Authority: authority}
+	e.srv.Set(authority, fakedestination.NoEndpoints(true))
+	within(t, time.Second, "empty once answered with none", func() bool { return e.r.Empty(b) })
+	e.srv.Push(authority, add(wa("10.1.0.9:80", webID)))
+	within(t, time.Second, "not empty with an endpoint", func() bool { return !e.r.Empty(b) })
+	if e.r.Empty(&routes.Backend{}) || e.r.Empty(nil) {
+		t.Error("the original destination counted as empty")
+	}
 }
 
 // TestCacheSurvivesServerGone: with destination stopped the cached set

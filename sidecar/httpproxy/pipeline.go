@@ -145,9 +145,16 @@ func (x *exchange) matchRule(t *routes.Table) {
 	x.routeErr = x.pickBackend()
 }
 
-// pickBackend chooses the rule's backend for the next attempt.
+// pickBackend chooses the rule's backend for the next attempt: by weight,
+// passing over a backend with nothing behind it for the others that have
+// something (failover), when the rule has others.
 func (x *exchange) pickBackend() error {
 	b := x.rule.PickBackend(rand.Uint64())
+	if empty := x.p.opts.BackendEmpty; b != nil && len(x.rule.Backends) > 1 && empty != nil && empty(b) {
+		if alt := x.rule.PickBackendWhere(rand.Uint64(), func(c *routes.Backend) bool { return c.Failure == "" && !empty(c) }); alt != nil {
+			b = alt
+		}
+	}
 	x.backend = b
 	switch {
 	case b == nil:

@@ -405,6 +405,38 @@ func TestRouteBackendFailureOrNoneIs500(t *testing.T) {
 	rtEventually(t, e.reg, "outbound_http_route_request_statuses_total", "web", 6, "http_status", "500")
 }
 
+// A split whose backend has nothing behind it (BackendEmpty: scaled to 0,
+// a linked cluster withdrawn) sends its share to the others, on every
+// engine; with every backend empty the pick stands, and fails.
+func TestRouteFailsOverFromEmptyBackend(t *testing.T) {
+	stable := rtServe(t, "stable", nil)
+	var remoteEmpty atomic.Bool
+	remoteEmpty.Store(true)
+	pol := rtPolicy(rtRoute("web", &pb.OutboundRule{Backends: []*pb.Backend{rtBackend("remote", 50), rtBackend("stable", 50)}}))
+	e := newRouteEnv(t, netip.MustParseAddrPort("127.0.0.1:1"), pol,
+		map[string][]netip.AddrPort{"stable": {stable.addr}}, func(o *Options) {
+			o.BackendEmpty = func(b *routes.Backend) bool {
+				return b.Authority == rtAuthority("remote") && remoteEmpty.Load() || b.Authority == rtAuthority("stable") && !remoteEmpty.Load()
+			}
+		})
+	for _, en := range e.engines(t) {
+		for range 40 {
+			if res, body := en.do(t, "GET", "/", nil); res.StatusCode != 200 || body != "stable" {
+				t.Fatalf("%s: %d %q, want stable's 200 (remote has no endpoint)", en.name, res.StatusCode, body)
+			}
+		}
+	}
+	// Now stable is the empty one and remote has no upstream at all:
+	// remote is picked (half the requests would be anyway) and fails.
+	remoteEmpty.Store(false)
+	en := e.engine(t, "fast")
+	for range 10 {
+		if res, body := en.do(t, "GET", "/", nil); res.StatusCode == 200 {
+			t.Fatalf("a request to the split with stable empty got 200 %q: stable was not passed over", body)
+		}
+	}
+}
+
 // A 90/10 split over 2,000 requests lands within ±3 points of 10 %.
 func TestRouteWeightedSplit(t *testing.T) {
 	stable, canary := rtServe(t, "stable", nil), rtServe(t, "canary", nil)

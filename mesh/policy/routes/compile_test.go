@@ -156,6 +156,24 @@ func pickRule(t testing.TB, weights ...uint32) *Rule {
 	return mustCompile(t, policy(route("r", nil, r))).Routes[0].Rules[0]
 }
 
+// PickBackendWhere picks by weight among the backends ok accepts, and
+// nil when it accepts none.
+func TestPickBackendWhere(t *testing.T) {
+	r := pickRule(t, 1, 1, 2)
+	notA := func(b *Backend) bool { return b.Ref.Name != "a" }
+	c := map[string]int{}
+	const n = 1200
+	for i := range uint64(n) {
+		c[r.PickBackendWhere(i*(math.MaxUint64/n), notA).Ref.Name]++
+	}
+	if c["a"] != 0 || c["b"] < 399 || c["b"] > 401 || c["c"] < 799 || c["c"] > 801 {
+		t.Errorf("picks %v, want b 400 and c 800", c)
+	}
+	if b := r.PickBackendWhere(7, func(*Backend) bool { return false }); b != nil {
+		t.Errorf("none accepted: picked %s", b.Ref.Name)
+	}
+}
+
 func TestPickBackend(t *testing.T) {
 	// rnd sweeps [0, 2^64) evenly: the picks must be in proportion.
 	counts := func(r *Rule) map[string]int {

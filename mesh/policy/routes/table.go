@@ -139,6 +139,31 @@ func (r *Rule) PickBackend(rnd uint64) *Backend {
 	return nil // unreachable: x < totalWeight
 }
 
+// PickBackendWhere is PickBackend among the backends ok accepts (nil
+// when it accepts none of weight above 0). It allocates nothing.
+func (r *Rule) PickBackendWhere(rnd uint64, ok func(*Backend) bool) *Backend {
+	var total uint64
+	for _, b := range r.Backends {
+		if ok(b) {
+			total += uint64(b.Weight)
+		}
+	}
+	if total == 0 {
+		return nil
+	}
+	x, _ := bits.Mul64(rnd, total)
+	for _, b := range r.Backends {
+		if !ok(b) {
+			continue
+		}
+		if x < uint64(b.Weight) {
+			return b
+		}
+		x -= uint64(b.Weight)
+	}
+	return nil // unreachable: x < total
+}
+
 // Default returns the table of a destination with no policy: one route
 // (kind "default", name "http") with one rule that matches every request
 // and sends it, unfiltered and without retries or timeouts, to one backend
