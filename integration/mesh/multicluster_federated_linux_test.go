@@ -193,22 +193,46 @@ func testFederatedClusterGone(t *testing.T, g gatewayCase, load func(time.Durati
 // destinationGauge returns a check of whether every destination pod of c
 // reports series (name and labels) at a value.
 func destinationGauge(t *testing.T, c *clustertest.Cluster, series string) func(value string) func() bool {
-	ctx := clustertest.Context(t, 5*time.Minute)
-	dests, err := c.Client.CoreV1().Pods(controlNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=plexus-destination"})
-	if err != nil || len(dests.Items) == 0 {
-		t.Fatalf("destination pods: %v", err)
-	}
+	dests := destinationPods(t, c)
 	return func(value string) func() bool {
 		return func() bool {
-			for _, d := range dests.Items {
-				raw, err := c.Client.CoreV1().Pods(controlNamespace).ProxyGet("http", d.Name, "9996", "/metrics", nil).DoRaw(context.Background())
-				if err != nil || !strings.Contains(string(raw), series+" "+value) {
+			for _, d := range dests {
+				if m, err := destinationMetrics(c, d); err != nil || !strings.Contains(m, series+" "+value) {
 					return false
 				}
 			}
 			return true
 		}
 	}
+}
+
+// destinationHas reports whether any destination pod of c reports
+// series (name and labels), or could not be asked.
+func destinationHas(t *testing.T, c *clustertest.Cluster, series string) bool {
+	for _, d := range destinationPods(t, c) {
+		if m, err := destinationMetrics(c, d); err != nil || strings.Contains(m, series+" ") {
+			return true
+		}
+	}
+	return false
+}
+
+func destinationPods(t *testing.T, c *clustertest.Cluster) []string {
+	ctx := clustertest.Context(t, 30*time.Second)
+	dests, err := c.Client.CoreV1().Pods(controlNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=plexus-destination"})
+	if err != nil || len(dests.Items) == 0 {
+		t.Fatalf("destination pods: %v", err)
+	}
+	var out []string
+	for _, d := range dests.Items {
+		out = append(out, d.Name)
+	}
+	return out
+}
+
+func destinationMetrics(c *clustertest.Cluster, pod string) (string, error) {
+	raw, err := c.Client.CoreV1().Pods(controlNamespace).ProxyGet("http", pod, "9996", "/metrics", nil).DoRaw(context.Background())
+	return string(raw), err
 }
 
 // medianMS is the median latency of res's answers from the servers of.

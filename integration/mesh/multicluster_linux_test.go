@@ -205,6 +205,12 @@ func TestMulticluster(t *testing.T) {
 			Spec: authenticationv1.TokenReviewSpec{Token: tokenOf(t, creds.Data[mc.CredentialsKey])}}, metav1.CreateOptions{})
 		return err == nil && !review.Status.Authenticated
 	}, nil)
+	// T1: destination no longer checks b: its gateway's and API server's
+	// series are gone.
+	within(t, "unlink: a's destination stops checking b", 5*time.Second, func() bool {
+		return !destinationHas(t, a, `plexus_destination_gateway_healthy{cluster="b"}`) &&
+			!destinationHas(t, a, `plexus_destination_remote_api_healthy{cluster="b"}`)
+	}, nil)
 }
 
 // linkedPair is the two local clusters, their networks flat, with Plexus
