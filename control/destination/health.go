@@ -137,8 +137,9 @@ func (r *remoteClusters) probeGatewayLocked(name string, gw netip.AddrPort) {
 		r.gatewayGauges.forget(name)
 	}
 	if gw.IsValid() {
-		r.gatewayProbes[name] = r.startProbeLocked(name, "gateway", gatewayCheck(gw), r.gatewayGauges, r.gatewayProbes)
-		r.gatewayProbes[name].gw = gw
+		p := r.startProbeLocked(name, "gateway", gatewayCheck(gw), r.gatewayGauges, r.gatewayProbes)
+		p.gw = gw
+		r.gatewayProbes[name] = p
 	}
 }
 

@@ -73,9 +73,6 @@ type remoteClusters struct {
 // remoteCluster is one linked cluster's watcher.
 type remoteCluster struct {
 	w *watcher
-	// gateway reaches its pods in gateway mode (GatewayAddressAnnotation);
-	// zero when it has none.
-	gateway netip.AddrPort
 	// ready checks its API server (kubeclient.RemoteReady).
 	ready  func(context.Context) error
 	hash   [sha256.Size]byte // of what it was built from
@@ -257,7 +254,7 @@ func (r *remoteClusters) start(name string, kubeconfig []byte, trustDomain strin
 	if old := r.clusters[name]; old != nil {
 		old.cancel()
 	}
-	r.clusters[name] = &remoteCluster{w: w, gateway: gateway, ready: ready, hash: hash, cancel: cancel}
+	r.clusters[name] = &remoteCluster{w: w, ready: ready, hash: hash, cancel: cancel}
 	log.Info("linked cluster's caches synced")
 	r.probeGatewayLocked(name, gateway)
 	r.probeAPILocked(name, false)
@@ -293,10 +290,11 @@ func (r *remoteClusters) clusterOf(name string) (*watcher, netip.AddrPort) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if c := r.clusters[name]; c != nil {
-		if p := r.gatewayProbes[name]; p != nil && p.down {
-			return c.w, netip.AddrPort{}
+		// The gateway (GatewayAddressAnnotation) is its prober's.
+		if p := r.gatewayProbes[name]; p != nil && !p.down {
+			return c.w, p.gw
 		}
-		return c.w, c.gateway
+		return c.w, netip.AddrPort{}
 	}
 	return nil, netip.AddrPort{}
 }

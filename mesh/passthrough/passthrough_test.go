@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 )
@@ -73,6 +74,14 @@ func TestHeaderAsTheSpecWritesIt(t *testing.T) {
 	if err != nil || src.String() != "10.244.0.7:41000" || dst.String() != "10.245.0.5:8080" || string(rest) != "x" {
 		t.Fatalf("%v → %v, rest %q, %v", src, dst, rest, err)
 	}
+	// The same with a TLV after the addresses (a NOOP of 3 bytes, 2.2.7):
+	// read with the header, none of it left to the connection.
+	b, _ = hex.DecodeString("0d0a0d0a000d0a515549540a" + "21" + "11" + "0012" +
+		"0af40007" + "0af50005" + "a028" + "1f90" + "04" + "0003" + "000000")
+	src, dst, rest, err = accept(t, append(b, 'x'))
+	if err != nil || src.String() != "10.244.0.7:41000" || dst.String() != "10.245.0.5:8080" || string(rest) != "x" {
+		t.Fatalf("with a TLV: %v → %v, rest %q, %v", src, dst, rest, err)
+	}
 }
 
 // TestRefusedHeaders: each is refused with ErrHeader.
@@ -85,7 +94,11 @@ func TestRefusedHeaders(t *testing.T) {
 		"unspecified":       "0d0a0d0a000d0a515549540a" + "21" + "11" + "000c" + "0af40007" + "00000000" + "a0281f90",
 		"truncated":         "0d0a0d0a000d0a515549540a" + "21" + "11" + "000c" + "0af4",
 		"a TLS ClientHello": "160301000501020304",
-		"nothing":           "",
+		// 513 bytes announced: more than a header of Plexus's can be.
+		"too long": "0d0a0d0a000d0a515549540a" + "21" + "11" + "0201" + strings.Repeat("00", 513),
+		// AF_UNIX stream addresses (2.2: 216 bytes): not TCP.
+		"AF_UNIX": "0d0a0d0a000d0a515549540a" + "21" + "31" + "00d8" + strings.Repeat("61", 216),
+		"nothing": "",
 	} {
 		b, _ := hex.DecodeString(hexHeader)
 		if _, _, _, err := accept(t, b); err == nil {
@@ -103,6 +116,8 @@ func FuzzAccept(f *testing.F) {
 	f.Add(ok.Bytes())
 	f.Add([]byte("PROXY TCP4 1.2.3.4 5.6.7.8 1 2\r\n"))
 	f.Add([]byte{0x16, 0x03, 0x01})
+	local, _ := hex.DecodeString("0d0a0d0a000d0a515549540a" + "20" + "00" + "0000") // a health check (LOCAL)
+	f.Add(local)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, rest, err := acceptHeader(t, b)
 		if err != nil {

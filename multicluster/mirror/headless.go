@@ -28,9 +28,6 @@ import (
 	mc "github.com/plexus-mesh/plexus/mesh/api/multicluster/v1alpha1"
 )
 
-// SliceManager is the managed-by label value of a mirror's EndpointSlice.
-const SliceManager = mc.MirrorSliceManager
-
 // headless reports whether svc is headless.
 func headless(svc *corev1.Service) bool { return svc.Spec.ClusterIP == corev1.ClusterIPNone }
 
@@ -53,7 +50,7 @@ func sliceOf(l *mc.Link, m *corev1.Service, remote []*discoveryv1.EndpointSlice)
 		ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name,
 			Labels: map[string]string{
 				discoveryv1.LabelServiceName: m.Name,
-				discoveryv1.LabelManagedBy:   SliceManager,
+				discoveryv1.LabelManagedBy:   mc.MirrorSliceManager,
 				mc.LinkLabel:                 l.Name,
 				mc.ClusterNameLabel:          l.Spec.ClusterName,
 			},
@@ -99,7 +96,7 @@ func (c *Controller) syncSlice(ctx context.Context, l *mc.Link, r *remote, remot
 		return err
 	case err != nil:
 		return err
-	case cur.Labels[discoveryv1.LabelManagedBy] != SliceManager:
+	case cur.Labels[discoveryv1.LabelManagedBy] != mc.MirrorSliceManager:
 		return fmt.Errorf("EndpointSlice %s/%s exists and is not this mirror's", m.Namespace, m.Name)
 	case cur.AddressType != want.AddressType:
 		uid := cur.UID

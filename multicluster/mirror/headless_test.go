@@ -65,7 +65,7 @@ func TestHeadlessMirror(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(s.OwnerReferences) != 1 || s.OwnerReferences[0].UID != m.UID || s.Labels[discoveryv1.LabelServiceName] != "db-b" || s.Labels[discoveryv1.LabelManagedBy] != SliceManager {
+	if len(s.OwnerReferences) != 1 || s.OwnerReferences[0].UID != m.UID || s.Labels[discoveryv1.LabelServiceName] != "db-b" || s.Labels[discoveryv1.LabelManagedBy] != mc.MirrorSliceManager {
 		t.Errorf("slice %+v: want owned by the mirror, of its service, managed by the service mirror", s.ObjectMeta)
 	}
 
