@@ -18,6 +18,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -98,6 +99,11 @@ func (c *Controller) syncFederated(ctx context.Context, ns, name string) error {
 		_, err = services.Create(ctx, want, metav1.CreateOptions{})
 		switch {
 		case apierrors.IsAlreadyExists(err):
+			if got, gerr := services.Get(ctx, fedName, metav1.GetOptions{}); gerr == nil && got.Labels[mc.FederatedLabel] == name {
+				// Ours, made by a sync the cache has not seen yet.
+				c.queue.AddAfter(item{federated: true, ns: ns, name: name}, 100*time.Millisecond)
+				return nil
+			}
 			res = result{reasonNameCollision, fmt.Sprintf("Service %s/%s exists and is not the federated Service of %s", ns, fedName, name)}
 			err = nil
 		case apierrors.IsNotFound(err):
