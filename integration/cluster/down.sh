@@ -193,6 +193,7 @@ fi
 
 [ -d "$STATE_DIR" ] || [ -d "$RUN_DIR" ] || { log "no local cluster${CP_NETNS:+ $CLUSTER_NAME} to tear down"; exit 0; }
 log "tearing down the local cluster${CP_NETNS:+ $CLUSTER_NAME}"
+pause_cluster cont # a stopped process takes no SIGTERM, a frozen one no SIGKILL (pause.sh)
 
 "$HERE/node.sh" remove-all --locked # the nodes node.sh added, first
 if $HOST_NODE; then

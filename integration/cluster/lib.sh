@@ -388,3 +388,33 @@ cert() {
 		-days 365 -extfile "$name.ext" -out "$name.crt"
 	rm -f "$name.csr" "$name.ext"
 }
+
+# pause_cluster stop|cont: SIGSTOP (or SIGCONT) to the API server and to
+# every node's agents, and every pod of the nodes frozen (or thawed) by
+# its node's freezer cgroup (pause.sh). cont is safe when nothing is
+# stopped. Fails, naming it, when a cgroup does not reach the state.
+pause_cluster() {
+	local sig=STOP state=FROZEN pids dirs="" dir nd f c pid ok=0
+	[ "$1" = cont ] && sig=CONT state=THAWED
+	pids="$(pid_of kube-apiserver)"
+	if $HOST_NODE; then
+		for c in kubelet containerd kube-proxy flanneld; do pids="$pids $(pid_of $c)"; done
+		dirs="/sys/fs/cgroup/freezer/kubepods"
+	fi
+	for nd in "$STATE_DIR"/nodes/*/; do
+		[ -d "$nd" ] || continue
+		for f in "$nd"pids/*.pid; do [ -f "$f" ] && pids="$pids $(cat "$f")"; done
+		dirs="$dirs /sys/fs/cgroup/freezer/$(basename "$nd")"
+	done
+	for pid in $pids; do kill -"$sig" "$pid" 2>/dev/null || true; done
+	for dir in $dirs; do
+		[ -f "$dir/freezer.state" ] || continue
+		echo "$state" >"$dir/freezer.state"
+		for _ in $(seq 1 50); do
+			[ "$(cat "$dir/freezer.state")" = "$state" ] && break
+			sleep 0.1
+		done
+		[ "$(cat "$dir/freezer.state")" = "$state" ] || { log "cgroup $dir is $(cat "$dir/freezer.state"), not $state"; ok=1; }
+	done
+	return $ok
+}

@@ -60,9 +60,12 @@ vars() {
 }
 
 remove() {
+	# A stopped node (pause.sh) goes on first: a stopped process takes no
+	# SIGTERM, a frozen one no SIGKILL.
+	[ -f "/sys/fs/cgroup/freezer/$CG/freezer.state" ] && { echo THAWED >"/sys/fs/cgroup/freezer/$CG/freezer.state"; } 2>/dev/null || true
 	for c in flanneld kube-proxy kubelet containerd; do
 		pid=$(cat "$ND/pids/$c.pid" 2>/dev/null || true)
-		[ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+		[ -n "$pid" ] && kill -CONT "$pid" 2>/dev/null && kill "$pid" 2>/dev/null || true
 	done
 	sleep 2
 	for c in flanneld kube-proxy kubelet containerd; do

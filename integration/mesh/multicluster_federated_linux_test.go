@@ -3,10 +3,8 @@ package mesh
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,15 +23,14 @@ const (
 // testFederated (issue 27's T5, networks flat): hello, two replicas in a
 // and two in b, exported as federated in both; a's client calls
 // hello-federated at 200 req/s:
-//   - each cluster takes a real share of the requests (20-80 %; the
-//     faster takes more);
+//   - each cluster takes 50 ± 10 % of the requests;
 //   - b's hello scaled to 0 under load fails no request;
-//   - b's API server and pods blackholed from a (a host rule drops what
-//     a's pods send there: from a, b is gone without a word) under load:
-//     a's destination finds b's API server down within 3 s, withdraws
-//     b's members, and from 5 s after the cut a's pods answer every
-//     request, under 0.1 % failing in all;
-//   - with the rule gone, b takes its share again.
+//   - b's API server and node stopped under load (integration/cluster/
+//     pause.sh: SIGSTOP, and b's pods frozen; from a, b is gone without a
+//     word): a's destination finds b's API server down within 3 s,
+//     withdraws b's members, and from 5 s after the stop a's pods answer
+//     every request, under 0.1 % failing in all;
+//   - when b goes on, it takes its share again.
 func testFederated(t *testing.T, g gatewayCase) {
 	ctx := clustertest.Context(t, 8*time.Minute)
 	url := "http://hello-federated." + g.ns + ".svc.cluster.local/"
@@ -76,24 +73,16 @@ func testFederated(t *testing.T, g gatewayCase) {
 	}
 	t.Logf("federated at %d req/s: b takes %.1f %% (%s); p50 of a's answers %.2f ms, of b's %.2f ms", federatedRate, 100*shareOfB(res), briefResult(res),
 		medianMS(res, func(s string) bool { _, ok := g.hello[s]; return !ok }), medianMS(res, func(s string) bool { _, ok := g.hello[s]; return ok }))
-	// The balancer prefers the cluster that answers faster (latency-aware,
-	// as within a cluster): both take a real share, not an even one (the
-	// issue's 50 ± 10 % does not hold here: a's and b's p50s differ by
-	// about a tenth, and the faster took 68-69 % in two runs, once each).
-	if s := shareOfB(res); s < 0.2 || s > 0.8 || res.Statuses["200"] != res.Requests {
-		t.Errorf("federated split: b took %.1f %%, want 20-80 %%; %s", 100*s, briefResult(res))
+	// a's and b's p50s differ by up to a seventh from run to run: alike
+	// to the balancer (balance.AlikeRTT), which spreads by load.
+	if s := shareOfB(res); s < 0.4 || s > 0.6 || res.Statuses["200"] != res.Requests {
+		t.Errorf("federated split: b took %.1f %%, want 50 ± 10 %%; %s", 100*s, briefResult(res))
 	}
 
 	// b scaled to 0 under load.
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		res, err = load(12 * time.Second)
-	}()
-	time.Sleep(3 * time.Second)
-	g.b.Kubectl(t, "-n", g.ns, "scale", "deployment/hello", "--replicas=0")
-	wg.Wait()
+	res, err = loadDuring(load, 12*time.Second, 3*time.Second, func() {
+		g.b.Kubectl(t, "-n", g.ns, "scale", "deployment/hello", "--replicas=0")
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,43 +111,20 @@ func testFederated(t *testing.T, g gatewayCase) {
 	// a's hello stays, unexported: the gateway phase splits to it.
 }
 
-// testFederatedClusterGone: b's API server and pods cut off from a's pods
-// under load, then back.
+// testFederatedClusterGone: b's API server and node stopped under load,
+// then going on.
 func testFederatedClusterGone(t *testing.T, g gatewayCase, load func(time.Duration) (loadResult, error), shareOfB func(loadResult) float64) {
 	apiHealthy := destinationGauge(t, g.a, `plexus_destination_remote_api_healthy{cluster="b"}`)
 	within(t, "a's destination finds b's API server healthy", 10*time.Second, apiHealthy("1"), nil)
-	apiServer, _, _ := net.SplitHostPort(clustertest.BAPIServer)
-	rules := [][]string{
-		{"FORWARD", "-s", clustertest.APodCIDR, "-d", apiServer, "-j", "DROP"},
-		{"FORWARD", "-s", clustertest.APodCIDR, "-d", clustertest.BPodCIDR, "-j", "DROP"},
-	}
-	var res loadResult
-	var err error
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		res, err = load(20 * time.Second)
-	}()
-	time.Sleep(5 * time.Second)
-	removed := false
-	remove := func() {
-		if !removed {
-			removed = true
-			for _, r := range rules {
-				iptables(t, append([]string{"-D"}, r...)...)
-			}
-		}
-	}
-	for _, r := range rules {
-		iptables(t, append([]string{"-I"}, r...)...)
-	}
-	t.Cleanup(remove)
-	cut := time.Now()
-	within(t, "b cut off: a's destination finds b's API server down", 3*time.Second, apiHealthy("0"), nil)
-	t.Logf("b cut off: its API server found down in %v", time.Since(cut).Round(time.Millisecond))
-	wg.Wait()
-	remove()
+	var cut time.Time
+	var cont func()
+	res, err := loadDuring(load, 30*time.Second, 5*time.Second, func() {
+		cont = clustertest.StopB(t)
+		cut = time.Now()
+		within(t, "b stopped: a's destination finds b's API server down", 3*time.Second, apiHealthy("0"), nil)
+		t.Logf("b stopped: its API server found down in %v", time.Since(cut).Round(time.Millisecond))
+	})
+	cont()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,13 +139,13 @@ func testFederatedClusterGone(t *testing.T, g gatewayCase, load func(time.Durati
 			lastFail = max(lastFail, at)
 		}
 	}
-	t.Logf("b cut off under %d req/s: %d of %d requests failed (%.3f %%); the last answered by b was sent %v after the cut, the last failed one %v; %s",
+	t.Logf("b stopped under %d req/s: %d of %d requests failed (%.3f %%); the last answered by b was sent %v after the stop, the last failed one %v; %s",
 		federatedRate, failed, res.Requests, 100*float64(failed)/float64(res.Requests), lastB.Round(time.Millisecond), lastFail.Round(time.Millisecond), briefResult(res))
 	if float64(failed) >= 0.001*float64(res.Requests) {
-		t.Errorf("b cut off: %d of %d requests failed, want < 0.1 %%", failed, res.Requests)
+		t.Errorf("b stopped: %d of %d requests failed, want < 0.1 %%", failed, res.Requests)
 	}
 	if lastFail > 5*time.Second {
-		t.Errorf("b cut off: a request sent %v after the cut failed; a should serve everything within 5 s", lastFail)
+		t.Errorf("b stopped: a request sent %v after the stop failed; a should serve everything within 5 s", lastFail)
 	}
 	start := time.Now()
 	within(t, "b back: a's destination finds its API server healthy", 5*time.Second, apiHealthy("1"), nil)
@@ -248,4 +214,20 @@ func medianMS(res loadResult, of func(server string) bool) float64 {
 	}
 	slices.Sort(ms)
 	return ms[len(ms)/2]
+}
+
+// loadDuring runs load for d and, after wait, act; it returns the load's
+// result when both are done.
+func loadDuring(load func(time.Duration) (loadResult, error), d, wait time.Duration, act func()) (loadResult, error) {
+	var res loadResult
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res, err = load(d)
+	}()
+	time.Sleep(wait)
+	act()
+	<-done
+	return res, err
 }

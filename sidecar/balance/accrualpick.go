@@ -24,8 +24,8 @@ const pickTries = 4
 // PickP2CAvailable is PickP2C over the available endpoints of bs: it draws
 // pairs of distinct endpoints with rnd (re-mixed for each pair), and
 // returns the better available one as pickPair says (a due probe first,
-// then as IndexP2C: responsive first, the lower Cost at now, a tie within
-// 1 % broken at random), claiming its probe if it is probing (if another
+// then as IndexP2C: responsive first, the lower Cost at now or load
+// when their RTTs are alike, a tie within 1 % broken at random), claiming its probe if it is probing (if another
 // caller won that claim, the other of the pair); a pair of two quiet ones
 // is drawn again, up to Redraws times, as IndexP2C does (silence.go).
 // After pickTries pairs with none available it scans bs once from
@@ -123,7 +123,7 @@ func forceProbe(bs []*Breaker) int {
 // the way back of an ejected endpoint, and its estimate, unrefreshed
 // while it was out, must not postpone it); then, as IndexP2C, a
 // responsive one before an unresponsive one (silence.go), the lower
-// cost, and rnd's lowest bit between costs within 1 %.
+// cost (or load, RTTs alike), and rnd's lowest bit on a tie.
 func pickPair(bs []*Breaker, i, j int, now int64, rnd uint64) int {
 	switch iok, jok := bs[i].Available(now), bs[j].Available(now); {
 	case iok && jok:
@@ -152,10 +152,10 @@ func better(b, a *Breaker, now int64, rnd uint64) bool {
 	if pa, pb := a.phase.Load() == phaseEjected, b.phase.Load() == phaseEjected; pa != pb {
 		return pb
 	}
-	ca, _, xa, sa := a.load(now)
-	cb, _, xb, sb := b.load(now)
-	ca, cb = remeasured(ca, xa, cb, xb)
-	return beats(cb, sb, ca, sa, rnd)
+	ra, _, xa := a.read(now)
+	rb, _, xb := b.read(now)
+	ra, rb = remeasured(ra, xa, rb, xb)
+	return beats(rb, ra, rnd)
 }
 
 // mix is splitmix64's step: a new random word from rnd.

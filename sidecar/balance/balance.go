@@ -118,44 +118,55 @@ func (e *Endpoint) Estimate(now int64) time.Duration {
 // that stopped answering costs more with every moment, not after its
 // requests give up.
 func (e *Endpoint) Cost(now int64) float64 {
-	c, _, stale, _ := e.load(now)
+	r, _, stale := e.read(now)
 	if stale {
 		return 0
 	}
-	return c
+	return r.cost()
 }
 
-// load is Cost at now with the endpoint's silence (silence.go): quiet,
+// reading is an endpoint's state at a pick, as a pair compares it.
+type reading struct {
+	rtt  float64 // ns: the estimate, or the silence it is in when longer; 0: measure it first
+	load float64 // (pending + 1) / weight
+	st   standing
+}
+
+// cost is Cost from a reading.
+func (r reading) cost() float64 { return r.rtt * r.load }
+
+// read is the endpoint at now with its silence (silence.go): quiet,
 // silent longer than its estimate (or down), and its standing, which
 // orders a pair before the costs do; and stale, no request placed on it
 // for Remeasure, whose cost a pair decides (remeasured). One reading of
 // the estimate.
-func (e *Endpoint) load(now int64) (cost float64, quiet, stale bool, st standing) {
+func (e *Endpoint) read(now int64) (r reading, quiet, stale bool) {
 	e.touch(now)
 	est := e.estimate(now)
 	silence := float64(e.silent.at(now))
-	st = e.silent.standing(silence, est)
-	quiet = st != responsive || silence > est
+	r.st = e.silent.standing(silence, est)
+	r.load = float64(e.pending.Load()+1) / float64(e.Weight())
+	quiet = r.st != responsive || silence > est
 	if e.fresh.Load() {
-		return 0, quiet, false, st
+		return r, quiet, false
 	}
-	stale = now-e.placed.Load() >= int64(Remeasure)
-	return max(est, silence) * float64(e.pending.Load()+1) / float64(e.Weight()), quiet, stale, st
+	r.rtt = max(est, silence)
+	return r, quiet, now-e.placed.Load() >= int64(Remeasure)
 }
 
-// remeasured gives the costs a pair is compared by, from their loads and
-// staleness: a stale endpoint costs 0 when the other had a request placed
-// within Remeasure (traffic flows and passes it over: it is measured
-// anew); when both are stale, requests are too rare to pass anyone over,
-// and their estimates decide (estimate.go).
-func remeasured(ca float64, staleA bool, cb float64, staleB bool) (float64, float64) {
+// remeasured gives the readings a pair is compared by: a stale endpoint
+// costs 0 when the other had a request placed within Remeasure (traffic
+// flows and passes it over: it is measured anew); when both are stale,
+// requests are too rare to pass anyone over, and their estimates decide
+// (estimate.go).
+func remeasured(a reading, staleA bool, b reading, staleB bool) (reading, reading) {
 	switch {
 	case staleA && !staleB:
-		return 0, cb
+		a.rtt = 0
 	case staleB && !staleA:
-		return ca, 0
+		b.rtt = 0
 	}
-	return ca, cb
+	return a, b
 }
 
 // Handle is one request placed on an endpoint. Keep it in a variable and
@@ -259,9 +270,10 @@ func PickP2C(eps []*Endpoint, now int64, rnd uint64) *Endpoint {
 // IndexP2C is PickP2C returning the index in eps (-1 for none), for
 // callers that keep their own state beside each Endpoint.
 //
-// Costs within 1 % of each other are a tie, broken by rnd's lowest bit:
-// endpoints that answer alike share the picks instead of the one a hair
-// faster taking them all.
+// Endpoints whose RTTs are alike (AlikeRTT) are compared by load alone,
+// and costs within 1 % of each other are a tie, broken by rnd's lowest
+// bit: endpoints that answer alike share the picks instead of the one a
+// little faster taking them all.
 //
 // An unresponsive endpoint (silence.go) loses to a responsive one, and
 // one marked down to both, whatever their costs; when both drawn are
@@ -273,35 +285,57 @@ func IndexP2C(eps []*Endpoint, now int64, rnd uint64) int {
 		return i
 	}
 	for try := 0; ; try++ {
-		ci, qi, xi, si := eps[i].load(now)
-		cj, qj, xj, sj := eps[j].load(now)
-		ci, cj = remeasured(ci, xi, cj, xj)
+		ri, qi, xi := eps[i].read(now)
+		rj, qj, xj := eps[j].read(now)
+		ri, rj = remeasured(ri, xi, rj, xj)
 		switch {
 		case qi && qj && try < Redraws && len(eps) > 2:
 			rnd = mix(rnd)
 			i, j = twoIndex(len(eps), rnd)
 			continue
-		case beats(cj, sj, ci, si, rnd):
+		case beats(rj, ri, rnd):
 			return j
 		}
 		return i
 	}
 }
 
-// beats reports whether an endpoint of cost cb and standing sb should
-// take a request before one of cost ca and standing sa: the better
-// standing first (silence.go), then the lower cost; costs within 1 % of
-// each other are a tie, broken by rnd's lowest bit.
-func beats(cb float64, sb standing, ca float64, sa standing, rnd uint64) bool {
+// beats reports whether an endpoint read as b should take a request
+// before one read as a: the better standing first (silence.go), then the
+// lower cost, or the lower load when their RTTs are alike (AlikeRTT);
+// values within 1 % of each other are a tie, broken by rnd's lowest bit.
+func beats(b, a reading, rnd uint64) bool {
+	if b.st != a.st {
+		return b.st < a.st
+	}
+	vb, va := b.cost(), a.cost()
+	if alike(b.rtt, a.rtt) {
+		vb, va = b.load, a.load
+	}
 	switch {
-	case sb != sa:
-		return sb < sa
-	case cb < ca*0.99:
+	case vb < va*0.99:
 		return true
-	case ca < cb*0.99:
+	case va < vb*0.99:
 		return false
 	}
 	return rnd&1 == 1
+}
+
+// AlikeRTT is how far apart, as a share of the larger, two endpoints'
+// RTTs may be and still count as alike, leaving their loads to decide.
+// A peak-EWMA estimate is its endpoint's latest peak, decaying: equal
+// replicas' estimates differ by tens of percent from their peaks alone,
+// and replicas a little apart (7 to 14 % at p50 between two clusters
+// of one machine) would otherwise see the faster take nearly every pick
+// while the load is light (one of two clusters of equal replicas took
+// 68 %; TestMulticluster's federated split). A replica some 1.35× slower
+// or more is still passed over (TestP2CAvoidsSlowEndpoint,
+// TestNoEndpointStarvesAtLowLoad).
+const AlikeRTT = 0.25
+
+// alike reports whether RTTs x and y are within AlikeRTT of each other.
+func alike(x, y float64) bool {
+	return x >= y*(1-AlikeRTT) && y >= x*(1-AlikeRTT)
 }
 
 // PickLeastLoaded is power of two choices by pending requests (opaque

@@ -629,3 +629,39 @@ func TestNoEndpointStarvesAtLowLoad(t *testing.T) {
 		t.Errorf("the fastest endpoint got %v of the picks, want the most", got)
 	}
 }
+
+// TestP2CAlikeShareEvenly: four replicas, two of them 12 % slower (the
+// gap TestMulticluster measured between two clusters of one machine),
+// at 200 req/s with jittered answers. Their estimates are alike
+// (AlikeRTT): each pair takes about half. Were the costs compared
+// strictly, the faster pair would take about two thirds. A pair 1.5×
+// slower is still passed over.
+func TestP2CAlikeShareEvenly(t *testing.T) {
+	for _, c := range []struct {
+		slower   float64
+		min, max float64 // the slower pair's share
+	}{{1.12, 0.42, 0.58}, {1.5, 0, 0.35}} {
+		lat := []float64{1.74, 1.74, 1.74 * c.slower, 1.74 * c.slower}
+		eps := make([]*Endpoint, len(lat))
+		for i := range eps {
+			eps[i] = NewEndpoint(Config{}, 0, t0)
+		}
+		rng := rand.New(rand.NewPCG(9, 10))
+		got := make([]int, len(eps))
+		for now := t0; now < t0+120*sec; now += 5 * ms {
+			i := IndexP2C(eps, now, rng.Uint64())
+			h := eps[i].Start(now)
+			answer := lat[i] * (0.8 + 0.4*rng.Float64() + 0.15*rng.ExpFloat64())
+			h.Observe(now + int64(answer*float64(ms)))
+			h.Done()
+			if now >= t0+10*sec {
+				got[i]++
+			}
+		}
+		share := float64(got[2]+got[3]) / float64(got[0]+got[1]+got[2]+got[3])
+		t.Logf("two of four %.2f× slower: picks %v, their share %.1f %%", c.slower, got, 100*share)
+		if share < c.min || share > c.max {
+			t.Errorf("two of four %.2f× slower took %.1f %% of the picks, want %.0f–%.0f %%", c.slower, 100*share, 100*c.min, 100*c.max)
+		}
+	}
+}

@@ -154,8 +154,8 @@ type Resolver struct {
 	// defaultTable is the policy of a destination without one.
 	defaultTable *routes.Table
 
-	mu       sync.Mutex
-	closed   bool // Close began
+	mu       sync.RWMutex // read-locked by the lookups of every request
+	closed   bool         // Close began
 	subs     map[subKey]*sub
 	policies map[netip.AddrPort]*policySub
 	inbound  map[uint16]*inboundSub
@@ -293,10 +293,8 @@ func (r *Resolver) Empty(backend *routes.Backend) bool {
 		return false
 	}
 	s := r.subscription(subKey{name: backend.Authority})
-	s.used.Store(true)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.hasState && len(s.pickable) == 0
+	s.touch()
+	return s.empty.Load()
 }
 
 // ErrUnknownService is returned by PickService when destination does not
@@ -325,6 +323,12 @@ func monoNow() int64 { return int64(time.Since(monoBase)) }
 
 // subscription returns the subscription of key, starting it if needed.
 func (r *Resolver) subscription(key subKey) *sub {
+	r.mu.RLock()
+	s, ok := r.subs[key]
+	r.mu.RUnlock()
+	if ok {
+		return s
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.subscriptionLocked(key)

@@ -43,7 +43,10 @@ type sub struct {
 	lbs      []*balance.Endpoint
 	brs      []*balance.Breaker
 	acc      *balance.Accrual // failure accrual; nil: off
-	zs       zoneSplit        // zone-aware balancing (zone.go)
+	// empty is hasState && len(pickable) == 0, for Empty to read with no
+	// lock on every request of a split.
+	empty atomic.Bool
+	zs    zoneSplit // zone-aware balancing (zone.go)
 	// changed is closed and replaced whenever pickable may have changed:
 	// it wakes the picks waiting for an endpoint.
 	changed  chan struct{}
@@ -158,6 +161,7 @@ func (s *sub) rebuild() {
 		}
 	}
 	s.pickable = pickable
+	s.empty.Store(s.hasState && len(pickable) == 0)
 	s.lbs = make([]*balance.Endpoint, len(pickable))
 	s.brs = nil
 	if s.acc != nil {

@@ -1,10 +1,13 @@
 package clustertest
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -43,3 +46,33 @@ const (
 	APodCIDR = "10.244.0.0/16"
 	BPodCIDR = "10.245.0.0/16"
 )
+
+// StopB stops cluster b's API server and node without a word
+// (integration/cluster/pause.sh: SIGSTOP, and its pods frozen) and
+// returns what lets them go on, which t.Cleanup also calls; calling it
+// more than once does nothing more.
+func StopB(t testing.TB) (cont func()) {
+	t.Helper()
+	script := filepath.Join(RepoRoot(), "integration", "cluster", "pause.sh")
+	pause := func(verb string) error {
+		cmd := exec.Command(script, verb)
+		cmd.Env = append(os.Environ(), "PLEXUS_CLUSTER_NAME=b")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("PLEXUS_CLUSTER_NAME=b pause.sh %s: %v: %s", verb, err, out)
+		}
+		return nil
+	}
+	var once sync.Once
+	cont = func() {
+		once.Do(func() {
+			if err := pause("cont"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(cont)
+	if err := pause("stop"); err != nil {
+		t.Fatal(err)
+	}
+	return cont
+}
