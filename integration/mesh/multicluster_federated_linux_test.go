@@ -74,7 +74,7 @@ func testFederated(t *testing.T, g gatewayCase) {
 	t.Logf("federated at %d req/s: b takes %.1f %% (%s); p50 of a's answers %.2f ms, of b's %.2f ms", federatedRate, 100*shareOfB(res), briefResult(res),
 		medianMS(res, func(s string) bool { _, ok := g.hello[s]; return !ok }), medianMS(res, func(s string) bool { _, ok := g.hello[s]; return ok }))
 	// a's and b's p50s differ by up to a seventh from run to run: alike
-	// to the balancer (balance.AlikeRTT), which spreads by load.
+	// to the balancer (balance.AlikeRTT), which spreads them by load.
 	if s := shareOfB(res); s < 0.4 || s > 0.6 || res.Statuses["200"] != res.Requests {
 		t.Errorf("federated split: b took %.1f %%, want 50 ± 10 %%; %s", 100*s, briefResult(res))
 	}

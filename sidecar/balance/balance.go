@@ -53,6 +53,7 @@ type Endpoint struct {
 	fresh    atomic.Bool   // a prior with no request placed since: costs 0
 	placed   atomic.Int64  // when the last request was placed (Start)
 	weight   atomic.Uint32
+	typical  Typical // of every sample: whether two endpoints answer alike (AlikeRTT)
 	origin   int64
 	invDecay float64 // 1/τ, per nanosecond
 }
@@ -127,9 +128,10 @@ func (e *Endpoint) Cost(now int64) float64 {
 
 // reading is an endpoint's state at a pick, as a pair compares it.
 type reading struct {
-	rtt  float64 // ns: the estimate, or the silence it is in when longer; 0: measure it first
-	load float64 // (pending + 1) / weight
-	st   standing
+	rtt     float64 // ns: the estimate, or the silence it is in when longer; 0: measure it first
+	typical float64 // ns: Typical; 0: no sample yet
+	load    float64 // (pending + 1) / weight
+	st      standing
 }
 
 // cost is Cost from a reading.
@@ -146,6 +148,7 @@ func (e *Endpoint) read(now int64) (r reading, quiet, stale bool) {
 	silence := float64(e.silent.at(now))
 	r.st = e.silent.standing(silence, est)
 	r.load = float64(e.pending.Load()+1) / float64(e.Weight())
+	r.typical = e.typical.Get()
 	quiet = r.st != responsive || silence > est
 	if e.fresh.Load() {
 		return r, quiet, false
@@ -213,6 +216,7 @@ func (h *Handle) Observe(now int64) (rtt time.Duration, ok bool) {
 	h.observed = true
 	rtt = time.Duration(max(now-atomic.LoadInt64(&h.start), 0))
 	h.ep.observe(float64(rtt), now)
+	h.ep.typical.Observe(rtt)
 	if h.awaiting {
 		h.awaiting = false
 		h.ep.silent.answered(now)
@@ -302,14 +306,15 @@ func IndexP2C(eps []*Endpoint, now int64, rnd uint64) int {
 
 // beats reports whether an endpoint read as b should take a request
 // before one read as a: the better standing first (silence.go), then the
-// lower cost, or the lower load when their RTTs are alike (AlikeRTT);
-// values within 1 % of each other are a tie, broken by rnd's lowest bit.
+// lower cost, or the lower load when both answer in time and typically
+// alike (AlikeRTT); values within 1 % of each other are a tie, broken by
+// rnd's lowest bit.
 func beats(b, a reading, rnd uint64) bool {
 	if b.st != a.st {
 		return b.st < a.st
 	}
 	vb, va := b.cost(), a.cost()
-	if alike(b.rtt, a.rtt) {
+	if b.rtt > 0 && a.rtt > 0 && alike(b.typical, a.typical) {
 		vb, va = b.load, a.load
 	}
 	switch {
@@ -322,20 +327,23 @@ func beats(b, a reading, rnd uint64) bool {
 }
 
 // AlikeRTT is how far apart, as a share of the larger, two endpoints'
-// RTTs may be and still count as alike, leaving their loads to decide.
-// A peak-EWMA estimate is its endpoint's latest peak, decaying: equal
-// replicas' estimates differ by tens of percent from their peaks alone,
-// and replicas a little apart (7 to 14 % at p50 between two clusters
-// of one machine) would otherwise see the faster take nearly every pick
-// while the load is light (one of two clusters of equal replicas took
-// 68 %; TestMulticluster's federated split). A replica some 1.35× slower
-// or more is still passed over (TestP2CAvoidsSlowEndpoint,
-// TestNoEndpointStarvesAtLowLoad).
+// typical RTTs (Typical) may be and still count as alike, leaving their
+// loads to decide. The peak-EWMA estimate, which decides otherwise, is
+// its endpoint's latest peak, decaying for seconds: equal replicas on a
+// busy machine took turns being 2–3× apart by their last hiccup alone
+// (estimates of 2 to 17 ms for a p50 of 1.7 ms), and whichever had the
+// quieter seconds took most of the picks (one of two clusters of equal
+// replicas took 64–70 %; TestMulticluster's federated split). A replica
+// answering typically a third slower or more is still compared by its
+// estimate, and one answer 10× slower moves its typical RTT by 60 %: it
+// is passed over from that answer on (TestP2CAvoidsSlowEndpoint,
+// TestP2CSlowThenRecovered, TestNoEndpointStarvesAtLowLoad).
 const AlikeRTT = 0.25
 
-// alike reports whether RTTs x and y are within AlikeRTT of each other.
+// alike reports whether typical RTTs x and y, both measured, are within
+// AlikeRTT of each other.
 func alike(x, y float64) bool {
-	return x >= y*(1-AlikeRTT) && y >= x*(1-AlikeRTT)
+	return x > 0 && y > 0 && x >= y*(1-AlikeRTT) && y >= x*(1-AlikeRTT)
 }
 
 // PickLeastLoaded is power of two choices by pending requests (opaque

@@ -61,8 +61,8 @@ type endpoint struct {
 	lb          *balance.Endpoint
 	br          *balance.Breaker // while pickable with accrual on
 	terminating bool
-	probing     atomic.Bool // a probe of it runs (probe.go)
-	typical     typicalRTT  // sampled by zone-aware picks (zone.go)
+	probing     atomic.Bool     // a probe of it runs (probe.go)
+	typical     balance.Typical // sampled by zone-aware picks (zone.go)
 }
 
 // touch marks s used (see used).

@@ -257,7 +257,7 @@ func (p *Pick) FirstByte() { p.firstByteAt(monoNow()) }
 // firstByteAt is FirstByte at now.
 func (p *Pick) firstByteAt(now int64) {
 	if rtt, ok := p.h.Observe(now); ok && p.zoned {
-		p.ep.typical.observe(rtt)
+		p.ep.typical.Observe(rtt)
 	}
 }
 

@@ -34,13 +34,12 @@ package discovery
 //   - otherwise the request stays, but one every remoteRefreshEvery goes
 //     to the remote side to keep its typical RTT current.
 //
-// The typical RTT (typicalRTT) is an average that one slow answer moves
+// The typical RTT (balance.Typical) is an average that one slow answer moves
 // by little and a sustained change moves within a few answers. It is
 // sampled only on zone-aware picks: with zone-aware balancing off, none
 // of this runs.
 
 import (
-	"math"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
@@ -62,37 +61,6 @@ const (
 // few ms) from counting as slowness when RTTs are a millisecond.
 func enterSlow(r float64) float64 { return max(3*r, r+float64(25*time.Millisecond)) }
 func leaveSlow(r float64) float64 { return max(2*r, r+float64(12500*time.Microsecond)) }
-
-// typicalRTT is an endpoint's typical round trip for zone decisions: an
-// EWMA over samples with weight typicalWeight, each sample capped at
-// typicalCap times the average. One answer 10× slower moves it by 60 %;
-// a change to 30× slower is followed within 8 answers. 0 is no sample.
-type typicalRTT struct{ bits atomic.Uint64 }
-
-const (
-	typicalWeight = 0.2
-	typicalCap    = 4
-)
-
-// get returns the typical RTT in nanoseconds, 0 before the first sample.
-func (t *typicalRTT) get() float64 { return math.Float64frombits(t.bits.Load()) }
-
-// observe folds in the sample rtt.
-func (t *typicalRTT) observe(rtt time.Duration) {
-	s := float64(max(rtt, 1))
-	for {
-		old := t.bits.Load()
-		v := math.Float64frombits(old)
-		if v > 0 {
-			v += typicalWeight * (min(s, typicalCap*v) - v)
-		} else {
-			v = s
-		}
-		if t.bits.CompareAndSwap(old, math.Float64bits(v)) {
-			return
-		}
-	}
-}
 
 // zoneSplit is the zone split of a sub's pickable endpoints (under the
 // sub's lock). Rebuilt with them; nothing while zone is "".
@@ -214,7 +182,7 @@ func (z *zoneSplit) spill(local, remote *endpoint, now int64) bool {
 	if lu, ru := l.Unresponsive(now), r.Unresponsive(now); lu != ru {
 		return lu
 	}
-	lt, rt := local.typical.get(), remote.typical.get()
+	lt, rt := local.typical.Get(), remote.typical.Get()
 	if lp := l.Pending(); lp >= spillPending {
 		lw, rw := float64(lp+1), float64(r.Pending()+1)
 		if lt > 0 && rt > 0 {
@@ -263,7 +231,7 @@ func (z *zoneSplit) remoteBest(rt float64, now int64) float64 {
 	if z.remoteBestRTT == 0 || now-z.remoteBestAt >= int64(remoteRescanEvery) {
 		z.remoteBestRTT, z.remoteBestAt = 0, now
 		for _, ep := range z.remoteEps {
-			if v := ep.typical.get(); v > 0 && (z.remoteBestRTT == 0 || v < z.remoteBestRTT) {
+			if v := ep.typical.Get(); v > 0 && (z.remoteBestRTT == 0 || v < z.remoteBestRTT) {
 				z.remoteBestRTT = v
 			}
 		}

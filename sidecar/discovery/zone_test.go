@@ -229,8 +229,8 @@ func TestRemoteBestCountsFirstAnswerAtOnce(t *testing.T) {
 	if got := z.remoteBest(0, now); got != 0 {
 		t.Fatalf("remoteBest with no remote answer = %v, want 0", got)
 	}
-	measured.typical.observe(testRTT)
-	if got := z.remoteBest(unmeasured.typical.get(), now+int64(time.Millisecond)); got != float64(testRTT) {
+	measured.typical.Observe(testRTT)
+	if got := z.remoteBest(unmeasured.typical.Get(), now+int64(time.Millisecond)); got != float64(testRTT) {
 		t.Errorf("remoteBest drawing the unmeasured endpoint after the other answered = %v, want %v", got, float64(testRTT))
 	}
 }
