@@ -97,6 +97,10 @@ func (e *Endpoint) SetWeight(w uint32) { e.weight.Store(w) }
 // Weight returns the weight in effect (at least 1).
 func (e *Endpoint) Weight() uint32 { return max(e.weight.Load(), 1) }
 
+// Typical returns the typical RTT in nanoseconds (Typical), 0 before the
+// first answer.
+func (e *Endpoint) Typical() float64 { return e.typical.Get() }
+
 // Pending returns the requests started and not yet Done.
 func (e *Endpoint) Pending() int64 { return e.pending.Load() }
 
@@ -326,24 +330,32 @@ func beats(b, a reading, rnd uint64) bool {
 	return rnd&1 == 1
 }
 
-// AlikeRTT is how far apart, as a share of the larger, two endpoints'
-// typical RTTs (Typical) may be and still count as alike, leaving their
-// loads to decide. The peak-EWMA estimate, which decides otherwise, is
-// its endpoint's latest peak, decaying for seconds: equal replicas on a
-// busy machine took turns being 2–3× apart by their last hiccup alone
-// (estimates of 2 to 17 ms for a p50 of 1.7 ms), and whichever had the
-// quieter seconds took most of the picks (one of two clusters of equal
-// replicas took 64–70 %; TestMulticluster's federated split). A replica
-// answering typically a third slower or more is still compared by its
-// estimate, and one answer 10× slower moves its typical RTT by 60 %: it
-// is passed over from that answer on (TestP2CAvoidsSlowEndpoint,
-// TestP2CSlowThenRecovered, TestNoEndpointStarvesAtLowLoad).
-const AlikeRTT = 0.25
+// AlikeRTT is how many times slower one endpoint's typical RTT
+// (Typical) may be than another's and still count as alike, leaving
+// their loads to decide. The peak-EWMA estimate, which decides
+// otherwise, is its endpoint's latest peak, decaying for seconds: equal
+// replicas on a busy machine took turns being 2–3× apart by their last
+// hiccup alone (estimates of 2 to 17 ms for a p50 of 1.7 ms), and
+// whichever had the quieter seconds took most of the picks (one of two
+// clusters of equal replicas took 64–72 %; TestMulticluster's federated
+// split). A typical RTT, averaged over a few answers, is steadier, yet
+// still wanders by a tenth or more at these latencies: hence a factor,
+// not a few percent; and below a millisecond, where a node's scheduling
+// noise is as large as the RTT, within AlikeMargin too (typical RTTs of
+// 0.4 to 1.9 ms for four equal replicas). A replica typically 1.5× and
+// AlikeMargin slower or more is compared by its estimate, and one answer
+// 10× slower moves its typical RTT by 60 %: from about 1 ms up it is
+// passed over from that answer on, below from the next
+// (TestP2CAvoidsSlowEndpoint, TestP2CSlowThenRecovered).
+const (
+	AlikeRTT    = 1.5
+	AlikeMargin = 500 * time.Microsecond
+)
 
 // alike reports whether typical RTTs x and y, both measured, are within
-// AlikeRTT of each other.
+// a factor AlikeRTT or AlikeMargin of each other.
 func alike(x, y float64) bool {
-	return x > 0 && y > 0 && x >= y*(1-AlikeRTT) && y >= x*(1-AlikeRTT)
+	return x > 0 && y > 0 && (x < y*AlikeRTT && y < x*AlikeRTT || math.Abs(x-y) < float64(AlikeMargin))
 }
 
 // PickLeastLoaded is power of two choices by pending requests (opaque

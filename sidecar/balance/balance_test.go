@@ -635,13 +635,18 @@ func TestNoEndpointStarvesAtLowLoad(t *testing.T) {
 // at 200 req/s with jittered answers and a 6× hiccup in one of 100.
 // Their typical RTTs are alike (AlikeRTT): each pair takes about half.
 // Were the peak-EWMA costs compared, the pair with the quieter hiccups
-// would take most. A pair 1.5× slower is still passed over.
+// would take most. A pair 2× slower is still passed over. Below a
+// millisecond the same holds, with AlikeMargin.
 func TestP2CAlikeShareEvenly(t *testing.T) {
 	for _, c := range []struct {
-		slower   float64
-		min, max float64 // the slower pair's share
-	}{{1.12, 0.42, 0.58}, {1.5, 0, 0.35}} {
-		lat := []float64{1.74, 1.74, 1.74 * c.slower, 1.74 * c.slower}
+		base, slower float64 // ms, ×
+		min, max     float64 // the slower pair's share
+	}{
+		{1.74, 1.12, 0.42, 0.58}, {1.74, 2, 0, 0.3},
+		// Below a millisecond: within AlikeMargin, alike; 10× apart, not.
+		{0.4, 1.8, 0.42, 0.58}, {0.4, 10, 0, 0.3},
+	} {
+		lat := []float64{c.base, c.base, c.base * c.slower, c.base * c.slower}
 		eps := make([]*Endpoint, len(lat))
 		for i := range eps {
 			eps[i] = NewEndpoint(Config{}, 0, t0)
@@ -662,9 +667,9 @@ func TestP2CAlikeShareEvenly(t *testing.T) {
 			}
 		}
 		share := float64(got[2]+got[3]) / float64(got[0]+got[1]+got[2]+got[3])
-		t.Logf("two of four %.2f× slower: picks %v, their share %.1f %%", c.slower, got, 100*share)
+		t.Logf("two of four %.2f× slower than %.2f ms: picks %v, their share %.1f %%", c.slower, c.base, got, 100*share)
 		if share < c.min || share > c.max {
-			t.Errorf("two of four %.2f× slower took %.1f %% of the picks, want %.0f–%.0f %%", c.slower, 100*share, 100*c.min, 100*c.max)
+			t.Errorf("two of four %.2f× slower than %.2f ms took %.1f %% of the picks, want %.0f–%.0f %%", c.slower, c.base, 100*share, 100*c.min, 100*c.max)
 		}
 	}
 }

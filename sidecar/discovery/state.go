@@ -54,7 +54,8 @@ type EndpointState struct {
 	SilenceMs float64 `json:"silenceMillis,omitempty"`
 	Pending   int64   `json:"pending"`
 	Weight    uint32  `json:"weight"`
-	EWMAms    float64 `json:"ewmaMillis"` // the peak-EWMA RTT estimate
+	EWMAms    float64 `json:"ewmaMillis"`    // the peak-EWMA RTT estimate
+	TypicalMs float64 `json:"typicalMillis"` // the typical RTT (balance.Typical; 0: no answer yet)
 	// ConsecutiveFailures and PenaltyLeftMs, with failure accrual.
 	ConsecutiveFailures int64   `json:"consecutiveFailures,omitempty"`
 	PenaltyLeftMs       float64 `json:"penaltyLeftMillis,omitempty"`
@@ -110,6 +111,7 @@ func (s *sub) state(now int64) (EndpointSet, bool) {
 	for _, ep := range s.eps {
 		st := EndpointState{Addr: ep.Addr.String(), Zone: ep.Labels["zone"], State: balance.StateReady.String(),
 			Pending: ep.lb.Pending(), Weight: ep.lb.Weight(), EWMAms: float64(ep.lb.Estimate(now)) / 1e6,
+			TypicalMs: ep.lb.Typical() / 1e6,
 			SilenceMs: float64(ep.lb.Silence(now)) / 1e6}
 		if !ep.Identity.IsZero() {
 			st.Identity = ep.Identity.String()
