@@ -16,8 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	mc "github.com/plexus-mesh/plexus/mesh/api/multicluster/v1alpha1"
+	"github.com/plexus-mesh/plexus/mesh/api/tapapi"
 	"github.com/plexus-mesh/plexus/mesh/passthrough"
 	"github.com/plexus-mesh/plexus/testsupport/clustertest"
+	"github.com/plexus-mesh/plexus/viz/cli/tapview"
 )
 
 // gatewayCase is what TestMulticluster's gateway phase needs of the
@@ -87,10 +89,12 @@ func testGatewayMode(t *testing.T, g gatewayCase) {
 	if n := forwarded(); n <= before {
 		t.Errorf("gateway forwarded %d connections, %d before: the requests did not go through it", n, before)
 	}
-	// The identity passed through: b's proxies name a's client.
+	// The identity passed through: b's proxies name a's client, and so
+	// does b's tap (not as b's gateway, whose address the calls come from).
 	for name := range res.Servers {
 		wantSeries(t, proxyMetrics(t, g.b, g.ns, name), "request_total", `direction="inbound"`, `tls="true"`, `client_id="`+g.id("client")+`"`)
 	}
+	tapRemoteCaller(t, g, url, "through the gateway")
 	within(t, "through the gateway, b's policy refuses a's other account", 30*time.Second, func() bool {
 		res, err = execLoad(ctx, g.a, g.ns, g.other, "-n", "5", "-timeout", "5s", url)
 		return err == nil && res.Statuses["403"] == 5 && res.Errors["plexus-proxy-error: unauthorized"] == 5
@@ -286,4 +290,40 @@ func gatewaysSay(g gatewayCase, gw netip.AddrPort, alive, services string) func(
 		}
 		return false
 	}
+}
+
+// tapRemoteCaller: b's tap of its hello pods, while a's client calls url,
+// names the caller by its identity, a's trust domain as its cluster
+// (b's viz is installed with b's trust domain): never as a pod of b, such
+// as the gateway whose address the calls come from.
+func tapRemoteCaller(t *testing.T, g gatewayCase, url, how string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for ctx.Err() == nil {
+			execLoad(ctx, g.a, g.ns, g.client, "-n", "5", "-timeout", "5s", url)
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	evs, err := tapEventsIn(g.b.Config, g.ns, "deployments", "hello", tapapi.Request{Direction: "inbound"}, 5)
+	if err != nil {
+		t.Fatalf("tap of b's hello (%s): %v", how, err)
+	}
+	starts, from := 0, ""
+	for _, e := range evs {
+		if e.Type != tapapi.RequestStart {
+			continue
+		}
+		starts++
+		from = tapview.Name(e.Source)
+		want := tapapi.Peer{Addr: e.Source.Addr, Identity: g.id("client"), Cluster: trustDomain, Namespace: g.ns, WorkloadKind: tapapi.KindServiceAccount, WorkloadName: "client"}
+		if e.Source != want {
+			t.Errorf("tap of b's hello (%s): source %+v, want %+v", how, e.Source, want)
+		}
+	}
+	if starts == 0 {
+		t.Errorf("tap of b's hello (%s): no request in %d events", how, len(evs))
+	}
+	t.Logf("tap of b's hello (%s): %d requests, from %s", how, starts, from)
 }

@@ -124,6 +124,10 @@ func TestMulticluster(t *testing.T) {
 		wantSeries(t, proxyMetrics(t, b, ns, name), "request_total", `direction="inbound"`, `tls="true"`, `client_id="`+id("client")+`"`)
 	}
 
+	// b's tap names a's client by its identity and cluster.
+	installViz(t, b, p.ctlB, "--trust-domain="+trustDomainB)
+	tapRemoteCaller(t, gatewayCase{a: a, b: b, ns: ns, client: client, id: id}, url, "pod to pod")
+
 	// T2: a policy in b naming a's client.
 	policy := strings.NewReplacer("{{ns}}", ns).Replace(strings.Join([]string{
 		authzServer("hello-http", "app: hello", 8080, "HTTP/1"),

@@ -376,11 +376,11 @@ func compareDashboard(t *testing.T, stats []stat.Row, rows []vizbrowser.Workload
 	return compared
 }
 
-// installViz applies `plexusctl viz install`, waits for its parts, and
-// removes them when the test ends.
-func installViz(t *testing.T, c *clustertest.Cluster, ctl plexusctl) {
+// installViz applies `plexusctl viz install` (with args), waits for its
+// parts, and removes them when the test ends.
+func installViz(t *testing.T, c *clustertest.Cluster, ctl plexusctl, args ...string) {
 	t.Helper()
-	manifests, err := ctl("viz", "install")
+	manifests, err := ctl(append([]string{"viz", "install"}, args...)...)
 	if err != nil {
 		t.Fatalf("plexusctl viz install: %v\n%s", err, manifests)
 	}
@@ -429,11 +429,16 @@ func deployDemo(t *testing.T, c *clustertest.Cluster) {
 // requests ended or the time is up.
 func tapEvents(t *testing.T, cfg *rest.Config, resource, name string, req tapapi.Request, n int) ([]tapapi.Event, error) {
 	t.Helper()
+	return tapEventsIn(cfg, demoNamespace, resource, name, req, n)
+}
+
+// tapEventsIn is tapEvents in namespace ns.
+func tapEventsIn(cfg *rest.Config, ns, resource, name string, req tapapi.Request, n int) ([]tapapi.Event, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req.Limit = n
 	var evs []tapapi.Event
-	err := tapclient.Stream(ctx, cfg, demoNamespace, resource, name, req, func(e tapapi.Event) error {
+	err := tapclient.Stream(ctx, cfg, ns, resource, name, req, func(e tapapi.Event) error {
 		evs = append(evs, e)
 		return nil
 	})

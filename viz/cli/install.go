@@ -21,10 +21,19 @@ type object = extension.Object
 // the running service holds.
 type Renderer struct {
 	Manifests fs.FS
+	// TrustDomain is the mesh's (install --trust-domain); "" leaves the
+	// manifests' default, cluster.local. The tap service verifies the
+	// proxies' identities in it and names peers of any other as a linked
+	// cluster's.
+	TrustDomain string
 }
 
 func (r Renderer) manifests() extension.Manifests {
-	return extension.Manifests{FS: r.Manifests, Dir: viznames.ManifestDir, Namespace: viznames.Namespace}
+	m := extension.Manifests{FS: r.Manifests, Dir: viznames.ManifestDir, Namespace: viznames.Namespace}
+	if r.TrustDomain != "" {
+		m.Args = map[string]string{"--trust-domain": r.TrustDomain}
+	}
+	return m
 }
 
 // Install writes every object of the extension as multi-document YAML for

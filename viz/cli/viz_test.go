@@ -186,6 +186,25 @@ func TestInstallRealManifests(t *testing.T) {
 	}
 }
 
+// TestInstallTrustDomain: the mesh's trust domain reaches the tap
+// service's flag, and only that flag changes.
+func TestInstallTrustDomain(t *testing.T) {
+	var def, td bytes.Buffer
+	if err := (Renderer{Manifests: deploy.Manifests}).Install(&def); err != nil {
+		t.Fatal(err)
+	}
+	if err := (Renderer{Manifests: deploy.Manifests, TrustDomain: "b.example"}).Install(&td); err != nil {
+		t.Fatal(err)
+	}
+	want := strings.ReplaceAll(def.String(), "--trust-domain=cluster.local", "--trust-domain=b.example")
+	if want == def.String() {
+		t.Fatal("the manifests have no --trust-domain=cluster.local")
+	}
+	if td.String() != want {
+		t.Errorf("with trust domain b.example:\n%s\nwant the default manifests with the tap's --trust-domain=b.example", td.String())
+	}
+}
+
 // TestAllowScrapes decodes the objects strictly into the policy types and
 // evaluates the policy destination computes from them for a meshed
 // pod's admin port under a deny default: GET /metrics from Prometheus's

@@ -72,7 +72,7 @@ func New(o Options) *Handler {
 	if o.Dial == nil {
 		o.Dial = dialProxy(o.Certs)
 	}
-	h := &Handler{o: o, peers: newPeerCache(o.Kube)}
+	h := &Handler{o: o, peers: newPeerCache(o.Kube, o.TrustDomain)}
 	h.auth.Store(o.Auth)
 	return h
 }

@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"path"
 	"sort"
+	"strings"
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
@@ -27,6 +28,10 @@ type Manifests struct {
 	FS fs.FS
 	// Dir is the extension's folder; Namespace the namespace it runs in.
 	Dir, Namespace string
+	// Args sets flags of the containers of its Deployments: every
+	// --NAME=VALUE argument whose --NAME is a key takes the key's value
+	// (the mesh's trust domain, say).
+	Args map[string]string
 }
 
 // Install writes every object as multi-document YAML for kubectl apply
@@ -108,9 +113,35 @@ func (m Manifests) Objects() ([]Object, error) {
 		if err != nil {
 			return nil, err
 		}
+		for _, o := range docs {
+			m.setArgs(o)
+		}
 		objs = append(objs, docs...)
 	}
 	return objs, nil
+}
+
+// setArgs applies Args to o's containers, when o is a Deployment.
+func (m Manifests) setArgs(o Object) {
+	if len(m.Args) == 0 || KindOf(o) != "Deployment" {
+		return
+	}
+	spec, _ := o["spec"].(Object)
+	template, _ := spec["template"].(Object)
+	podSpec, _ := template["spec"].(Object)
+	containers, _ := podSpec["containers"].([]any)
+	for _, c := range containers {
+		c, _ := c.(Object)
+		args, _ := c["args"].([]any)
+		for i, a := range args {
+			s, _ := a.(string)
+			if name, _, ok := strings.Cut(s, "="); ok {
+				if v, set := m.Args[name]; set {
+					args[i] = name + "=" + v
+				}
+			}
+		}
+	}
 }
 
 // Decode decodes the multi-document YAML b (named name in errors): every

@@ -125,10 +125,10 @@ const DefaultClusterNetworks = "10.0.0.0/8,100.64.0.0/10,172.16.0.0/12,192.168.0
 
 // Validate reports the first setting that cannot be rendered.
 func (c Config) Validate() error {
-	if err := validDomain("trust domain", c.TrustDomain); err != nil {
+	if err := ValidDomain("trust domain", c.TrustDomain); err != nil {
 		return err
 	}
-	if err := validDomain("cluster domain", c.ClusterDomain); err != nil {
+	if err := ValidDomain("cluster domain", c.ClusterDomain); err != nil {
 		return err
 	}
 	for _, d := range []struct{ name, dir string }{{"CNI bin dir", c.CNIBinDir}, {"CNI conf dir", c.CNIConfDir}} {
@@ -162,7 +162,9 @@ func (c Config) Validate() error {
 	return nil
 }
 
-func validDomain(what, d string) error {
+// ValidDomain checks that d, named what in its error, is a lowercase DNS
+// name (a trust or cluster domain).
+func ValidDomain(what, d string) error {
 	if d == "" || len(d) > 253 || strings.HasPrefix(d, ".") || strings.HasSuffix(d, ".") {
 		return fmt.Errorf("%s %q is not a DNS name", what, d)
 	}

@@ -54,6 +54,7 @@ func TestVizUsage(t *testing.T) {
 		{"allow-scrapes bad network", []string{"viz", "allow-scrapes", "-n", "shop", "--networks", "10.0.0.0/8,nope"}, ExitUsage, `--networks "nope"`},
 		{"allow-scrapes host bits", []string{"viz", "allow-scrapes", "-n", "shop", "--networks", "10.1.2.3/8"}, ExitUsage, "no host bits"},
 		{"install stray argument", []string{"viz", "install", "x"}, ExitUsage, "unexpected arguments [x]"},
+		{"install bad trust domain", []string{"viz", "install", "--trust-domain", "B.example"}, ExitUsage, `--trust-domain "B.example" is not a lowercase DNS name`},
 		{"dashboard bad show", []string{"viz", "dashboard", "--show", "tv"}, ExitUsage, `show "tv": want browser, url or none`},
 		{"dashboard bad port", []string{"viz", "dashboard", "--port", "99999"}, ExitUsage, "port 99999"},
 	} {

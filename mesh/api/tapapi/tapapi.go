@@ -173,6 +173,10 @@ type Event struct {
 	Message string `json:"message,omitempty"`
 }
 
+// KindServiceAccount is the WorkloadKind of a peer named by its identity
+// (Peer.Cluster).
+const KindServiceAccount = "ServiceAccount"
+
 // Peer is one end of a request.
 type Peer struct {
 	// Addr is IP:port.
@@ -180,8 +184,13 @@ type Peer struct {
 	// Identity is the peer's mesh identity, when the request travelled
 	// over mesh mTLS (the client's on inbound, the server's on outbound).
 	Identity string `json:"identity,omitempty"`
+	// Cluster is the trust domain of an identity of another trust domain
+	// than the tap service's: a linked cluster's peer, named by its
+	// identity (Namespace, WorkloadKind ServiceAccount), not by address.
+	Cluster string `json:"cluster,omitempty"`
 	// Namespace and the owning workload, when the tap service knows the
-	// address as a pod's.
+	// address as a pod's (or the peer by its identity: Cluster, or a pod
+	// relaying for another, such as a gateway).
 	Namespace    string `json:"namespace,omitempty"`
 	Pod          string `json:"pod,omitempty"`
 	WorkloadKind string `json:"workloadKind,omitempty"`

@@ -67,7 +67,9 @@ func (p Printer) Print(ev tapapi.Event) error {
 //	end id=web-1:7 proxy=in src=10.0.0.1:51234 dst=10.0.0.2:8080 tls=true duration=1500µs response-length=512B
 //
 // (end adds grpc-status= for gRPC and reason= when the exchange ended
-// early). wide appends the ends' workloads and the route. Other event
+// early). wide appends the ends' workloads, namespaces and clusters
+// (src_cluster, dst_cluster: a linked cluster's trust domain) and the
+// route. Other event
 // types render as "".
 func Line(ev tapapi.Event, wide bool) string {
 	var b strings.Builder
@@ -121,6 +123,9 @@ func Line(ev tapapi.Event, wide bool) string {
 			if e.p.Namespace != "" {
 				field(e.prefix+"_ns", e.p.Namespace)
 			}
+			if e.p.Cluster != "" {
+				field(e.prefix+"_cluster", e.p.Cluster)
+			}
 		}
 		if ev.Route != "" {
 			field("route", ev.Route)
@@ -167,6 +172,9 @@ func GRPCStatus(code int) string {
 // Resource names a peer's workload the way kubectl does ("deploy/web"),
 // else its pod ("po/web-1"); "" when the tap service did not know it.
 func Resource(p tapapi.Peer) string {
+	if p.WorkloadKind == tapapi.KindServiceAccount && p.WorkloadName != "" {
+		return "sa/" + p.WorkloadName
+	}
 	if p.WorkloadKind != "" && p.WorkloadName != "" {
 		return kinds.ShortName(p.WorkloadKind) + "/" + p.WorkloadName
 	}
@@ -176,11 +184,20 @@ func Resource(p tapapi.Peer) string {
 	return ""
 }
 
-// Name is a peer as a table shows it: its pod, else its address without
-// the port.
+// Name is a peer as a table shows it: its pod; else, for a peer the tap
+// service named by its identity (a linked cluster's, or one relayed by a
+// gateway), its service account as [CLUSTER:]NAMESPACE/sa/NAME; else its
+// address without the port.
 func Name(p tapapi.Peer) string {
 	if p.Pod != "" {
 		return p.Pod
+	}
+	if p.WorkloadKind != "" && p.Namespace != "" {
+		n := p.Namespace + "/" + Resource(p)
+		if p.Cluster != "" {
+			n = p.Cluster + ":" + n
+		}
+		return n
 	}
 	if host, _, err := net.SplitHostPort(p.Addr); err == nil {
 		return host

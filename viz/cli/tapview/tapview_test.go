@@ -19,6 +19,8 @@ func events() []tapapi.Event {
 	at := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
 	web := tapapi.Peer{Addr: "10.0.0.2:8080", Namespace: "shop", Pod: "web-7d9-abc", WorkloadKind: "Deployment", WorkloadName: "web", Identity: "spiffe://cluster.local/ns/shop/sa/web"}
 	load := tapapi.Peer{Addr: "10.0.0.1:51234", Namespace: "shop", Pod: "load-1", WorkloadKind: "Deployment", WorkloadName: "load"}
+	// A linked cluster's client, named by its identity (tapservice).
+	remoteLoad := tapapi.Peer{Addr: "10.245.0.9:40000", Identity: "spiffe://b.cluster.local/ns/shop/sa/load", Cluster: "b.cluster.local", Namespace: "shop", WorkloadKind: "ServiceAccount", WorkloadName: "load"}
 	votes := tapapi.Peer{Addr: "10.0.0.3:9090", Namespace: "shop", Pod: "votes-0", WorkloadKind: "StatefulSet", WorkloadName: "votes"}
 	in := tapapi.Event{Time: at, ID: "web-7d9-abc:1", Namespace: "shop", Pod: "web-7d9-abc", Direction: "inbound", Source: load, Destination: web, TLS: true}
 	out := tapapi.Event{Time: at, ID: "web-7d9-abc:2", Namespace: "shop", Pod: "web-7d9-abc", Direction: "outbound", Source: tapapi.Peer{Addr: "10.0.0.2:40000"}, Destination: votes, TLS: true, Route: "votes-default"}
@@ -39,6 +41,10 @@ func events() []tapapi.Event {
 		}),
 		with(in, func(e *tapapi.Event) {
 			e.Type, e.ID, e.DurationMs, e.Reason = tapapi.ResponseEnd, "web-7d9-abc:3", 30, "reset"
+		}),
+		with(in, func(e *tapapi.Event) {
+			e.Type, e.ID, e.Method, e.Scheme, e.Authority, e.Path = tapapi.RequestStart, "web-7d9-abc:4", "GET", "http", "web.shop:80", "/"
+			e.Source = remoteLoad
 		}),
 		{Type: tapapi.Dropped, Namespace: "shop", Pod: "web-7d9-abc", Count: 12},
 		{Type: tapapi.Error, Namespace: "shop", Pod: "web-7d9-def", Message: "connection refused"},
@@ -104,6 +110,8 @@ func TestNamesAndStatuses(t *testing.T) {
 		{Name(tapapi.Peer{Addr: "10.0.0.1:80"}), "10.0.0.1"},
 		{Name(tapapi.Peer{Addr: "[fd00::1]:80"}), "fd00::1"},
 		{Name(tapapi.Peer{Addr: "10.0.0.1:80", Pod: "web-1"}), "web-1"},
+		{Name(tapapi.Peer{Addr: "10.245.0.9:80", Cluster: "b.cluster.local", Namespace: "shop", WorkloadKind: "ServiceAccount", WorkloadName: "load"}), "b.cluster.local:shop/sa/load"},
+		{Name(tapapi.Peer{Addr: "10.0.0.8:80", Namespace: "shop", WorkloadKind: "ServiceAccount", WorkloadName: "load"}), "shop/sa/load"},
 		{Resource(tapapi.Peer{Pod: "web-1"}), "po/web-1"},
 		{Resource(tapapi.Peer{Pod: "x", WorkloadKind: "Rollout", WorkloadName: "r"}), "rollout/r"},
 		{Resource(tapapi.Peer{}), ""},

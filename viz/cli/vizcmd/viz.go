@@ -16,8 +16,10 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/plexus-mesh/plexus/control/cli/command"
+	"github.com/plexus-mesh/plexus/control/cli/install"
 	"github.com/plexus-mesh/plexus/control/cli/kinds"
 	"github.com/plexus-mesh/plexus/deploy"
+	"github.com/plexus-mesh/plexus/mesh/identity/spiffe"
 	"github.com/plexus-mesh/plexus/viz/cli"
 	"github.com/plexus-mesh/plexus/viz/cli/browse"
 )
@@ -41,12 +43,16 @@ func Command(g *command.Globals, env command.Env) *cobra.Command {
 }
 
 func vizInstallCmd(env command.Env) *cobra.Command {
-	return command.Leaf("install", "print the viz extension's manifests for kubectl apply -f -", func(*pflag.FlagSet) command.RunFunc {
+	return command.Leaf("install", "print the viz extension's manifests for kubectl apply -f -", func(fs *pflag.FlagSet) command.RunFunc {
+		trustDomain := fs.String("trust-domain", spiffe.DefaultTrustDomain, "the mesh's SPIFFE trust domain (as given to plexusctl install)")
 		return func(_ context.Context, args []string) error {
 			if err := command.NoArgs(args, func() error { return nil }); err != nil {
 				return err
 			}
-			return vizcli.Renderer{Manifests: deploy.Manifests}.Install(env.Stdout)
+			if err := install.ValidDomain("--trust-domain", *trustDomain); err != nil {
+				return command.UsageError{Err: err}
+			}
+			return vizcli.Renderer{Manifests: deploy.Manifests, TrustDomain: *trustDomain}.Install(env.Stdout)
 		}
 	})
 }

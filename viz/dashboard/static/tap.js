@@ -16,12 +16,15 @@
   let seen = 0;
   let dropped = 0;
 
+  // A peer by its workload, else its pod, else its address; a linked
+  // cluster's peer (named by its identity) as CLUSTER:NAMESPACE/sa/NAME.
   function peer(p) {
     if (!p) {
       return '';
     }
     if (p.workloadName) {
-      return (p.namespace ? p.namespace + '/' : '') + p.workloadName;
+      const sa = p.workloadKind === 'ServiceAccount' ? 'sa/' : '';
+      return (p.cluster ? p.cluster + ':' : '') + (p.namespace ? p.namespace + '/' : '') + sa + p.workloadName;
     }
     if (p.pod) {
       return (p.namespace ? p.namespace + '/' : '') + p.pod;
