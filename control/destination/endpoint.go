@@ -48,11 +48,15 @@ type snapshot struct {
 }
 
 // podEndpoint describes addr served by pod (nil when the endpoint has no
-// pod, e.g. a hand-written EndpointSlice). zone may be empty.
-func podEndpoint(trustDomain string, addr netip.AddrPort, pod *corev1.Pod, zone string) endpoint {
+// pod, e.g. a hand-written EndpointSlice) in w's cluster. zone may be
+// empty.
+func (w *watcher) podEndpoint(addr netip.AddrPort, pod *corev1.Pod, zone string) endpoint {
 	ep := endpoint{addr: addr, labels: map[string]string{}}
 	if zone != "" {
 		ep.labels["zone"] = zone
+	}
+	if w.cluster != "" {
+		ep.labels["cluster"] = w.cluster
 	}
 	if pod == nil {
 		return ep
@@ -68,7 +72,7 @@ func podEndpoint(trustDomain string, addr netip.AddrPort, pod *corev1.Pod, zone 
 		ep.labels["owner_name"] = name
 	}
 	if meshpod.IsMeshed(pod) {
-		ep.identity = spiffe.New(trustDomain, pod.Namespace, sa).String()
+		ep.identity = spiffe.New(w.cfg.TrustDomain, pod.Namespace, sa).String()
 	}
 	ep.opaque = OpaquePort(pod.Annotations, addr.Port())
 	return ep

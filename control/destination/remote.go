@@ -237,6 +237,7 @@ func (r *remoteClusters) start(name string, kubeconfig []byte, trustDomain strin
 		log.Error("watching linked cluster", "error", err)
 		return
 	}
+	w.cluster = name
 	r.mu.Lock()
 	ctx, cancel := context.WithCancel(r.ctx)
 	r.mu.Unlock()

@@ -86,7 +86,8 @@ func openMirror(t *testing.T, client pb.DestinationClient) *recvStream[*pb.Updat
 
 // TestRemoteDiscoveryAnswersMirrorWithRemoteEndpoints: a mirror is
 // answered with the linked cluster's pod addresses and identities (its
-// trust domain), under the mirror's name; a remote endpoint added is on
+// trust domain) and the cluster's name (label cluster), under the
+// mirror's name; a remote endpoint added is on
 // the stream at once.
 func TestRemoteDiscoveryAnswersMirrorWithRemoteEndpoints(t *testing.T) {
 	_, b, client, _ := remoteEnv(t)
@@ -94,6 +95,9 @@ func TestRemoteDiscoveryAnswersMirrorWithRemoteEndpoints(t *testing.T) {
 	u := s.expectUpdates(t, wait, "add[10.245.0.5:8080]")[0].GetAdd()
 	if got := u.Addrs[0].GetTlsIdentity().GetSpiffeId(); got != "spiffe://b.example/ns/shop/sa/web" {
 		t.Errorf("remote endpoint's identity %q, want cluster b's trust domain", got)
+	}
+	if got := u.Addrs[0].MetricLabels["cluster"]; got != "b" {
+		t.Errorf("remote endpoint's cluster label %q, want the Link's name b", got)
 	}
 	if u.MetricLabels["service"] != "hello-b" || u.MetricLabels["namespace"] != "shop" {
 		t.Errorf("set labels %v, want the mirror's", u.MetricLabels)

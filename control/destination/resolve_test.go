@@ -72,6 +72,9 @@ func TestResolveServiceByNameAndClusterIP(t *testing.T) {
 		if _, ok := meshed.MetricLabels["zone"]; ok || meshed.Weight != Weight {
 			t.Errorf("%s: empty zone label present or weight %d", path, meshed.Weight)
 		}
+		if c, ok := meshed.MetricLabels["cluster"]; ok {
+			t.Errorf("%s: a local endpoint has the label cluster=%q", path, c)
+		}
 	}
 	if got := metricValue(t, reg, "plexus_destination_streams", "get"); got != 3 {
 		t.Errorf("plexus_destination_streams{rpc=get} = %v, want 3", got)

@@ -122,7 +122,7 @@ func (w *watcher) addSliceEndpoint(s *snapshot, ep *discoveryv1.Endpoint, ns str
 		if seen, ok := s.endpoints[addr]; ok && !seen.terminating {
 			continue
 		}
-		e := podEndpoint(w.cfg.TrustDomain, addr, pod, zone)
+		e := w.podEndpoint(addr, pod, zone)
 		e.terminating = terminating
 		s.endpoints[addr] = e
 	}
@@ -167,7 +167,7 @@ func (w *watcher) podIPSnapshot(ip netip.Addr, port uint16) snapshot {
 	s.exists = true
 	s.setLabels = map[string]string{"namespace": pod.Namespace}
 	addr := netip.AddrPortFrom(ip, port)
-	s.endpoints[addr] = podEndpoint(w.cfg.TrustDomain, addr, pod, "")
+	s.endpoints[addr] = w.podEndpoint(addr, pod, "")
 	s.profile.opaque = OpaquePort(pod.Annotations, port)
 	return s
 }

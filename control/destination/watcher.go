@@ -44,6 +44,10 @@ type pubKey struct {
 type watcher struct {
 	cfg Config
 	log *slog.Logger
+	// cluster is the Link's name of the linked cluster watched; "" for
+	// this one. Its endpoints carry it (label "cluster"), and the proxies'
+	// metrics with them (dst_cluster).
+	cluster string
 
 	factory  informers.SharedInformerFactory
 	services cache.SharedIndexInformer

@@ -1,5 +1,6 @@
 // Package meshstats turns two scrapes of a proxy's Prometheus metrics into
-// traffic statistics of its inbound side: requests, success rate, RPS,
+// traffic statistics of its inbound side (or of its outbound side, by a
+// label such as the destination cluster): requests, success rate, RPS,
 // latency quantiles and the share carried over mTLS.
 package meshstats
 
@@ -19,7 +20,11 @@ import (
 const (
 	responseTotal   = "response_total"
 	responseLatency = "response_latency_ms"
-	inbound         = "inbound"
+	Inbound         = "inbound"
+	Outbound        = "outbound"
+	// DstCluster names the linked cluster of an outbound request's
+	// endpoint ("" for this cluster's).
+	DstCluster = "dst_cluster"
 )
 
 // Counts are the inbound counters of one scrape (or a delta of two, or a
@@ -38,17 +43,36 @@ func (c Counts) Total() float64 { return c.Success + c.Failure }
 // Parse reads the inbound counters from one scrape in the Prometheus text
 // format.
 func Parse(text []byte) (Counts, error) {
+	by, err := ParseBy(text, Inbound, "")
+	if c, ok := by[""]; ok || err != nil {
+		return c, err
+	}
+	return Counts{Buckets: map[float64]float64{}}, nil
+}
+
+// ParseBy reads the counters of direction from one scrape, summed by the
+// value of label (all under "" when label is ""). A value with no series
+// is absent.
+func ParseBy(text []byte, direction, label string) (map[string]Counts, error) {
 	fams, err := ParseText(text)
 	if err != nil {
-		return Counts{}, err
+		return nil, err
 	}
-	c := Counts{Buckets: map[float64]float64{}}
+	by := map[string]Counts{}
+	counts := func(l map[string]string) Counts {
+		c, ok := by[l[label]]
+		if !ok {
+			c = Counts{Buckets: map[float64]float64{}}
+		}
+		return c
+	}
 	if f := fams[responseTotal]; f != nil {
 		for _, m := range f.GetMetric() {
 			l := Labels(m)
-			if l["direction"] != inbound {
+			if l["direction"] != direction {
 				continue
 			}
+			c := counts(l)
 			v := m.GetCounter().GetValue()
 			if l["classification"] == "success" {
 				c.Success += v
@@ -58,17 +82,21 @@ func Parse(text []byte) (Counts, error) {
 			if l["tls"] == "true" {
 				c.TLS += v
 			}
+			by[l[label]] = c
 		}
 	}
 	if f := fams[responseLatency]; f != nil {
 		for _, m := range f.GetMetric() {
-			if Labels(m)["direction"] != inbound {
+			l := Labels(m)
+			if l["direction"] != direction {
 				continue
 			}
+			c := counts(l)
 			AddHistogram(c.Buckets, m.GetHistogram(), 1)
+			by[l[label]] = c
 		}
 	}
-	return c, nil
+	return by, nil
 }
 
 // ParseText parses one scrape in the Prometheus text format.

@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/plexus-mesh/plexus/control/cli/stat"
 	mc "github.com/plexus-mesh/plexus/mesh/api/multicluster/v1alpha1"
 	"github.com/plexus-mesh/plexus/testsupport/clustertest"
 )
@@ -68,7 +70,9 @@ func testFederated(t *testing.T, g gatewayCase) {
 	load := func(d time.Duration) (loadResult, error) {
 		return execLoad(ctx, g.a, g.ns, g.client, "-rate", fmt.Sprint(federatedRate), "-duration", d.String(), "-c", federatedConc, "-timeout", "5s", "-timeline", url)
 	}
-	if res, err = load(10 * time.Second); err != nil {
+	var rows []stat.Row
+	var statErr error
+	if res, err = loadDuring(load, 10*time.Second, 2*time.Second, func() { rows, statErr = outboundStat(g) }); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("federated at %d req/s: b takes %.1f %% (%s); p50 of a's answers %.2f ms, of b's %.2f ms", federatedRate, 100*shareOfB(res), briefResult(res),
@@ -77,6 +81,21 @@ func testFederated(t *testing.T, g gatewayCase) {
 	// to the balancer (balance.AlikeRTT), which spreads them by load.
 	if s := shareOfB(res); s < 0.4 || s > 0.6 || res.Statuses["200"] != res.Requests {
 		t.Errorf("federated split: b took %.1f %%, want 50 ± 10 %%; %s", 100*s, briefResult(res))
+	}
+
+	// plexusctl stat --outbound shows a's client's requests by the
+	// cluster they went to.
+	if statErr != nil {
+		t.Fatal(statErr)
+	}
+	clusters := map[string]stat.Row{}
+	for _, r := range rows {
+		clusters[r.ToCluster] = r
+	}
+	for _, c := range []string{"", "b"} {
+		if r, ok := clusters[c]; !ok || r.RPS == nil || *r.RPS < 0.2*federatedRate || r.SuccessRate == nil || *r.SuccessRate != 1 || *r.TLSShare != 1 {
+			t.Errorf("plexusctl stat deploy/client --outbound: no row for cluster %q with at least a fifth of %d rps, all successful over mTLS: %+v", c, federatedRate, rows)
+		}
 	}
 
 	// b scaled to 0 under load.
@@ -230,4 +249,17 @@ func loadDuring(load func(time.Duration) (loadResult, error), d, wait time.Durat
 	act()
 	<-done
 	return res, err
+}
+
+// outboundStat is `plexusctl stat deploy/client --outbound` in a, over 5 s.
+func outboundStat(g gatewayCase) ([]stat.Row, error) {
+	out, err := g.ctlA("stat", "deploy/client", "-n", g.ns, "--outbound", "--window", "5s", "-o", "json")
+	if err != nil {
+		return nil, fmt.Errorf("plexusctl stat --outbound: %v\n%s", err, out)
+	}
+	var rows []stat.Row
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		return nil, fmt.Errorf("plexusctl stat --outbound: %v\n%s", err, out)
+	}
+	return rows, nil
 }

@@ -58,6 +58,9 @@ type Endpoint struct {
 	Identity spiffe.ID
 	// Via is the gateway that reaches Addr (mesh/passthrough); zero: none.
 	Via netip.AddrPort
+	// Cluster is the linked cluster Addr is in ("" for this one's): the
+	// metrics' dst_cluster.
+	Cluster string
 	// Load, when set, is told of the request's first response byte and
 	// its end (the balancer's latency and pending counts).
 	Load Load

@@ -199,7 +199,7 @@ func (p *Proxy) begin(ctx context.Context, x *exchange, req *Request, series *me
 	if !x.endpoint.Identity.IsZero() {
 		tl = metrics.TLS{On: true, PeerID: m.PeerID(dir, x.endpoint.Identity)}
 	}
-	x.rec = m.StartRequest(dir, req.Dst, req.Authority, tl, series)
+	x.rec = m.StartRequest(dir, req.Dst, req.Authority, tl, x.endpoint.Cluster, series)
 	x.start = x.rec.Start() // one clock read for every metric of the request
 	x.tapStart()
 	if t := p.opts.ResponseHeaderTimeout; t > 0 && !req.GRPC {

@@ -69,7 +69,7 @@ type Metrics struct {
 // target_addr and authority values per direction (each; beyond it they
 // become "overflow").
 func New(reg prometheus.Registerer, maxTargets int) *Metrics {
-	http := []string{"direction", "target_addr", "authority", "tls", "client_id", "server_id"}
+	http := []string{"direction", "target_addr", "authority", "tls", "client_id", "server_id", "dst_cluster"}
 	tcp := []string{"direction", "target_addr", "peer", "tls", "client_id", "server_id"}
 	m := &Metrics{
 		maxTargets: maxTargets,
@@ -249,7 +249,7 @@ func (t TLS) values(direction string) (tls, client, server string) {
 // Request is the metric handle for one HTTP request.
 type Request struct {
 	m      *Metrics
-	labels [6]string
+	labels [7]string
 	start  time.Time
 	s      *Series
 }
@@ -262,7 +262,8 @@ type Series struct {
 	dst       netip.AddrPort
 	authority string
 	tls       TLS
-	labels    [6]string
+	cluster   string
+	labels    [7]string
 	requests  prometheus.Counter
 	status    int
 	latency   prometheus.Observer
@@ -277,20 +278,26 @@ type doneKey struct {
 }
 
 // StartRequest counts a request to the original destination dst with the
-// Host authority and returns its handle. s, when not nil, caches the
-// series of a connection's requests.
-func (m *Metrics) StartRequest(direction string, dst netip.AddrPort, authority string, t TLS, s *Series) Request {
-	if s != nil && s.requests != nil && s.dst == dst && s.authority == authority && s.tls == t && s.labels[0] == direction {
+// Host authority and returns its handle. cluster is the linked cluster
+// of the endpoint an outbound request goes to ("" for this cluster's;
+// label dst_cluster). s, when not nil, caches the series of a
+// connection's requests.
+func (m *Metrics) StartRequest(direction string, dst netip.AddrPort, authority string, t TLS, cluster string, s *Series) Request {
+	if s != nil && s.requests != nil && s.dst == dst && s.authority == authority && s.tls == t && s.cluster == cluster && s.labels[0] == direction {
 		s.requests.Inc()
 		return Request{m: m, labels: s.labels, start: time.Now(), s: s}
 	}
 	tls, client, server := t.values(direction)
+	dstCluster := ""
+	if cluster != "" {
+		dstCluster = m.bound("cluster", direction, cluster)
+	}
 	r := Request{m: m, start: time.Now(), s: s,
-		labels: [6]string{direction, m.Target(direction, dst), m.Authority(direction, authority), tls, client, server}}
+		labels: [7]string{direction, m.Target(direction, dst), m.Authority(direction, authority), tls, client, server, dstCluster}}
 	c := m.requests.WithLabelValues(r.labels[:]...)
 	c.Inc()
 	if s != nil {
-		*s = Series{dst: dst, authority: authority, tls: t, labels: r.labels, requests: c}
+		*s = Series{dst: dst, authority: authority, tls: t, cluster: cluster, labels: r.labels, requests: c}
 	}
 	return r
 }

@@ -51,24 +51,24 @@ func TestRequestClassification(t *testing.T) {
 		status       int
 		grpc, reason string
 	}{{200, "", ""}, {503, "", ""}, {200, "0", ""}, {200, "14", ""}, {200, "99", ""}, {502, "", "connect"}} {
-		r := m.StartRequest(Outbound, tgt, "a", TLS{}, nil)
+		r := m.StartRequest(Outbound, tgt, "a", TLS{}, "", nil)
 		r.Headers(c.status)
 		r.Done(c.status, c.grpc, c.reason)
 	}
 	want := `
 # HELP response_total HTTP responses the proxy completed.
 # TYPE response_total counter
-response_total{authority="a",classification="failure",client_id="",direction="outbound",error="",grpc_status="",server_id="",status_code="503",target_addr="10.0.0.1:80",tls="false"} 1
-response_total{authority="a",classification="failure",client_id="",direction="outbound",error="",grpc_status="14",server_id="",status_code="200",target_addr="10.0.0.1:80",tls="false"} 1
-response_total{authority="a",classification="failure",client_id="",direction="outbound",error="",grpc_status="other",server_id="",status_code="200",target_addr="10.0.0.1:80",tls="false"} 1
-response_total{authority="a",classification="failure",client_id="",direction="outbound",error="connect",grpc_status="",server_id="",status_code="502",target_addr="10.0.0.1:80",tls="false"} 1
-response_total{authority="a",classification="success",client_id="",direction="outbound",error="",grpc_status="",server_id="",status_code="200",target_addr="10.0.0.1:80",tls="false"} 1
-response_total{authority="a",classification="success",client_id="",direction="outbound",error="",grpc_status="0",server_id="",status_code="200",target_addr="10.0.0.1:80",tls="false"} 1
+response_total{authority="a",classification="failure",client_id="",direction="outbound",dst_cluster="",error="",grpc_status="",server_id="",status_code="503",target_addr="10.0.0.1:80",tls="false"} 1
+response_total{authority="a",classification="failure",client_id="",direction="outbound",dst_cluster="",error="",grpc_status="14",server_id="",status_code="200",target_addr="10.0.0.1:80",tls="false"} 1
+response_total{authority="a",classification="failure",client_id="",direction="outbound",dst_cluster="",error="",grpc_status="other",server_id="",status_code="200",target_addr="10.0.0.1:80",tls="false"} 1
+response_total{authority="a",classification="failure",client_id="",direction="outbound",dst_cluster="",error="connect",grpc_status="",server_id="",status_code="502",target_addr="10.0.0.1:80",tls="false"} 1
+response_total{authority="a",classification="success",client_id="",direction="outbound",dst_cluster="",error="",grpc_status="",server_id="",status_code="200",target_addr="10.0.0.1:80",tls="false"} 1
+response_total{authority="a",classification="success",client_id="",direction="outbound",dst_cluster="",error="",grpc_status="0",server_id="",status_code="200",target_addr="10.0.0.1:80",tls="false"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "response_total"); err != nil {
 		t.Error(err)
 	}
-	if n := testutil.ToFloat64(m.requests.WithLabelValues(Outbound, "10.0.0.1:80", "a", "false", "", "")); n != 6 {
+	if n := testutil.ToFloat64(m.requests.WithLabelValues(Outbound, "10.0.0.1:80", "a", "false", "", "", "")); n != 6 {
 		t.Errorf("request_total = %v", n)
 	}
 	if n := testutil.CollectAndCount(m.latency); n != 3 { // status 200, 503, 502
@@ -128,13 +128,20 @@ func TestTLSLabelsAndBoundedIDs(t *testing.T) {
 	if got := m.PeerID(Outbound, spiffe.ID{}); got != "" {
 		t.Errorf("zero id = %q", got)
 	}
-	m.StartRequest(Outbound, tgt, "a", TLS{On: true, PeerID: ids[0].String()}, nil)
-	m.StartRequest(Inbound, tgt, "a", TLS{On: true, PeerID: ids[1].String()}, nil)
+	m.StartRequest(Outbound, tgt, "a", TLS{On: true, PeerID: ids[0].String()}, "", nil)
+	m.StartRequest(Inbound, tgt, "a", TLS{On: true, PeerID: ids[1].String()}, "", nil)
+	// A linked cluster's endpoints: dst_cluster, bounded like the others.
+	m.StartRequest(Outbound, tgt, "a", TLS{On: true, PeerID: ids[0].String()}, "east", nil)
+	m.StartRequest(Outbound, tgt, "a", TLS{On: true, PeerID: ids[0].String()}, "west", nil)
+	m.StartRequest(Outbound, tgt, "a", TLS{On: true, PeerID: ids[0].String()}, "north", nil)
 	want := `
 # HELP request_total HTTP requests the proxy received.
 # TYPE request_total counter
-request_total{authority="a",client_id="",direction="outbound",server_id="spiffe://td/ns/a/sa/x",target_addr="10.0.0.1:80",tls="true"} 1
-request_total{authority="a",client_id="spiffe://td/ns/b/sa/y",direction="inbound",server_id="",target_addr="10.0.0.1:80",tls="true"} 1
+request_total{authority="a",client_id="",direction="outbound",dst_cluster="",server_id="spiffe://td/ns/a/sa/x",target_addr="10.0.0.1:80",tls="true"} 1
+request_total{authority="a",client_id="",direction="outbound",dst_cluster="east",server_id="spiffe://td/ns/a/sa/x",target_addr="10.0.0.1:80",tls="true"} 1
+request_total{authority="a",client_id="",direction="outbound",dst_cluster="overflow",server_id="spiffe://td/ns/a/sa/x",target_addr="10.0.0.1:80",tls="true"} 1
+request_total{authority="a",client_id="",direction="outbound",dst_cluster="west",server_id="spiffe://td/ns/a/sa/x",target_addr="10.0.0.1:80",tls="true"} 1
+request_total{authority="a",client_id="spiffe://td/ns/b/sa/y",direction="inbound",dst_cluster="",server_id="",target_addr="10.0.0.1:80",tls="true"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "request_total"); err != nil {
 		t.Error(err)
@@ -192,18 +199,20 @@ func TestSeriesCountsAsWithoutCache(t *testing.T) {
 		dst          netip.AddrPort
 		authority    string
 		tls          TLS
+		cluster      string
 		status       int
 		grpc, reason string
 	}{
-		{tgt, "a", TLS{}, 200, "", ""}, {tgt, "a", TLS{}, 200, "", ""}, {tgt, "a", TLS{}, 503, "", ""},
-		{tgt, "b", TLS{}, 200, "", ""}, {other, "b", TLS{}, 200, "", ""}, {other, "b", TLS{On: true}, 200, "0", ""},
-		{other, "b", TLS{On: true}, 200, "14", ""}, {tgt, "a", TLS{}, 502, "", "connect-refused"}, {tgt, "a", TLS{}, 200, "", ""},
+		{tgt, "a", TLS{}, "", 200, "", ""}, {tgt, "a", TLS{}, "", 200, "", ""}, {tgt, "a", TLS{}, "", 503, "", ""},
+		{tgt, "b", TLS{}, "", 200, "", ""}, {other, "b", TLS{}, "", 200, "", ""}, {other, "b", TLS{On: true}, "", 200, "0", ""},
+		{other, "b", TLS{On: true}, "", 200, "14", ""}, {tgt, "a", TLS{}, "", 502, "", "connect-refused"}, {tgt, "a", TLS{}, "", 200, "", ""},
+		{tgt, "a", TLS{}, "east", 200, "", ""}, {tgt, "a", TLS{}, "east", 200, "", ""}, {tgt, "a", TLS{}, "", 200, "", ""},
 	} {
 		for _, m := range []struct {
 			m *Metrics
 			s *Series
 		}{{mc, &s}, {mp, nil}} {
-			r := m.m.StartRequest(Inbound, c.dst, c.authority, c.tls, m.s)
+			r := m.m.StartRequest(Outbound, c.dst, c.authority, c.tls, c.cluster, m.s)
 			r.Headers(c.status)
 			r.Done(c.status, c.grpc, c.reason)
 		}

@@ -329,7 +329,7 @@ func (p *Proxy) balance(ctx context.Context, dst netip.AddrPort, backend *routes
 	case err != nil:
 		return httpproxy.Endpoint{}, err
 	}
-	ep := httpproxy.Endpoint{Addr: pk.Addr, Via: pk.Via, Load: &load{pk}}
+	ep := httpproxy.Endpoint{Addr: pk.Addr, Via: pk.Via, Cluster: pk.Labels["cluster"], Load: &load{pk}}
 	if p.opts.Certs != nil {
 		ep.Identity = pk.Identity
 	}

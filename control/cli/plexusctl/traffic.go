@@ -21,6 +21,7 @@ func statCmd(g *command.Globals, env Env) *cobra.Command {
 		var sel command.Selection
 		sel.Register(fs)
 		window := fs.Duration("window", 5*time.Second, "time between the two scrapes of each proxy")
+		outbound := fs.Bool("outbound", false, "the requests the objects send instead, one row per cluster they went to (CLUSTER: a Link's name, or local)")
 		return func(ctx context.Context, pos []string) error {
 			res, name, err := stat.ParseKindAndName(pos)
 			if err != nil {
@@ -36,7 +37,7 @@ func statCmd(g *command.Globals, env Env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg := stat.Config{Resource: res, Name: name, Namespace: sel.NamespaceOf(ns)}
+			cfg := stat.Config{Resource: res, Name: name, Namespace: sel.NamespaceOf(ns), Outbound: *outbound}
 			rows, err := vizcli.ScrapeStat(ctx, client, cfg, *window)
 			if err != nil {
 				return err
@@ -45,6 +46,9 @@ func statCmd(g *command.Globals, env Env) *cobra.Command {
 				if rows, err = vizcli.SelectRows(ctx, client, res, cfg.Namespace, sel.Selector, rows); err != nil {
 					return err
 				}
+			}
+			if *outbound {
+				return stat.RenderOutbound(env.Stdout, rows, g.Output)
 			}
 			return stat.Render(env.Stdout, rows, g.Output)
 		}

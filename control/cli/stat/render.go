@@ -1,10 +1,12 @@
 package stat
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -23,6 +25,16 @@ const (
 // Render writes rows as a table (wide adds the namespace, the request
 // count and scrape errors) or as JSON or YAML.
 func Render(w io.Writer, rows []Row, format string) error {
+	return render(w, rows, format, false)
+}
+
+// RenderOutbound is Render for outbound rows (Config.Outbound): the table
+// has a CLUSTER column after NAME, each row's ToCluster or "local".
+func RenderOutbound(w io.Writer, rows []Row, format string) error {
+	return render(w, rows, format, true)
+}
+
+func render(w io.Writer, rows []Row, format string, outbound bool) error {
 	if rows == nil {
 		rows = []Row{}
 	}
@@ -32,6 +44,9 @@ func Render(w io.Writer, rows []Row, format string) error {
 	wide := format == FormatWide
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
 	head := []string{"NAME", "MESHED", "SUCCESS", "RPS", "LATENCY_P50", "LATENCY_P95", "LATENCY_P99", "TLS"}
+	if outbound {
+		head = slices.Insert(head, 1, "CLUSTER")
+	}
 	if wide {
 		head = append([]string{"NAMESPACE"}, append(head, "REQUESTS", "ERRORS")...)
 	}
@@ -46,6 +61,9 @@ func Render(w io.Writer, rows []Row, format string) error {
 			Number(r.LatencyP95, 0, "ms"),
 			Number(r.LatencyP99, 0, "ms"),
 			Percent(r.TLSShare, 0),
+		}
+		if outbound {
+			cells = slices.Insert(cells, 1, cmp.Or(r.ToCluster, "local"))
 		}
 		if wide {
 			ns := r.Namespace

@@ -57,6 +57,9 @@ type Config struct {
 	Name      string // one object; empty means all in Namespace (all namespaces for Namespaces)
 	Namespace string // of deployments and pods
 	Window    time.Duration
+	// Outbound measures the objects' outbound requests instead, one row
+	// per cluster their endpoints were in (Row.ToCluster).
+	Outbound bool
 }
 
 // ErrNotFound: the object named is not there.
@@ -82,6 +85,9 @@ type Row struct {
 	Name      string `json:"name"`
 	Meshed    int    `json:"meshedPods"`
 	Total     int    `json:"totalPods"`
+	// ToCluster, of an outbound row (Config.Outbound), is the linked
+	// cluster (its Link's name) the requests went to; "" for this one.
+	ToCluster string `json:"toCluster,omitempty"`
 	meshstats.Stats
 	// Errors names the meshed pods that could not be scraped; they are
 	// left out of the figures.
@@ -149,33 +155,47 @@ func (s Stat) Run(ctx context.Context, cfg Config) ([]Row, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stat: %w", err)
 	}
+	direction, by := meshstats.Inbound, ""
+	if cfg.Outbound {
+		direction, by = meshstats.Outbound, meshstats.DstCluster
+	}
 	rows := make([]Row, 0, len(targets))
 	for _, t := range targets {
-		row := Row{Namespace: t.Namespace, Name: t.Name, Meshed: t.Meshed, Total: t.Total}
-		sum := meshstats.Counts{}
+		var errs []string
+		sums := map[string]meshstats.Counts{}
 		for _, p := range t.Pods {
-			var b, a meshstats.Counts
+			var b, a map[string]meshstats.Counts
 			err := m.Err(p)
 			if err == nil {
-				b, err = meshstats.Parse(m.Before[p].Text)
+				b, err = meshstats.ParseBy(m.Before[p].Text, direction, by)
 			}
 			if err == nil {
-				a, err = meshstats.Parse(m.After[p].Text)
+				a, err = meshstats.ParseBy(m.After[p].Text, direction, by)
 			}
 			if err != nil {
-				row.Errors = append(row.Errors, fmt.Sprintf("%s: %v", p.Name, err))
+				errs = append(errs, fmt.Sprintf("%s: %v", p.Name, err))
 				continue
 			}
-			sum = meshstats.Add(sum, meshstats.Delta(b, a))
+			for k, after := range a {
+				sums[k] = meshstats.Add(sums[k], meshstats.Delta(b[k], after))
+			}
 		}
-		row.Stats = meshstats.Compute(sum, m.Elapsed)
-		rows = append(rows, row)
+		if len(sums) == 0 {
+			sums[""] = meshstats.Counts{}
+		}
+		for cluster, sum := range sums {
+			rows = append(rows, Row{Namespace: t.Namespace, Name: t.Name, Meshed: t.Meshed, Total: t.Total,
+				ToCluster: cluster, Stats: meshstats.Compute(sum, m.Elapsed), Errors: errs})
+		}
 	}
 	sort.Slice(rows, func(i, j int) bool {
 		if rows[i].Namespace != rows[j].Namespace {
 			return rows[i].Namespace < rows[j].Namespace
 		}
-		return rows[i].Name < rows[j].Name
+		if rows[i].Name != rows[j].Name {
+			return rows[i].Name < rows[j].Name
+		}
+		return rows[i].ToCluster < rows[j].ToCluster
 	})
 	return rows, nil
 }

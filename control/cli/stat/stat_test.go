@@ -235,3 +235,49 @@ func TestParseKindAndNameForms(t *testing.T) {
 		}
 	}
 }
+
+// TestOutboundByCluster: with Outbound, a deployment's rows are the
+// requests it sent, one per cluster their endpoints were in (the proxies'
+// dst_cluster): this one's ("local") and b's, in that order; inbound
+// series are left out.
+func TestOutboundByCluster(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	scrapes := 0
+	s := Stat{
+		Client: fake.NewClientset(deployment("client"), pod("client-1", "client", true, corev1.PodRunning)),
+		Now:    func() time.Time { return now },
+		Sleep: func(_ context.Context, d time.Duration) error {
+			now = now.Add(d)
+			return nil
+		},
+		Scrape: func(context.Context, string, string) ([]byte, error) {
+			scrapes++
+			return os.ReadFile(filepath.Join("..", "..", "meshstats", "testdata", []string{"client-before.prom", "client-after.prom"}[scrapes-1]))
+		},
+	}
+	rows, err := s.Run(context.Background(), Config{Resource: Deployments, Namespace: "shop", Window: 10 * time.Second, Outbound: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0].ToCluster != "" || rows[1].ToCluster != "b" {
+		t.Fatalf("rows %+v, want this cluster's and b's", rows)
+	}
+	local, b := rows[0], rows[1]
+	if local.Requests != 200 || *local.RPS != 20 || *local.SuccessRate != 1 {
+		t.Errorf("local: %+v, want 200 requests, 20 rps, all successful", local.Stats)
+	}
+	if b.Requests != 110 || *b.RPS != 11 || *b.SuccessRate != 100.0/110 || *b.TLSShare != 1 {
+		t.Errorf("b: %+v, want 110 requests, 11 rps, 100 successful, all over mTLS", b.Stats)
+	}
+	var out bytes.Buffer
+	if err := RenderOutbound(&out, rows, FormatTable); err != nil {
+		t.Fatal(err)
+	}
+	want := `NAME     CLUSTER   MESHED   SUCCESS   RPS       LATENCY_P50   LATENCY_P95   LATENCY_P99   TLS
+client   local     1/1      100.00%   20.0rps   1ms           5ms           5ms           100%
+client   b         1/1      90.91%    11.0rps   3ms           5ms           5ms           100%
+`
+	if out.String() != want {
+		t.Errorf("table:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
