@@ -284,17 +284,34 @@ func (r *Resolver) pickService(ctx context.Context, authority string, o pickOpts
 	return pk, err
 }
 
-// Empty reports whether destination answered backend's Service with no
-// endpoint that takes requests (scaled to 0, withdrawn, unknown); false
-// for the original destination and while it has not answered. A route
-// passes over such a backend for its others (httpproxy.Options.BackendEmpty).
-func (r *Resolver) Empty(backend *routes.Backend) bool {
+// Unavailable reports whether backend's Service has no endpoint that can
+// take a request now: destination answered it with none (scaled to 0,
+// withdrawn, unknown), or every one is marked down (it refused a
+// connection or left a request unanswered past its silence limit, and
+// has not been reached since: a linked cluster gone silent, a crashed
+// Deployment). False for the original destination and while destination
+// has not answered. A route passes over such a backend for its others
+// (httpproxy.Options.BackendUnavailable). Lock-free: it runs on every
+// request of a split.
+func (r *Resolver) Unavailable(backend *routes.Backend) bool {
 	if backend == nil || backend.Authority == "" {
 		return false
 	}
 	s := r.subscription(subKey{name: backend.Authority})
 	s.touch()
-	return s.empty.Load()
+	if s.empty.Load() {
+		return true
+	}
+	lbs := s.lbsNow.Load()
+	if lbs == nil || len(*lbs) == 0 {
+		return false
+	}
+	for _, lb := range *lbs {
+		if !lb.Down() {
+			return false // the first, mostly
+		}
+	}
+	return true
 }
 
 // ErrUnknownService is returned by PickService when destination does not

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -185,20 +186,74 @@ func TestNoEndpointsAndNotFound(t *testing.T) {
 	})
 }
 
-// TestEmpty: a route backend is empty once destination answers it with
-// no endpoints, and not while it has one; the original destination never
-// is.
-func TestEmpty(t *testing.T) {
+// TestUnavailableWhenEmpty: a route backend is unavailable once
+// destination answers it with no endpoints, and not while it has one;
+// the original destination never is.
+func TestUnavailableWhenEmpty(t *testing.T) {
 	e := newEnv(t, nil)
 	const authority = "web.shop.svc.cluster.local:80"
 	b := &routes.Backend{Authority: authority}
 	e.srv.Set(authority, fakedestination.NoEndpoints(true))
-	within(t, time.Second, "empty once answered with none", func() bool { return e.r.Empty(b) })
+	within(t, time.Second, "empty once answered with none", func() bool { return e.r.Unavailable(b) })
 	e.srv.Push(authority, add(wa("10.1.0.9:80", webID)))
-	within(t, time.Second, "not empty with an endpoint", func() bool { return !e.r.Empty(b) })
-	if e.r.Empty(&routes.Backend{}) || e.r.Empty(nil) {
+	within(t, time.Second, "not empty with an endpoint", func() bool { return !e.r.Unavailable(b) })
+	if e.r.Unavailable(&routes.Backend{}) || e.r.Unavailable(nil) {
 		t.Error("the original destination counted as empty")
 	}
+}
+
+// TestUnavailableWhenAllDown: a route backend whose every endpoint is
+// marked down (a connection refused) is unavailable until one is reached
+// again (its probe connects); one down of two is not.
+func TestUnavailableWhenAllDown(t *testing.T) {
+	var reachable atomic.Bool
+	e := newEnv(t, func(o *Options) {
+		o.Probe = func(ctx context.Context, addr netip.AddrPort) error {
+			if reachable.Load() {
+				return nil
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		}
+	})
+	const authority = "web.shop.svc.cluster.local:80"
+	b := &routes.Backend{Authority: authority}
+	e.srv.Set(authority, add(wa("10.1.0.1:8080", webID), wa("10.1.0.2:8080", webID)))
+	within(t, time.Second, "answered", func() bool {
+		p, err := e.r.PickHTTP(context.Background(), netip.AddrPort{}, b)
+		if err == nil {
+			p.Done()
+		}
+		return err == nil
+	})
+	fail := func(addr string) {
+		t.Helper()
+		for range 100 {
+			p, err := e.r.PickHTTP(context.Background(), netip.AddrPort{}, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hit := p.Addr.String() == addr
+			if hit {
+				p.ConnectFailed()
+			}
+			p.Done()
+			if hit {
+				return
+			}
+		}
+		t.Fatalf("%s not picked in 100 picks", addr)
+	}
+	fail("10.1.0.1:8080")
+	if e.r.Unavailable(b) {
+		t.Fatal("unavailable with one endpoint of two down")
+	}
+	fail("10.1.0.2:8080")
+	if !e.r.Unavailable(b) {
+		t.Fatal("available with both endpoints down")
+	}
+	reachable.Store(true)
+	within(t, 5*time.Second, "available once a probe connects", func() bool { return !e.r.Unavailable(b) })
 }
 
 // TestCacheSurvivesServerGone: with destination stopped the cached set

@@ -43,10 +43,11 @@ type sub struct {
 	lbs      []*balance.Endpoint
 	brs      []*balance.Breaker
 	acc      *balance.Accrual // failure accrual; nil: off
-	// empty is hasState && len(pickable) == 0, for Empty to read with no
-	// lock on every request of a split.
-	empty atomic.Bool
-	zs    zoneSplit // zone-aware balancing (zone.go)
+	// empty is hasState && len(pickable) == 0 and lbsNow is lbs, for
+	// Unavailable to read with no lock on every request of a split.
+	empty  atomic.Bool
+	lbsNow atomic.Pointer[[]*balance.Endpoint]
+	zs     zoneSplit // zone-aware balancing (zone.go)
 	// changed is closed and replaced whenever pickable may have changed:
 	// it wakes the picks waiting for an endpoint.
 	changed  chan struct{}
@@ -176,6 +177,8 @@ func (s *sub) rebuild() {
 			s.brs[i] = ep.br
 		}
 	}
+	lbs := s.lbs // a copy of the header: rebuild replaces s.lbs, never the array
+	s.lbsNow.Store(&lbs)
 	s.zs.split(s.pickable, s.lbs, s.brs)
 	if len(pickable) > 0 {
 		s.failFast = false

@@ -148,11 +148,12 @@ type Options struct {
 	// backend's endpoints, or dst's when backend is nil or names no
 	// authority. nil: the original destination, plaintext.
 	Balance func(ctx context.Context, dst netip.AddrPort, backend *routes.Backend) (Endpoint, error)
-	// BackendEmpty reports whether a route backend is known to have no
-	// endpoint to take a request now (destination answered it with none:
-	// scaled to 0, a linked cluster withdrawn); a rule's pick then fails
-	// over to its other backends that have one. nil: never.
-	BackendEmpty func(*routes.Backend) bool
+	// BackendUnavailable reports whether a route backend is known to have
+	// no endpoint to take a request now (destination answered it with
+	// none: scaled to 0, a linked cluster withdrawn; or every one is
+	// marked down); a rule's pick then fails over to its other backends
+	// that have one. nil: never.
+	BackendUnavailable func(*routes.Backend) bool
 	// Tap is the proxy's tap sessions (the observe stage); nil: no tap.
 	Tap *tap.Hub
 	// Secure runs the mesh mTLS client handshake on a dialled upstream

@@ -150,7 +150,7 @@ func (x *exchange) matchRule(t *routes.Table) {
 // something (failover), when the rule has others.
 func (x *exchange) pickBackend() error {
 	b := x.rule.PickBackend(rand.Uint64())
-	if empty := x.p.opts.BackendEmpty; b != nil && len(x.rule.Backends) > 1 && empty != nil && empty(b) {
+	if empty := x.p.opts.BackendUnavailable; b != nil && len(x.rule.Backends) > 1 && empty != nil && empty(b) {
 		if alt := x.rule.PickBackendWhere(rand.Uint64(), func(c *routes.Backend) bool { return c.Failure == "" && !empty(c) }); alt != nil {
 			b = alt
 		}

@@ -405,7 +405,7 @@ func TestRouteBackendFailureOrNoneIs500(t *testing.T) {
 	rtEventually(t, e.reg, "outbound_http_route_request_statuses_total", "web", 6, "http_status", "500")
 }
 
-// A split whose backend has nothing behind it (BackendEmpty: scaled to 0,
+// A split whose backend has nothing behind it (BackendUnavailable: scaled to 0,
 // a linked cluster withdrawn) sends its share to the others, on every
 // engine; with every backend empty the pick stands, and fails.
 func TestRouteFailsOverFromEmptyBackend(t *testing.T) {
@@ -415,7 +415,7 @@ func TestRouteFailsOverFromEmptyBackend(t *testing.T) {
 	pol := rtPolicy(rtRoute("web", &pb.OutboundRule{Backends: []*pb.Backend{rtBackend("remote", 50), rtBackend("stable", 50)}}))
 	e := newRouteEnv(t, netip.MustParseAddrPort("127.0.0.1:1"), pol,
 		map[string][]netip.AddrPort{"stable": {stable.addr}}, func(o *Options) {
-			o.BackendEmpty = func(b *routes.Backend) bool {
+			o.BackendUnavailable = func(b *routes.Backend) bool {
 				return b.Authority == rtAuthority("remote") && remoteEmpty.Load() || b.Authority == rtAuthority("stable") && !remoteEmpty.Load()
 			}
 		})

@@ -43,7 +43,7 @@ func (r staticResolver) Policy(context.Context, netip.AddrPort) *routes.Table {
 	return routes.Default()
 }
 
-func (staticResolver) Empty(*routes.Backend) bool { return false }
+func (staticResolver) Unavailable(*routes.Backend) bool { return false }
 
 // TestLoopbackMTLSChain runs the whole mesh path on loopback without
 // root: an outbound Proxy (resolver → endpoint with an identity) speaks

@@ -85,9 +85,10 @@ type Resolver interface {
 	Opaque(ctx context.Context, dst netip.AddrPort) bool
 	// Policy returns dst's routes.
 	Policy(ctx context.Context, dst netip.AddrPort) *routes.Table
-	// Empty reports whether a route backend is known to have no endpoint
-	// (its route then fails over to its others).
-	Empty(backend *routes.Backend) bool
+	// Unavailable reports whether a route backend is known to have no
+	// endpoint that can take a request (its route then fails over to its
+	// others).
+	Unavailable(backend *routes.Backend) bool
 }
 
 // Limits the proxy applies to HTTP clients and upstreams.
@@ -185,7 +186,7 @@ func New(opts Options) *Proxy {
 		}
 		if dir == metrics.Outbound && opts.Resolver != nil {
 			hopts.Balance = p.balance
-			hopts.BackendEmpty = opts.Resolver.Empty
+			hopts.BackendUnavailable = opts.Resolver.Unavailable
 			hopts.Routes = opts.Resolver.Policy
 		}
 		if dir == metrics.Inbound && opts.Inbound != nil {
