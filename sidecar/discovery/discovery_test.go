@@ -208,13 +208,7 @@ func TestUnavailableWhenEmpty(t *testing.T) {
 func TestUnavailableWhenAllDown(t *testing.T) {
 	var reachable atomic.Bool
 	e := newEnv(t, func(o *Options) {
-		o.Probe = func(ctx context.Context, addr netip.AddrPort) error {
-			if reachable.Load() {
-				return nil
-			}
-			<-ctx.Done()
-			return ctx.Err()
-		}
+		o.Probe = probeWhile(&reachable)
 	})
 	const authority = "web.shop.svc.cluster.local:80"
 	b := &routes.Backend{Authority: authority}

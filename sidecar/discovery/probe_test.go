@@ -159,13 +159,7 @@ func TestCloseEndsProbes(t *testing.T) {
 func TestConnectFailedPassesOver(t *testing.T) {
 	var reachable atomic.Bool
 	e := newEnv(t, func(o *Options) {
-		o.Probe = func(ctx context.Context, addr netip.AddrPort) error {
-			if reachable.Load() {
-				return nil
-			}
-			<-ctx.Done()
-			return ctx.Err()
-		}
+		o.Probe = probeWhile(&reachable)
 	})
 	e.srv.Set(svc.String(), add(wa("10.1.0.1:8080", webID), wa("10.1.0.2:8080", webID), wa("10.1.0.3:8080", webID)))
 	conns := func(n int, failed string) map[string]int {
@@ -196,4 +190,16 @@ func TestConnectFailedPassesOver(t *testing.T) {
 	}
 	reachable.Store(true)
 	within(t, 5*time.Second, dead+" picked again", func() bool { return conns(30, "")[dead] > 0 })
+}
+
+// probeWhile is an Options.Probe that reaches any endpoint while
+// reachable holds, and otherwise waits out its timeout (a silent address).
+func probeWhile(reachable *atomic.Bool) func(ctx context.Context, addr netip.AddrPort) error {
+	return func(ctx context.Context, _ netip.AddrPort) error {
+		if reachable.Load() {
+			return nil
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}
 }
