@@ -7,7 +7,8 @@
 # hello-b, answered by b's pods directly over mTLS; b's proxy naming a's
 # client; a policy in b naming a's client; then, the networks
 # hierarchical, the same through b's gateway; then hello-federated, one
-# Service spanning hello in a and in b.
+# Service spanning hello in a and in b, and plexusctl stat --outbound
+# showing a's client's requests by cluster.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/cluster/env.sh"
@@ -222,5 +223,12 @@ done
 echo "$servers" | grep -q "$(kb -n mc-demo get pods -l app=hello -o jsonpath='{.items[0].metadata.name}')\|$(kb -n mc-demo get pods -l app=hello -o jsonpath='{.items[1].metadata.name}')" ||
 	die "hello-federated sent nothing to b: $servers"
 echo "    (when b goes silent, a's destination withdraws b's pods within 2 s: TestMulticluster measures it)"
+echo
+echo "    plexusctl stat deploy/client --outbound (in a), while the client calls hello-federated at 50 req/s:"
+ka -n mc-demo exec "$client" -c testapp -- /testapp load -rate 50 -duration 7s -c 4 http://hello-federated.mc-demo.svc.cluster.local/ >/dev/null &
+loader=$!
+sleep 1
+pa stat deploy/client -n mc-demo --outbound --window 5s | sed 's/^/    /'
+wait "$loader" || die "the load behind plexusctl stat --outbound failed"
 
 log "multicluster demo done in $((SECONDS - start))s: a and b stay up, flat (make cluster-down takes both down)"
