@@ -265,8 +265,22 @@ func linkPair(t *testing.T, linkArgs ...string) linkedPair {
 			}
 		})
 	}
-	// The link, as a user makes it.
-	link, err := ctlB(append([]string{"multicluster", "link", "--cluster-name", "b", "--api-server-address", "https://" + clustertest.BAPIServer}, linkArgs...)...)
+	// The link, as a user makes it: b gives a an account of its own
+	// (allow), and the link's token is minted for it.
+	allow, err := ctlB("multicluster", "allow", "--service-account-name", linkAccount)
+	if err != nil {
+		t.Fatalf("multicluster allow: %v\n%s", err, allow)
+	}
+	if out, err := kubectlOutput(ctx, b, allow, "apply", "-f", "-"); err != nil {
+		t.Fatalf("applying multicluster allow in b: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := kubectlOutput(context.Background(), b, allow, "delete", "--ignore-not-found", "-f", "-"); err != nil {
+			t.Logf("deleting multicluster allow's objects: %v: %.500s", err, out)
+		}
+	})
+	link, err := ctlB(append([]string{"multicluster", "link", "--cluster-name", "b", "--api-server-address", "https://" + clustertest.BAPIServer,
+		"--service-account-name", linkAccount}, linkArgs...)...)
 	if err != nil {
 		t.Fatalf("multicluster link: %v\n%s", err, link)
 	}
@@ -284,6 +298,9 @@ func linkPair(t *testing.T, linkArgs ...string) linkedPair {
 
 // trustDomainB is b's trust domain.
 const trustDomainB = "b.cluster.local"
+
+// linkAccount is the account b allows for a's link (multicluster allow).
+const linkAccount = "a-reader"
 
 // sharedAnchor makes one trust anchor and, per cluster, an issuer under
 // it that may sign identities of that cluster's trust domain only, and

@@ -1,7 +1,8 @@
 // Package mccli is the multicluster extension's command line logic:
-// install (the manifests), link (credentials minted by the linked
-// cluster's TokenRequest API, and the Link), unlink (everything link
-// made) and check (the Links' state and the anchors both clusters use).
+// install (the manifests), allow (a linked cluster's account for one
+// link), link (credentials minted by the linked cluster's TokenRequest
+// API, and the Link), unlink (everything link made) and check (the
+// Links' state and the anchors both clusters use).
 // multicluster/cli/mccmd turns it into plexusctl multicluster.
 package mccli
 
@@ -60,6 +61,18 @@ type LinkOptions struct {
 	// GatewayAddress is ip:port of its gateway as the linking cluster's
 	// pods reach it; empty: found from the gateway's Service (gateway.go).
 	GatewayAddress string
+	// ServiceAccount is the account the token is minted for: one Allow
+	// made for this link; empty: RemoteAccessAccount, shared by every
+	// link to the cluster.
+	ServiceAccount string
+}
+
+// account is the service account the link's token is minted for.
+func (o LinkOptions) account() string {
+	if o.ServiceAccount != "" {
+		return o.ServiceAccount
+	}
+	return RemoteAccessAccount
 }
 
 // Validate reports every problem with o.
@@ -73,6 +86,11 @@ func (o LinkOptions) Validate() error {
 	if o.GatewayAddress != "" {
 		if _, err := netip.ParseAddrPort(o.GatewayAddress); err != nil {
 			errs = append(errs, fmt.Errorf("--gateway-address %q: want ip:port", o.GatewayAddress))
+		}
+	}
+	if o.ServiceAccount != "" {
+		if msgs := validation.IsDNS1123Subdomain(o.ServiceAccount); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--service-account-name %q: want a DNS subdomain name", o.ServiceAccount))
 		}
 	}
 	if o.TokenLifetime < 10*time.Minute {
@@ -93,12 +111,17 @@ type Linker struct {
 }
 
 // Link creates, in the remote cluster, a Secret its token is bound to and
-// a token of RemoteAccessAccount, and writes the credentials Secret and
+// a token of o's account (RemoteAccessAccount unless Allow made one), and writes the credentials Secret and
 // the Link to apply in the linking cluster. Nothing is created in the
 // remote when its settings cannot be read.
 func (l Linker) Link(ctx context.Context, o LinkOptions, w io.Writer) error {
-	if _, err := l.Remote.CoreV1().ServiceAccounts(mc.Namespace).Get(ctx, RemoteAccessAccount, metav1.GetOptions{}); err != nil {
-		return fmt.Errorf("service account %s/%s in the cluster to link: %w (install the extension there first: plexusctl multicluster install | kubectl apply -f -)", mc.Namespace, RemoteAccessAccount, err)
+	account := o.account()
+	if _, err := l.Remote.CoreV1().ServiceAccounts(mc.Namespace).Get(ctx, account, metav1.GetOptions{}); err != nil {
+		hint := "install the extension there first: plexusctl multicluster install | kubectl apply -f -"
+		if account != RemoteAccessAccount {
+			hint = "allow it there first: plexusctl multicluster allow --service-account-name " + account + " | kubectl apply -f -"
+		}
+		return fmt.Errorf("service account %s/%s in the cluster to link: %w (%s)", mc.Namespace, account, err, hint)
 	}
 	cfg, err := l.Installed(ctx)
 	if err != nil {
@@ -124,18 +147,18 @@ func (l Linker) Link(ctx context.Context, o LinkOptions, w io.Writer) error {
 		return fmt.Errorf("creating the token's binding Secret: %w", err)
 	}
 	seconds := int64(o.TokenLifetime / time.Second)
-	tok, err := l.Remote.CoreV1().ServiceAccounts(mc.Namespace).CreateToken(ctx, RemoteAccessAccount, &authenticationv1.TokenRequest{
+	tok, err := l.Remote.CoreV1().ServiceAccounts(mc.Namespace).CreateToken(ctx, account, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds,
 			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Secret", APIVersion: "v1", Name: binding.Name, UID: binding.UID}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		_ = l.Remote.CoreV1().Secrets(mc.Namespace).Delete(ctx, binding.Name, metav1.DeleteOptions{})
-		return fmt.Errorf("TokenRequest for %s/%s: %w", mc.Namespace, RemoteAccessAccount, err)
+		return fmt.Errorf("TokenRequest for %s/%s: %w", mc.Namespace, account, err)
 	}
 	kubeconfig, err := clientcmd.Write(clientcmdapi.Config{
 		Clusters:       map[string]*clientcmdapi.Cluster{o.ClusterName: {Server: server, CertificateAuthorityData: ca, TLSServerName: l.Config.TLSClientConfig.ServerName}},
-		AuthInfos:      map[string]*clientcmdapi.AuthInfo{RemoteAccessAccount: {Token: tok.Status.Token}},
-		Contexts:       map[string]*clientcmdapi.Context{o.ClusterName: {Cluster: o.ClusterName, AuthInfo: RemoteAccessAccount}},
+		AuthInfos:      map[string]*clientcmdapi.AuthInfo{account: {Token: tok.Status.Token}},
+		Contexts:       map[string]*clientcmdapi.Context{o.ClusterName: {Cluster: o.ClusterName, AuthInfo: account}},
 		CurrentContext: o.ClusterName,
 	})
 	if err != nil {

@@ -303,3 +303,89 @@ d: destination replica not read: destination-3: connection refused
 		t.Errorf("gateways:\n%s\nwant:\n%s", out.String(), want)
 	}
 }
+
+// TestAllow: allow prints a service account of one link's own with the
+// grants install gives the shared one (the same ClusterRole and anchors
+// Role, and a token Role naming only itself); it refuses the shared
+// account's name and names that are not names.
+func TestAllow(t *testing.T) {
+	var out bytes.Buffer
+	if err := Allow("a-reader", &out); err != nil {
+		t.Fatal(err)
+	}
+	objs := decodeAll(t, out.Bytes())
+	var got []string
+	for _, o := range objs {
+		got = append(got, o.GetKind()+" "+o.GetNamespace()+"/"+o.GetName())
+	}
+	want := []string{
+		"ServiceAccount plexus-multicluster/a-reader",
+		"ClusterRoleBinding /plexus-multicluster-remote-access-a-reader",
+		"Role plexus-multicluster/plexus-multicluster-remote-access-a-reader",
+		"RoleBinding plexus-multicluster/plexus-multicluster-remote-access-a-reader",
+		"RoleBinding plexus-system/plexus-multicluster-remote-access-a-reader",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("objects:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	role, _, _ := unstructured.NestedSlice(objs[2].Object, "rules")
+	if rule := role[0].(map[string]any); rule["resourceNames"].([]any)[0] != "a-reader" || rule["verbs"].([]any)[0] != "create" {
+		t.Errorf("token Role rule %v, want create of a-reader's tokens only", rule)
+	}
+	for i, ref := range map[int]string{1: "ClusterRole/plexus-multicluster-remote-access", 3: "Role/plexus-multicluster-remote-access-a-reader", 4: "Role/plexus-multicluster-remote-access"} {
+		r, _, _ := unstructured.NestedStringMap(objs[i].Object, "roleRef")
+		if r["kind"]+"/"+r["name"] != ref {
+			t.Errorf("%s %s binds %v, want %s", objs[i].GetKind(), objs[i].GetName(), r, ref)
+		}
+	}
+	for _, bad := range []string{RemoteAccessAccount, "A_b", "", strings.Repeat("a", 230)} {
+		if err := Allow(bad, &bytes.Buffer{}); err == nil {
+			t.Errorf("allow %q accepted", bad)
+		}
+	}
+}
+
+// TestLinkAllowedAccount: link --service-account-name mints the token for
+// that account, and without it in the linked cluster says how to allow it.
+func TestLinkAllowedAccount(t *testing.T) {
+	var reqs []*authenticationv1.TokenRequest
+	remote := remoteWithExtension(&reqs)
+	var accounts []string
+	remote.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "token" {
+			accounts = append(accounts, a.(k8stesting.CreateActionImpl).Name)
+		}
+		return false, nil, nil
+	})
+	l := Linker{Remote: remote, Config: &rest.Config{Host: "https://127.0.0.1:6443"},
+		Installed: func(context.Context) (install.Config, error) { return install.Config{TrustDomain: "b.example"}, nil }}
+	o := LinkOptions{ClusterName: "b", TokenLifetime: time.Hour, ServiceAccount: "a-reader"}
+	if err := l.Link(context.Background(), o, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "plexusctl multicluster allow --service-account-name a-reader") {
+		t.Fatalf("link for an account not allowed: %v", err)
+	}
+	if _, err := remote.CoreV1().ServiceAccounts(mc.Namespace).Create(context.Background(),
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: mc.Namespace, Name: "a-reader"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := l.Link(context.Background(), o, &out); err != nil {
+		t.Fatal(err)
+	}
+	if len(accounts) != 1 || accounts[0] != "a-reader" {
+		t.Errorf("tokens minted for %v, want a-reader", accounts)
+	}
+	var secret corev1.Secret
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(decodeAll(t, out.Bytes())[0].Object, &secret); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.Load(secret.Data[mc.CredentialsKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctx := cfg.Contexts[cfg.CurrentContext]; ctx.AuthInfo != "a-reader" || cfg.AuthInfos["a-reader"].Token != "tok" {
+		t.Errorf("kubeconfig context %+v", ctx)
+	}
+	if (LinkOptions{ClusterName: "b", TokenLifetime: time.Hour, ServiceAccount: "A_b"}).Validate() == nil {
+		t.Error("--service-account-name A_b accepted")
+	}
+}

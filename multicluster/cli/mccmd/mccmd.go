@@ -4,6 +4,7 @@
 package mccmd
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -39,7 +40,7 @@ func Command(g *command.Globals, env command.Env) *cobra.Command {
 			"Services are mirrored here and reached pod to pod (flat mode).",
 		RunE: command.ParentRun,
 	}
-	cmd.AddCommand(installCmd(env), uninstallCmd(g, env), linkCmd(g, env), unlinkCmd(g, env), checkCmd(g, env), gatewaysCmd(g, env))
+	cmd.AddCommand(installCmd(env), uninstallCmd(g, env), allowCmd(env), linkCmd(g, env), unlinkCmd(g, env), checkCmd(g, env), gatewaysCmd(g, env))
 	return cmd
 }
 
@@ -77,12 +78,33 @@ func uninstallCmd(g *command.Globals, env command.Env) *cobra.Command {
 	})
 }
 
+func allowCmd(env command.Env) *cobra.Command {
+	return command.Leaf("allow", "run against the cluster to link to: print a service account of its own for one linking cluster (link --service-account-name), for kubectl apply -f -", func(fs *pflag.FlagSet) command.RunFunc {
+		account := fs.String("service-account-name", "", "the account's name, in "+mc.Namespace)
+		return func(_ context.Context, args []string) error {
+			if err := command.NoArgs(args, func() error { return nil }); err != nil {
+				return err
+			}
+			if *account == "" {
+				return command.Usagef("--service-account-name is required")
+			}
+			var out bytes.Buffer
+			if err := mccli.Allow(*account, &out); err != nil {
+				return command.UsageError{Err: err}
+			}
+			_, err := env.Stdout.Write(out.Bytes())
+			return err
+		}
+	})
+}
+
 func linkCmd(g *command.Globals, env command.Env) *cobra.Command {
 	return command.Leaf("link", "run against the cluster to link to: print the credentials Secret and Link to apply in the linking cluster", func(fs *pflag.FlagSet) command.RunFunc {
 		var o mccli.LinkOptions
 		fs.StringVar(&o.ClusterName, "cluster-name", "", "the name the linking cluster gives this one (mirrors are <service>-<name>)")
 		fs.StringVar(&o.APIServer, "api-server-address", "", "this cluster's API server as the linking cluster's pods reach it (default: the kubeconfig's)")
 		fs.DurationVar(&o.TokenLifetime, "token-lifetime", mccli.DefaultTokenLifetime, "lifetime of the token minted for the link")
+		fs.StringVar(&o.ServiceAccount, "service-account-name", "", "the account to mint the link's token for, made by plexusctl multicluster allow (default: "+mccli.RemoteAccessAccount+", shared by every link)")
 		fs.StringVar(&o.GatewayAddress, "gateway-address", "", "this cluster's gateway (ip:port) as the linking cluster's pods reach it (default: its Service's load-balancer address, else a node's address and the node port)")
 		return func(ctx context.Context, args []string) error {
 			if err := command.NoArgs(args, o.Validate); err != nil {
