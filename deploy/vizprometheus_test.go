@@ -210,7 +210,7 @@ func webTraffic() func(*metrics.Metrics) {
 		dst := netip.MustParseAddrPort("10.96.0.20:7000")
 		for range 5 {
 			r := m.StartRequest(metrics.Outbound, dst, "books.demo.svc.cluster.local:7000",
-				metrics.TLS{On: true, PeerID: "spiffe://cluster.local/ns/demo/sa/books"}, nil)
+				metrics.TLS{On: true, PeerID: "spiffe://cluster.local/ns/demo/sa/books"}, "", nil)
 			r.Headers(200)
 			r.Done(200, "", "")
 		}
@@ -228,7 +228,7 @@ func webTraffic() func(*metrics.Metrics) {
 }
 
 func inbound(m *metrics.Metrics, status int, tls metrics.TLS) {
-	r := m.StartRequest(metrics.Inbound, netip.MustParseAddrPort("10.244.0.7:8080"), "web.demo.svc.cluster.local:8080", tls, nil)
+	r := m.StartRequest(metrics.Inbound, netip.MustParseAddrPort("10.244.0.7:8080"), "web.demo.svc.cluster.local:8080", tls, "", nil)
 	r.Headers(status)
 	r.Done(status, "", "")
 }
