@@ -24,8 +24,9 @@ const pickTries = 4
 // PickP2CAvailable is PickP2C over the available endpoints of bs: it draws
 // pairs of distinct endpoints with rnd (re-mixed for each pair), and
 // returns the better available one as pickPair says (a due probe first,
-// then as IndexP2C: responsive first, the lower Cost at now or load
-// when their RTTs are alike, a tie within 1 % broken at random), claiming its probe if it is probing (if another
+// then as IndexP2C: responsive first, the lower Cost at now, or load
+// when their RTTs are alike, a tie within 1 % broken at random),
+// claiming its probe if it is probing (if another
 // caller won that claim, the other of the pair); a pair of two quiet ones
 // is drawn again, up to Redraws times, as IndexP2C does (silence.go).
 // After pickTries pairs with none available it scans bs once from
