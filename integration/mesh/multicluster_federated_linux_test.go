@@ -50,6 +50,10 @@ func testFederated(t *testing.T, g gatewayCase) {
 		return err == nil && svc.Annotations[mc.FederatedClustersAnnotation] == "b"
 	}, nil)
 	within(t, "federated: b's member is not mirrored on its own", 5*time.Second, goneIn(g.a, g.ns, "hello-b"), nil)
+	// (check may fail on other lines here: this test's name collision.)
+	if check, err := g.ctlA("multicluster", "check"); !strings.Contains(check, "federated Service "+g.ns+"/hello-federated spans this cluster, b\n") {
+		t.Errorf("plexusctl multicluster check does not show hello-federated spanning a and b: %v\n%s", err, check)
+	}
 	shareOfB := func(res loadResult) float64 {
 		b := 0
 		for server, n := range res.Servers {

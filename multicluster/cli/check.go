@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
@@ -45,6 +46,30 @@ func (c Checker) Run(ctx context.Context) []healthcheck.Result {
 		}
 		rs = append(rs, linkResults(l)...)
 		rs = append(rs, c.anchors(ctx, l, localAnchors, localErr))
+	}
+	return append(rs, c.federated(ctx)...)
+}
+
+// federated names each federated Service here and the clusters it spans
+// (this one while its own Service is exported so, and the service
+// mirror's FederatedClustersAnnotation), as passing results: what
+// exists, for the reader.
+func (c Checker) federated(ctx context.Context) []healthcheck.Result {
+	list, err := c.Local.CoreV1().Services("").List(ctx, metav1.ListOptions{LabelSelector: mc.FederatedLabel})
+	if err != nil {
+		return []healthcheck.Result{fail("the federated Services are listed", err.Error(), "")}
+	}
+	var rs []healthcheck.Result
+	for _, svc := range list.Items {
+		var members []string
+		local, err := c.Local.CoreV1().Services(svc.Namespace).Get(ctx, svc.Labels[mc.FederatedLabel], metav1.GetOptions{})
+		if err == nil && local.Labels[mc.ExportedLabel] == mc.ExportedFederated {
+			members = append(members, "this cluster")
+		}
+		if linked := svc.Annotations[mc.FederatedClustersAnnotation]; linked != "" {
+			members = append(members, strings.Split(linked, ",")...)
+		}
+		rs = append(rs, ok(fmt.Sprintf("federated Service %s/%s spans %s", svc.Namespace, svc.Name, strings.Join(members, ", "))))
 	}
 	return rs
 }

@@ -191,7 +191,13 @@ func TestCheck(t *testing.T) {
 		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: install.Namespace, Name: identitycmd.AnchorsConfigMap},
 			Data: map[string]string{identitycmd.AnchorsBundleKey: string(pem)}}
 	}
+	fedSvc := func(name string, labels, annotations map[string]string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, Labels: labels, Annotations: annotations}}
+	}
 	local := fake.NewSimpleClientset(anchorsCM(pki.EncodeCerts(anchorA.Cert)),
+		fedSvc("web", map[string]string{mc.ExportedLabel: mc.ExportedFederated}, nil),
+		fedSvc("web-federated", map[string]string{mc.FederatedLabel: "web"}, map[string]string{mc.FederatedClustersAnnotation: "b,c"}),
+		fedSvc("api-federated", map[string]string{mc.FederatedLabel: "api"}, map[string]string{mc.FederatedClustersAnnotation: "b"}),
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: mc.Namespace, Name: "creds-b"}, Data: map[string][]byte{mc.CredentialsKey: []byte("b")}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: mc.Namespace, Name: "creds-c"}, Data: map[string][]byte{mc.CredentialsKey: []byte("c")}})
 	remotes := map[string]kubernetes.Interface{
@@ -233,6 +239,8 @@ func TestCheck(t *testing.T) {
 		"✘ Link c (cluster c) is ready: Unreachable: the remote API server fails: dial tcp 10.214.0.251:6443",
 		`✘ Link c: both clusters trust a common anchor: no anchor in common: this cluster trusts "root.plexus.anchor a"`,
 		`cluster c trusts "root.plexus.anchor b"`,
+		"✔ federated Service shop/web-federated spans this cluster, b, c",
+		"✔ federated Service shop/api-federated spans b\n",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("check output lacks %q", want)
