@@ -4,7 +4,8 @@
 #      that need the local cluster's apiserver and the CNI reference plugins
 #      (CNI ADD latency), in Go's format (compare runs with benchstat);
 #   2. meshbench: direct vs the Plexus proxy pair (plaintext and mesh mTLS)
-#      vs an nginx pair and nginx and HAProxy mutual-TLS pairs, HTTP/1.1, h2c and
+#      vs an nginx pair and nginx and HAProxy mutual-TLS pairs (HTTP/1.1, and
+#      HTTP/2 pairs carrying h2 between their sides), HTTP/1.1, h2c and
 #      gRPC, at fixed rates, maximum throughput and sidecar memory, as
 #      Markdown tables.
 # Brings the cluster up if it is not running, and takes it down again

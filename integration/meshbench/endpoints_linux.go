@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -35,20 +36,21 @@ func (t *Topology) Serve() (stop func(), err error) {
 	var h2c http.Protocols
 	h2c.SetHTTP1(true)
 	h2c.SetUnencryptedHTTP2(true)
-	for _, port := range []int{portDirect, portPlexus, portNginx, portPlexusMTLS, portNginxMTLS, portHAProxyMTLS, portDirectH2C, portPlexusH2C} {
+	h2cPorts := []int{portDirectH2C, portPlexusH2C, portNginxH2C, portHAProxyH2C}
+	for _, port := range append([]int{portDirect, portPlexus, portNginx, portPlexusMTLS, portNginxMTLS, portHAProxyMTLS}, h2cPorts...) {
 		ln, err := t.listenServer(port)
 		if err != nil {
 			stop()
 			return nil, err
 		}
 		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-		if port == portDirectH2C || port == portPlexusH2C {
+		if slices.Contains(h2cPorts, port) {
 			srv.Protocols = &h2c
 		}
 		stops = append(stops, func() { srv.Close() })
 		go srv.Serve(ln)
 	}
-	for _, port := range []int{portDirectGRPC, portPlexusGRPC} {
+	for _, port := range []int{portDirectGRPC, portPlexusGRPC, portNginxGRPC, portHAProxyGRPC} {
 		ln, err := t.listenServer(port)
 		if err != nil {
 			stop()

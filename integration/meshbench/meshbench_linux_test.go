@@ -36,10 +36,10 @@ func TestRunSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// direct and five pairs over HTTP/1.1; direct and plexus-mtls over
-	// h2c, gRPC unary and gRPC streaming.
-	if len(rep.Rates) != 12 {
-		t.Fatalf("want 12 results, got %d: %+v", len(rep.Rates), rep.Rates)
+	// direct and five pairs over HTTP/1.1; direct, plexus-mtls and the
+	// two peers' HTTP/2 pairs over h2c, gRPC unary and gRPC streaming.
+	if len(rep.Rates) != 18 {
+		t.Fatalf("want 18 results, got %d: %+v", len(rep.Rates), rep.Rates)
 	}
 	for _, r := range rep.Rates {
 		if r.Errors != 0 || r.Latency.Count != 200 {
@@ -55,8 +55,8 @@ func TestRunSmoke(t *testing.T) {
 		}
 	}
 	for _, m := range rep.Memory {
-		if len(m.Pairs) != 5 {
-			t.Errorf("memory row %q has %d pairs, want 5", m.When, len(m.Pairs))
+		if len(m.Pairs) != 7 {
+			t.Errorf("memory row %q has %d pairs, want 7", m.When, len(m.Pairs))
 		}
 		for _, p := range m.Pairs {
 			if len(p.Sides) != 2 || p.Sides[0].RSS == 0 || p.Sides[1].RSS == 0 {

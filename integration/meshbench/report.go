@@ -134,7 +134,7 @@ func (r *Report) Markdown(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w, "\n### Sidecar memory (PSS / peak RSS in MiB, client side + server side)")
-	fmt.Fprintln(w, "\nThe plexus-mtls pair also carries the h2c and gRPC cells of each rate; the other pairs carry HTTP/1.1 only.")
+	fmt.Fprintln(w, "\nThe plexus-mtls pair carries the HTTP/1.1, h2c and gRPC cells of each rate; the nginx-h2-mtls and haproxy-h2-mtls pairs the h2c and gRPC ones; the other pairs HTTP/1.1 only.")
 	if len(r.Memory) == 0 {
 		return
 	}
@@ -165,54 +165,103 @@ func (r *Report) Markdown(w io.Writer) {
 // protoHTTP1 names the HTTP/1.1 protocol in results.
 const protoHTTP1 = "HTTP/1.1"
 
-// ARCHITECTURE.md §6 targets for the mTLS pair over HTTP/1.1.
+// ARCHITECTURE.md §6 targets for the mTLS pair, HTTP/1.1 and HTTP/2 alike
+// (issue 28 holds HTTP/2 to HTTP/1.1's latency targets).
 const (
 	targetAddedP50 = 300 * time.Microsecond
 	targetAddedP99 = time.Millisecond
+	// targetH2CPU bounds an HTTP/2 request's pair CPU over an HTTP/1.1
+	// request's at the same rate.
+	targetH2CPU = 1.3
+	// targetH2Throughput is the least maximum throughput over direct.
+	targetH2Throughput = 0.40
 )
 
-// targets writes, at each HTTP/1.1 rate, whether the plexus mTLS pair met
-// ARCHITECTURE.md §6: added p50 and p99 over direct, and ahead of each peer
-// mTLS pair on p50, p99 and CPU per request.
+// peerPairs are the peer mTLS pairs the plexus mTLS pair is compared
+// with in each protocol.
+func peerPairs(proto string) []string {
+	if proto == protoHTTP1 {
+		return []string{"nginx-mtls", "haproxy-mtls"}
+	}
+	return []string{"nginx-h2-mtls", "haproxy-h2-mtls"}
+}
+
+// targets writes, for each protocol and rate, whether the plexus mTLS pair
+// met the targets: added p50 and p99 over direct; for HTTP/2, CPU per
+// request against HTTP/1.1's and maximum throughput; and its ratios to
+// each peer mTLS pair on p50, p99 and CPU per request.
 func (r *Report) targets(w io.Writer) {
-	at := map[[2]any]RateResult{}
+	at := map[[3]any]RateResult{}
+	var protos []string
 	var rates []int
 	for _, res := range r.Rates {
-		if res.Proto != protoHTTP1 {
-			continue
+		at[[3]any{res.Path, res.Proto, res.Rate}] = res
+		if !slices.Contains(protos, res.Proto) {
+			protos = append(protos, res.Proto)
 		}
-		at[[2]any{res.Path, res.Rate}] = res
 		if !slices.Contains(rates, res.Rate) {
 			rates = append(rates, res.Rate)
 		}
 	}
 	var lines []string
-	for _, rate := range rates {
-		m, ok := at[[2]any{"plexus-mtls", rate}]
-		d, okd := at[[2]any{"direct", rate}]
-		if !ok || !okd {
-			continue
-		}
-		p50, p99 := m.Latency.P50-d.Latency.P50, m.Latency.P99-d.Latency.P99
-		line := fmt.Sprintf("- %d req/s: plexus-mtls adds p50 %s (target ≤ %s, %s), p99 %s (target ≤ %s, %s)", rate,
-			msDelta(p50), msDelta(targetAddedP50), met(p50 <= targetAddedP50), msDelta(p99), msDelta(targetAddedP99), met(p99 <= targetAddedP99))
-		for _, peer := range []string{"nginx-mtls", "haproxy-mtls"} {
-			q, ok := at[[2]any{peer, rate}]
-			if !ok {
+	for _, proto := range protos {
+		for _, rate := range rates {
+			m, ok := at[[3]any{"plexus-mtls", proto, rate}]
+			d, okd := at[[3]any{"direct", proto, rate}]
+			if !ok || !okd {
 				continue
 			}
-			line += fmt.Sprintf("; vs %s p50 %s, p99 %s, CPU/request %s", peer,
-				ratio(float64(m.Latency.P50), float64(q.Latency.P50)), ratio(float64(m.Latency.P99), float64(q.Latency.P99)),
-				ratio(float64(m.CPUPerRequest), float64(q.CPUPerRequest)))
+			p50, p99 := m.Latency.P50-d.Latency.P50, m.Latency.P99-d.Latency.P99
+			line := fmt.Sprintf("- %s %d req/s: plexus-mtls adds p50 %s (target ≤ %s, %s), p99 %s (target ≤ %s, %s)", proto, rate,
+				msDelta(p50), msDelta(targetAddedP50), met(p50 <= targetAddedP50), msDelta(p99), msDelta(targetAddedP99), met(p99 <= targetAddedP99))
+			if h1, ok := at[[3]any{"plexus-mtls", protoHTTP1, rate}]; ok && proto != protoHTTP1 && h1.CPUPerRequest > 0 {
+				x := float64(m.CPUPerRequest) / float64(h1.CPUPerRequest)
+				line += fmt.Sprintf(", CPU/request %.2fx HTTP/1.1's (target ≤ %.2fx, %s)", x, targetH2CPU, met(x <= targetH2CPU))
+			}
+			for _, peer := range peerPairs(proto) {
+				q, ok := at[[3]any{peer, proto, rate}]
+				if !ok {
+					continue
+				}
+				line += fmt.Sprintf("; vs %s p50 %s, p99 %s, CPU/request %s", peer,
+					ratio(float64(m.Latency.P50), float64(q.Latency.P50)), ratio(float64(m.Latency.P99), float64(q.Latency.P99)),
+					ratio(float64(m.CPUPerRequest), float64(q.CPUPerRequest)))
+			}
+			lines = append(lines, line)
 		}
-		lines = append(lines, line)
 	}
+	lines = append(lines, r.throughputTargets()...)
 	if len(lines) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "### Targets (ARCHITECTURE.md §6, HTTP/1.1, mTLS; ratios under 1.00x are ahead of the peer)")
+	fmt.Fprintln(w, "### Targets (ARCHITECTURE.md §6 and issue 28, mTLS; ratios under 1.00x are ahead of the peer)")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, strings.Join(lines, "\n"))
+}
+
+// throughputTargets says, for each HTTP/2 protocol, whether the plexus
+// mTLS pair's maximum throughput reached the target share of direct's.
+func (r *Report) throughputTargets() []string {
+	rps := map[[2]string]float64{}
+	for _, t := range r.Throughput {
+		rps[[2]string{t.Path, t.Proto}] = t.RPS
+	}
+	var lines []string
+	for _, t := range r.Throughput {
+		d := rps[[2]string{"direct", t.Proto}]
+		if t.Path != "plexus-mtls" || t.Proto == protoHTTP1 || d <= 0 {
+			continue
+		}
+		x := t.RPS / d
+		line := fmt.Sprintf("- %s maximum throughput: plexus-mtls %.2fx direct (target ≥ %.2fx, %s)", t.Proto, x, targetH2Throughput, met(x >= targetH2Throughput))
+		for _, peer := range peerPairs(t.Proto) {
+			if q := rps[[2]string{peer, t.Proto}]; q > 0 {
+				line += fmt.Sprintf("; %s %.2fx", peer, q/d)
+			}
+		}
+		lines = append(lines, line)
+	}
+	return lines
 }
 
 func msDelta(d time.Duration) string {

@@ -60,6 +60,7 @@ func (c Config) Validate() error {
 // pair is one pair of sidecars, client side first.
 type pair struct {
 	name     string
+	ports    map[string]int // the server port of each protocol it carries
 	sidecars []*Sidecar
 	// start is set for a plexus pair that takes turns with the other
 	// build's pair (see turns_linux.go); last is its usage when last stopped.
@@ -177,14 +178,21 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // pairs are only set up to take turns.
 func startPairs(cfg Config, topo *Topology, cp *controlPlane, certs *PeerCerts) ([]*pair, error) {
 	upstream := func(port int) string { return fmt.Sprintf("%s:%d", serverAddr.Addr(), port) }
-	peer := func(start func(netns string, listen int, upstream string, inbound bool, certs *PeerCerts, logDir string) (*Sidecar, error),
-		certs *PeerCerts, out, in, port int) func() ([]*Sidecar, error) {
+	// peer starts pp's pair: the client side listens on each redirect's
+	// outbound listener, the server side on its inbound one, both
+	// forwarding to the redirect's server port.
+	peer := func(pp peerProxy, h2 bool, certs *PeerCerts, redirects ...[3]int) func() ([]*Sidecar, error) {
+		var out, in []route
+		for _, r := range redirects {
+			out = append(out, route{Listen: r[1], Upstream: upstream(r[0])})
+			in = append(in, route{Listen: r[2], Upstream: upstream(r[0])})
+		}
 		return func() ([]*Sidecar, error) {
 			return startPair(topo, func(netns string) (*Sidecar, error) {
 				if netns == topo.ClientNetns {
-					return start(netns, out, upstream(port), false, certs, cfg.LogDir)
+					return pp.start(netns, out, h2, false, certs, cfg.LogDir)
 				}
-				return start(netns, in, upstream(port), true, certs, cfg.LogDir)
+				return pp.start(netns, in, h2, true, certs, cfg.LogDir)
 			})
 		}
 	}
@@ -200,16 +208,29 @@ func startPairs(cfg Config, topo *Topology, cp *controlPlane, certs *PeerCerts) 
 			return startPair(topo, func(netns string) (*Sidecar, error) { return StartPlexus(bin, netns, cfg.LogDir, pp) })
 		}
 	}
+	// Server ports by protocol: the Plexus pairs carry every port; each
+	// peer pair carries one protocol family.
+	plainPorts := map[string]int{protoHTTP1: portPlexus}
+	mtlsPorts := map[string]int{protoHTTP1: portPlexusMTLS, h2c.name: portPlexusH2C, grpcUnary.name: portPlexusGRPC, grpcStreaming.name: portPlexusGRPC}
 	pairs := []*pair{
-		{name: "plexus", start: plexus(cfg.ProxyBin, plain)},
-		{name: "nginx", start: peer(StartNginx, nil, nginxOutbound, nginxInbound, portNginx)},
-		{name: "plexus-mtls", start: plexus(cfg.ProxyBin, mtls), check: meshTLSCheck(topo, mtls)},
-		{name: "nginx-mtls", start: peer(StartNginx, certs, nginxMTLSOutbound, nginxMTLSInbound, portNginxMTLS), check: refusesAnonymous(topo, certs, nginxMTLSInbound)},
-		{name: "haproxy-mtls", start: peer(StartHAProxy, certs, haproxyOutbound, haproxyInbound, portHAProxyMTLS), check: refusesAnonymous(topo, certs, haproxyInbound)},
+		{name: "plexus", ports: plainPorts, start: plexus(cfg.ProxyBin, plain)},
+		{name: "nginx", ports: map[string]int{protoHTTP1: portNginx},
+			start: peer(nginx, false, nil, [3]int{portNginx, nginxOutbound, nginxInbound})},
+		{name: "plexus-mtls", ports: mtlsPorts, start: plexus(cfg.ProxyBin, mtls), check: meshTLSCheck(topo, mtls)},
+		{name: "nginx-mtls", ports: map[string]int{protoHTTP1: portNginxMTLS},
+			start: peer(nginx, false, certs, [3]int{portNginxMTLS, nginxMTLSOutbound, nginxMTLSInbound}), check: refusesAnonymous(topo, certs, nginxMTLSInbound)},
+		{name: "haproxy-mtls", ports: map[string]int{protoHTTP1: portHAProxyMTLS},
+			start: peer(haproxy, false, certs, [3]int{portHAProxyMTLS, haproxyOutbound, haproxyInbound}), check: refusesAnonymous(topo, certs, haproxyInbound)},
+		{name: "nginx-h2-mtls", ports: map[string]int{h2c.name: portNginxH2C, grpcUnary.name: portNginxGRPC, grpcStreaming.name: portNginxGRPC},
+			start: peer(nginx, true, certs, [3]int{portNginxH2C, nginxH2COutbound, nginxH2CInbound}, [3]int{portNginxGRPC, nginxGRPCOutbound, nginxGRPCInbound}),
+			check: refusesAnonymous(topo, certs, nginxH2CInbound)},
+		{name: "haproxy-h2-mtls", ports: map[string]int{h2c.name: portHAProxyH2C, grpcUnary.name: portHAProxyGRPC, grpcStreaming.name: portHAProxyGRPC},
+			start: peer(haproxy, true, certs, [3]int{portHAProxyH2C, haproxyH2COutbound, haproxyH2CInbound}, [3]int{portHAProxyGRPC, haproxyGRPCOutbound, haproxyGRPCInbound}),
+			check: refusesAnonymous(topo, certs, haproxyH2CInbound)},
 	}
 	if cfg.BaselineBin != "" {
-		pairs = append(pairs[:1], append([]*pair{{name: "plexus-before", start: plexus(cfg.BaselineBin, plain)}}, pairs[1:]...)...)
-		pairs = append(pairs[:4], append([]*pair{{name: "plexus-mtls-before", start: plexus(cfg.BaselineBin, mtls), check: meshTLSCheck(topo, mtls)}}, pairs[4:]...)...)
+		pairs = append(pairs[:1], append([]*pair{{name: "plexus-before", ports: plainPorts, start: plexus(cfg.BaselineBin, plain)}}, pairs[1:]...)...)
+		pairs = append(pairs[:4], append([]*pair{{name: "plexus-mtls-before", ports: mtlsPorts, start: plexus(cfg.BaselineBin, mtls), check: meshTLSCheck(topo, mtls)}}, pairs[4:]...)...)
 	}
 	for i, p := range pairs {
 		if cfg.BaselineBin != "" && isPlexus(p.name) {
@@ -281,23 +302,16 @@ func refusesAnonymous(topo *Topology, certs *PeerCerts, inbound int) func(int) e
 	}
 }
 
-// meshPaths are the paths measured: every pair over HTTP/1.1, then h2c
-// and gRPC over the direct path and the Plexus mTLS pairs.
+// meshPaths are the paths measured: for each protocol the direct path,
+// then every pair that carries it.
 func meshPaths(pairs []*pair) []*path {
-	port := map[string]int{"plexus": portPlexus, "plexus-before": portPlexus, "nginx": portNginx,
-		"plexus-mtls": portPlexusMTLS, "plexus-mtls-before": portPlexusMTLS, "nginx-mtls": portNginxMTLS, "haproxy-mtls": portHAProxyMTLS}
-	paths := []*path{{name: "direct", proto: http1, port: portDirect}}
-	for _, p := range pairs {
-		paths = append(paths, &path{name: p.name, proto: http1, port: port[p.name], pair: p})
-	}
-	for _, proto := range []struct {
-		p              protocol
-		direct, plexus int
-	}{{h2c, portDirectH2C, portPlexusH2C}, {grpcUnary, portDirectGRPC, portPlexusGRPC}, {grpcStreaming, portDirectGRPC, portPlexusGRPC}} {
-		paths = append(paths, &path{name: "direct", proto: proto.p, port: proto.direct})
+	direct := map[string]int{protoHTTP1: portDirect, h2c.name: portDirectH2C, grpcUnary.name: portDirectGRPC, grpcStreaming.name: portDirectGRPC}
+	var paths []*path
+	for _, proto := range []protocol{http1, h2c, grpcUnary, grpcStreaming} {
+		paths = append(paths, &path{name: "direct", proto: proto, port: direct[proto.name]})
 		for _, p := range pairs {
-			if p.name == "plexus-mtls" || p.name == "plexus-mtls-before" {
-				paths = append(paths, &path{name: p.name, proto: proto.p, port: proto.plexus, pair: p})
+			if port, ok := p.ports[proto.name]; ok {
+				paths = append(paths, &path{name: p.name, proto: proto, port: port, pair: p})
 			}
 		}
 	}

@@ -11,9 +11,16 @@
 //	nginx-mtls    client -> [4250 nginx]        =mTLS=> [4253 nginx]        -> server:8084
 //	haproxy-mtls  client -> [4260 haproxy]      =mTLS=> [4263 haproxy]      -> server:8085
 //
-// and for HTTP/2: h2c on 8090 (direct) and 8091 (plexus-mtls), gRPC on
-// 8092 (direct) and 8093 (plexus-mtls). The mTLS pair talks to the real
-// identity and destination services (controlplane_linux.go).
+// and for HTTP/2 (h2c from the client, h2 over mTLS between the sides):
+//
+//	                h2c    gRPC   listeners (h2c, gRPC) client side; server side
+//	direct          8090   8092
+//	plexus-mtls     8091   8093   4150; 4153
+//	nginx-h2-mtls   8094   8095   4270, 4271; 4273, 4274
+//	haproxy-h2-mtls 8096   8097   4280, 4281; 4283, 4284
+//
+// The plexus mTLS pair talks to the real identity and destination
+// services (controlplane_linux.go).
 package meshbench
 
 import (
@@ -45,17 +52,29 @@ const (
 	portPlexusH2C   = 8091
 	portDirectGRPC  = 8092
 	portPlexusGRPC  = 8093
+	portNginxH2C    = 8094
+	portNginxGRPC   = 8095
+	portHAProxyH2C  = 8096
+	portHAProxyGRPC = 8097
 
-	plexusOutbound     = 4140
-	plexusInbound      = 4143
-	plexusMTLSOutbound = 4150
-	plexusMTLSInbound  = 4153
-	nginxOutbound      = 4240
-	nginxInbound       = 4243
-	nginxMTLSOutbound  = 4250
-	nginxMTLSInbound   = 4253
-	haproxyOutbound    = 4260
-	haproxyInbound     = 4263
+	plexusOutbound      = 4140
+	plexusInbound       = 4143
+	plexusMTLSOutbound  = 4150
+	plexusMTLSInbound   = 4153
+	nginxOutbound       = 4240
+	nginxInbound        = 4243
+	nginxMTLSOutbound   = 4250
+	nginxMTLSInbound    = 4253
+	haproxyOutbound     = 4260
+	haproxyInbound      = 4263
+	nginxH2COutbound    = 4270
+	nginxGRPCOutbound   = 4271
+	nginxH2CInbound     = 4273
+	nginxGRPCInbound    = 4274
+	haproxyH2COutbound  = 4280
+	haproxyGRPCOutbound = 4281
+	haproxyH2CInbound   = 4283
+	haproxyGRPCInbound  = 4284
 
 	proxyUID = 2102
 	// peerUser runs the peer proxies' workers; their own connections are
@@ -73,6 +92,10 @@ var redirects = [][3]int{
 	{portPlexusGRPC, plexusMTLSOutbound, plexusMTLSInbound},
 	{portNginxMTLS, nginxMTLSOutbound, nginxMTLSInbound},
 	{portHAProxyMTLS, haproxyOutbound, haproxyInbound},
+	{portNginxH2C, nginxH2COutbound, nginxH2CInbound},
+	{portNginxGRPC, nginxGRPCOutbound, nginxGRPCInbound},
+	{portHAProxyH2C, haproxyH2COutbound, haproxyH2CInbound},
+	{portHAProxyGRPC, haproxyGRPCOutbound, haproxyGRPCInbound},
 }
 
 // Topology is the pair of namespaces.
