@@ -35,6 +35,7 @@ const (
 	ReasonResponseTimeout = "route-response-timeout"  // 504: the route's response timeout passed
 	ReasonIdleTimeout     = "idle-timeout"            // 504: the route's idle timeout passed
 	ReasonInvalidPath     = "invalid-path"            // 400: the path is badly encoded, or ambiguous where routes tell paths apart (pathnorm)
+	ReasonGRPCDeadline    = "grpc-deadline"           // 504 (DEADLINE_EXCEEDED): the call's grpc-timeout passed
 )
 
 // errPeerNotReached: the endpoint's own proxy (a meshed peer) answered
@@ -241,6 +242,10 @@ func failure(err error, grpc bool) answer {
 	}
 	a.header.Set(ErrorHeader, reason)
 	msg := "plexus-proxy: " + reason
+	var re *routeError
+	if errors.As(err, &re) && re.msg != "" {
+		msg += ": " + re.msg // what happened, in words
+	}
 	if grpc {
 		a.status, a.grpcStatus = http.StatusOK, strconv.Itoa(grpcCode(status))
 		a.header.Set("Content-Type", "application/grpc")

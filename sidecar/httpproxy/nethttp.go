@@ -30,6 +30,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no destination", http.StatusInternalServerError)
 		return
 	}
+	if isGRPC(r.Header) {
+		var cancel context.CancelFunc
+		r, cancel = withGRPCDeadline(r)
+		defer cancel()
+	}
 	tl, _ := r.Context().Value(tlsKey{}).(metrics.TLS)
 	req := &Request{
 		Direction: p.opts.Direction, Dst: dst, TLS: tl,
@@ -52,7 +57,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	err := p.begin(r.Context(), &x, req, nil)
 	defer x.end()
 	if err != nil {
-		p.answerHTTP(w, r, x.fail(err))
+		p.answerHTTP(w, r, x.fail(timeoutCause(r.Context(), err)))
 		return
 	}
 	if req.Path != target {
@@ -73,10 +78,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// filters; timeouts and retries do not apply to a tunnel.
 		x.rule.RewriteRequest(x.backend, out, x.match)
 	}
+	var body *replayBody
+	if r.ProtoMajor == 2 && out.Body != nil {
+		body = newReplayBody(out.Body)
+		body.sendWith(out)
+	}
 	res, done, err := p.send(r.Context(), &x, r, out)
 	defer done()
+	if body != nil {
+		body.forget() // response headers (or an error): no more sending again
+	}
 	if err != nil {
-		p.answerHTTP(w, r, x.fail(err))
+		p.answerHTTP(w, r, x.fail(timeoutCause(r.Context(), err)))
 		return
 	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
@@ -131,6 +144,9 @@ func (p *Proxy) send(ctx context.Context, x *exchange, r, out *http.Request) (re
 		u.Host = x.endpoint.Addr.String()
 		o := out.WithContext(actx)
 		o.URL = &u
+		if x.req.GRPC {
+			setGRPCTimeout(ctx, o.Header)
+		}
 		var err error
 		res, err = t.RoundTrip(o)
 		if err == nil && res.Header.Get(ErrorHeader) != "" {
@@ -229,9 +245,11 @@ func (p *Proxy) relayHTTP(w http.ResponseWriter, r *http.Request, res *http.Resp
 		var we *writeError
 		var re *routeError
 		reason, grpcCancel := ReasonUpstreamReset, "14" // UNAVAILABLE
+		ctx := r.Context()
 		if x.attemptCtx != nil {
-			err = timeoutCause(x.attemptCtx, err) // a route timeout cut the body
+			ctx = x.attemptCtx
 		}
+		err = timeoutCause(ctx, err) // a route timeout or the call's deadline cut the body
 		switch {
 		case errors.As(err, &we):
 			reason = ReasonClientReset

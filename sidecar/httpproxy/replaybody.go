@@ -3,6 +3,7 @@ package httpproxy
 import (
 	"errors"
 	"io"
+	"net/http"
 	"sync"
 )
 
@@ -45,6 +46,27 @@ func (b *replayBody) replayable() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return !b.overflow
+}
+
+// forget drops what was recorded, once no attempt will be made again.
+func (b *replayBody) forget() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.overflow, b.buf = true, nil
+}
+
+// sendWith makes b out's body, and its GetBody, with which net/http's
+// HTTP/2 transport sends the request again on a new connection when the
+// server refused its stream unprocessed (a GOAWAY that raced it, or
+// REFUSED_STREAM) after the body was read.
+func (b *replayBody) sendWith(out *http.Request) {
+	out.Body = b.attempt()
+	out.GetBody = func() (io.ReadCloser, error) {
+		if !b.replayable() {
+			return nil, errBodyLost
+		}
+		return b.attempt(), nil
+	}
 }
 
 // attempt returns the body of a new attempt; earlier attempts' bodies

@@ -38,9 +38,11 @@ func (p *Proxy) serveRule(w http.ResponseWriter, r *http.Request, x *exchange) {
 	var body *replayBody
 	if rp != nil {
 		rp.Budget.Deposit()
-		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
-			body = newReplayBody(r.Body)
-		}
+	}
+	if (rp != nil || r.ProtoMajor == 2) && r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+		// Held for the route's retries, and on HTTP/2 for the
+		// transport's own sending again after a GOAWAY (sendWith).
+		body = newReplayBody(r.Body)
 	}
 	rs := routeSeries(rule)
 	for n := 0; ; n++ {
@@ -56,7 +58,7 @@ func (p *Proxy) serveRule(w http.ResponseWriter, r *http.Request, x *exchange) {
 		}
 		out := outgoing(r, x.endpoint.Addr, "")
 		if body != nil {
-			out.Body = body.attempt()
+			body.sendWith(out)
 		}
 		rule.RewriteRequest(x.backend, out, x.match)
 		actx, acancel := ctx, context.CancelFunc(func() {})
@@ -65,6 +67,9 @@ func (p *Proxy) serveRule(w http.ResponseWriter, r *http.Request, x *exchange) {
 		}
 		x.attemptCtx = actx
 		res, done, err := p.send(actx, x, r, out)
+		if body != nil && rp == nil {
+			body.forget() // no route retry: nothing is sent again from here
+		}
 		err = timeoutCause(actx, err)
 		status, grpc := 0, ""
 		if err == nil {
