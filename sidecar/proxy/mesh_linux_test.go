@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		os.Exit(runChild())
 	}
+	if c := os.Getenv(interopCaseEnv); c != "" {
+		os.Exit(runInteropCase(c, os.Getenv(interopAddrEnv)))
+	}
 	os.Exit(m.Run())
 }
 
