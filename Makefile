@@ -68,7 +68,7 @@ images/%.tar: bin/%
 	@mkdir -p images
 	bin/imagebuild -tag plexus.dev/$*:dev -o $@ -file /$*=$< -entrypoint /$*
 
-## deps: Debian packages, Kubernetes, CNI reference plugins, CoreDNS (cached by version);
+## deps: Debian packages, Kubernetes, CNI reference plugins, CoreDNS, h2spec (cached by version);
 ## deps-bench: the peer proxies (nginx, HAProxy) the mesh benchmark compares against
 deps:
 	$(CLUSTER)/deps.sh

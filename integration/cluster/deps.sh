@@ -146,16 +146,22 @@ deps_helm() {
 	go_install "$HELM_BIN" "helm.sh/helm/v4/cmd/helm@$HELM_VERSION" "-X helm.sh/helm/v4/internal/version.version=$HELM_VERSION"
 }
 
+# h2spec, the HTTP/2 conformance suite, run through the mesh by the
+# sidecar's netns tests (TestMeshH2Spec).
+deps_h2spec() {
+	go_install "$H2SPEC_BIN" "github.com/summerwind/h2spec/cmd/h2spec@$H2SPEC_VERSION"
+}
+
 # golangci-lint, for make lint: the layer rules (depguard) and import
 # grouping (.golangci.yml).
 deps_lint() {
 	go_install "$GOLANGCI_LINT_BIN" "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
 }
 
-steps=${*:-apt kube cni coredns flannel prometheus helm chromium}
+steps=${*:-apt kube cni coredns flannel prometheus helm chromium h2spec}
 for step in $steps; do
 	case $step in
-	apt | kube | cni | coredns | flannel | prometheus | helm | chromium | bench | proto | lint) "deps_$step" ;;
-	*) die "unknown step $step (want apt, kube, cni, coredns, flannel, prometheus, helm, chromium, bench, proto or lint)" ;;
+	apt | kube | cni | coredns | flannel | prometheus | helm | chromium | h2spec | bench | proto | lint) "deps_$step" ;;
+	*) die "unknown step $step (want apt, kube, cni, coredns, flannel, prometheus, helm, chromium, h2spec, bench, proto or lint)" ;;
 	esac
 done
