@@ -245,6 +245,7 @@ func (p *Proxy) relayHTTP(w http.ResponseWriter, r *http.Request, res *http.Resp
 		var we *writeError
 		var re *routeError
 		reason, grpcCancel := ReasonUpstreamReset, "14" // UNAVAILABLE
+		msg := "plexus-proxy: " + reason + ": the upstream stream broke off"
 		ctx := r.Context()
 		if x.attemptCtx != nil {
 			ctx = x.attemptCtx
@@ -256,6 +257,7 @@ func (p *Proxy) relayHTTP(w http.ResponseWriter, r *http.Request, res *http.Resp
 			p.countLimit(limited(err, metrics.LimitWriteStall))
 		case errors.As(err, &re):
 			reason, grpcCancel = re.reason, strconv.Itoa(grpcCode(re.status))
+			msg = "plexus-proxy: " + reason + ": " + re.msg
 		}
 		p.opts.Log.Debug("response body aborted", "direction", p.opts.Direction, "dst", x.req.Dst, "reason", reason, "err", err)
 		if reason != ReasonClientReset && grpc && r.ProtoMajor == 2 && grpcStatus(res) == "" {
@@ -264,7 +266,7 @@ func (p *Proxy) relayHTTP(w http.ResponseWriter, r *http.Request, res *http.Resp
 			// status in the trailers, which gRPC clients understand (an
 			// RST_STREAM would surface as INTERNAL).
 			h[http.TrailerPrefix+"Grpc-Status"] = []string{grpcCancel}
-			h[http.TrailerPrefix+"Grpc-Message"] = []string{"plexus-proxy: " + reason}
+			h[http.TrailerPrefix+"Grpc-Message"] = []string{msg}
 			h[http.TrailerPrefix+ErrorHeader] = []string{reason}
 			x.finish(res.StatusCode, grpcCancel, reason)
 			return

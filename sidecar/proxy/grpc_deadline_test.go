@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -40,6 +41,19 @@ func (s slowService) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*t
 		c.canceledAt = time.Now()
 		return nil, ctx.Err()
 	}
+}
+
+// StreamingOutputCall sends one message at once, then nothing until the
+// call ends.
+func (s slowService) StreamingOutputCall(_ *testpb.StreamingOutputCallRequest, stream grpc.ServerStreamingServer[testpb.StreamingOutputCallResponse]) error {
+	var c slowCall
+	defer func() { s.ended <- c }()
+	if err := stream.Send(&testpb.StreamingOutputCallResponse{}); err != nil {
+		return err
+	}
+	<-stream.Context().Done()
+	c.canceledAt = time.Now()
+	return stream.Context().Err()
 }
 
 func startSlowService(t *testing.T) (string, chan slowCall) {
@@ -111,4 +125,32 @@ func TestGRPCDeadlineHeldByProxy(t *testing.T) {
 	waitFor(t, "response_total{error=grpc-deadline}", func() bool {
 		return h.metric(t, "response_total", map[string]string{"grpc_status": "4", "error": "grpc-deadline"}) == 1
 	})
+}
+
+// TestGRPCDeadlineCutsAStream: a server stream that has sent its headers
+// and a message is ended at the call's grpc-timeout with the status in
+// the trailers (DEADLINE_EXCEEDED, saying why), not a reset.
+func TestGRPCDeadlineCutsAStream(t *testing.T) {
+	addr, ended := startSlowService(t)
+	h := start(t, nil)
+	h.to(addr)
+	req, _ := http.NewRequest(http.MethodPost, "http://svc.example/grpc.testing.TestService/StreamingOutputCall", strings.NewReader("\x00\x00\x00\x00\x00"))
+	req.Header.Set("Content-Type", "application/grpc")
+	req.Header.Set("Te", "trailers")
+	req.Header.Set("Grpc-Timeout", "300m")
+	res, err := h.client(true).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || len(body) == 0 {
+		t.Fatalf("body %q, %v: want the server's message, then a clean end", body, err)
+	}
+	if res.Trailer.Get("Grpc-Status") != "4" || !strings.Contains(res.Trailer.Get("Grpc-Message"), "grpc-timeout passed") {
+		t.Errorf("trailers %v, want grpc-status 4 naming the grpc-timeout", res.Trailer)
+	}
+	if c := <-ended; c.canceledAt.IsZero() {
+		t.Errorf("the server's stream was not canceled")
+	}
 }
