@@ -30,9 +30,12 @@ const (
 // the local cluster, a meshed client calling a meshed server against an
 // unmeshed client calling an unmeshed server (both through a Service),
 // at fixed rates with open-loop latency (testapp load, 8 keep-alive
-// connections), the two interleaved run by run. It reports the mesh's
-// added p50 and p99 and the two proxies' CPU per request and RSS. It runs
-// only under `make bench-cluster`.
+// connections; gRPC unary calls of grpc.health.v1.Health/Check, one
+// connection, 8 in flight at most), the two interleaved run by run. It
+// reports the mesh's added p50 and p99 and the two proxies' CPU per
+// request and memory: RSS, and what of it is the Go heap and goroutine
+// stacks (the rest is mostly the binary's pages). It runs only under
+// `make bench-cluster`.
 func TestClusterBench(t *testing.T) {
 	if os.Getenv(envClusterBench) != "1" {
 		t.Skipf("a benchmark: run by make bench-cluster (%s=1)", envClusterBench)
@@ -55,8 +58,8 @@ func TestClusterBench(t *testing.T) {
 		mesh bool
 		args []string
 	}{
-		{"server", meshed, []string{"serve", ":8080"}},
-		{"server-plain", unmeshed, []string{"serve", ":8080"}},
+		{"server", meshed, []string{"serve", "-grpc", ":9090", ":8080"}},
+		{"server-plain", unmeshed, []string{"serve", "-grpc", ":9090", ":8080"}},
 		{"client", meshed, []string{"serve", ":8081"}},
 		{"client-plain", unmeshed, []string{"serve", ":8081"}},
 	} {
@@ -64,18 +67,25 @@ func TestClusterBench(t *testing.T) {
 	}
 	service(t, c, ns, "server", 8080)
 	service(t, c, ns, "server-plain", 8080)
+	serviceFor(t, c, ns, "server-grpc", "server", 9090)
+	serviceFor(t, c, ns, "server-plain-grpc", "server-plain", 9090)
 	for _, d := range []string{"server", "server-plain", "client", "client-plain"} {
 		c.WaitDeploymentReady(t, ns, d, 3*time.Minute)
 	}
 	client, server := pods(t, c, ns, "client")[0].Name, pods(t, c, ns, "server")[0].Name
 	plainClient := pods(t, c, ns, "client-plain")[0].Name
 
-	run := func(pod, svc string, rate int, d time.Duration) loadResult {
+	run := func(pod, svc, proto string, rate int, d time.Duration) loadResult {
 		ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, os.Getenv(clustertest.EnvKubectl), "--kubeconfig", c.Kubeconfig, "-n", ns, "exec", pod, "-c", "app", "--",
-			"/testapp", "load", "-rate", strconv.Itoa(rate), "-duration", d.String(), "-c", strconv.Itoa(clusterBenchWorkers), "-timeout", "5s",
-			"http://"+svc+"."+ns+".svc.cluster.local/")
+		args := []string{"--kubeconfig", c.Kubeconfig, "-n", ns, "exec", pod, "-c", "app", "--",
+			"/testapp", "load", "-rate", strconv.Itoa(rate), "-duration", d.String(), "-c", strconv.Itoa(clusterBenchWorkers), "-timeout", "5s"}
+		if proto == benchGRPC {
+			args = append(args, "-grpc", svc+"-grpc."+ns+".svc.cluster.local:80")
+		} else {
+			args = append(args, "http://"+svc+"."+ns+".svc.cluster.local/")
+		}
+		cmd := exec.CommandContext(ctx, os.Getenv(clustertest.EnvKubectl), args...)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
@@ -91,41 +101,47 @@ func TestClusterBench(t *testing.T) {
 	usage := func() proxyUsage {
 		cm, sm := proxyMetrics(t, c, ns, client), proxyMetrics(t, c, ns, server)
 		return proxyUsage{cpu: metricValue(t, cm, "process_cpu_seconds_total") + metricValue(t, sm, "process_cpu_seconds_total"),
-			clientRSS: metricValue(t, cm, "process_resident_memory_bytes"), serverRSS: metricValue(t, sm, "process_resident_memory_bytes")}
+			client: memoryOf(t, cm), server: memoryOf(t, sm)}
 	}
 	// Warm both paths (connections, the proxies' discovery) unmeasured,
 	// prove the meshed one is mTLS between the two pods' identities, then
 	// let the proxies settle before reading their idle memory.
-	run(client, "server", 200, 5*time.Second)
-	run(plainClient, "server-plain", 200, 5*time.Second)
+	for _, proto := range clusterProtos {
+		run(client, "server", proto, 200, 5*time.Second)
+		run(plainClient, "server-plain", proto, 200, 5*time.Second)
+	}
 	wantSeries(t, proxyMetrics(t, c, ns, server), "request_total", `direction="inbound"`, `tls="true"`,
 		`client_id="spiffe://`+trustDomain+`/ns/`+ns+`/sa/client"`)
 	time.Sleep(10 * time.Second) // Sleep: the proxies settle before their idle memory is read; a benchmark (not part of make test)
 	idle := usage()
 
 	var rows []clusterRow
-	for _, rate := range rates {
-		for r := range rounds {
-			order := []bool{meshed, unmeshed}
-			if r%2 == 1 {
-				order = []bool{unmeshed, meshed}
-			}
-			for _, m := range order {
-				if m == unmeshed {
-					run(plainClient, "server-plain", rate, clusterBenchWarmup)
-					rows = append(rows, clusterRow{rate: rate, round: r + 1, path: "unmeshed", res: run(plainClient, "server-plain", rate, duration)})
-					continue
+	for _, proto := range clusterProtos {
+		for _, rate := range rates {
+			for r := range rounds {
+				order := []bool{meshed, unmeshed}
+				if r%2 == 1 {
+					order = []bool{unmeshed, meshed}
 				}
-				run(client, "server", rate, clusterBenchWarmup)
-				before := usage()
-				res := run(client, "server", rate, duration)
-				after := usage()
-				rows = append(rows, clusterRow{rate: rate, round: r + 1, path: "meshed", res: res, cpu: after.cpu - before.cpu, after: after})
+				for _, m := range order {
+					if m == unmeshed {
+						run(plainClient, "server-plain", proto, rate, clusterBenchWarmup)
+						rows = append(rows, clusterRow{proto: proto, rate: rate, round: r + 1, path: "unmeshed", res: run(plainClient, "server-plain", proto, rate, duration)})
+						continue
+					}
+					run(client, "server", proto, rate, clusterBenchWarmup)
+					before := usage()
+					res := run(client, "server", proto, rate, duration)
+					after := usage()
+					rows = append(rows, clusterRow{proto: proto, rate: rate, round: r + 1, path: "meshed", res: res, cpu: after.cpu - before.cpu, after: after})
+				}
 			}
 		}
 	}
 	var report strings.Builder
-	writeClusterReport(&report, rows, idle, duration)
+	for _, proto := range clusterProtos {
+		writeClusterReport(&report, proto, rowsOf(rows, proto), idle, duration)
+	}
 	t.Log("\n" + report.String())
 	if out := os.Getenv(envClusterBenchOut); out != "" {
 		if err := os.WriteFile(out, []byte(report.String()), 0o644); err != nil {
@@ -133,20 +149,50 @@ func TestClusterBench(t *testing.T) {
 		}
 	}
 	for _, r := range rows {
-		if failed := r.res.Requests - r.res.Statuses["200"]; failed > 0 {
-			t.Errorf("%s at %d req/s, round %d: %d of %d requests failed: %v", r.path, r.rate, r.round, failed, r.res.Requests, r.res.Errors)
+		ok := "200"
+		if r.proto == benchGRPC {
+			ok = "OK"
+		}
+		if failed := r.res.Requests - r.res.Statuses[ok]; failed > 0 {
+			t.Errorf("%s %s at %d req/s, round %d: %d of %d requests failed: %v", r.proto, r.path, r.rate, r.round, failed, r.res.Requests, r.res.Errors)
 		}
 	}
 }
 
-// proxyUsage is the two proxies' CPU seconds so far and RSS now.
+// The protocols the benchmark measures, one after the other.
+const (
+	benchHTTP1 = "HTTP/1.1"
+	benchGRPC  = "gRPC unary"
+)
+
+var clusterProtos = []string{benchHTTP1, benchGRPC}
+
+// proxyUsage is the two proxies' CPU seconds so far and memory now.
 type proxyUsage struct {
-	cpu                  float64
-	clientRSS, serverRSS float64
+	cpu            float64
+	client, server proxyMemory
+}
+
+// proxyMemory is one proxy's resident memory and the parts of it its Go
+// runtime reports (bytes).
+type proxyMemory struct {
+	rss, heap, stacks float64
+}
+
+func memoryOf(t *testing.T, metrics string) proxyMemory {
+	return proxyMemory{rss: metricValue(t, metrics, "process_resident_memory_bytes"),
+		heap: metricValue(t, metrics, "go_memstats_heap_inuse_bytes"), stacks: metricValue(t, metrics, "go_memstats_stack_inuse_bytes")}
+}
+
+// String is "RSS (heap + stacks + rest)" in MiB.
+func (m proxyMemory) String() string {
+	mib := func(b float64) float64 { return b / (1 << 20) }
+	return fmt.Sprintf("%.1f (%.1f + %.1f + %.1f)", mib(m.rss), mib(m.heap), mib(m.stacks), mib(m.rss-m.heap-m.stacks))
 }
 
 // clusterRow is one run.
 type clusterRow struct {
+	proto       string
 	rate, round int
 	path        string
 	res         loadResult
@@ -157,20 +203,24 @@ type clusterRow struct {
 // writeClusterReport writes every run, then per rate the meshed path's
 // added p50 and p99 in each round, judged at 1,000 req/s by the worst
 // round against ARCHITECTURE.md §6's cluster targets.
-func writeClusterReport(w *strings.Builder, rows []clusterRow, idle proxyUsage, d time.Duration) {
-	fmt.Fprintf(w, "### Cluster: pod to pod through a Service, HTTP/1.1 keep-alive, %d connections, %s per run, open loop, meshed and unmeshed interleaved\n\n", clusterBenchWorkers, d)
-	fmt.Fprintln(w, "| rate | round | path | requests | p50 ms | p90 ms | p99 ms | max ms | proxies' CPU/request µs | client / server proxy RSS MiB |")
+func writeClusterReport(w *strings.Builder, proto string, rows []clusterRow, idle proxyUsage, d time.Duration) {
+	how := fmt.Sprintf("HTTP/1.1 keep-alive, %d connections", clusterBenchWorkers)
+	if proto == benchGRPC {
+		how = fmt.Sprintf("gRPC unary (Health/Check), one connection, %d calls in flight at most", clusterBenchWorkers)
+	}
+	fmt.Fprintf(w, "### Cluster: pod to pod through a Service, %s, %s per run, open loop, meshed and unmeshed interleaved\n\n", how, d)
+	fmt.Fprintln(w, "| rate | round | path | requests | p50 ms | p90 ms | p99 ms | max ms | proxies' CPU/request µs | client / server proxy RSS MiB (Go heap + stacks + rest) |")
 	fmt.Fprintln(w, "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
 		cpu, mem := "—", "—"
 		if r.path == "meshed" && r.res.Requests > 0 {
 			cpu = fmt.Sprintf("%.1f", r.cpu/float64(r.res.Requests)*1e6)
-			mem = fmt.Sprintf("%.1f / %.1f", r.after.clientRSS/(1<<20), r.after.serverRSS/(1<<20))
+			mem = fmt.Sprintf("%s / %s", r.after.client, r.after.server)
 		}
 		fmt.Fprintf(w, "| %d | %d | %s | %d | %.3f | %.3f | %.3f | %.3f | %s | %s |\n", r.rate, r.round, r.path, r.res.Requests,
 			r.res.Latency.P50, r.res.Latency.P90, r.res.Latency.P99, r.res.Latency.Max, cpu, mem)
 	}
-	fmt.Fprintf(w, "\nIdle proxies before the runs: client %.1f MiB, server %.1f MiB RSS.\n\n", idle.clientRSS/(1<<20), idle.serverRSS/(1<<20))
+	fmt.Fprintf(w, "\nIdle proxies before the runs, RSS MiB (Go heap + stacks + rest): client %s, server %s.\n\n", idle.client, idle.server)
 	fmt.Fprintln(w, "| rate | added p50 ms (each round) | added p99 ms (each round) | target p50 ≤ 0.35, p99 ≤ 1.2 at 1,000 req/s |")
 	fmt.Fprintln(w, "|---:|---|---|---|")
 	for _, rate := range distinctRates(rows) {
@@ -199,6 +249,16 @@ func met(ok bool) string {
 		return "met"
 	}
 	return "MISSED"
+}
+
+func rowsOf(rows []clusterRow, proto string) []clusterRow {
+	var out []clusterRow
+	for _, r := range rows {
+		if r.proto == proto {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 func distinctRates(rows []clusterRow) []int {
