@@ -133,7 +133,7 @@ func (r *Report) Markdown(w io.Writer) {
 			fmt.Fprintf(w, "\n%s %s at saturation: %d errors, the first: %v\n", t.Path, t.Proto, t.Errors, t.FirstErr)
 		}
 	}
-	fmt.Fprintln(w, "\n### Sidecar memory (PSS / peak RSS in MiB, client side + server side)")
+	fmt.Fprintln(w, "\n### Sidecar memory (PSS / RSS / peak RSS in MiB, client side + server side)")
 	fmt.Fprintln(w, "\nThe plexus-mtls pair carries the HTTP/1.1, h2c and gRPC cells of each rate; the nginx-h2-mtls and haproxy-h2-mtls pairs the h2c and gRPC ones; the other pairs HTTP/1.1 only.")
 	if len(r.Memory) == 0 {
 		return
@@ -153,7 +153,7 @@ func (r *Report) Markdown(w io.Writer) {
 			for i := range 2 {
 				cell := "—"
 				if i < len(p.Sides) {
-					cell = mib(p.Sides[i].PSS) + " / " + mib(p.Sides[i].PeakRSS)
+					cell = mib(p.Sides[i].PSS) + " / " + mib(p.Sides[i].RSS) + " / " + mib(p.Sides[i].PeakRSS)
 				}
 				fmt.Fprintf(w, " %s |", cell)
 			}

@@ -20,6 +20,7 @@ import (
 	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/balance"
 	"github.com/plexus-mesh/plexus/sidecar/forward"
+	"github.com/plexus-mesh/plexus/sidecar/h2transport"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 	"github.com/plexus-mesh/plexus/sidecar/tap"
 )
@@ -185,12 +186,12 @@ type Options struct {
 type Proxy struct {
 	opts Options
 	h1   *http.Transport
-	h2   *http.Transport
+	h2   *h2transport.Transport
 	// Upstreams over mesh mTLS have their own pools, so a request that
 	// must be encrypted never reuses a plaintext connection to the same
 	// address.
 	h1TLS *http.Transport
-	h2TLS *http.Transport
+	h2TLS *h2transport.Transport
 	bufs  sync.Pool
 	tun   *forward.Joiner
 	// The HTTP/1.1 fast path (ServeHTTP1): its upstream pool (plaintext
@@ -213,11 +214,7 @@ func New(opts Options) *Proxy {
 		tun:  forward.New(opts.IdleTimeout),
 	}
 	p.h1pool.max, p.h1pool.timeout = opts.MaxIdleConnsPerHost, opts.IdleConnTimeout
-	mk := func(h2, secure bool) *http.Transport {
-		dial := p.dial
-		if secure {
-			dial = p.dialTLS
-		}
+	mk := func(dial func(context.Context, string, string) (net.Conn, error)) *http.Transport {
 		t := &http.Transport{
 			Proxy:                  nil, // never honour HTTP_PROXY: we are the proxy
 			DialContext:            dial,
@@ -225,39 +222,44 @@ func New(opts Options) *Proxy {
 			MaxIdleConnsPerHost:    opts.MaxIdleConnsPerHost,
 			IdleConnTimeout:        opts.IdleConnTimeout,
 			DisableCompression:     true,
-			MaxResponseHeaderBytes: 64 << 10,
+			MaxResponseHeaderBytes: maxResponseHeaderBytes,
 			Protocols:              new(http.Protocols),
 		}
-		if h2 {
-			t.Protocols.SetUnencryptedHTTP2(true)
-		} else {
-			t.Protocols.SetHTTP1(true)
-		}
+		t.Protocols.SetHTTP1(true)
 		return t
 	}
-	p.h1, p.h2 = mk(false, false), mk(true, false)
-	p.h1TLS, p.h2TLS = mk(false, true), mk(true, true)
+	mk2 := func(dial func(context.Context, string, string) (net.Conn, error)) *h2transport.Transport {
+		return &h2transport.Transport{Dial: dial, IdleConnTimeout: opts.IdleConnTimeout,
+			MaxResponseHeaderBytes: maxResponseHeaderBytes, WriteTimeout: opts.WriteTimeout}
+	}
+	p.h1, p.h2 = mk(p.dial), mk2(p.dial)
+	p.h1TLS, p.h2TLS = mk(p.dialTLS), mk2(p.dialTLS)
 	return p
 }
 
+// maxResponseHeaderBytes bounds an upstream response's header block.
+const maxResponseHeaderBytes = 64 << 10
+
 // CloseIdle closes pooled upstream connections that are idle.
 func (p *Proxy) CloseIdle() {
-	for _, t := range []*http.Transport{p.h1, p.h2, p.h1TLS, p.h2TLS} {
-		t.CloseIdleConnections()
-	}
+	p.h1.CloseIdleConnections()
+	p.h1TLS.CloseIdleConnections()
+	p.h2.CloseIdleConnections()
+	p.h2TLS.CloseIdleConnections()
 	p.h1pool.closeIdle()
 }
 
 // CloseIdleTo closes the idle upstream connections to addrs, endpoints
-// that discovery removed: the fast path's exactly; net/http's pools
-// (HTTP/2, hand-offs) cannot close per address, so all their idle
-// connections go (an HTTP/2 connection is idle when it carries no
-// stream; removals come with rollouts and scaling, not per request).
+// that discovery removed: the fast path's and HTTP/2's exactly;
+// net/http's pool (the HTTP/1 hand-offs) cannot close per address, so
+// all its idle connections go (removals come with rollouts and scaling,
+// not per request).
 func (p *Proxy) CloseIdleTo(addrs []netip.AddrPort) {
 	p.h1pool.closeIdleTo(addrs)
-	for _, t := range []*http.Transport{p.h1, p.h2, p.h1TLS, p.h2TLS} {
-		t.CloseIdleConnections()
-	}
+	p.h2.CloseIdleTo(addrs)
+	p.h2TLS.CloseIdleTo(addrs)
+	p.h1.CloseIdleConnections()
+	p.h1TLS.CloseIdleConnections()
 }
 
 // remoteAddr is c's peer address, or the zero Addr.

@@ -128,7 +128,8 @@ func (p *Proxy) send(ctx context.Context, x *exchange, r, out *http.Request) (re
 		// The transport makes its own retry on a pooled connection its
 		// server closed, by the same rule; this is one attempt for us.
 		// A re-send may go to another endpoint.
-		t, actx := p.h1, ctx
+		var t http.RoundTripper = p.h1
+		actx := ctx
 		switch {
 		case r.ProtoMajor == 2 && !x.endpoint.Identity.IsZero():
 			t = p.h2TLS
