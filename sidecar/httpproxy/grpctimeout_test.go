@@ -1,11 +1,15 @@
 package httpproxy
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
 )
 
 func TestParseGRPCTimeout(t *testing.T) {
@@ -115,5 +119,28 @@ func TestReplayBodyForSendingAgain(t *testing.T) {
 	b.forget()
 	if _, err := out.GetBody(); err == nil {
 		t.Fatal("GetBody after forget gave a body")
+	}
+}
+
+// An upstream that cancels the stream just before the call's deadline
+// (its forwarded grpc-timeout ends first) is the deadline; a cancel well
+// before it, or another reset, is not.
+func TestUpstreamCancelAtTheDeadline(t *testing.T) {
+	cancelErr := fmt.Errorf("h2transport: %w", http2.StreamError{StreamID: 1, Code: http2.ErrCodeCancel})
+	for _, c := range []struct {
+		left time.Duration
+		err  error
+		want bool
+	}{
+		{2 * time.Millisecond, cancelErr, true},
+		{time.Second, cancelErr, false},
+		{2 * time.Millisecond, fmt.Errorf("h2transport: %w", http2.StreamError{StreamID: 1, Code: http2.ErrCodeInternal}), false},
+	} {
+		ctx, cancel := context.WithTimeoutCause(context.Background(), c.left, errGRPCDeadline)
+		got := timeoutCause(ctx, c.err)
+		cancel()
+		if (got == errGRPCDeadline) != c.want {
+			t.Errorf("%v before the deadline, %v: got %v", c.left, c.err, got)
+		}
 	}
 }

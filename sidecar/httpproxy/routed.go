@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/http2"
+
 	"github.com/plexus-mesh/plexus/mesh/policy/routes"
 	"github.com/plexus-mesh/plexus/sidecar/metrics"
 )
@@ -162,10 +164,21 @@ func retryableAttempt(rp *routes.RetryPolicy, req *Request, err error, status in
 }
 
 // timeoutCause replaces a context error by the route timeout that caused
-// it, so the answer and the metrics name it.
+// it, so the answer and the metrics name it. An upstream that canceled
+// the stream within upstreamCancelSlack of ctx's deadline did so for it (the
+// deadline went upstream as grpc-timeout, which ends there a little
+// before it ends here): that is waited out and named the same way.
 func timeoutCause(ctx context.Context, err error) error {
-	if err == nil || ctx.Err() == nil {
+	if err == nil {
 		return err
+	}
+	if ctx.Err() == nil {
+		dl, ok := ctx.Deadline()
+		var se http2.StreamError
+		if !ok || time.Until(dl) > upstreamCancelSlack || !errors.As(err, &se) || se.Code != http2.ErrCodeCancel {
+			return err
+		}
+		<-ctx.Done()
 	}
 	var re *routeError
 	if c := context.Cause(ctx); errors.As(c, &re) {
@@ -173,6 +186,10 @@ func timeoutCause(ctx context.Context, err error) error {
 	}
 	return err
 }
+
+// upstreamCancelSlack is how long before a deadline an upstream's cancel is
+// taken for it: the one-way latency a forwarded grpc-timeout loses.
+const upstreamCancelSlack = 10 * time.Millisecond
 
 // sleep waits d or until ctx ends; false if ctx ended.
 func sleep(ctx context.Context, d time.Duration) bool {
