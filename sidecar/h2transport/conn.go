@@ -159,6 +159,13 @@ func (c *conn) reserve() bool {
 	return true
 }
 
+// usable reports whether the connection may still take streams.
+func (c *conn) usable() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.closed && !c.goAway
+}
+
 // takesNoStreams reports whether the server's settings allow no stream.
 func (c *conn) takesNoStreams() bool {
 	c.mu.Lock()
@@ -245,9 +252,18 @@ func (c *conn) writeHeaderBlock(id uint32, block []byte, endStream bool, maxFram
 }
 
 // close ends the connection and every stream on it with err.
-func (c *conn) close(err error) {
+func (c *conn) close(err error) { c.closeWhen(err, func() bool { return true }) }
+
+// closeIfIdle closes the connection when it carries no stream, in one
+// critical section with the check (a stream reserved meanwhile would
+// otherwise be failed as if the server had taken it).
+func (c *conn) closeIfIdle() {
+	c.closeWhen(errIdleClosed, func() bool { return len(c.streams) == 0 && c.reserved == 0 })
+}
+
+func (c *conn) closeWhen(err error, cond func() bool) {
 	c.mu.Lock()
-	if c.closed {
+	if c.closed || !cond() {
 		c.mu.Unlock()
 		return
 	}
@@ -270,16 +286,6 @@ func (c *conn) close(err error) {
 	}
 }
 
-// closeIfIdle closes the connection when it carries no stream.
-func (c *conn) closeIfIdle() {
-	c.mu.Lock()
-	idle := !c.closed && len(c.streams) == 0 && c.reserved == 0
-	c.mu.Unlock()
-	if idle {
-		c.close(errIdleClosed)
-	}
-}
-
 var (
 	errIdleClosed    = errors.New("h2transport: connection closed while idle")
 	errGoAway        = errors.New("h2transport: the server stopped taking streams (GOAWAY) before this one")
@@ -297,10 +303,17 @@ func (c *conn) streamEnded(s *stream) {
 	}
 	delete(c.streams, s.id)
 	c.cond.Broadcast()
+	c.idleCheckLocked()
+}
+
+// idleCheckLocked closes a connection that carries nothing and takes no
+// new streams, and arms the idle timer of one that does take them. Under
+// c.mu.
+func (c *conn) idleCheckLocked() {
 	if len(c.streams) > 0 || c.reserved > 0 || c.closed {
 		return
 	}
-	if c.goAway {
+	if c.goAway || c.nextID > maxStreamID {
 		go c.close(errGoAway)
 		return
 	}
@@ -334,6 +347,7 @@ func (c *conn) readLoop() {
 		// Tell the server why, before closing.
 		c.write(func() error { return c.fr.WriteGoAway(0, http2.ErrCode(ce), nil) })
 		c.wmu.Lock()
+		c.nc.SetWriteDeadline(time.Now().Add(time.Second)) // a courtesy: never wait long for it
 		c.bw.Flush()
 		c.wmu.Unlock()
 	}
@@ -482,14 +496,12 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	c.recvWindow -= n
 	s := c.streams[f.StreamID]
 	c.mu.Unlock()
-	data := f.Data()
-	// Padding, and the data of a stream that is gone, is given back now.
-	given := n - int32(len(data))
-	if s == nil || !s.onData(data, f.StreamEnded()) {
-		given = n
-	}
-	if given > 0 {
-		c.giveBack(given)
+	// The connection's window is given back on receipt: each stream's
+	// own window bounds what it holds unread, so one slow reader cannot
+	// stop the connection's other streams.
+	c.giveBack(n)
+	if s != nil {
+		s.onData(f.Data(), n, f.StreamEnded())
 	}
 	return nil
 }

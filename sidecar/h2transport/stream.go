@@ -23,8 +23,12 @@ type stream struct {
 	stop  func() bool // stops the request context's watch
 	// dead is set once the stream failed or was reset: its request body
 	// stops going out.
-	dead     atomic.Bool
-	bodyRead atomic.Bool // some of the request body was read
+	dead atomic.Bool
+	// body is who has the request body: bodyUntouched until the writer
+	// starts reading it (bodyReading) or the stream is refused before
+	// that (bodyLeft: a retry sends the same body, which this stream's
+	// writer must then neither read nor close).
+	body atomic.Int32
 
 	// sendWindow is what the server lets this stream send; under c.mu.
 	sendWindow int64
@@ -33,17 +37,30 @@ type stream struct {
 	cond       *sync.Cond // body bytes arrived, or the response ended
 	answered   bool       // resc has its value
 	res        *http.Response
-	isHead     bool
+	noBody     bool // HEAD: the response has no body whatever its length says
+	noLength   bool // HEAD, 204, 304: content-length does not describe the body
+	num1xx     int
 	buf        []byte // response body received; buf[off:] is not read yet
 	off        int
-	bodyErr    error // io.EOF at the end of the response, or why it broke
-	got        int64 // response body bytes received
-	recvWindow int32 // what the server may still send on this stream
-	recvUnack  int32 // read and not yet given back
-	readerGone bool  // the response body was closed
-	respDone   bool  // the response side ended (END_STREAM, reset or failure)
-	reqDone    bool  // the request side ended (END_STREAM sent, or abandoned)
+	bodyErr    error       // io.EOF at the end of the response, or why it broke
+	trailer    http.Header // the trailers, copied into res.Trailer by the reader at the end
+	got        int64       // response body bytes received
+	recvWindow int32       // what the server may still send on this stream
+	recvUnack  int32       // read and not yet given back
+	readerGone bool        // the response body was closed
+	respDone   bool        // the response side ended (END_STREAM, reset or failure)
+	reqDone    bool        // the request side ended (END_STREAM sent, or abandoned)
 }
+
+const (
+	bodyUntouched = iota
+	bodyReading
+	bodyLeft
+)
+
+// max1xx bounds the interim responses of one request, as net/http's
+// client does.
+const max1xx = 5
 
 type result struct {
 	res *http.Response
@@ -60,7 +77,8 @@ func (c *conn) roundTrip(req *http.Request) (*http.Response, error) {
 	}
 	s := &stream{
 		c: c, req: req, trace: httptrace.ContextClientTrace(req.Context()),
-		resc: make(chan result, 1), recvWindow: streamWindow, isHead: req.Method == http.MethodHead,
+		resc: make(chan result, 1), recvWindow: streamWindow,
+		noBody: req.Method == http.MethodHead, noLength: req.Method == http.MethodHead,
 	}
 	s.cond = sync.NewCond(&s.mu)
 	var refused error
@@ -76,6 +94,7 @@ func (c *conn) roundTrip(req *http.Request) (*http.Response, error) {
 			refused = errConnExhausted
 		}
 		if refused != nil {
+			c.idleCheckLocked()
 			c.mu.Unlock()
 			return nil
 		}
@@ -117,6 +136,7 @@ func (c *conn) roundTrip(req *http.Request) (*http.Response, error) {
 func (c *conn) unreserve() {
 	c.mu.Lock()
 	c.reserved--
+	c.idleCheckLocked()
 	c.mu.Unlock()
 }
 
@@ -129,13 +149,17 @@ func closeBody(req *http.Request) {
 // writeBody sends the request body as DATA frames within the send
 // windows, then END_STREAM (with the trailers, if any).
 func (s *stream) writeBody() {
+	if !s.body.CompareAndSwap(bodyUntouched, bodyReading) {
+		// Refused before it began: the retry has the body.
+		s.requestDone()
+		return
+	}
 	body := s.req.Body
 	defer body.Close()
 	bp := bodyBufs.Get().(*[16 << 10]byte)
 	defer bodyBufs.Put(bp)
 	var err error
 	for err == nil {
-		s.bodyRead.Store(true)
 		n, rerr := body.Read(bp[:])
 		if n > 0 {
 			err = s.sendData(bp[:n])
@@ -190,6 +214,11 @@ func (s *stream) sendData(data []byte) error {
 		data = data[n:]
 		if err := c.write(func() error {
 			if s.dead.Load() {
+				// Not sent: the connection's window gets it back.
+				c.mu.Lock()
+				c.sendWindow += int64(len(chunk))
+				c.cond.Broadcast()
+				c.mu.Unlock()
 				return nil
 			}
 			return c.fr.WriteData(s.id, false, chunk)
@@ -229,8 +258,10 @@ func (s *stream) reset(code http2.ErrCode, err error) {
 	if finished {
 		return
 	}
-	s.c.write(func() error { return s.c.fr.WriteRSTStream(s.id, code) })
+	// The stream fails first: a writer stuck behind a peer that stopped
+	// reading must not hold up the caller's cancellation.
 	s.fail(err, false)
+	s.c.write(func() error { return s.c.fr.WriteRSTStream(s.id, code) })
 }
 
 // fail ends the stream with err: RoundTrip returns it if the response
@@ -246,7 +277,9 @@ func (s *stream) fail(err error, unprocessed bool) {
 		return
 	}
 	if unprocessed {
-		err = &unprocessedError{err: err, bodyRead: s.bodyRead.Load()}
+		// Either the body is left to the retry, or its writer has it.
+		left := s.body.CompareAndSwap(bodyUntouched, bodyLeft) || s.body.Load() == bodyLeft
+		err = &unprocessedError{err: err, bodyRead: !left}
 	}
 	s.bodyErr = err
 	if !s.answered {
@@ -298,6 +331,10 @@ func (s *stream) onHeaders(f *http2.MetaHeadersFrame) error {
 	s.mu.Lock()
 	res := s.res
 	s.mu.Unlock()
+	if f.Truncated {
+		s.c.resetStream(s.id, http2.ErrCodeProtocol, fmt.Errorf("h2transport: the server's header list is larger than %d bytes", s.c.t.maxHeaderBytes()))
+		return nil
+	}
 	if res == nil {
 		return s.onResponseHeaders(f)
 	}
@@ -325,6 +362,10 @@ func (s *stream) onResponseHeaders(f *http2.MetaHeadersFrame) error {
 			s.c.resetStream(s.id, http2.ErrCodeProtocol, fmt.Errorf("h2transport: interim response %d ends the stream or switches protocols", res.StatusCode))
 			return nil
 		}
+		if s.num1xx++; s.num1xx > max1xx {
+			s.reset(http2.ErrCodeCancel, fmt.Errorf("h2transport: more than %d interim responses", max1xx))
+			return nil
+		}
 		if s.trace != nil && s.trace.Got1xxResponse != nil {
 			if err := s.trace.Got1xxResponse(res.StatusCode, mimeHeader(res.Header)); err != nil {
 				s.reset(http2.ErrCodeCancel, err)
@@ -333,11 +374,14 @@ func (s *stream) onResponseHeaders(f *http2.MetaHeadersFrame) error {
 		return nil
 	}
 	ended := f.StreamEnded()
+	if res.StatusCode == http.StatusNoContent || res.StatusCode == http.StatusNotModified {
+		s.noLength = true // (a 304's length is the representation's)
+	}
 	switch {
-	case ended && !s.isHead && res.ContentLength > 0:
+	case ended && !s.noLength && res.ContentLength > 0:
 		// The stream ended with the headers that promised a body.
 		res.Body = missingBody{fmt.Errorf("h2transport: the response ended before its content-length of %d bytes: %w", res.ContentLength, io.ErrUnexpectedEOF)}
-	case ended || s.isHead:
+	case ended || s.noBody:
 		if ended && res.ContentLength < 0 {
 			res.ContentLength = 0
 		}
@@ -355,9 +399,9 @@ func (s *stream) onResponseHeaders(f *http2.MetaHeadersFrame) error {
 	s.mu.Unlock()
 	if ended {
 		s.end(nil)
-	} else if s.isHead {
-		// A HEAD response has no body: what the server sends after the
-		// headers is nobody's to read.
+	} else if s.noBody {
+		// No body: what the server sends after the headers is nobody's
+		// to read.
 		s.mu.Lock()
 		s.readerGone = true
 		s.mu.Unlock()
@@ -368,38 +412,60 @@ func (s *stream) onResponseHeaders(f *http2.MetaHeadersFrame) error {
 // onData adds a DATA frame's payload to the response body; false: the
 // stream takes no more (the caller gives the bytes back to the
 // connection's window).
-func (s *stream) onData(data []byte, end bool) bool {
+func (s *stream) onData(data []byte, length int32, end bool) {
 	s.mu.Lock()
 	var bad error
+	code := http2.ErrCodeProtocol
 	switch {
 	case s.respDone:
 		s.mu.Unlock()
-		return false
+		return
 	case s.res == nil:
 		bad = errors.New("h2transport: the server sent DATA before response headers")
-	case int32(len(data)) > s.recvWindow:
-		bad = errors.New("h2transport: the server sent more than the stream's window")
-	case s.res.ContentLength >= 0 && s.got+int64(len(data)) > s.res.ContentLength:
+	case length > s.recvWindow:
+		bad, code = errors.New("h2transport: the server sent more than the stream's window"), http2.ErrCodeFlowControl
+	case s.res.ContentLength >= 0 && !s.noLength && s.got+int64(len(data)) > s.res.ContentLength:
 		bad = fmt.Errorf("h2transport: the server sent more body than its content-length %d", s.res.ContentLength)
 	}
 	if bad != nil {
 		s.mu.Unlock()
-		code := http2.ErrCodeProtocol
 		s.c.resetStream(s.id, code, bad)
-		return false
+		return
 	}
 	s.got += int64(len(data))
-	accepted := !s.readerGone
-	if accepted {
-		s.recvWindow -= int32(len(data))
+	s.recvWindow -= length
+	// Padding, and bytes nobody will read, count as read at once.
+	s.recvUnack += length - int32(len(data))
+	if s.readerGone {
+		s.recvUnack += int32(len(data))
+	} else {
+		if s.off > 0 { // keep only what is unread, so buf stays within the window
+			n := copy(s.buf, s.buf[s.off:])
+			s.buf, s.off = s.buf[:n], 0
+		}
 		s.buf = append(s.buf, data...)
 		s.cond.Broadcast()
 	}
+	inc := s.windowUpdate()
 	s.mu.Unlock()
+	if inc > 0 {
+		s.c.write(func() error { return s.c.fr.WriteWindowUpdate(s.id, uint32(inc)) })
+	}
 	if end {
 		s.end(nil)
 	}
-	return accepted
+}
+
+// windowUpdate takes what the stream owes the server once it is half the
+// window, for a WINDOW_UPDATE. Under s.mu.
+func (s *stream) windowUpdate() int32 {
+	if s.respDone || s.recvUnack < streamWindow/2 {
+		return 0
+	}
+	inc := s.recvUnack
+	s.recvUnack = 0
+	s.recvWindow += inc
+	return inc
 }
 
 // end ends the response side on END_STREAM, with its trailers.
@@ -409,19 +475,12 @@ func (s *stream) end(trailer http.Header) {
 		s.mu.Unlock()
 		return
 	}
-	if cl := s.res.ContentLength; cl >= 0 && s.got != cl && !s.isHead {
+	if cl := s.res.ContentLength; cl >= 0 && s.got != cl && !s.noLength {
 		s.mu.Unlock()
 		s.c.resetStream(s.id, http2.ErrCodeProtocol, fmt.Errorf("h2transport: the response body ended after %d of its content-length %d bytes", s.got, cl))
 		return
 	}
-	if len(trailer) > 0 {
-		if s.res.Trailer == nil {
-			s.res.Trailer = make(http.Header, len(trailer))
-		}
-		for k, vv := range trailer {
-			s.res.Trailer[k] = vv
-		}
-	}
+	s.trailer = trailer
 	s.bodyErr = io.EOF
 	s.cond.Broadcast()
 	s.mu.Unlock()
@@ -449,6 +508,9 @@ func (b *body) Read(p []byte) (int, error) {
 	}
 	if s.off == len(s.buf) {
 		err := s.bodyErr
+		if err == io.EOF {
+			s.takeTrailers()
+		}
 		s.mu.Unlock()
 		return 0, err
 	}
@@ -460,21 +522,32 @@ func (b *body) Read(p []byte) (int, error) {
 	var err error
 	if len(s.buf) == 0 && s.bodyErr == io.EOF {
 		err = io.EOF // the end with the last bytes: one read fewer
+		s.takeTrailers()
 	}
-	var inc int32
-	if !s.respDone {
-		s.recvUnack += int32(n)
-		if s.recvUnack >= streamWindow/2 {
-			inc, s.recvUnack = s.recvUnack, 0
-			s.recvWindow += inc
-		}
-	}
+	s.recvUnack += int32(n)
+	inc := s.windowUpdate()
 	s.mu.Unlock()
-	s.c.giveBack(int32(n))
 	if inc > 0 {
 		s.c.write(func() error { return s.c.fr.WriteWindowUpdate(s.id, uint32(inc)) })
 	}
 	return n, err
+}
+
+// takeTrailers copies the trailers into the response as its body ends,
+// in the reader's goroutine: the response is the caller's once RoundTrip
+// returned (net/http's rule: res.Trailer is complete once Read returned
+// io.EOF). Under s.mu.
+func (s *stream) takeTrailers() {
+	if len(s.trailer) == 0 {
+		return
+	}
+	if s.res.Trailer == nil {
+		s.res.Trailer = make(http.Header, len(s.trailer))
+	}
+	for k, vv := range s.trailer {
+		s.res.Trailer[k] = vv
+	}
+	s.trailer = nil
 }
 
 var errBodyClosed = errors.New("h2transport: read on a closed response body")
@@ -489,14 +562,10 @@ func (b *body) Close() error {
 		return nil
 	}
 	s.readerGone = true
-	unread := int32(len(s.buf) - s.off)
 	s.buf, s.off = nil, 0
 	ended := s.respDone
 	s.cond.Broadcast()
 	s.mu.Unlock()
-	if unread > 0 {
-		s.c.giveBack(unread)
-	}
 	if !ended {
 		s.reset(http2.ErrCodeCancel, errBodyClosed)
 	}

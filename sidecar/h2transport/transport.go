@@ -75,15 +75,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		res, err := c.roundTrip(req)
 		var ue *unprocessedError
-		if err == nil || !errors.As(err, &ue) || try == maxUnprocessedRetries {
+		if err == nil || !errors.As(err, &ue) {
 			return res, err
 		}
+		if try == maxUnprocessedRetries || ue.bodyRead && req.GetBody == nil {
+			closeBody(req) // RoundTrip closes the body, errors included
+			return nil, err
+		}
 		if ue.bodyRead {
-			if req.GetBody == nil {
-				return nil, err
-			}
 			body, gerr := req.GetBody()
 			if gerr != nil {
+				closeBody(req)
 				return nil, err
 			}
 			req = req.Clone(req.Context())
@@ -114,7 +116,7 @@ func (t *Transport) conn(ctx context.Context, addr string) (*conn, error) {
 			d.c, d.err = t.dial(ctx, addr)
 			t.mu.Lock()
 			delete(t.dials, addr)
-			if d.err == nil {
+			if d.err == nil && d.c.usable() { // (it may have closed already)
 				if t.conns == nil {
 					t.conns = map[string][]*conn{}
 				}
@@ -129,16 +131,20 @@ func (t *Transport) conn(ctx context.Context, addr string) (*conn, error) {
 				return d.c, nil
 			}
 			if d.c.takesNoStreams() {
-				return nil, fmt.Errorf("h2transport: %s takes no streams (SETTINGS_MAX_CONCURRENT_STREAMS 0)", addr)
+				err := fmt.Errorf("h2transport: %s takes no streams (SETTINGS_MAX_CONCURRENT_STREAMS 0)", addr)
+				d.c.close(err)
+				return nil, err
 			}
 			continue
 		}
 		t.mu.Unlock()
 		select {
 		case <-d.done:
-			if d.err != nil {
+			if d.err != nil && (ctx.Err() != nil || !isContextError(d.err)) {
 				return nil, d.err
 			}
+			// Else the dial ended with its own caller's context, not
+			// this one's: go again.
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -156,6 +162,10 @@ func (t *Transport) dial(ctx context.Context, addr string) (*conn, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+func isContextError(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // forget drops c from the pool (it closed, or takes no new streams).

@@ -19,6 +19,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/plexus-mesh/plexus/testsupport/tcptest"
 )
 
 // h2cServer serves h on loopback with net/http's HTTP/2 server (prior
@@ -427,5 +429,99 @@ func TestRequestTrailers(t *testing.T) {
 	do(t, tr, req)
 	if tl := <-got; tl.Get("Grpc-Status") != "0" {
 		t.Errorf("the server got trailers %v, want Grpc-Status 0", tl)
+	}
+}
+
+// A server whose settings allow no stream fails the request at once (one
+// connection, not a dial loop), and its connection is not kept.
+func TestServerTakingNoStreams(t *testing.T) {
+	var dials atomic.Int32
+	addr, _ := tcptest.Serve(t, "127.0.0.1:0", func(c net.Conn) {
+		dials.Add(1)
+		fr := http2.NewFramer(c, c)
+		fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 0})
+		io.Copy(io.Discard, c)
+	})
+	tr := newTransport()
+	defer tr.CloseIdleConnections()
+	for i := range 2 {
+		req, _ := http.NewRequest("GET", "http://"+addr.String()+"/", nil)
+		_, err := tr.RoundTrip(req)
+		if err == nil || !strings.Contains(err.Error(), "takes no streams") {
+			t.Errorf("RoundTrip = %v, want an error saying the server takes no streams", err)
+		}
+		if n := dials.Load(); n != int32(i+1) {
+			t.Errorf("request %d: %d connections, want one each", i, n)
+		}
+	}
+	tr.mu.Lock()
+	left := len(tr.conns)
+	tr.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d addresses still pooled, want none: the useless connections were kept", left)
+	}
+}
+
+// Uploads cut short by the server (its handler returns without reading)
+// give the connection's send window back: later uploads on the
+// connection still go through.
+func TestCutUploadsKeepTheSendWindow(t *testing.T) {
+	addr, _ := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/echo" {
+			io.Copy(w, r.Body)
+		}
+		// Anything else: answered without reading; the server resets the
+		// stream while the client still sends.
+	}), nil)
+	tr := newTransport()
+	defer tr.CloseIdleConnections()
+	chunk := make([]byte, 256<<10)
+	for range 40 { // 40 x 256 KiB: ten times the connection's initial send window
+		req, _ := http.NewRequest("POST", "http://"+addr+"/cut", io.NopCloser(bytes.NewReader(chunk)))
+		req.ContentLength = -1
+		if res, err := tr.RoundTrip(req); err == nil {
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	big := make([]byte, 2<<20)
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+addr+"/echo", io.NopCloser(bytes.NewReader(big)))
+	req.ContentLength = -1
+	if _, body := do(t, tr, req); len(body) != len(big) {
+		t.Errorf("echoed %d bytes, want %d", len(body), len(big))
+	}
+}
+
+// Responses nobody reads hold their streams' windows only: the
+// connection goes on carrying other streams.
+func TestUnreadResponsesDoNotStallTheConnection(t *testing.T) {
+	big := make([]byte, 1<<20)
+	addr, _ := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			w.Write(big)
+		}
+		io.WriteString(w, "ok")
+	}), nil)
+	tr := newTransport()
+	defer tr.CloseIdleConnections()
+	var unread []*http.Response
+	for range 30 { // 30 x 256 KiB held: more than a 4 MiB connection window
+		req, _ := http.NewRequest("GET", "http://"+addr+"/big", nil)
+		res, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unread = append(unread, res)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/small", nil)
+	if _, body := do(t, tr, req); string(body) != "ok" {
+		t.Errorf("got %q", body)
+	}
+	for _, res := range unread {
+		res.Body.Close()
 	}
 }
