@@ -46,8 +46,8 @@ type nginxOrigin struct {
 	stderr *syncBuffer
 }
 
-// startNginx runs nginx listening on ports, as integration/meshbench's
-// StartNginx does, and waits until it listens.
+// startNginx runs nginx listening on ports (in the foreground, as
+// integration/meshbench's nginx peers run), and waits until it listens.
 func startNginx(t *testing.T, tp *topology, ports []int) *nginxOrigin {
 	t.Helper()
 	o := &nginxOrigin{dir: t.TempDir(), stderr: &syncBuffer{}}

@@ -2,6 +2,7 @@ package httpproxy
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -75,7 +76,7 @@ func parseGRPCTimeout(s string) (time.Duration, bool) {
 	return 0, false
 }
 
-const maxDuration = time.Duration(1<<63 - 1)
+const maxDuration = time.Duration(math.MaxInt64)
 
 // formatGRPCTimeout writes d as a grpc-timeout value in the finest unit
 // that holds it in 8 digits, rounded up (a deadline is never brought

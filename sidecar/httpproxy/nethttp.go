@@ -30,7 +30,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no destination", http.StatusInternalServerError)
 		return
 	}
-	if isGRPC(r.Header) {
+	grpc := isGRPC(r.Header)
+	if grpc {
 		var cancel context.CancelFunc
 		r, cancel = withGRPCDeadline(r)
 		defer cancel()
@@ -39,7 +40,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req := &Request{
 		Direction: p.opts.Direction, Dst: dst, TLS: tl,
 		Method: r.Method, Authority: r.Host, Path: r.URL.RequestURI(), Header: r.Header,
-		ContentLength: r.ContentLength, GRPC: isGRPC(r.Header),
+		ContentLength: r.ContentLength, GRPC: grpc,
 	}
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 		req.Client = ap.Addr().Unmap()
@@ -79,7 +80,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.rule.RewriteRequest(x.backend, out, x.match)
 	}
 	var body *replayBody
-	if r.ProtoMajor == 2 && out.Body != nil {
+	if holdsBody(r, false) {
+		// Held on HTTP/2 for the transport's own sending again after a
+		// GOAWAY (sendWith).
 		body = newReplayBody(out.Body)
 		body.sendWith(out)
 	}

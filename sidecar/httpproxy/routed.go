@@ -41,7 +41,7 @@ func (p *Proxy) serveRule(w http.ResponseWriter, r *http.Request, x *exchange) {
 	if rp != nil {
 		rp.Budget.Deposit()
 	}
-	if (rp != nil || r.ProtoMajor == 2) && r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+	if holdsBody(r, rp != nil) {
 		// Held for the route's retries, and on HTTP/2 for the
 		// transport's own sending again after a GOAWAY (sendWith).
 		body = newReplayBody(r.Body)
@@ -161,6 +161,13 @@ func retryableAttempt(rp *routes.RetryPolicy, req *Request, err error, status in
 	// the proxy answers for it (502 for a reset: 5xx, gateway-error).
 	s, _ := classify(err)
 	return req.idempotent() && rp.Retryable(s, "")
+}
+
+// holdsBody reports whether r's body is held for sending again: on HTTP/2
+// always (a GOAWAY may refuse the stream unprocessed), and where the
+// route retries. A request with no body holds nothing.
+func holdsBody(r *http.Request, retries bool) bool {
+	return (retries || r.ProtoMajor == 2) && r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody
 }
 
 // timeoutCause replaces a context error by the route timeout that caused

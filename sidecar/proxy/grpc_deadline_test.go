@@ -94,6 +94,17 @@ func TestGRPCDeadline(t *testing.T) {
 	}
 }
 
+// emptyCallWithin300ms is a gRPC call of the test service's method with
+// an empty message and grpc-timeout 300 ms, made by hand: a client that
+// sends the deadline but does not keep it itself.
+func emptyCallWithin300ms(method string) *http.Request {
+	req, _ := http.NewRequest(http.MethodPost, "http://svc.example/grpc.testing.TestService/"+method, strings.NewReader("\x00\x00\x00\x00\x00"))
+	req.Header.Set("Content-Type", "application/grpc")
+	req.Header.Set("Te", "trailers")
+	req.Header.Set("Grpc-Timeout", "300m")
+	return req
+}
+
 // TestGRPCDeadlineHeldByProxy: a client that sends grpc-timeout but does
 // not keep it itself gets the proxy's DEADLINE_EXCEEDED, trailers-only,
 // saying why; the server's call is canceled, and the metrics count it.
@@ -101,10 +112,7 @@ func TestGRPCDeadlineHeldByProxy(t *testing.T) {
 	addr, ended := startSlowService(t)
 	h := start(t, nil)
 	h.to(addr)
-	req, _ := http.NewRequest(http.MethodPost, "http://svc.example/grpc.testing.TestService/UnaryCall", strings.NewReader("\x00\x00\x00\x00\x00"))
-	req.Header.Set("Content-Type", "application/grpc")
-	req.Header.Set("Te", "trailers")
-	req.Header.Set("Grpc-Timeout", "300m")
+	req := emptyCallWithin300ms("UnaryCall")
 	begin := time.Now()
 	res, err := h.client(true).Do(req)
 	took := time.Since(begin)
@@ -134,11 +142,7 @@ func TestGRPCDeadlineCutsAStream(t *testing.T) {
 	addr, ended := startSlowService(t)
 	h := start(t, nil)
 	h.to(addr)
-	req, _ := http.NewRequest(http.MethodPost, "http://svc.example/grpc.testing.TestService/StreamingOutputCall", strings.NewReader("\x00\x00\x00\x00\x00"))
-	req.Header.Set("Content-Type", "application/grpc")
-	req.Header.Set("Te", "trailers")
-	req.Header.Set("Grpc-Timeout", "300m")
-	res, err := h.client(true).Do(req)
+	res, err := h.client(true).Do(emptyCallWithin300ms("StreamingOutputCall"))
 	if err != nil {
 		t.Fatal(err)
 	}
